@@ -85,7 +85,7 @@ class TritonPythonModel:
                     feeds[name] = array
                 good.append((index, feeds))
             except ValueError as exc:
-                responses[index] = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc)))
+                responses[index] = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc), pb_utils.TritonError.INVALID_ARG))
 
         if good:
             self._run_batch(good, responses)

@@ -1,0 +1,53 @@
+"""Triton Python model: classifier logits -> top-k labels, softmax scores and class ids."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import numpy as np
+
+
+def top_k(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Softmax over the last axis and the k best classes, best first.
+
+    Returns:
+        (class ids int64 [n, k], probabilities float32 [n, k])
+    """
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    probs = np.exp(shifted)
+    probs /= probs.sum(axis=-1, keepdims=True)
+    ids = np.argsort(-probs, axis=-1, kind="stable")[..., :k]
+    return ids.astype(np.int64), np.take_along_axis(probs, ids, axis=-1).astype(np.float32)
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict[str, str]) -> None:
+        import triton_python_backend_utils as pb_utils
+
+        self.pb = pb_utils
+        config = json.loads(args["model_config"])
+        params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
+        self.k = int(params.get("top_k", 5))
+        labels_path = os.path.join(args["model_repository"], args["model_version"], "labels.txt")
+        with open(labels_path, encoding="utf-8") as handle:
+            # Class names ship with underscores (tiger_cat); users read "tiger cat".
+            self.labels = np.array([line.strip().replace("_", " ") for line in handle if line.strip()], dtype=object)
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        responses = []
+        for request in requests:
+            logits = self.pb.get_input_tensor_by_name(request, "LOGITS").as_numpy()
+            ids, scores = top_k(logits, self.k)
+            labels = self.labels[ids].astype(np.bytes_)
+            responses.append(
+                self.pb.InferenceResponse(
+                    [
+                        self.pb.Tensor("LABELS", labels.astype(np.object_)),
+                        self.pb.Tensor("SCORES", scores),
+                        self.pb.Tensor("CLASS_IDS", ids),
+                    ]
+                )
+            )
+        return responses

