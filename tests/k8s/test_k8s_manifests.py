@@ -1,0 +1,295 @@
+"""The rendered manifests validate against the Kubernetes schema and hold the platform's invariants.
+
+Every kustomization (the CPU base and the GPU overlays) is rendered with k8s/render.py and each
+check in k8s_checks runs over all of its documents. The second half breaks a copy of the manifests
+in one way per check and asserts the check notices, so no check passes vacuously.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import yaml
+from k8s_checks import (
+    CHECKS,
+    GPU_KUSTOMIZATIONS,
+    K8S,
+    KUSTOMIZATIONS,
+    REPO,
+    check_cpu_only,
+    check_gpu,
+    containers,
+    find,
+    pod_spec,
+    render_module,
+    rendered,
+)
+
+Docs = list[dict[str, Any]]
+
+
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+@pytest.mark.parametrize("check", sorted(CHECKS))
+def test_invariant_holds(kustomization: str, check: str) -> None:
+    assert CHECKS[check](rendered(kustomization)) == []
+
+
+def test_base_is_cpu_only() -> None:
+    assert check_cpu_only(rendered("base")) == []
+
+
+@pytest.mark.parametrize("kustomization", GPU_KUSTOMIZATIONS)
+def test_gpu_overlay_places_triton_on_rtx4090(kustomization: str) -> None:
+    assert check_gpu(rendered(kustomization)) == []
+
+
+def test_kustomizations_render_the_expected_objects() -> None:
+    kinds = sorted({d["kind"] for d in rendered("overlays/rtx4090")})
+    assert kinds == sorted([
+        "ConfigMap", "Deployment", "HorizontalPodAutoscaler", "Namespace", "NetworkPolicy",
+        "PodDisruptionBudget", "PrometheusRule", "ScaledObject", "Secret", "Service", "ServiceMonitor",
+    ])
+    assert {d["metadata"]["name"] for d in rendered("base") if d["kind"] == "Deployment"} == {"triton", "gateway", "redis"}
+
+
+def test_pvc_overlay_replaces_the_sync_with_a_claim() -> None:
+    docs = rendered("overlays/rtx4090-pvc")
+    spec = pod_spec(find(docs, "Deployment", "triton"))
+    assert "initContainers" not in spec
+    assert spec["volumes"][0] == {
+        "name": "model-repository",
+        "persistentVolumeClaim": {"claimName": "model-repository", "readOnly": True},
+    }
+    assert find(docs, "PersistentVolumeClaim", "model-repository")["spec"]["accessModes"] == ["ReadOnlyMany"]
+
+
+def test_s3_overlay_syncs_with_an_init_container() -> None:
+    spec = pod_spec(find(rendered("overlays/rtx4090"), "Deployment", "triton"))
+    (sync,) = spec["initContainers"]
+    assert sync["args"][:3] == ["s3", "sync", "s3://$(MODEL_REPOSITORY_BUCKET)/$(MODEL_REPOSITORY_PREFIX)"]
+    assert {"name": "model-repository", "mountPath": "/models"} in sync["volumeMounts"]
+
+
+def test_every_manifest_file_is_rendered_by_some_kustomization() -> None:
+    """No orphan YAML: a file the kustomizations do not reach would be validated by nobody."""
+    reached: set[str] = set()
+    for kustomization in KUSTOMIZATIONS:
+        k = yaml.safe_load((K8S / kustomization / "kustomization.yaml").read_text())
+        reached.update(str((K8S / kustomization / r).resolve()) for r in k.get("resources", []))
+        reached.update(str((K8S / kustomization / p["path"]).resolve()) for p in k.get("patches", []))
+    files = {str(p.resolve()) for p in K8S.rglob("*.yaml") if p.name != "kustomization.yaml"}
+    assert files - reached == set()
+
+
+def test_no_secret_values_are_tracked_by_git() -> None:
+    tracked = subprocess.run(["git", "ls-files", "k8s"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    env_files = [f for f in tracked if f.endswith(".env")]
+    assert env_files == [], "real secret env files are committed"
+    assert "k8s/base/secrets/gateway.env.example" in tracked
+
+
+def test_real_render_demands_the_secret_files(tmp_path: Any) -> None:
+    """Without the env files `kubectl apply -k` fails; so does our render without example_secrets."""
+    if (K8S / "base/secrets/gateway.env").exists():
+        pytest.skip("a local gateway.env exists")
+    with pytest.raises(render_module.RenderError, match="gateway.env is missing"):
+        render_module.render(K8S / "base")
+
+
+# --- each check can fail ---------------------------------------------------------------------
+
+
+def _container(docs: Docs, deployment: str, name: str, *, init: bool = False) -> dict[str, Any]:
+    kind = "initContainers" if init else "containers"
+    return next(c for k, c in containers(find(docs, "Deployment", deployment)) if k == kind and c["name"] == name)
+
+
+def _break_schema(docs: Docs) -> None:
+    find(docs, "Deployment", "gateway")["spec"]["replica"] = 2  # typo
+
+
+def _break_crd_schema(docs: Docs) -> None:
+    find(docs, "ScaledObject", "triton")["spec"]["triggers"][0]["metadata"]["threshold"] = 20000
+
+
+def _drop_readiness(docs: Docs) -> None:
+    del _container(docs, "redis", "redis")["readinessProbe"]
+
+
+def _probe_on_init(docs: Docs) -> None:
+    _container(docs, "triton", "model-sync", init=True)["livenessProbe"] = {"exec": {"command": ["true"]}}
+
+
+def _drop_limits(docs: Docs) -> None:
+    del _container(docs, "triton", "model-sync", init=True)["resources"]["limits"]
+
+
+def _request_over_limit(docs: Docs) -> None:
+    _container(docs, "gateway", "gateway")["resources"]["requests"]["memory"] = "1Gi"
+
+
+def _latest_tag(docs: Docs) -> None:
+    _container(docs, "redis", "redis")["image"] = "redis:latest"
+
+
+def _no_tag(docs: Docs) -> None:
+    _container(docs, "gateway", "gateway")["image"] = "ghcr.io/example/triton-platform-gateway"
+
+
+def _triton_load_balancer(docs: Docs) -> None:
+    find(docs, "Service", "triton")["spec"]["type"] = "LoadBalancer"
+
+
+def _redis_node_port(docs: Docs) -> None:
+    find(docs, "Service", "redis")["spec"]["type"] = "NodePort"
+
+
+def _ingress_to_triton(docs: Docs) -> None:
+    docs.append({
+        "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+        "metadata": {"name": "triton", "namespace": "inference"},
+        "spec": {"rules": [{"http": {"paths": [{"path": "/", "pathType": "Prefix",
+                                               "backend": {"service": {"name": "triton", "port": {"number": 8000}}}}]}}]},
+    })
+
+
+def _open_triton_to_all(docs: Docs) -> None:
+    find(docs, "NetworkPolicy", "triton-ingress")["spec"]["ingress"][0].pop("from")
+
+
+def _monitoring_reaches_inference_port(docs: Docs) -> None:
+    find(docs, "NetworkPolicy", "triton-ingress")["spec"]["ingress"][1]["ports"].append({"protocol": "TCP", "port": 8000})
+
+
+def _redis_from_anyone_in_namespace(docs: Docs) -> None:
+    find(docs, "NetworkPolicy", "redis-ingress")["spec"]["ingress"][0]["from"] = [{"podSelector": {}}]
+
+
+def _drop_default_deny(docs: Docs) -> None:
+    docs.remove(find(docs, "NetworkPolicy", "default-deny-ingress"))
+
+
+def _writable_root(docs: Docs) -> None:
+    _container(docs, "triton", "triton")["securityContext"]["readOnlyRootFilesystem"] = False
+
+
+def _root_pod(docs: Docs) -> None:
+    pod_spec(find(docs, "Deployment", "redis"))["securityContext"].pop("runAsNonRoot")
+
+
+def _pdb_misses(docs: Docs) -> None:
+    find(docs, "PodDisruptionBudget", "gateway")["spec"]["selector"]["matchLabels"] = {"app.kubernetes.io/name": "gw"}
+
+
+def _hpa_wrong_target(docs: Docs) -> None:
+    find(docs, "HorizontalPodAutoscaler", "gateway")["spec"]["scaleTargetRef"]["name"] = "gatewy"
+
+
+def _two_autoscalers(docs: Docs) -> None:
+    find(docs, "HorizontalPodAutoscaler", "gateway")["spec"]["scaleTargetRef"]["name"] = "triton"
+
+
+def _service_port_name(docs: Docs) -> None:
+    find(docs, "Service", "triton")["spec"]["ports"][2]["targetPort"] = "prometheus"
+
+
+def _template_label_drift(docs: Docs) -> None:
+    find(docs, "Deployment", "gateway")["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"] = "api"
+
+
+def _missing_secret(docs: Docs) -> None:
+    docs.remove(find(docs, "Secret", "gateway-secrets"))
+
+
+def _unknown_mount(docs: Docs) -> None:
+    _container(docs, "gateway", "gateway")["volumeMounts"].append({"name": "cache", "mountPath": "/cache"})
+
+
+def _other_namespace(docs: Docs) -> None:
+    find(docs, "Service", "redis")["metadata"]["namespace"] = "default"
+
+
+def _poll_mode(docs: Docs) -> None:
+    args = _container(docs, "triton", "triton")["args"]
+    args[args.index("--model-control-mode=explicit")] = "--model-control-mode=poll"
+
+
+def _short_startup(docs: Docs) -> None:
+    _container(docs, "triton", "triton")["startupProbe"]["failureThreshold"] = 3
+
+
+def _literal_secret(docs: Docs) -> None:
+    env = _container(docs, "gateway", "gateway")["env"]
+    (token,) = [e for e in env if e["name"] == "GATEWAY_JWT_SECRET"]
+    token.pop("valueFrom")
+    token["value"] = "hunter2"
+
+
+def _average_queue_time(docs: Docs) -> None:
+    trigger = find(docs, "ScaledObject", "triton")["spec"]["triggers"][0]
+    trigger["metadata"]["query"] = "avg(rate(nv_inference_queue_duration_us[1m]))"
+
+
+def _average_value_metric(docs: Docs) -> None:
+    find(docs, "ScaledObject", "triton")["spec"]["triggers"][0]["metricType"] = "AverageValue"
+
+
+def _p99_from_triton(docs: Docs) -> None:
+    for group in find(docs, "PrometheusRule", "triton-platform-slo")["spec"]["groups"]:
+        for rule in group["rules"]:
+            rule["expr"] = rule["expr"].replace("gateway_request_duration_seconds_bucket", "nv_inference_request_duration_us")
+
+
+BREAKAGES: list[tuple[str, Callable[[Docs], None], str]] = [
+    ("schema", _break_schema, "Additional properties"),
+    ("schema", _break_crd_schema, "is not of type 'string'"),
+    ("probes", _drop_readiness, "no readinessProbe"),
+    ("probes", _probe_on_init, "init container model-sync has a livenessProbe"),
+    ("resources", _drop_limits, "no cpu limit"),
+    ("resources", _request_over_limit, "memory request 1Gi over limit"),
+    ("images_pinned", _latest_tag, "moving tag 'latest'"),
+    ("images_pinned", _no_tag, "has no tag"),
+    ("exposure", _triton_load_balancer, "Service/triton"),
+    ("exposure", _redis_node_port, "Service/redis is exposed"),
+    ("exposure", _ingress_to_triton, "routes to 'triton'"),
+    ("network_policy", _open_triton_to_all, "opens triton to every source"),
+    ("network_policy", _monitoring_reaches_inference_port, "reach triton on ports"),
+    ("network_policy", _redis_from_anyone_in_namespace, "reach redis"),
+    ("network_policy", _drop_default_deny, "no default-deny"),
+    ("security_context", _writable_root, "readOnlyRootFilesystem is not true"),
+    ("security_context", _root_pod, "runAsNonRoot is not true"),
+    ("selectors", _pdb_misses, "PodDisruptionBudget/gateway selects 0 workloads"),
+    ("selectors", _hpa_wrong_target, "does not exist"),
+    ("selectors", _two_autoscalers, "several autoscalers"),
+    ("selectors", _service_port_name, "targetPort 'prometheus'"),
+    ("selectors", _template_label_drift, "selector does not match its pod template"),
+    ("references", _missing_secret, "needs Secret/gateway-secrets"),
+    ("references", _unknown_mount, "unknown volume 'cache'"),
+    ("namespace", _other_namespace, "Service/redis is in namespace 'default'"),
+    ("triton", _poll_mode, "--model-control-mode=explicit"),
+    ("triton", _short_startup, "startupProbe allows under 5 minutes"),
+    ("gateway", _literal_secret, "GATEWAY_JWT_SECRET does not come from a Secret"),
+    ("observability", _average_queue_time, "not request-weighted"),
+    ("observability", _average_value_metric, "metricType Value"),
+    ("observability", _p99_from_triton, "no alert on histogram_quantile"),
+]
+
+
+@pytest.mark.parametrize(("check", "breakage", "expected"), BREAKAGES, ids=[b[1].__name__.lstrip("_") for b in BREAKAGES])
+def test_check_catches_breakage(check: str, breakage: Callable[[Docs], None], expected: str) -> None:
+    docs = rendered("overlays/rtx4090")
+    breakage(docs)
+    errors = CHECKS[check](docs)
+    assert any(expected in e for e in errors), errors
+
+
+def test_every_check_has_a_breakage() -> None:
+    assert {b[0] for b in BREAKAGES} == set(CHECKS)
+
+
+def test_gpu_and_cpu_checks_can_fail() -> None:
+    assert any("nvidia.com/gpu: 1" in e for e in check_gpu(rendered("base")))
+    assert any("asks for a GPU" in e for e in check_cpu_only(rendered("overlays/rtx4090")))
