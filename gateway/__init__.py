@@ -1,0 +1,49 @@
+"""The inference gateway: FastAPI in front of Triton, with auth, rate limits and latency stats.
+
+Public API (everything else is internal and may change):
+
+- :func:`create_app` and :class:`GatewaySettings`: build the ASGI app from settings.
+- :func:`serve`: run it under uvicorn (``python -m gateway`` does this).
+- :class:`KeyStore` and :func:`bootstrap_first_key`: manage API keys (the platform's start command
+  uses the latter to print a first key).
+- :func:`run_overhead_benchmark`: the gateway-vs-direct-Triton benchmark.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__all__ = [
+    "GatewaySettings",
+    "KeyStore",
+    "bootstrap_first_key",
+    "create_app",
+    "run_overhead_benchmark",
+    "serve",
+]
+
+_EXPORTS = {
+    "GatewaySettings": "gateway.settings",
+    "KeyStore": "gateway.keys",
+    "bootstrap_first_key": "gateway.keys",
+    "create_app": "gateway.app",
+    "serve": "gateway.server",
+    "run_overhead_benchmark": "gateway.bench",
+}
+
+if TYPE_CHECKING:
+    from gateway.app import create_app
+    from gateway.bench import run_overhead_benchmark
+    from gateway.keys import KeyStore, bootstrap_first_key
+    from gateway.server import serve
+    from gateway.settings import GatewaySettings
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy: `import gateway` stays cheap (no FastAPI, no tritonclient) for the CLI and key tools.
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gateway' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

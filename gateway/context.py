@@ -1,0 +1,49 @@
+"""Per-request state shared by the middleware and the service layer (no web framework here).
+
+The context middleware puts one :class:`RequestContext` in the ASGI scope; authentication fills in
+``principal``, the service fills in ``model`` and ``rate`` once the request is admitted, and the
+context middleware reads them back to set RateLimit headers and record the latency.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from gateway.ratelimit import Decision
+
+__all__ = ["CONTEXT_KEY", "Principal", "RequestContext"]
+
+CONTEXT_KEY = "gateway.context"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling.
+
+    Attributes:
+        client_id: public id for logs, limits and metrics (``key:<key_id>`` or ``jwt:<sub>``).
+        scopes: model names the caller may use, ``"*"`` for all.
+        tier: rate-limit tier.
+        kind: ``api_key``, ``jwt`` or ``admin``.
+    """
+
+    client_id: str
+    scopes: frozenset[str]
+    tier: str
+    kind: str
+
+    def allows(self, model: str) -> bool:
+        return "*" in self.scopes or model in self.scopes
+
+
+@dataclass
+class RequestContext:
+    """Mutable per-request facts; created by the context middleware."""
+
+    request_id: str
+    started: float = field(default_factory=time.perf_counter)
+    principal: Principal | None = None
+    model: str | None = None
+    rate: Decision | None = None
+    admitted: bool = False

@@ -1,0 +1,138 @@
+"""The gateway's exception hierarchy. No web framework here: the app factory maps these to HTTP.
+
+::
+
+    GatewayError                    base; never raised itself
+    ├── BadRequest                  400  the request is malformed (names the ``field``)
+    │   └── InferenceInputError     400  Triton refused the inputs (shape, dtype, undecodable image)
+    ├── AuthenticationError         401  no credential, or one that is wrong/expired/revoked
+    ├── PermissionDenied            403  a valid credential without the scope for this model/route
+    ├── NotFound                    404  no such thing (an API key id, a route's resource)
+    │   └── ModelNotFound           404  Triton does not serve this model (yet)
+    ├── PayloadTooLarge             413  the body is over the configured limit
+    ├── RateLimited                 429  the client's bucket for this model is empty (Retry-After)
+    ├── Overloaded                  429  too many requests in flight for this model (Retry-After)
+    ├── ServiceUnavailable          503  (Retry-After)
+    │   ├── UpstreamUnavailable     503  Triton cannot be reached or is not ready
+    │   ├── ModelNotReady           503  the model exists but is loading/unloading
+    │   └── RateLimiterUnavailable  503  Redis is down and the policy is "closed"
+    ├── UpstreamTimeout             504  Triton did not answer within the per-request timeout
+    └── UpstreamError               502  Triton answered with an error we cannot attribute to the client
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AuthenticationError",
+    "BadRequest",
+    "GatewayError",
+    "InferenceInputError",
+    "ModelNotFound",
+    "ModelNotReady",
+    "NotFound",
+    "Overloaded",
+    "PayloadTooLarge",
+    "PermissionDenied",
+    "RateLimited",
+    "RateLimiterUnavailable",
+    "ServiceUnavailable",
+    "UpstreamError",
+    "UpstreamTimeout",
+    "UpstreamUnavailable",
+]
+
+
+class GatewayError(Exception):
+    """Base of every error the gateway reports to a client.
+
+    Args:
+        detail: a human-readable explanation, safe to show the client (never a secret).
+        field: the request field at fault, where one is.
+        headers: extra response headers (e.g. ``Retry-After``).
+    """
+
+    title = "Gateway error"
+
+    def __init__(
+        self, detail: str, *, field: str | None = None, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.field = field
+        self.headers: dict[str, str] = dict(headers or {})
+
+
+class BadRequest(GatewayError):
+    title = "Bad request"
+
+
+class InferenceInputError(BadRequest):
+    title = "Inference input rejected"
+
+
+class AuthenticationError(GatewayError):
+    title = "Authentication required"
+
+
+class PermissionDenied(GatewayError):
+    title = "Permission denied"
+
+
+class NotFound(GatewayError):
+    title = "Not found"
+
+
+class ModelNotFound(NotFound):
+    """Triton does not serve ``model``."""
+
+    title = "Model not found"
+
+    def __init__(self, model: str, detail: str | None = None) -> None:
+        super().__init__(detail or f"model '{model}' is not served by Triton", field="model")
+        self.model = model
+
+
+class PayloadTooLarge(GatewayError):
+    title = "Payload too large"
+
+
+class _RetryLater(GatewayError):
+    """An error whose response carries ``Retry-After`` (whole seconds, at least 1)."""
+
+    def __init__(self, detail: str, *, retry_after_s: float, headers: dict[str, str] | None = None) -> None:
+        merged = {"Retry-After": str(max(1, int(-(-retry_after_s // 1))))}
+        merged.update(headers or {})
+        super().__init__(detail, headers=merged)
+        self.retry_after_s = retry_after_s
+
+
+class RateLimited(_RetryLater):
+    title = "Rate limit exceeded"
+
+
+class Overloaded(_RetryLater):
+    title = "Too many requests in flight"
+
+
+class ServiceUnavailable(_RetryLater):
+    title = "Service unavailable"
+
+
+class UpstreamUnavailable(ServiceUnavailable):
+    title = "Inference server unavailable"
+
+
+class ModelNotReady(ServiceUnavailable):
+    title = "Model not ready"
+
+
+class RateLimiterUnavailable(ServiceUnavailable):
+    title = "Rate limiter unavailable"
+
+
+class UpstreamTimeout(GatewayError):
+    title = "Inference server timed out"
+
+
+class UpstreamError(GatewayError):
+    title = "Inference server error"

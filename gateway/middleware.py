@@ -1,0 +1,205 @@
+"""Plain ASGI middleware, composed in one list by the app factory (outermost first):
+
+1. :class:`ContextMiddleware`   request id, timing, RateLimit headers, latency recording, access log
+2. :class:`BodyLimitMiddleware` 413 on a too-large Content-Length, or as soon as a streamed body
+                                passes the limit (the body is never read whole)
+3. :class:`AuthMiddleware`      401/403 before any body is read; the principal goes on the context
+
+Errors raised here never reach FastAPI's handlers, so each middleware answers with the shared
+:class:`gateway.problems.ProblemRenderer`, which uses the app's one status table.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from typing import Any
+
+from gateway.auth import Authenticator
+from gateway.context import CONTEXT_KEY, RequestContext
+from gateway.errors import GatewayError, PayloadTooLarge
+from gateway.problems import ProblemRenderer
+from gateway.stats import LatencyTracker
+
+__all__ = ["AuthMiddleware", "BodyLimitMiddleware", "ContextMiddleware"]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+access_log = logging.getLogger("gateway.access")
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+
+
+class ContextMiddleware:
+    """Creates the request's :class:`RequestContext` and turns it into headers and statistics.
+
+    Args:
+        app: the next ASGI app.
+        tracker: where admitted requests' latencies go.
+    """
+
+    def __init__(self, app: ASGIApp, tracker: LatencyTracker) -> None:
+        self.app = app
+        self.tracker = tracker
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = uuid.uuid4().hex[:16]
+        ctx = RequestContext(request_id=request_id)
+        scope[CONTEXT_KEY] = ctx
+        status = 500
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                headers = list(message.get("headers", []))
+                headers.append((b"x-request-id", request_id.encode()))
+                if ctx.rate is not None and not any(k.lower() == b"ratelimit-limit" for k, _ in headers):
+                    headers.extend((k.lower().encode(), v.encode()) for k, v in ctx.rate.headers().items())
+                message["headers"] = headers
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                await send(message)
+                self._finish(scope, ctx, status)
+                return
+            await send(message)
+
+        await self.app(scope, receive, send_wrapper)
+
+    def _finish(self, scope: Scope, ctx: RequestContext, status: int) -> None:
+        elapsed = time.perf_counter() - ctx.started
+        client = ctx.principal.client_id if ctx.principal else "-"
+        if ctx.admitted and ctx.model is not None:
+            self.tracker.record(ctx.model, client, status, elapsed)
+        if access_log.isEnabledFor(logging.INFO):
+            # Only public ids here: never the Authorization header, a key or a token.
+            access_log.info(
+                "%s %s %s %d %.2fms client=%s model=%s",
+                ctx.request_id,
+                scope.get("method"),
+                scope.get("path"),
+                status,
+                elapsed * 1000,
+                client,
+                ctx.model or "-",
+            )
+
+
+class BodyLimitMiddleware:
+    """Refuses bodies over ``max_bytes`` without reading them whole.
+
+    A declared ``Content-Length`` over the limit is answered at once. Otherwise the received chunks
+    are counted; when they pass the limit the app's receive call raises, and whatever response the
+    app then tries to send is replaced by the 413 problem.
+
+    Args:
+        app: the next ASGI app.
+        max_bytes: the limit.
+        renderer: the problem renderer.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int, renderer: ProblemRenderer) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+        self.renderer = renderer
+
+    def _error(self) -> PayloadTooLarge:
+        return PayloadTooLarge(
+            f"request body is larger than the limit of {self.max_bytes} bytes", field="body"
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = _headers(scope).get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await self.renderer.send(send, self._error(), scope.get("path", ""))
+            return
+        received = 0
+        tripped = False
+        started = False
+
+        async def limited_receive() -> Message:
+            nonlocal received, tripped
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    tripped = True
+                    raise self._error()
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal started
+            if tripped:
+                return  # the app's own answer to the failed read is replaced by our 413
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, guarded_send)
+        except PayloadTooLarge:
+            if started and not tripped:
+                raise
+        if tripped:
+            await self.renderer.send(send, self._error(), scope.get("path", ""))
+
+
+class AuthMiddleware:
+    """Authenticates protected paths before the app (and before any body is read).
+
+    Args:
+        app: the next ASGI app.
+        authenticator: checks credentials.
+        renderer: the problem renderer.
+        public: exact paths anyone may call (health, docs, metrics).
+        public_prefixes: path prefixes anyone may call.
+        admin_prefix: paths that need the admin credential instead of a client one.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        authenticator: Authenticator,
+        renderer: ProblemRenderer,
+        public: Iterable[str],
+        public_prefixes: Iterable[str] = (),
+        admin_prefix: str = "/admin/",
+    ) -> None:
+        self.app = app
+        self.authenticator = authenticator
+        self.renderer = renderer
+        self.public = frozenset(public)
+        self.public_prefixes = tuple(public_prefixes)
+        self.admin_prefix = admin_prefix
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope.get("path", "")
+        if scope["type"] != "http" or path in self.public or path.startswith(self.public_prefixes):
+            await self.app(scope, receive, send)
+            return
+        ctx: RequestContext | None = scope.get(CONTEXT_KEY)
+        headers = _headers(scope)
+        try:
+            if path.startswith(self.admin_prefix):
+                principal = self.authenticator.check_admin(headers)
+            else:
+                principal = await self.authenticator.authenticate(headers)
+        except GatewayError as exc:
+            await self.renderer.send(send, exc, path)
+            return
+        if ctx is not None:
+            ctx.principal = principal
+        await self.app(scope, receive, send)
