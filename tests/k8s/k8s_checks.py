@@ -346,8 +346,8 @@ def check_security_context(docs: list[dict[str, Any]]) -> list[str]:
 
 def check_selectors(docs: list[dict[str, Any]]) -> list[str]:
     """Selectors meet the pods they mean: Deployments select their own template, Services select
-    a workload and name ports it has, PDBs, HPAs and ScaledObjects each meet one workload, and no
-    workload has two autoscalers."""
+    a workload and name ports it has, PDBs, HPAs and ScaledObjects each meet one workload, no
+    workload has two autoscalers, and an autoscaled workload leaves `replicas` to its autoscaler."""
     errors = []
     ws = list(workloads(docs))
     by_name = {w["metadata"]["name"]: w for w in ws}
@@ -382,6 +382,8 @@ def check_selectors(docs: list[dict[str, Any]]) -> list[str]:
             errors.append(f"{name_of(doc)} targets {ref.get('kind')}/{ref['name']}, which does not exist")
             continue
         scaled.setdefault(ref["name"], []).append(name_of(doc))
+        if "replicas" in target["spec"]:
+            errors.append(f"{name_of(target)} sets replicas although {name_of(doc)} owns the count")
         if doc["kind"] == "HorizontalPodAutoscaler":
             for metric in doc["spec"].get("metrics", []):
                 if metric["type"] == "Resource" and metric["resource"]["target"]["type"] == "Utilization":

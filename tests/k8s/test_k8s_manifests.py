@@ -192,6 +192,10 @@ def _two_autoscalers(docs: Docs) -> None:
     find(docs, "HorizontalPodAutoscaler", "gateway")["spec"]["scaleTargetRef"]["name"] = "triton"
 
 
+def _replicas_fight_autoscaler(docs: Docs) -> None:
+    find(docs, "Deployment", "triton")["spec"]["replicas"] = 1
+
+
 def _service_port_name(docs: Docs) -> None:
     find(docs, "Service", "triton")["spec"]["ports"][2]["targetPort"] = "prometheus"
 
@@ -264,6 +268,7 @@ BREAKAGES: list[tuple[str, Callable[[Docs], None], str]] = [
     ("selectors", _pdb_misses, "PodDisruptionBudget/gateway selects 0 workloads"),
     ("selectors", _hpa_wrong_target, "does not exist"),
     ("selectors", _two_autoscalers, "several autoscalers"),
+    ("selectors", _replicas_fight_autoscaler, "sets replicas although ScaledObject/triton owns the count"),
     ("selectors", _service_port_name, "targetPort 'prometheus'"),
     ("selectors", _template_label_drift, "selector does not match its pod template"),
     ("references", _missing_secret, "needs Secret/gateway-secrets"),
