@@ -500,7 +500,7 @@ def check_gateway(docs: list[dict[str, Any]]) -> list[str]:
     gateway = find(docs, "Deployment", "gateway")
     (c,) = [c for _, c in containers(gateway, init=False) if c["name"] == "gateway"]
     env = {e["name"]: e for e in c.get("env", [])}
-    expected = {"GATEWAY_TRITON_URL": "triton:8000", "GATEWAY_REDIS_URL": "redis://redis:6379/0",
+    expected = {"GATEWAY_TRITON_HTTP_URL": "triton:8000", "GATEWAY_REDIS_URL": "redis://redis:6379/0",
                 "GATEWAY_KEYS_DB": "/var/lib/gateway/keys.sqlite"}
     for name, value in expected.items():
         if env.get(name, {}).get("value") != value:
