@@ -65,7 +65,8 @@ class Decision:
 
 
 def _policy(limit: TierLimit) -> str:
-    return f"{limit.per_minute:g};w=60;burst={limit.burst}"
+    rate = int(limit.per_minute) if float(limit.per_minute).is_integer() else limit.per_minute
+    return f"{rate};w=60;burst={limit.burst}"
 
 
 def gcra(tat: float, now: float, limit: TierLimit) -> tuple[float, Decision]:
