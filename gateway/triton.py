@@ -192,7 +192,9 @@ class TritonHttpBackend:
         """
         forward = {k: v for k, v in headers.items() if k.lower() in _PASSTHROUGH_HEADERS}
         # aiohttp would ask for gzip on its own; let Triton compress only when the client asked.
-        forward["Accept-Encoding"] = next((v for k, v in headers.items() if k.lower() == "accept-encoding"), "identity")
+        forward["Accept-Encoding"] = next(
+            (v for k, v in headers.items() if k.lower() == "accept-encoding"), "identity"
+        )
         try:
             async with asyncio.timeout(timeout_s):
                 async with self._raw.post(

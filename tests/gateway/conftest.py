@@ -56,11 +56,25 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real redis-server (Debian's binary; ``./run test`` installs it when missing)."""
     binary = shutil.which("redis-server")
     if binary is None:
-        pytest.fail("redis-server is not installed: run `./run test` (it installs it) or `apt-get install redis-server`")
+        pytest.fail(
+            "redis-server is not installed: run `./run test` (it installs it) or `apt-get install redis-server`"
+        )
     port = free_port()
     workdir = tmp_path_factory.mktemp("redis")
     process = subprocess.Popen(
-        [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no", "--dir", str(workdir)],
+        [
+            binary,
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(workdir),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -183,7 +197,9 @@ class Admin:
 
     gateway: GatewayProcess
 
-    def create_key(self, scopes: list[str] | None = None, tier: str = "unlimited", name: str = "test") -> dict[str, object]:
+    def create_key(
+        self, scopes: list[str] | None = None, tier: str = "unlimited", name: str = "test"
+    ) -> dict[str, object]:
         response = httpx.post(
             f"{self.gateway.url}/admin/keys",
             json={"name": name, "scopes": scopes or ["*"], "tier": tier},
@@ -204,4 +220,8 @@ def admin(gateway: GatewayProcess) -> Admin:
 
 def tiny_request(rows: int = 1) -> dict[str, object]:
     """A KServe v2 JSON body for ``tiny_linear``."""
-    return {"inputs": [{"name": "input", "shape": [rows, 4], "datatype": "FP32", "data": [1.0, 2.0, 3.0, 4.0] * rows}]}
+    return {
+        "inputs": [
+            {"name": "input", "shape": [rows, 4], "datatype": "FP32", "data": [1.0, 2.0, 3.0, 4.0] * rows}
+        ]
+    }

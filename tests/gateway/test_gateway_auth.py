@@ -33,7 +33,9 @@ def test_valid_key_is_served_with_ratelimit_headers(gateway, admin) -> None:
     for header in ("RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset", "RateLimit-Policy"):
         assert header in response.headers
     # X-API-Key works as well as the bearer form.
-    response = httpx.post(gateway.url + INFER, json=tiny_request(), headers={"X-API-Key": str(key["api_key"])})
+    response = httpx.post(
+        gateway.url + INFER, json=tiny_request(), headers={"X-API-Key": str(key["api_key"])}
+    )
     assert response.status_code == 200
 
 
@@ -46,17 +48,28 @@ def test_missing_key_is_refused(gateway) -> None:
 def test_wrong_key_is_refused(gateway, admin) -> None:
     key = admin.create_key()
     tampered = str(key["api_key"])[:-4] + "AAAA"
-    _assert_problem(httpx.post(gateway.url + INFER, json=tiny_request(), headers={"Authorization": f"Bearer {tampered}"}), 401)
+    _assert_problem(
+        httpx.post(gateway.url + INFER, json=tiny_request(), headers={"Authorization": f"Bearer {tampered}"}),
+        401,
+    )
     unknown = "gk_000000000000_" + "x" * 43
-    _assert_problem(httpx.post(gateway.url + INFER, json=tiny_request(), headers={"Authorization": f"Bearer {unknown}"}), 401)
-    _assert_problem(httpx.post(gateway.url + INFER, json=tiny_request(), headers={"Authorization": "Bearer not-a-key"}), 401)
+    _assert_problem(
+        httpx.post(gateway.url + INFER, json=tiny_request(), headers={"Authorization": f"Bearer {unknown}"}),
+        401,
+    )
+    _assert_problem(
+        httpx.post(gateway.url + INFER, json=tiny_request(), headers={"Authorization": "Bearer not-a-key"}),
+        401,
+    )
 
 
 def test_revoked_key_is_refused(gateway, admin) -> None:
     key = admin.create_key()
     headers = admin.headers(key)
     assert httpx.post(gateway.url + INFER, json=tiny_request(), headers=headers).status_code == 200
-    revoked = httpx.delete(f"{gateway.url}/admin/keys/{key['key_id']}", headers={"X-Admin-Token": ADMIN_TOKEN})
+    revoked = httpx.delete(
+        f"{gateway.url}/admin/keys/{key['key_id']}", headers={"X-Admin-Token": ADMIN_TOKEN}
+    )
     assert revoked.status_code == 200 and revoked.json()["revoked_at"] is not None
     body = _assert_problem(httpx.post(gateway.url + INFER, json=tiny_request(), headers=headers), 401)
     assert "revoked" in str(body["detail"])
@@ -64,7 +77,9 @@ def test_revoked_key_is_refused(gateway, admin) -> None:
 
 def test_out_of_scope_key_is_refused(gateway, admin) -> None:
     key = admin.create_key(scopes=["slow_echo"])
-    body = _assert_problem(httpx.post(gateway.url + INFER, json=tiny_request(), headers=admin.headers(key)), 403, "model")
+    body = _assert_problem(
+        httpx.post(gateway.url + INFER, json=tiny_request(), headers=admin.headers(key)), 403, "model"
+    )
     assert "tiny_linear" in str(body["detail"])
     models = httpx.get(gateway.url + "/v1/models", headers=admin.headers(key)).json()["data"]
     assert [m["id"] for m in models] == ["slow_echo"]
@@ -72,7 +87,9 @@ def test_out_of_scope_key_is_refused(gateway, admin) -> None:
 
 def test_rotation_replaces_the_secret(gateway, admin) -> None:
     key = admin.create_key()
-    rotated = httpx.post(f"{gateway.url}/admin/keys/{key['key_id']}/rotate", headers={"X-Admin-Token": ADMIN_TOKEN})
+    rotated = httpx.post(
+        f"{gateway.url}/admin/keys/{key['key_id']}/rotate", headers={"X-Admin-Token": ADMIN_TOKEN}
+    )
     assert rotated.status_code == 200, rotated.text
     new = rotated.json()
     assert new["key_id"] == key["key_id"] and new["api_key"] != key["api_key"]
@@ -89,11 +106,15 @@ def test_admin_api_needs_its_own_credential(gateway, admin) -> None:
     entries = {k["key_id"]: k for k in listing.json()}
     assert key["key_id"] in entries and "api_key" not in entries[key["key_id"]]
     bad_tier = httpx.post(
-        gateway.url + "/admin/keys", json={"name": "x", "tier": "gold"}, headers={"X-Admin-Token": ADMIN_TOKEN}
+        gateway.url + "/admin/keys",
+        json={"name": "x", "tier": "gold"},
+        headers={"X-Admin-Token": ADMIN_TOKEN},
     )
     _assert_problem(bad_tier, 400, "tier")
     _assert_problem(
-        httpx.delete(gateway.url + "/admin/keys/ffffffffffff", headers={"X-Admin-Token": ADMIN_TOKEN}), 404, "key_id"
+        httpx.delete(gateway.url + "/admin/keys/ffffffffffff", headers={"X-Admin-Token": ADMIN_TOKEN}),
+        404,
+        "key_id",
     )
 
 
@@ -117,7 +138,11 @@ def _token(**overrides: object) -> str:
         "scope": "tiny_linear",
     }
     claims.update(overrides)
-    return jwt.encode({k: v for k, v in claims.items() if v is not None}, "jwt-test-secret-0123456789abcdef0123456789", algorithm="HS256")
+    return jwt.encode(
+        {k: v for k, v in claims.items() if v is not None},
+        "jwt-test-secret-0123456789abcdef0123456789",
+        algorithm="HS256",
+    )
 
 
 def test_jwt_bearer_tokens(jwt_gateway) -> None:
@@ -131,7 +156,11 @@ def test_jwt_bearer_tokens(jwt_gateway) -> None:
     assert "audience" in str(_assert_problem(call(_token(aud="someone-else")), 401)["detail"]).lower()
     assert "issuer" in str(_assert_problem(call(_token(iss="https://evil.test")), 401)["detail"]).lower()
     _assert_problem(call(_token(exp=None)), 401)
-    forged = jwt.encode({"sub": "x", "iss": "https://issuer.test", "aud": "inference-gateway", "exp": int(time.time()) + 60}, "wrong-secret-wrong-secret-wrong-secret!!", algorithm="HS256")
+    forged = jwt.encode(
+        {"sub": "x", "iss": "https://issuer.test", "aud": "inference-gateway", "exp": int(time.time()) + 60},
+        "wrong-secret-wrong-secret-wrong-secret!!",
+        algorithm="HS256",
+    )
     _assert_problem(call(forged), 401)
     _assert_problem(call(_token(scope="slow_echo")), 403, "model")
 
@@ -139,7 +168,9 @@ def test_jwt_bearer_tokens(jwt_gateway) -> None:
 def test_secrets_never_reach_the_log(gateway, admin) -> None:
     key = admin.create_key()
     httpx.post(gateway.url + INFER, json=tiny_request(), headers=admin.headers(key))
-    httpx.post(gateway.url + INFER, json=tiny_request(), headers={"Authorization": f"Bearer {key['api_key']}x"})
+    httpx.post(
+        gateway.url + INFER, json=tiny_request(), headers={"Authorization": f"Bearer {key['api_key']}x"}
+    )
     log = gateway.log()
     assert str(key["key_id"]) in log  # the public id is logged, so the log is not simply empty
     assert str(key["api_key"]) not in log

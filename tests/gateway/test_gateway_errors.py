@@ -28,15 +28,27 @@ def _problem(response: httpx.Response, status: int) -> dict[str, object]:
 
 
 def test_unknown_model_is_404_naming_it(gateway, headers) -> None:
-    body = _problem(httpx.post(gateway.url + "/v2/models/no_such_model/infer", json=tiny_request(), headers=headers), 404)
+    body = _problem(
+        httpx.post(gateway.url + "/v2/models/no_such_model/infer", json=tiny_request(), headers=headers), 404
+    )
     assert "no_such_model" in str(body["detail"]) and body["field"] == "model"
     assert _problem(httpx.get(gateway.url + "/v2/models/no_such_model/ready", headers=headers), 404)
 
 
 def test_not_yet_built_models_are_404_naming_them(gateway, headers) -> None:
-    emb = _problem(httpx.post(gateway.url + "/v1/embeddings", json={"model": "text_embedding", "input": ["hi"]}, headers=headers), 404)
+    emb = _problem(
+        httpx.post(
+            gateway.url + "/v1/embeddings", json={"model": "text_embedding", "input": ["hi"]}, headers=headers
+        ),
+        404,
+    )
     assert "text_embedding" in str(emb["detail"])
-    img = _problem(httpx.post(gateway.url + "/v1/images/generations", json={"prompt": "a fox", "size": "64x64"}, headers=headers), 404)
+    img = _problem(
+        httpx.post(
+            gateway.url + "/v1/images/generations", json={"prompt": "a fox", "size": "64x64"}, headers=headers
+        ),
+        404,
+    )
     assert "stable_diffusion" in str(img["detail"])
 
 
@@ -44,11 +56,22 @@ def test_bad_input_names_the_field(gateway, headers) -> None:
     wrong_shape = {"inputs": [{"name": "input", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 3]}]}
     body = _problem(httpx.post(gateway.url + INFER, json=wrong_shape, headers=headers), 400)
     assert body["field"] == "inputs.input"
-    body = _problem(httpx.post(gateway.url + "/v1/embeddings", json={"model": "text_embedding"}, headers=headers), 422)
+    body = _problem(
+        httpx.post(gateway.url + "/v1/embeddings", json={"model": "text_embedding"}, headers=headers), 422
+    )
     assert body["field"] == "input"
-    body = _problem(httpx.post(gateway.url + "/v1/images/generations", json={"prompt": "x", "size": "big"}, headers=headers), 422)
+    body = _problem(
+        httpx.post(
+            gateway.url + "/v1/images/generations", json={"prompt": "x", "size": "big"}, headers=headers
+        ),
+        422,
+    )
     assert body["field"] == "size"
-    bad_json = httpx.post(gateway.url + "/v1/embeddings", content=b"{not json", headers={**headers, "content-type": "application/json"})
+    bad_json = httpx.post(
+        gateway.url + "/v1/embeddings",
+        content=b"{not json",
+        headers={**headers, "content-type": "application/json"},
+    )
     assert _problem(bad_json, 400)["field"] == "body"
 
 
@@ -80,7 +103,11 @@ def test_unknown_route_is_problem_json(gateway, headers) -> None:
 
 def test_triton_down_is_fast_503_and_not_ready(gateway_factory, admin) -> None:  # type: ignore[no-untyped-def]
     dead = gateway_factory(f"127.0.0.1:{free_port()}")  # nothing listens there
-    key = httpx.post(dead.url + "/admin/keys", json={"name": "d", "tier": "unlimited"}, headers={"X-Admin-Token": "test-admin-token-5f1c9e0b7a"}).json()
+    key = httpx.post(
+        dead.url + "/admin/keys",
+        json={"name": "d", "tier": "unlimited"},
+        headers={"X-Admin-Token": "test-admin-token-5f1c9e0b7a"},
+    ).json()
     auth = {"Authorization": f"Bearer {key['api_key']}"}
     response = httpx.post(dead.url + INFER, json=tiny_request(), headers=auth)
     body = _problem(response, 503)
@@ -101,15 +128,25 @@ def _slow(delay_ms: int) -> dict[str, object]:
 
 def _tight_key(tight_gateway) -> dict[str, str]:  # type: ignore[no-untyped-def]
     key = httpx.post(
-        tight_gateway.url + "/admin/keys", json={"name": "t", "tier": "unlimited"}, headers={"X-Admin-Token": "test-admin-token-5f1c9e0b7a"}
+        tight_gateway.url + "/admin/keys",
+        json={"name": "t", "tier": "unlimited"},
+        headers={"X-Admin-Token": "test-admin-token-5f1c9e0b7a"},
     ).json()
     return {"Authorization": f"Bearer {key['api_key']}"}
 
 
 def test_slow_upstream_is_504(tight_gateway) -> None:
     auth = _tight_key(tight_gateway)
-    assert httpx.post(tight_gateway.url + "/v2/models/slow_echo/infer", json=_slow(1), headers=auth).status_code == 200
-    body = _problem(httpx.post(tight_gateway.url + "/v2/models/slow_echo/infer", json=_slow(4000), headers=auth, timeout=20), 504)
+    assert (
+        httpx.post(tight_gateway.url + "/v2/models/slow_echo/infer", json=_slow(1), headers=auth).status_code
+        == 200
+    )
+    body = _problem(
+        httpx.post(
+            tight_gateway.url + "/v2/models/slow_echo/infer", json=_slow(4000), headers=auth, timeout=20
+        ),
+        504,
+    )
     assert "slow_echo" in str(body["detail"])
 
 
@@ -120,7 +157,10 @@ def test_in_flight_bound_rejects_fast_with_retry_after(tight_gateway) -> None:
         holder = pool.submit(httpx.post, url, json=_slow(700), headers=auth, timeout=20)
         # Wait until the first request holds the only slot (the gauge says so), then knock.
         deadline = time.monotonic() + 10
-        while 'gateway_in_flight_requests{model="slow_echo"} 1.0' not in httpx.get(tight_gateway.url + "/metrics").text:
+        while (
+            'gateway_in_flight_requests{model="slow_echo"} 1.0'
+            not in httpx.get(tight_gateway.url + "/metrics").text
+        ):
             assert time.monotonic() < deadline, "the first request never became in-flight"
             time.sleep(0.01)
         refused = httpx.post(url, json=_slow(1), headers=auth)

@@ -1,0 +1,84 @@
+"""Rate limits against real gateways and a real Redis: one shared limit, outage policies."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from conftest import ADMIN_TOKEN, tiny_request
+
+from serving.launcher import free_port
+
+pytestmark = pytest.mark.integration
+
+INFER = "/v2/models/tiny_linear/infer"
+
+
+@pytest.fixture(scope="module")
+def redis_pair(gateway_factory, tiny_triton, redis_url, tmp_path_factory):  # type: ignore[no-untyped-def]
+    """Two gateway processes sharing one key database and one Redis."""
+    workdir = tmp_path_factory.mktemp("shared")
+    first = gateway_factory(tiny_triton.http_url, workdir=workdir, redis_url=redis_url)
+    second = gateway_factory(tiny_triton.http_url, workdir=workdir, redis_url=redis_url)
+    return first, second
+
+
+def _key(gateway, tier: str) -> str:  # type: ignore[no-untyped-def]
+    response = httpx.post(
+        gateway.url + "/admin/keys", json={"name": "rl", "tier": tier}, headers={"X-Admin-Token": ADMIN_TOKEN}
+    )
+    assert response.status_code == 201, response.text
+    return str(response.json()["api_key"])
+
+
+def test_two_gateways_share_one_limit(redis_pair) -> None:
+    first, second = redis_pair
+    key = _key(first, "tiny")  # burst 4, then one request a minute: the test never sees a refill
+    auth = {"Authorization": f"Bearer {key}"}
+    statuses = []
+    refused: list[httpx.Response] = []
+    for i in range(10):
+        response = httpx.post(
+            (first if i % 2 == 0 else second).url + INFER, json=tiny_request(), headers=auth
+        )
+        statuses.append(response.status_code)
+        if response.status_code == 429:
+            refused.append(response)
+    assert statuses.count(200) == 4, statuses  # one combined bucket, not 4 per replica
+    assert statuses.count(429) == 6, statuses
+    for response in refused:
+        assert response.headers["content-type"].startswith("application/problem+json")
+        assert int(response.headers["Retry-After"]) >= 1
+        assert response.headers["RateLimit-Remaining"] == "0"
+        assert response.headers["RateLimit-Limit"] == "4"
+        assert "RateLimit-Policy" in response.headers
+    # The bucket is per model: the same key still has its full burst for another model.
+    other = httpx.post(
+        second.url + "/v2/models/slow_echo/infer",
+        json={"inputs": [{"name": "DELAY_MS", "shape": [1], "datatype": "INT32", "data": [1]}]},
+        headers=auth,
+    )
+    assert other.status_code == 200 and other.headers["RateLimit-Remaining"] == "3"
+
+
+def test_in_process_limit_without_redis(gateway, admin) -> None:
+    key = admin.create_key(tier="tiny")
+    statuses = [
+        httpx.post(gateway.url + INFER, json=tiny_request(), headers=admin.headers(key)).status_code
+        for _ in range(6)
+    ]
+    assert statuses == [200, 200, 200, 200, 429, 429]
+
+
+@pytest.mark.parametrize(("policy", "expected"), [("open", 200), ("closed", 503)])
+def test_redis_outage_follows_the_policy(gateway_factory, tiny_triton, policy: str, expected: int) -> None:  # type: ignore[no-untyped-def]
+    dead_redis = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    gateway = gateway_factory(tiny_triton.http_url, redis_url=dead_redis, redis_failure_policy=policy)
+    auth = {"Authorization": f"Bearer {_key(gateway, 'tiny')}"}
+    for _ in range(3):  # first call hits the outage, the next ones the back-off: same answer
+        response = httpx.post(gateway.url + INFER, json=tiny_request(), headers=auth)
+        assert response.status_code == expected, response.text
+    if expected == 503:
+        assert int(response.headers["Retry-After"]) >= 1
+        assert "Redis" in response.json()["detail"]
+    assert gateway.process.poll() is None  # the outage never takes the gateway down
+    assert httpx.get(gateway.url + "/healthz").status_code == 200

@@ -1,0 +1,82 @@
+"""Latency tracking against the real gateway: /v1/stats agrees with the client; /metrics has histograms."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import httpx
+import pytest
+from conftest import tiny_request
+
+pytestmark = pytest.mark.integration
+
+INFER = "/v2/models/tiny_linear/infer"
+_REQUESTS = 200
+
+
+def _nearest_rank(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(1, math.ceil(q * len(ordered))) - 1]
+
+
+def test_reported_p99_agrees_with_client_measurements(gateway, admin) -> None:
+    key = admin.create_key(name="stats")
+    client_id = f"key:{key['key_id']}"
+    latencies_ms: list[float] = []
+    with httpx.Client(base_url=gateway.url, headers=admin.headers(key), timeout=10) as client:
+        for _ in range(_REQUESTS):
+            started = time.perf_counter()
+            response = client.post(INFER, json=tiny_request())
+            latencies_ms.append((time.perf_counter() - started) * 1000)
+            assert response.status_code == 200
+        stats = client.get("/v1/stats").json()
+
+    mine = stats["clients"][client_id]
+    assert mine["count"] == _REQUESTS  # exactly this run's requests: a fresh key
+    client_p50, client_p99 = _nearest_rank(latencies_ms, 0.50), _nearest_rank(latencies_ms, 0.99)
+    # Same requests measured twice: the gateway's clock starts later and stops earlier than the
+    # client's, so its figure may be lower by the client/network overhead but never higher.
+    # Tolerances are generous (a shared 2-core box); they catch unit or window bugs, not jitter.
+    assert mine["p99_ms"] <= client_p99 * 1.05 + 0.5, (mine, client_p99)
+    assert mine["p99_ms"] >= client_p99 * 0.5 - 5.0, (mine, client_p99)
+    assert mine["p50_ms"] <= client_p50 * 1.05 + 0.5, (mine, client_p50)
+    assert mine["p50_ms"] >= client_p50 * 0.3 - 2.0, (mine, client_p50)
+    assert mine["p50_ms"] <= mine["p95_ms"] <= mine["p99_ms"] <= mine["max_ms"]
+    assert stats["models"]["tiny_linear"]["gateway"]["count"] >= _REQUESTS
+
+
+def test_triton_queue_and_compute_time_are_reported(gateway, admin) -> None:
+    headers = admin.headers(admin.create_key())
+    for _ in range(5):
+        assert httpx.post(gateway.url + INFER, json=tiny_request(), headers=headers).status_code == 200
+    deadline = time.monotonic() + 15  # the poller runs every 0.5 s in the test gateway
+    while True:
+        triton = httpx.get(gateway.url + "/v1/stats", headers=headers).json()["models"]["tiny_linear"][
+            "triton"
+        ]
+        if triton and triton["requests"] > 0:
+            break
+        assert time.monotonic() < deadline, "Triton's statistics never arrived"
+        time.sleep(0.2)
+    assert triton["compute_mean_ms"] > 0 and triton["queue_mean_ms"] >= 0
+    assert triton["request_mean_ms"] >= triton["compute_mean_ms"]
+
+
+def test_metrics_expose_fine_histograms(gateway, admin) -> None:
+    key = admin.create_key()
+    assert httpx.post(gateway.url + INFER, json=tiny_request(), headers=admin.headers(key)).status_code == 200
+    text = httpx.get(gateway.url + "/metrics").text
+    buckets = [
+        line
+        for line in text.splitlines()
+        if line.startswith('gateway_request_duration_seconds_bucket{le="')
+        or (
+            line.startswith("gateway_request_duration_seconds_bucket")
+            and 'model="tiny_linear",status="200"' in line
+        )
+    ]
+    assert len(buckets) >= 40  # 25% apart: fine enough to read a P99 within a bucket
+    assert f'gateway_client_request_duration_seconds_count{{client="key:{key["key_id"]}"}}' in text
+    assert "gateway_triton_compute_mean_seconds" in text
+    assert "gateway_rejected_requests_total" in text or "gateway_rejected_requests" in text
