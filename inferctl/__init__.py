@@ -1,0 +1,1 @@
+"""``inferctl``: the platform's one command line (build, up, bench, promote, history)."""

@@ -1,0 +1,3 @@
+from inferctl.cli import main
+
+raise SystemExit(main())

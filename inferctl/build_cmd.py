@@ -1,0 +1,74 @@
+"""``inferctl build``: models -> verified repository entries, with a summary table."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+
+DEFAULT_REPOSITORY = Path("model_repository")
+
+
+def parse_weights(pairs: list[str]) -> dict[str, str]:
+    """``["resnet50=/ckpt/r50.pt"]`` -> ``{"resnet50": "/ckpt/r50.pt"}``."""
+    weights = {}
+    for pair in pairs:
+        name, sep, path = pair.partition("=")
+        if not sep or not name or not path:
+            raise argparse.ArgumentTypeError(f"--weights takes MODEL=PATH, got '{pair}'")
+        weights[name] = path
+    return weights
+
+
+def add_build_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--repository", type=Path, default=DEFAULT_REPOSITORY,
+                        help="model repository to write (default: %(default)s)")
+    parser.add_argument("--weights", action="append", default=[], metavar="MODEL=PATH",
+                        help="local weights file or checkpoint folder for a model (repeatable)")
+    parser.add_argument("--force", action="store_true", help="rebuild even when the inputs are unchanged")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from builders.registry import DEFAULT_MODELS, available
+
+    parser = sub.add_parser(
+        "build",
+        help="export, verify and publish models",
+        description="Export PyTorch models to ONNX, verify parity, build precision variants and publish "
+        "versioned Triton entries. Only models whose inputs changed are rebuilt. "
+        f"Known models: {', '.join(available())}.",
+    )
+    parser.add_argument("models", nargs="*", default=list(DEFAULT_MODELS),
+                        help="models to build (default: %(default)s)")
+    add_build_options(parser)
+    parser.add_argument("--no-variants", action="store_true", help="skip FP16/INT8 variants")
+    parser.add_argument("--engines", action="store_true",
+                        help="also compile TensorRT engines (full TensorRT on a GPU host, or TensorRT-RTX)")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from builders.errors import BuildError
+    from builders.pipeline import BuildOptions, build, print_summary
+
+    console = Console()
+    options = BuildOptions(repository=args.repository, force=args.force, weights=parse_weights(args.weights),
+                           variants=not args.no_variants)
+    if args.engines:
+        options = _with_engines(options)
+    try:
+        reports = build(args.models, options, console=Console(stderr=True))
+    except BuildError as exc:
+        console.print(f"[red]build failed:[/red] {exc}")
+        return 1
+    print_summary(reports, console)
+    return 0
+
+
+def _with_engines(options):  # type: ignore[no-untyped-def]
+    import dataclasses
+
+    if "engines" not in {f.name for f in dataclasses.fields(options)}:
+        raise SystemExit("this install has no engine builder")
+    return dataclasses.replace(options, engines=True)

@@ -1,0 +1,67 @@
+"""Keep the embedded Triton running: restart it, with back-off, when it dies on its own."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+from serving.launcher import TritonServer, TritonStartError
+
+__all__ = ["TritonSupervisor"]
+
+log = logging.getLogger("serving.supervisor")
+
+
+@dataclass
+class TritonSupervisor:
+    """Watches a started :class:`TritonServer` and restarts it after a crash.
+
+    Args:
+        server: a started server; the supervisor restarts it on the same ports.
+        poll_s: how often to look at the process.
+        max_backoff_s: longest wait between failed restart attempts.
+    """
+
+    server: TritonServer
+    poll_s: float = 0.2
+    max_backoff_s: float = 10.0
+    restarts: int = field(default=0, init=False)
+    _stop: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
+    _thread: threading.Thread | None = field(default=None, init=False, repr=False)
+
+    def start(self) -> TritonSupervisor:
+        self._thread = threading.Thread(target=self._watch, name="triton-supervisor", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop watching, then stop Triton."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        self.server.stop()
+
+    def _watch(self) -> None:
+        backoff = 0.5
+        while not self._stop.wait(self.poll_s):
+            if self.server.running():
+                backoff = 0.5
+                continue
+            log.warning("Triton exited unexpectedly; restarting. Last log lines:\n%s", self.server.log_tail(10))
+            try:
+                self.server.stop()  # reap the dead process and its backend folder
+                self.server.start()
+                self.restarts += 1
+                log.warning("Triton is serving again (restart %d)", self.restarts)
+            except TritonStartError as exc:
+                log.error("restarting Triton failed, retrying in %.1f s: %s", backoff, exc)
+                time.sleep(backoff)
+                backoff = min(backoff * 2, self.max_backoff_s)
+
+    def __enter__(self) -> TritonSupervisor:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
