@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 
 from builders.errors import UnknownModelError
-from builders.families import efficientnet, image_pipeline, resnet
+from builders.families import efficientnet, image_pipeline, resnet, text_embedding
 from builders.spec import AssetSpec, Spec
 
 __all__ = ["DEFAULT_MODELS", "available", "get_spec", "resolve"]
@@ -18,6 +18,10 @@ _FACTORIES: Mapping[str, Factory] = {
     "image_preprocess": lambda weights: image_pipeline.preprocess_spec(efficientnet.EfficientNetLite0.preprocessing),
     "image_postprocess": lambda weights: image_pipeline.postprocess_spec(),
     "image_classifier": lambda weights: image_pipeline.classifier_spec("efficientnet_lite0"),
+    "minilm_encoder": lambda weights: text_embedding.MiniLMEncoder(),
+    "text_tokenizer": lambda weights: text_embedding.tokenizer_spec(),
+    "text_pooling": lambda weights: text_embedding.pooling_spec(),
+    "text_embedding": lambda weights: text_embedding.embedding_spec(),
 }
 
 #: what ``inferctl up`` builds and serves when not told otherwise

@@ -24,6 +24,7 @@ TEST_MODELS: tuple[str, ...] = (
     "efficientnet_lite0",
     "resnet50",
     "image_classifier",
+    "text_embedding",
 )
 
 
