@@ -13,22 +13,11 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from inferctl import build_cmd, up_cmd
+from inferctl import build_cmd, promote_cmd, up_cmd
 
 __all__ = ["build_parser", "main"]
 
-_COMMANDS = [build_cmd, up_cmd]
-
-
-def _optional_commands() -> list:
-    """Subcommands whose packages may be absent from a slim install (e.g. no load-test extra)."""
-    found = []
-    for module in ("inferctl.bench_cmd", "inferctl.promote_cmd"):
-        try:
-            found.append(__import__(module, fromlist=["register"]))
-        except ImportError:
-            continue
-    return found
+_COMMANDS = [build_cmd, up_cmd, promote_cmd]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Build PyTorch models into a Triton repository and serve them behind the gateway.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in [*_COMMANDS, *_optional_commands()]:
+    for module in _COMMANDS:
         module.register(sub)
     return parser
 

@@ -1,0 +1,1 @@
+"""Gated model promotion: candidate -> gates -> version N+1 -> canary -> full traffic, or rollback."""
