@@ -31,7 +31,7 @@ from builders.report import BuildReport, file_sha256, package_versions
 from builders.spec import AssetSpec, ModelSpec, Spec
 from builders.triton_config import model_config
 
-__all__ = ["BuildOptions", "build", "inputs_hash", "print_summary"]
+__all__ = ["BuildOptions", "build", "build_specs", "inputs_hash", "print_summary"]
 
 
 @dataclass(frozen=True)
@@ -134,8 +134,13 @@ def build(names: Iterable[str], options: BuildOptions, console: Console | None =
         BuildError: a spec is unknown, an input is missing, or parity failed. Models built before
             the failure stay published; the failing one leaves its entry as it was.
     """
+    return build_specs(resolve(names, options.weights), options, console)
+
+
+def build_specs(specs: Iterable[Spec], options: BuildOptions, console: Console | None = None) -> list[BuildReport]:
+    """Build specs that are already resolved (a caller's own spec, e.g. a candidate under test)."""
     console = console or Console(stderr=True)
-    specs = resolve(names, options.weights)
+    specs = list(specs)
     reports: list[BuildReport] = []
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True) as progress:
