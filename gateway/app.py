@@ -16,6 +16,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware import Middleware
@@ -27,6 +28,7 @@ from gateway.middleware import AuthMiddleware, BodyLimitMiddleware, ContextMiddl
 from gateway.problems import PROBLEM_CONTENT_TYPE, ProblemRenderer, problem_document
 from gateway.ratelimit import InProcessRateLimiter, RateLimiter, RedisRateLimiter
 from gateway.routes import admin, classify, health, kserve, openai, stats
+from gateway.routes._deps import ADMIN_AUTH, CLIENT_AUTH, SECURITY_SCHEMES
 from gateway.service import InferenceService
 from gateway.settings import GatewaySettings
 from gateway.stats import LatencyTracker
@@ -234,6 +236,29 @@ def create_app(
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(Exception, unexpected)
 
-    for module in (health, kserve, openai, classify, stats, admin):
+    # Inference routes first: Starlette matches routes in order, and these carry the traffic.
+    for module in (kserve, openai, classify, health, stats, admin):
         app.include_router(module.router)
+    _document_security(app)
     return app
+
+
+def _document_security(app: FastAPI) -> None:
+    """Declare in OpenAPI which credential each route takes (the auth middleware enforces it)."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(
+                title=app.title, version=app.version, description=app.description, routes=app.routes
+            )
+            schema.setdefault("components", {})["securitySchemes"] = SECURITY_SCHEMES
+            for path, operations in schema.get("paths", {}).items():
+                if path in PUBLIC_PATHS:
+                    continue
+                requirement = ADMIN_AUTH if path.startswith("/admin/") else CLIENT_AUTH
+                for operation in operations.values():
+                    operation.update(requirement)
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

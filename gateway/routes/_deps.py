@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import Request, Security
-from fastapi.security import APIKeyHeader, HTTPBearer
+from fastapi import Request
 
 from gateway.auth import Authenticator
 from gateway.context import CONTEXT_KEY, RequestContext
@@ -21,31 +20,42 @@ __all__ = [
     "get_tracker",
 ]
 
-# Documentation only: the auth middleware enforces credentials before the route runs.
-_bearer = HTTPBearer(auto_error=False, description="An API key (gk_...) or a JWT")
-_api_key = APIKeyHeader(name="X-API-Key", auto_error=False, description="An API key (gk_...)")
-_admin = APIKeyHeader(name="X-Admin-Token", auto_error=False, description="GATEWAY_ADMIN_TOKEN")
-CLIENT_AUTH = [Security(_bearer), Security(_api_key)]
-ADMIN_AUTH = [Security(_admin)]
+# OpenAPI security requirements (``openapi_extra``). The auth middleware enforces credentials before
+# any route runs, so no per-request security dependency is needed (each one costs time on the hot path).
+SECURITY_SCHEMES = {
+    "bearer": {"type": "http", "scheme": "bearer", "description": "An API key (gk_...) or a JWT"},
+    "apiKey": {"type": "apiKey", "in": "header", "name": "X-API-Key", "description": "An API key (gk_...)"},
+    "adminToken": {
+        "type": "apiKey",
+        "in": "header",
+        "name": "X-Admin-Token",
+        "description": "GATEWAY_ADMIN_TOKEN",
+    },
+}
+CLIENT_AUTH = {"security": [{"bearer": []}, {"apiKey": []}]}
+ADMIN_AUTH = {"security": [{"adminToken": []}]}
 
 
-def get_service(request: Request) -> InferenceService:
+async def get_service(request: Request) -> InferenceService:
     return request.app.state.service  # type: ignore[no-any-return]
 
 
-def get_tracker(request: Request) -> LatencyTracker:
+async def get_tracker(request: Request) -> LatencyTracker:
     return request.app.state.tracker  # type: ignore[no-any-return]
 
 
-def get_store(request: Request) -> KeyStore:
+async def get_store(request: Request) -> KeyStore:
     return request.app.state.key_store  # type: ignore[no-any-return]
 
 
-def get_authenticator(request: Request) -> Authenticator:
+async def get_authenticator(request: Request) -> Authenticator:
     return request.app.state.authenticator  # type: ignore[no-any-return]
 
 
-def get_context(request: Request) -> RequestContext:
+# Accessors are ``async def`` on purpose: FastAPI runs plain ``def`` dependencies in a thread pool.
+
+
+async def get_context(request: Request) -> RequestContext:
     ctx = request.scope.get(CONTEXT_KEY)
     if ctx is None:  # the context middleware is missing from the stack: a wiring bug, not a client error
         raise RuntimeError("request has no gateway context")

@@ -13,9 +13,9 @@ from gateway.keys import ApiKeyRecord, KeyStore
 from gateway.protocol import CreatedKey, CreateKeyRequest, KeyInfo, problem_responses
 from gateway.settings import GatewaySettings
 
-from ._deps import ADMIN_AUTH, get_authenticator, get_store
+from ._deps import get_authenticator, get_store
 
-router = APIRouter(prefix="/admin/keys", tags=["admin"], dependencies=ADMIN_AUTH)
+router = APIRouter(prefix="/admin/keys", tags=["admin"])
 
 KeyId = Annotated[str, Path(description="the key's public id", examples=["3f9a0c1b2d4e"])]
 _ERRORS = problem_responses(401, 403, 404, 422)

@@ -6,14 +6,14 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Request, Response
 
-from gateway.context import RequestContext
+from gateway.context import CONTEXT_KEY, RequestContext
 from gateway.errors import ModelNotReady
 from gateway.protocol import INFERENCE_ERRORS, problem_responses
 from gateway.service import InferenceService
 
-from ._deps import CLIENT_AUTH, get_context, get_service
+from ._deps import get_context, get_service
 
-router = APIRouter(prefix="/v2/models", tags=["kserve-v2"], dependencies=CLIENT_AUTH)
+router = APIRouter(prefix="/v2/models", tags=["kserve-v2"])
 
 ModelName = Annotated[str, Path(description="a Triton model name", examples=["efficientnet_lite0"])]
 
@@ -56,12 +56,11 @@ _INFER_EXAMPLE = {
         }
     },
 )
-async def infer(
-    name: ModelName,
-    request: Request,
-    service: Annotated[InferenceService, Depends(get_service)],
-    ctx: Annotated[RequestContext, Depends(get_context)],
-) -> Response:
+async def infer(name: ModelName, request: Request) -> Response:
+    # The hot path: only ``request`` is injected and the state read directly, because each FastAPI
+    # dependency costs time per call and this route carries the inference traffic.
+    service: InferenceService = request.app.state.service
+    ctx: RequestContext = request.scope[CONTEXT_KEY]
     body = await request.body()
     raw = await service.infer_raw(ctx, name, body, dict(request.headers))
     return Response(content=raw.body, headers=raw.headers)

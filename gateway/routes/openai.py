@@ -24,9 +24,9 @@ from gateway.protocol import (
 )
 from gateway.service import InferenceService
 
-from ._deps import CLIENT_AUTH, get_context, get_service
+from ._deps import get_context, get_service
 
-router = APIRouter(prefix="/v1", tags=["openai"], dependencies=CLIENT_AUTH)
+router = APIRouter(prefix="/v1", tags=["openai"])
 
 _MAX_EMBEDDING_INPUTS = 64
 
