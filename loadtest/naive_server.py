@@ -1,0 +1,97 @@
+"""The baseline a user would write without Triton: FastAPI + PyTorch eager, one forward per request.
+
+    python -m loadtest.naive_server --port 8090 [--device cuda --precision fp16]
+
+Written the way a competent user writes it, not sabotaged: the model is loaded once at start,
+``torch.inference_mode()`` wraps the forward, requests and responses are raw little-endian FP32
+bytes (no JSON encoding of 150k floats), and the handler is ``async def`` running the forward
+inline, so forwards never overlap. On a CPU that is the faster choice: a threadpool handler runs
+several forwards at once, each with PyTorch's full intra-op pool, and oversubscribes the cores.
+``--handler threadpool`` gives that variant. PyTorch keeps its default intra-op thread count (the
+number of physical cores) unless ``--threads`` says otherwise.
+
+API: ``POST /predict`` with body = FP32 ``[1, 3, 224, 224]`` bytes -> FP32 ``[1, 1000]`` logits bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+
+import numpy as np
+from fastapi import FastAPI, Request, Response
+
+__all__ = ["create_app", "main"]
+
+INPUT_SHAPE = (3, 224, 224)
+
+
+def create_app(model: str = "efficientnet_lite0", device: str = "cpu", precision: str = "fp32",
+               handler: str = "async", threads: int = 0) -> FastAPI:
+    """The FastAPI app; the model is loaded in its lifespan, once."""
+    import torch
+
+    from builders.registry import get_spec
+
+    state: dict[str, object] = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if threads > 0:
+            torch.set_num_threads(threads)
+        module, _ = get_spec(model).load()  # type: ignore[union-attr]
+        dtype = torch.float16 if precision == "fp16" else torch.float32
+        module = module.to(device=device, dtype=dtype).eval()
+        with torch.inference_mode():  # first call pays for lazy initialisation, not the first user
+            module(torch.zeros((1, *INPUT_SHAPE), device=device, dtype=dtype))
+        state.update(module=module, dtype=dtype)
+        yield
+        state.clear()
+
+    app = FastAPI(title="naive baseline", lifespan=lifespan)
+
+    def forward(body: bytes) -> bytes:
+        x = torch.from_numpy(np.frombuffer(body, dtype=np.float32).reshape(-1, *INPUT_SHAPE).copy())
+        with torch.inference_mode():
+            logits = state["module"](x.to(device=device, dtype=state["dtype"]))  # type: ignore[operator]
+        return logits.float().cpu().numpy().tobytes()
+
+    if handler == "async":
+        @app.post("/predict")
+        async def predict(request: Request) -> Response:
+            return Response(forward(await request.body()), media_type="application/octet-stream")
+    else:
+        from starlette.concurrency import run_in_threadpool
+
+        @app.post("/predict")
+        async def predict(request: Request) -> Response:
+            body = await request.body()
+            return Response(await run_in_threadpool(forward, body), media_type="application/octet-stream")
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok" if state else "starting"}
+
+    return app
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m loadtest.naive_server", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8090)
+    parser.add_argument("--model", default="efficientnet_lite0")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--precision", choices=["fp32", "fp16"], default="fp32")
+    parser.add_argument("--handler", choices=["async", "threadpool"], default="async")
+    parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: PyTorch's default)")
+    args = parser.parse_args(argv)
+    import uvicorn
+
+    app = create_app(args.model, args.device, args.precision, args.handler, args.threads)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
