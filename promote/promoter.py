@@ -144,7 +144,7 @@ def _run_gates(model: str, entry: Path, version: int, production: int, wanted: l
     golden = golden_set(getattr(spec, "preprocessing", {}))
     candidate_name = f"{model}__candidate"
     triton.load_candidate(entry, version, candidate_name)
-    record.step("candidate loaded", name=candidate_name)
+    record.step("candidate loaded", as_model=candidate_name)
     try:
         prod, cand = (model, str(production)), (candidate_name, "1")
         if "accuracy" in served:

@@ -1,0 +1,139 @@
+"""Promotion end to end: real candidate builds, a real Triton, real gates, rollout and refusals."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.http as http
+
+from builders.families.efficientnet import EfficientNetLite0
+from builders.pipeline import BuildOptions, build_specs
+from builders.repository import latest_version, versions
+from builders.spec import WeightsInfo
+from promote.gates import PromotionPolicy
+from promote.promoter import PromotionTarget, promote
+from promote.records import history
+from serving.launcher import TritonPorts, TritonServer
+
+pytestmark = pytest.mark.integration
+
+MODEL = "efficientnet_lite0"
+# Short, alternating load rounds: enough to see a 4x slowdown, bounded for CI.
+POLICY = PromotionPolicy(load_duration_s=2.0, load_rounds=3, load_concurrency=4, canary_duration_s=2.0)
+
+
+class CorruptedWeights(EfficientNetLite0):
+    """The real model with its classifier rows shuffled: exports faithfully, names the wrong classes."""
+
+    def load(self):  # type: ignore[no-untyped-def]
+        import torch
+
+        model, _ = super().load()
+        head = [m for m in model.modules() if isinstance(m, torch.nn.Linear)][-1]
+        order = torch.randperm(head.out_features, generator=torch.Generator().manual_seed(7))
+        with torch.no_grad():
+            head.weight.copy_(head.weight[order])
+            head.bias.copy_(head.bias[order])
+        return model, WeightsInfo(source="test:corrupted", pretrained=False, note="classifier rows shuffled")
+
+
+class FourTimesSlower(EfficientNetLite0):
+    """Same predictions, four forward passes per request: a latency regression."""
+
+    def load(self):  # type: ignore[no-untyped-def]
+        import torch
+
+        model, info = super().load()
+
+        class Slow(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.inner = model
+
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                # Distinct inputs per pass, so graph optimisers cannot merge the four passes into one.
+                return sum(self.inner(x * (1.0 + 1e-4 * i)) for i in range(4)) / 4
+
+        return Slow().eval(), info
+
+
+@pytest.fixture(scope="module")
+def production(model_repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, TritonServer]]:
+    repository = tmp_path_factory.mktemp("production")
+    shutil.copytree(model_repository / MODEL, repository / MODEL)
+    server = TritonServer(repository, models=[MODEL], ports=TritonPorts.free()).start()
+    yield repository, server
+    server.stop()
+
+
+def _candidate(spec: EfficientNetLite0, tmp_path: Path) -> Path:
+    candidates = tmp_path / "candidates"
+    build_specs([spec], BuildOptions(repository=candidates, variants=False))
+    return candidates
+
+
+def _target(production: tuple[Path, TritonServer], tmp_path: Path) -> PromotionTarget:
+    repository, server = production
+    return PromotionTarget(repository, server.http_url, tmp_path / "records")
+
+
+def test_corrupted_weights_are_refused_and_never_served(production, tmp_path: Path) -> None:
+    repository, _ = production
+    before = versions(repository, MODEL)
+    record = promote(MODEL, _candidate(CorruptedWeights(), tmp_path), _target(production, tmp_path), policy=POLICY)
+    assert record.decision == "refused"
+    assert record.gates["parity"]["passed"], "the export itself is faithful; the model is what is bad"
+    assert not record.gates["accuracy"]["passed"]
+    assert "accuracy" in record.reason
+    assert record.new_version is None
+    assert versions(repository, MODEL) == before
+
+
+def test_a_latency_regression_is_refused(production, tmp_path: Path) -> None:
+    repository, _ = production
+    before = versions(repository, MODEL)
+    record = promote(MODEL, _candidate(FourTimesSlower(), tmp_path), _target(production, tmp_path), policy=POLICY)
+    assert record.decision == "refused", record.gates
+    assert record.gates["accuracy"]["passed"]
+    assert not record.gates["latency"]["passed"]
+    assert versions(repository, MODEL) == before
+
+
+def test_a_good_candidate_is_promoted_under_a_steady_stream(production, tmp_path: Path) -> None:
+    repository, server = production
+    old = latest_version(repository, MODEL)
+    candidate = _candidate(EfficientNetLite0(), tmp_path)
+    pixels = EfficientNetLite0().sample_inputs()["input"][:1]
+    outcomes: list[str] = []
+    stop = threading.Event()
+
+    def stream() -> None:
+        client = http.InferenceServerClient(server.http_url)
+        while not stop.is_set():
+            tensor = http.InferInput("input", list(pixels.shape), "FP32")
+            tensor.set_data_from_numpy(pixels)
+            try:
+                logits = client.infer(MODEL, [tensor]).as_numpy("logits")
+                outcomes.append("ok" if np.isfinite(logits).all() else "bad output")
+            except Exception as exc:
+                outcomes.append(f"failed: {exc}")
+
+    worker = threading.Thread(target=stream)
+    worker.start()
+    try:
+        record = promote(MODEL, candidate, _target(production, tmp_path), policy=POLICY)
+    finally:
+        stop.set()
+        worker.join(timeout=30)
+    assert record.decision == "promoted", record.reason
+    assert record.new_version == old + 1
+    assert outcomes and all(o == "ok" for o in outcomes), [o for o in outcomes if o != "ok"][:3]
+    ready = http.InferenceServerClient(server.http_url).get_model_repository_index()
+    assert [int(m["version"]) for m in ready if m["name"] == MODEL and m["state"] == "READY"] == [old + 1]
+    records = history(tmp_path / "records", MODEL)
+    assert records[-1].decision == "promoted" and records[-1].finished_at
