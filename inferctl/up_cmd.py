@@ -82,7 +82,9 @@ def _first_key(args: argparse.Namespace, env: dict[str, str]) -> str | None:
     keys_db = args.state_dir / "keys.sqlite3"
     if keys_db.exists() and KeyStore(keys_db).list():
         return None
-    return bootstrap_first_key(GatewaySettings(keys_db=keys_db, admin_token=env["GATEWAY_ADMIN_TOKEN"]), name="first-key")
+    # "standard" (100/min): enough to try every route by hand without meeting the free tier's 10/min.
+    settings = GatewaySettings(keys_db=keys_db, admin_token=env["GATEWAY_ADMIN_TOKEN"])
+    return bootstrap_first_key(settings, name="first-key", tier="standard")
 
 
 def _print_welcome(console: Console, args: argparse.Namespace, triton_http: str, key: str | None) -> None:
