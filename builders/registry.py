@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 
 from builders.errors import UnknownModelError
-from builders.families import efficientnet, image_pipeline, resnet, text_embedding
+from builders.families import diffusion, efficientnet, image_pipeline, resnet, text_embedding
 from builders.spec import AssetSpec, Spec
 
 __all__ = ["DEFAULT_MODELS", "available", "get_spec", "resolve"]
@@ -22,6 +22,11 @@ _FACTORIES: Mapping[str, Factory] = {
     "text_tokenizer": lambda weights: text_embedding.tokenizer_spec(),
     "text_pooling": lambda weights: text_embedding.pooling_spec(),
     "text_embedding": lambda weights: text_embedding.embedding_spec(),
+    # Stable Diffusion: every entry reads one local checkpoint folder; none is built without it.
+    "sd_text_encoder": lambda weights: diffusion.SDTextEncoder(diffusion.checkpoint_from(weights, "sd_text_encoder")),
+    "sd_unet": lambda weights: diffusion.SDUNet(diffusion.checkpoint_from(weights, "sd_unet")),
+    "sd_vae_decoder": lambda weights: diffusion.SDVAEDecoder(diffusion.checkpoint_from(weights, "sd_vae_decoder")),
+    "stable_diffusion": lambda weights: diffusion.pipeline_spec(diffusion.checkpoint_from(weights, "stable_diffusion")),
 }
 
 #: what ``inferctl up`` builds and serves when not told otherwise
