@@ -46,10 +46,17 @@ def test_classify_a_cat(image_gateway) -> None:
 
 def test_classify_refuses_what_is_not_an_image(image_gateway) -> None:
     gateway, auth = image_gateway
-    response = httpx.post(gateway.url + "/v1/classify", files=[("file", ("x.txt", b"hello", "text/plain"))], headers=auth)
+    response = httpx.post(
+        gateway.url + "/v1/classify", files=[("file", ("x.txt", b"hello", "text/plain"))], headers=auth
+    )
     assert response.status_code == 400 and response.json()["field"] == "file"
     corrupt = b"\xff\xd8\xff" + b"\x00" * 200  # looks like a JPEG, is not one: Triton refuses it
-    response = httpx.post(gateway.url + "/v1/classify", files=[("file", ("x.jpg", corrupt, "image/jpeg"))], headers=auth, timeout=60)
+    response = httpx.post(
+        gateway.url + "/v1/classify",
+        files=[("file", ("x.jpg", corrupt, "image/jpeg"))],
+        headers=auth,
+        timeout=60,
+    )
     assert 400 <= response.status_code < 500, response.text
     assert response.headers["content-type"].startswith("application/problem+json")
     missing = httpx.post(gateway.url + "/v1/classify", headers=auth)
