@@ -1,0 +1,358 @@
+"""FP16 / Q/DQ ONNX -> TensorRT engine (``model.plan``) with its metadata (``engine.json``).
+
+One code path for both TensorRT flavours:
+
+- full TensorRT (``import tensorrt``), on a GPU host: the engine targets that GPU's compute capability;
+- TensorRT for RTX (``import tensorrt_rtx``, PyPI ``tensorrt-rtx``): builds ahead of time, on a
+  machine without a GPU, for a chosen compute capability (8.9, the RTX 4090, by default).
+
+The network is strongly typed: precision comes from the graph (FP16 tensors, Q/DQ nodes), never
+from builder flags. One optimization profile per input spans batch 1 .. ``max_batch_size`` (the
+dynamic batcher can form a batch of exactly ``max_batch_size``, server#8141). A timing cache file is
+loaded and saved so rebuilds reuse tactic timings. When neither flavour imports,
+:class:`EngineUnavailable` says so; nothing is faked.
+
+    meta = build_engine(Path("model_fp16.onnx"), out, max_batch_size=32, precision="fp16",
+                        input_hash=file_sha256(onnx), timing_cache=Path(".build/trt.cache"))
+
+Engines are tied to the TensorRT version and the compute capability: :func:`check_engine` compares
+``engine.json`` with the serving host before Triton is pointed at a plan.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from builders.errors import BuildError, EngineBuildError
+from builders.report import file_sha256
+
+__all__ = [
+    "DEFAULT_COMPUTE_CAPABILITY",
+    "DEFAULT_OPTIMIZATION_LEVEL",
+    "ENGINE_NAME",
+    "METADATA_NAME",
+    "EngineMetadata",
+    "EngineMismatchError",
+    "EngineUnavailable",
+    "TensorRT",
+    "build_engine",
+    "check_engine",
+    "load_tensorrt",
+    "read_metadata",
+]
+
+ENGINE_NAME = "model.plan"
+METADATA_NAME = "engine.json"
+#: TensorRT for RTX target when none is given: the RTX 4090 (Ada, SM 8.9)
+DEFAULT_COMPUTE_CAPABILITY = os.environ.get("TRT_RTX_COMPUTE_CAPABILITY", "8.9")
+#: builder optimization level (0-5, TensorRT's default is 3); lower builds faster, runs a bit slower
+DEFAULT_OPTIMIZATION_LEVEL = int(os.environ.get("TRT_BUILDER_OPTIMIZATION_LEVEL", "3"))
+_WORKSPACE_BYTES = 1 << 30
+
+
+class EngineUnavailable(BuildError):
+    """No TensorRT flavour is installed here; engines are skipped, never faked."""
+
+
+class EngineMismatchError(BuildError):
+    """An engine was built for another TensorRT version or compute capability than this host's."""
+
+
+@dataclass(frozen=True)
+class TensorRT:
+    """The TensorRT flavour that imported: its module, name and version."""
+
+    module: ModuleType
+    flavour: str  # "tensorrt" or "tensorrt-rtx"
+    version: str
+
+
+@dataclass
+class EngineMetadata:
+    flavour: str
+    tensorrt_version: str
+    compute_capability: str
+    precision: str
+    input_hash: str  # sha256 of the ONNX the engine was built from
+    max_batch_size: int
+    build_seconds: float
+    optimization_level: int
+    profiles: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    engine_sha256: str = ""
+    engine_bytes: int = 0
+    onnx_file: str = ""
+    created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+
+    def write(self, directory: Path) -> Path:
+        path = directory / METADATA_NAME
+        path.write_text(json.dumps(asdict(self), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        return path
+
+
+def read_metadata(path: Path) -> EngineMetadata:
+    """``engine.json`` (or the folder holding it) as :class:`EngineMetadata`."""
+    if path.is_dir():
+        path = path / METADATA_NAME
+    return EngineMetadata(**json.loads(path.read_text(encoding="utf-8")))
+
+
+def load_tensorrt(prefer: str | None = None) -> TensorRT:
+    """The installed TensorRT flavour: full TensorRT first, then TensorRT for RTX.
+
+    Args:
+        prefer: ``"tensorrt"`` or ``"tensorrt-rtx"`` to try only that flavour.
+
+    Raises:
+        EngineUnavailable: neither imports.
+    """
+    candidates = [("tensorrt", "tensorrt"), ("tensorrt-rtx", "tensorrt_rtx")]
+    if prefer is not None:
+        candidates = [c for c in candidates if c[0] == prefer]
+    problems = []
+    for flavour, module_name in candidates:
+        try:
+            module = __import__(module_name)
+            version = str(module.__version__)
+        except Exception as exc:  # ImportError, or a stub/broken install failing at import
+            problems.append(f"{module_name}: {exc}")
+            continue
+        return TensorRT(module=module, flavour=flavour, version=version)
+    raise EngineUnavailable(
+        "TensorRT engines skipped: neither full TensorRT (`import tensorrt`, on a GPU host) nor "
+        "TensorRT for RTX (`pip install tensorrt-rtx`) is installed (" + "; ".join(problems) + ")"
+    )
+
+
+def _local_compute_capability() -> str:
+    """The first local GPU's compute capability, e.g. "8.9" (full TensorRT builds for this GPU)."""
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        try:
+            out = subprocess.run([smi, "--query-gpu=compute_cap", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=30, check=True).stdout.split()
+            if out:
+                return out[0].strip()
+        except (OSError, subprocess.SubprocessError):
+            pass
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            major, minor = torch.cuda.get_device_capability(0)
+            return f"{major}.{minor}"
+    except ImportError:
+        pass
+    raise EngineUnavailable("full TensorRT is installed but no GPU is visible (nvidia-smi / CUDA) to build for")
+
+
+def _rtx_capability(trt: ModuleType, capability: str) -> Any:
+    member = "SM" + capability.replace(".", "")
+    try:
+        return getattr(trt.ComputeCapability, member)
+    except AttributeError:
+        known = [m[2:-1] + "." + m[-1] for m in trt.ComputeCapability.__members__ if m.startswith("SM")]
+        raise EngineBuildError(
+            f"TensorRT for RTX cannot target compute capability {capability}; it builds for {', '.join(known)}"
+        ) from None
+
+
+class _Logger:
+    """Keeps TensorRT's warnings and errors so a failed build can name them."""
+
+    def __init__(self, trt: ModuleType) -> None:
+        outer = self
+        self.messages: list[str] = []
+
+        class Logger(trt.ILogger):  # type: ignore[misc,name-defined]
+            def __init__(self) -> None:
+                trt.ILogger.__init__(self)
+
+            def log(self, severity: Any, msg: str) -> None:
+                if severity <= trt.ILogger.Severity.WARNING:
+                    outer.messages.append(f"{severity.name}: {msg}")
+
+        self.logger = Logger()
+
+    def errors(self) -> list[str]:
+        return [m for m in self.messages if not m.startswith("WARNING")]
+
+
+def _parser_errors(parser: Any) -> list[str]:
+    messages = []
+    for i in range(parser.num_errors):
+        error = parser.get_error(i)
+        where = f" (node {error.node()} '{error.node_name()}', op {error.node_operator()})" if error.node() >= 0 else ""
+        messages.append(f"{error.desc()}{where}")
+    return messages
+
+
+def build_engine(
+    onnx: Path,
+    out_dir: Path,
+    *,
+    max_batch_size: int,
+    precision: str,
+    input_hash: str | None = None,
+    timing_cache: Path | None = None,
+    preferred_batch_size: int | None = None,
+    compute_capability: str | None = None,
+    optimization_level: int = DEFAULT_OPTIMIZATION_LEVEL,
+    flavour: str | None = None,
+) -> EngineMetadata:
+    """Build a strongly typed TensorRT engine from ``onnx`` into ``out_dir/model.plan`` + ``engine.json``.
+
+    Args:
+        max_batch_size: the profile's max batch (the Triton config's ``max_batch_size``).
+        precision: what the graph holds ("fp16", "int8"); recorded, not enforced by flags.
+        input_hash: the ONNX's sha256 (computed when not given).
+        timing_cache: file to load tactic timings from and save them to (created if missing).
+        preferred_batch_size: the profile's ``opt`` batch (defaults to ``max_batch_size``).
+        compute_capability: TensorRT for RTX target, e.g. "8.9"; full TensorRT always builds for the
+            local GPU and refuses another value.
+        optimization_level: builder optimization level 0-5 (bounds build time).
+        flavour: force "tensorrt" or "tensorrt-rtx".
+
+    Returns:
+        The engine's metadata, also written to ``out_dir/engine.json``.
+
+    Raises:
+        EngineUnavailable: no TensorRT flavour is installed.
+        EngineBuildError: the ONNX is missing or cannot be parsed, or TensorRT could not build it;
+            the message carries the parser's / builder's own errors.
+    """
+    if max_batch_size < 1:
+        raise EngineBuildError(f"TensorRT engines need a batch axis: max_batch_size is {max_batch_size}")
+    if not onnx.is_file():
+        raise EngineBuildError(f"ONNX file for the TensorRT engine not found: {onnx}")
+    tensorrt = load_tensorrt(flavour)
+    trt = tensorrt.module
+    if tensorrt.flavour == "tensorrt":
+        local = _local_compute_capability()
+        if compute_capability not in (None, local):
+            raise EngineBuildError(f"full TensorRT builds for the local GPU (compute capability {local}), "
+                                   f"not {compute_capability}; use TensorRT for RTX to build ahead of time")
+        capability = local
+    else:
+        capability = compute_capability or DEFAULT_COMPUTE_CAPABILITY
+
+    started = time.perf_counter()
+    log = _Logger(trt)
+    builder = trt.Builder(log.logger)
+    network = builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
+    parser = trt.OnnxParser(network, log.logger)
+    if not parser.parse_from_file(str(onnx)):
+        problems = _parser_errors(parser) or log.errors() or ["no detail given"]
+        raise EngineBuildError(f"TensorRT ({tensorrt.flavour} {tensorrt.version}) cannot parse {onnx.name}: "
+                               + "; ".join(problems))
+
+    config = builder.create_builder_config()
+    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, _WORKSPACE_BYTES)
+    config.builder_optimization_level = optimization_level
+    if tensorrt.flavour == "tensorrt-rtx":
+        config.num_compute_capabilities = 1
+        config.set_compute_capability(_rtx_capability(trt, capability), 0)
+
+    opt = min(max(preferred_batch_size or max_batch_size, 1), max_batch_size)
+    profile = builder.create_optimization_profile()
+    profiles: dict[str, dict[str, list[int]]] = {}
+    for i in range(network.num_inputs):
+        tensor = network.get_input(i)
+        dims = list(tensor.shape)
+        if dims[0] != -1:
+            raise EngineBuildError(f"input '{tensor.name}' of {onnx.name} has no dynamic batch axis: {dims}")
+        if any(d == -1 for d in dims[1:]):
+            raise EngineBuildError(f"input '{tensor.name}' of {onnx.name} has dynamic non-batch axes {dims}; "
+                                   "give the spec fixed dims for an engine")
+        shapes = {"min": [1, *dims[1:]], "opt": [opt, *dims[1:]], "max": [max_batch_size, *dims[1:]]}
+        profile.set_shape(tensor.name, shapes["min"], shapes["opt"], shapes["max"])
+        profiles[tensor.name] = shapes
+    config.add_optimization_profile(profile)
+
+    cache_bytes = timing_cache.read_bytes() if timing_cache is not None and timing_cache.is_file() else b""
+    cache = config.create_timing_cache(cache_bytes)
+    # A cache from another TensorRT build or device is ignored rather than failing the build.
+    config.set_timing_cache(cache, True)
+
+    serialized = builder.build_serialized_network(network, config)
+    if serialized is None:
+        raise EngineBuildError(f"TensorRT ({tensorrt.flavour} {tensorrt.version}) could not build {onnx.name}: "
+                               + ("; ".join(log.errors()) or "no detail given"))
+    seconds = time.perf_counter() - started
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    plan = out_dir / ENGINE_NAME
+    with open(plan, "wb") as handle:
+        handle.write(memoryview(serialized))
+    if timing_cache is not None:
+        timing_cache.parent.mkdir(parents=True, exist_ok=True)
+        updated = config.get_timing_cache()
+        if updated is not None:
+            tmp = timing_cache.with_name(timing_cache.name + f".{os.getpid()}.tmp")
+            tmp.write_bytes(memoryview(updated.serialize()))
+            os.replace(tmp, timing_cache)  # atomic: a concurrent build reads the old or the new cache
+
+    metadata = EngineMetadata(
+        flavour=tensorrt.flavour,
+        tensorrt_version=tensorrt.version,
+        compute_capability=capability,
+        precision=precision,
+        input_hash=input_hash or file_sha256(onnx),
+        max_batch_size=max_batch_size,
+        build_seconds=round(seconds, 3),
+        optimization_level=optimization_level,
+        profiles=profiles,
+        engine_sha256=file_sha256(plan),
+        engine_bytes=plan.stat().st_size,
+        onnx_file=onnx.name,
+    )
+    metadata.write(out_dir)
+    return metadata
+
+
+def check_engine(
+    metadata: EngineMetadata | Path,
+    *,
+    tensorrt_version: str | None = None,
+    compute_capability: str | None = None,
+    flavour: str | None = None,
+    plan: Path | None = None,
+) -> EngineMetadata:
+    """Refuse an engine the serving host cannot run: another TensorRT version or compute capability.
+
+    Args:
+        metadata: the engine's metadata or its ``engine.json`` / folder.
+        tensorrt_version, compute_capability, flavour: the serving host's; read from the installed
+            TensorRT and the local GPU when not given.
+        plan: when given, its sha256 must match the one recorded (a swapped or truncated plan).
+
+    Raises:
+        EngineMismatchError: naming each mismatch.
+    """
+    meta = metadata if isinstance(metadata, EngineMetadata) else read_metadata(metadata)
+    if tensorrt_version is None or flavour is None:
+        installed = load_tensorrt(meta.flavour)
+        tensorrt_version = tensorrt_version or installed.version
+        flavour = flavour or installed.flavour
+    if compute_capability is None:
+        compute_capability = _local_compute_capability()
+    problems = []
+    if flavour != meta.flavour:
+        problems.append(f"built with {meta.flavour}, host runs {flavour}")
+    if tensorrt_version != meta.tensorrt_version:
+        problems.append(f"built with TensorRT {meta.tensorrt_version}, host has {tensorrt_version}")
+    if compute_capability != meta.compute_capability:
+        problems.append(f"built for compute capability {meta.compute_capability}, host GPU is {compute_capability}")
+    if plan is not None and meta.engine_sha256 and file_sha256(plan) != meta.engine_sha256:
+        problems.append(f"{plan.name} does not match the sha256 recorded at build time")
+    if problems:
+        raise EngineMismatchError("engine cannot be served here: " + "; ".join(problems))
+    return meta
