@@ -22,6 +22,7 @@ _FACTORIES: Mapping[str, Factory] = {
     "text_tokenizer": lambda weights: text_embedding.tokenizer_spec(),
     "text_pooling": lambda weights: text_embedding.pooling_spec(),
     "text_embedding": lambda weights: text_embedding.embedding_spec(),
+    "text_embedding_fp16": lambda weights: text_embedding.embedding_spec("fp16"),
     # Stable Diffusion: every entry reads one local checkpoint folder; none is built without it.
     "sd_text_encoder": lambda weights: diffusion.SDTextEncoder(diffusion.checkpoint_from(weights, "sd_text_encoder")),
     "sd_unet": lambda weights: diffusion.SDUNet(diffusion.checkpoint_from(weights, "sd_unet")),

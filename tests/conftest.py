@@ -25,6 +25,7 @@ TEST_MODELS: tuple[str, ...] = (
     "resnet50",
     "image_classifier",
     "text_embedding",
+    "text_embedding_fp16",
 )
 
 

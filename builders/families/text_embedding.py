@@ -99,13 +99,18 @@ class MiniLMEncoder(ModelSpec):
     batching = BatchingPolicy(max_batch_size=MAX_BATCH, preferred_batch_sizes=(8, 16, 32), max_queue_delay_us=2000)
     # Token embeddings are O(1) in size; a 1e-3 drift leaves sentence cosines at 0.99999+.
     tolerance = Tolerance(max_abs_error=2e-3, min_cosine=0.9999)
-    #: tolerances for the precision variants, on token embeddings (the end-to-end test checks
-    #: sentence embeddings against sentence-transformers at cosine >= 0.99)
+    #: FP16 on token embeddings vs PyTorch (measured 2026-12-02: max abs 0.025, min cosine 0.999999;
+    #: sentence embeddings vs sentence-transformers 0.9999997). The end-to-end test holds
+    #: ``text_embedding_fp16`` to cosine >= 0.99 against sentence-transformers.
     variant_tolerances = {
         "fp16": Tolerance(max_abs_error=5e-2, min_cosine=0.999),
-        "int8": Tolerance(max_abs_error=1.0, min_cosine=0.95),
+        "int8": Tolerance(max_abs_error=1.0, min_cosine=0.99),
     }
-    variants = ("fp16", "int8")
+    # INT8 is not declared: the shared static symmetric QDQ (all ops, min/max calibration) leaves
+    # sentence cosines at 0.19 vs sentence-transformers, and 0.94-0.96 even with the FFN output
+    # MatMuls (post-GELU outliers) kept in FP32 (measured 2026-12-02). It needs node exclusion or
+    # another calibration in builders/precision.py before it can meet cosine >= 0.99.
+    variants = ("fp16",)
     opset = 17
 
     def load(self):  # type: ignore[no-untyped-def]
@@ -170,5 +175,6 @@ def embedding_spec(variant: str = "") -> AssetSpec:
              {"EMBEDDING": "EMBEDDING"}),
         ],
     )
+    # The variant encoder is published by the build of its FP32 parent (``minilm_encoder``).
     return AssetSpec(name, "ensemble", f"strings -> L2-normalised all-MiniLM-L6-v2 embeddings via {encoder}",
                      config, requires=("text_tokenizer", ENCODER, "text_pooling"))

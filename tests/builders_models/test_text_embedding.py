@@ -23,6 +23,7 @@ EDGE_CASES = (
     "\u200b\t\n zero-width and control characters \x00",
 )
 FP32_MIN_COSINE = 0.999
+VARIANT_MIN_COSINE = 0.99
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +56,20 @@ def test_embeddings_match_sentence_transformers(client, sentence_transformer) ->
     np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
     cosines = _cosines(got, expected)
     assert cosines.min() >= FP32_MIN_COSINE, cosines
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="minilm_encoder_fp16's graph returns FP16 although its config (and keep_io_types) say FP32: "
+           "onnxconverter-common leaves last_hidden_state FP16 when precision.to_fp16 passes op_block_list; "
+           "text_pooling then rejects the FP16 tensor. Remove this mark once to_fp16 restores FP32 outputs.",
+)
+def test_fp16_variant_matches_sentence_transformers(client, sentence_transformer) -> None:
+    texts = [*SAMPLE_SENTENCES, *EDGE_CASES]
+    got = _embed(client, texts, model="text_embedding_fp16")
+    expected = sentence_transformer.encode(texts, convert_to_numpy=True)
+    assert got.shape == (len(texts), HIDDEN) and got.dtype == np.float32
+    assert _cosines(got, expected).min() >= VARIANT_MIN_COSINE
 
 
 def test_edge_cases_match_sentence_transformers(client, sentence_transformer) -> None:
