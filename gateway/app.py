@@ -28,10 +28,12 @@ from gateway.middleware import AuthMiddleware, BodyLimitMiddleware, ContextMiddl
 from gateway.problems import PROBLEM_CONTENT_TYPE, ProblemRenderer, problem_document
 from gateway.ratelimit import InProcessRateLimiter, RateLimiter, RedisRateLimiter
 from gateway.routes import admin, classify, health, kserve, openai, stats
+from gateway.routes import traffic as traffic_routes
 from gateway.routes._deps import ADMIN_AUTH, CLIENT_AUTH, SECURITY_SCHEMES
 from gateway.service import InferenceService
 from gateway.settings import GatewaySettings
 from gateway.stats import LatencyTracker
+from gateway.traffic import TrafficSplit
 from gateway.triton import InferenceBackend, TritonHttpBackend
 
 __all__ = ["ERROR_STATUS", "create_app"]
@@ -149,6 +151,7 @@ def create_app(
     renderer = ProblemRenderer(ERROR_STATUS)
     tracker = LatencyTracker(settings.stats_window_s, settings.stats_max_samples, settings.max_client_labels)
     store = KeyStore(settings.keys_db)
+    traffic = TrafficSplit()
     authenticator = Authenticator(settings, store)
     make_backend = backend_factory or (lambda s: TritonHttpBackend(s.triton_http_url, s.triton_pool_size))
     make_limiter = limiter_factory or _build_limiter
@@ -159,7 +162,7 @@ def create_app(
         limiter = make_limiter(settings)
         app.state.backend = backend
         app.state.limiter = limiter
-        app.state.service = InferenceService(settings, backend, limiter, tracker)
+        app.state.service = InferenceService(settings, backend, limiter, tracker, traffic)
         poller = None
         if settings.triton_stats_interval_s > 0:
             poller = asyncio.create_task(
@@ -197,6 +200,7 @@ def create_app(
     app.state.settings = settings
     app.state.tracker = tracker
     app.state.key_store = store
+    app.state.traffic = traffic
     app.state.authenticator = authenticator
     app.state.renderer = renderer
 
@@ -237,7 +241,7 @@ def create_app(
     app.add_exception_handler(Exception, unexpected)
 
     # Inference routes first: Starlette matches routes in order, and these carry the traffic.
-    for module in (kserve, openai, classify, health, stats, admin):
+    for module in (kserve, openai, classify, health, stats, admin, traffic_routes):
         app.include_router(module.router)
     _document_security(app)
     return app

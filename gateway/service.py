@@ -23,6 +23,7 @@ from gateway.errors import BadRequest, ModelNotFound, Overloaded, PermissionDeni
 from gateway.ratelimit import RateLimiter
 from gateway.settings import GatewaySettings
 from gateway.stats import LatencyTracker
+from gateway.traffic import TrafficSplit
 from gateway.triton import InferenceBackend, RawResponse, Tensor
 
 __all__ = ["Classification", "InferenceService", "ModelInfo"]
@@ -60,6 +61,7 @@ class InferenceService:
         backend: the inference server.
         limiter: the rate limiter (in process or Redis).
         tracker: latency and rejection statistics.
+        traffic: per-model version weights (canary routing); unpinned when ``None``.
     """
 
     def __init__(
@@ -68,11 +70,13 @@ class InferenceService:
         backend: InferenceBackend,
         limiter: RateLimiter,
         tracker: LatencyTracker,
+        traffic: TrafficSplit | None = None,
     ) -> None:
         self.settings = settings
         self.backend = backend
         self.limiter = limiter
         self.tracker = tracker
+        self.traffic = traffic or TrafficSplit()
         self._in_flight: dict[str, int] = {}
 
     # -- admission ---------------------------------------------------------------------------
@@ -143,7 +147,7 @@ class InferenceService:
         model = self.resolve(model)
         async with self.admit(ctx, model):
             return await self.backend.infer_raw(
-                model, body, headers, timeout_s=self.settings.upstream_timeout_s
+                model, body, headers, timeout_s=self.settings.upstream_timeout_s, version=self.traffic.pick(model)
             )
 
     async def model_metadata(self, ctx: RequestContext, model: str) -> dict[str, Any]:
@@ -207,6 +211,7 @@ class InferenceService:
                 [Tensor("IMAGE", batch)],
                 ["LABELS", "SCORES", "CLASS_IDS"],
                 timeout_s=self.settings.upstream_timeout_s,
+                version=self.traffic.pick(model),
             )
         labels, scores, ids = out["LABELS"], out["SCORES"], out["CLASS_IDS"]
         return [
@@ -242,6 +247,7 @@ class InferenceService:
                 [Tensor("TEXT", batch)],
                 ["EMBEDDING"],
                 timeout_s=self.settings.upstream_timeout_s,
+                version=self.traffic.pick(triton_model),
             )
         return [[float(v) for v in row] for row in out["EMBEDDING"]]
 
@@ -285,7 +291,7 @@ class InferenceService:
         ]
         async with self.admit(ctx, model):
             out = await self.backend.infer(
-                model, inputs, ["IMAGE"], timeout_s=self.settings.upstream_timeout_s
+                model, inputs, ["IMAGE"], timeout_s=self.settings.upstream_timeout_s, version=self.traffic.pick(model)
             )
         # PNG encoding is CPU work: keep it off the event loop.
         return await asyncio.to_thread(_png_base64, out["IMAGE"])

@@ -68,11 +68,17 @@ class InferenceBackend(Protocol):
     """What the service layer needs from an inference server."""
 
     async def infer(
-        self, model: str, inputs: Sequence[Tensor], outputs: Sequence[str] | None = None, *, timeout_s: float
+        self,
+        model: str,
+        inputs: Sequence[Tensor],
+        outputs: Sequence[str] | None = None,
+        *,
+        timeout_s: float,
+        version: str = "",
     ) -> dict[str, np.ndarray]: ...
 
     async def infer_raw(
-        self, model: str, body: bytes, headers: Mapping[str, str], *, timeout_s: float
+        self, model: str, body: bytes, headers: Mapping[str, str], *, timeout_s: float, version: str = ""
     ) -> RawResponse: ...
 
     async def model_metadata(self, model: str, *, timeout_s: float) -> dict[str, Any]: ...
@@ -150,7 +156,13 @@ class TritonHttpBackend:
         )
 
     async def infer(
-        self, model: str, inputs: Sequence[Tensor], outputs: Sequence[str] | None = None, *, timeout_s: float
+        self,
+        model: str,
+        inputs: Sequence[Tensor],
+        outputs: Sequence[str] | None = None,
+        *,
+        timeout_s: float,
+        version: str = "",
     ) -> dict[str, np.ndarray]:
         """Run ``model`` on ``inputs`` (binary tensors both ways).
 
@@ -159,6 +171,7 @@ class TritonHttpBackend:
             inputs: named arrays; shapes must include the batch axis where the model batches.
             outputs: names to return; every output when ``None``.
             timeout_s: the whole call's deadline.
+            version: the model version to run ('' lets Triton's version policy choose).
 
         Returns:
             Output name -> array.
@@ -176,14 +189,14 @@ class TritonHttpBackend:
         )
         try:
             async with asyncio.timeout(timeout_s):
-                result = await self._client.infer(model, infer_inputs, outputs=requested)
+                result = await self._client.infer(model, infer_inputs, model_version=version, outputs=requested)
         except Exception as exc:
             raise translate_error(exc, model) from exc
         response = result.get_response()
         return {o["name"]: result.as_numpy(o["name"]) for o in response.get("outputs", [])}
 
     async def infer_raw(
-        self, model: str, body: bytes, headers: Mapping[str, str], *, timeout_s: float
+        self, model: str, body: bytes, headers: Mapping[str, str], *, timeout_s: float, version: str = ""
     ) -> RawResponse:
         """Forward an encoded KServe v2 request body to ``model`` and return Triton's answer as is.
 
@@ -198,7 +211,7 @@ class TritonHttpBackend:
         try:
             async with asyncio.timeout(timeout_s):
                 async with self._raw.post(
-                    f"/v2/models/{quote(model, safe='')}/infer", data=body, headers=forward
+                    _infer_path(model, version), data=body, headers=forward
                 ) as resp:
                     payload = await resp.read()
                     if resp.status != 200:
@@ -251,6 +264,11 @@ class TritonHttpBackend:
     async def close(self) -> None:
         await self._client.close()
         await self._raw.close()
+
+
+def _infer_path(model: str, version: str) -> str:
+    path = f"/v2/models/{quote(model, safe='')}"
+    return f"{path}/versions/{quote(version, safe='')}/infer" if version else f"{path}/infer"
 
 
 def _error_message(payload: bytes) -> str:

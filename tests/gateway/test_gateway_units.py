@@ -190,11 +190,11 @@ class FakeBackend:
     def __init__(self) -> None:
         self.release = asyncio.Event()
 
-    async def infer_raw(self, model, body, headers, *, timeout_s):  # type: ignore[no-untyped-def]
+    async def infer_raw(self, model, body, headers, *, timeout_s, version=""):  # type: ignore[no-untyped-def]
         await self.release.wait()
         return RawResponse(b"{}", {"content-type": "application/json"})
 
-    async def infer(self, model, inputs, outputs=None, *, timeout_s):  # type: ignore[no-untyped-def]
+    async def infer(self, model, inputs, outputs=None, *, timeout_s, version=""):  # type: ignore[no-untyped-def]
         return {"EMBEDDING": np.ones((len(inputs[0].data), 3), dtype=np.float32)}
 
 
