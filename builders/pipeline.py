@@ -23,6 +23,8 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from rich.table import Table
 
 from builders import repository as repo
+from builders import variants as precision_variants
+from builders.engine import DEFAULT_OPTIMIZATION_LEVEL
 from builders.errors import ParityError
 from builders.export import export_onnx, torch_reference
 from builders.parity import compare, run_onnx
@@ -40,8 +42,22 @@ class BuildOptions:
     force: bool = False
     #: model name -> local weights file or checkpoint folder
     weights: Mapping[str, str] = field(default_factory=dict)
-    #: also build the precision variants (FP16/INT8) and engines a spec declares
+    #: also build the precision variants (FP16/INT8) a spec declares: ``<model>_fp16``, ``<model>_int8``
     variants: bool = True
+    #: also build TensorRT engines of those variants: ``<model>_trt_fp16``, ``<model>_trt_int8``
+    engines: bool = False
+    #: tactic timings shared by engine builds (default: beside the repository)
+    timing_cache: Path | None = None
+    #: TensorRT for RTX target compute capability (full TensorRT always builds for the local GPU)
+    engine_compute_capability: str | None = None
+    engine_optimization_level: int = DEFAULT_OPTIMIZATION_LEVEL
+
+    def engine_options(self) -> precision_variants.EngineOptions | None:
+        if not (self.variants and self.engines):
+            return None
+        cache = self.timing_cache or self.repository.parent / f".{self.repository.name}.trt-timing-cache"
+        return precision_variants.EngineOptions(timing_cache=cache, compute_capability=self.engine_compute_capability,
+                                                optimization_level=self.engine_optimization_level)
 
 
 def inputs_hash(spec: Spec) -> str:
@@ -86,7 +102,18 @@ def _build_asset(spec: AssetSpec, options: BuildOptions, digest: str) -> BuildRe
     return report
 
 
-def _build_model(spec: ModelSpec, options: BuildOptions, digest: str, progress: Progress, task: int) -> list[BuildReport]:
+def _current_variants(spec: ModelSpec, options: BuildOptions, digest: str) -> list[BuildReport] | None:
+    """Reports of the variants/engines ``spec`` needs when all are up to date ([] if none are wanted)."""
+    if not (options.variants and spec.variants):
+        return []
+    if options.force:
+        return None
+    return precision_variants.up_to_date_variants(spec, digest, options.repository, options.engine_options())
+
+
+def _build_model(spec: ModelSpec, options: BuildOptions, digest: str, progress: Progress, task: int,
+                 previous: BuildReport | None = None, console: Console | None = None) -> list[BuildReport]:
+    """Export, verify and publish ``spec`` (unless ``previous`` is its current entry), then its variants."""
     timings: dict[str, float] = {}
     started = time.perf_counter()
     progress.update(task, description=f"{spec.name}: loading weights")
@@ -96,6 +123,11 @@ def _build_model(spec: ModelSpec, options: BuildOptions, digest: str, progress: 
     timings["load"] = time.perf_counter() - started
 
     with tempfile.TemporaryDirectory(prefix=f"build-{spec.name}-") as tmp:
+        if previous is not None:
+            # Only variants are missing: derive them from the FP32 ONNX that is being served.
+            fp32 = options.repository / spec.name / str(previous.version) / "model.onnx"
+            return [previous, *_build_variants(spec, options, digest, fp32, feeds, reference, previous,
+                                               Path(tmp), progress, task, console)]
         progress.update(task, description=f"{spec.name}: exporting ONNX")
         exported = export_onnx(module, spec, feeds, Path(tmp) / "model.onnx")
         timings["export"] = exported.seconds
@@ -124,15 +156,31 @@ def _build_model(spec: ModelSpec, options: BuildOptions, digest: str, progress: 
         config.default_model_filename = "model.onnx"
         progress.update(task, description=f"{spec.name}: publishing")
         repo.publish(options.repository, config, {"model.onnx": exported.path}, report)
-        return [report]
+        return [report, *_build_variants(spec, options, digest, exported.path, feeds, reference, report,
+                                         Path(tmp), progress, task, console)]
+
+
+def _build_variants(spec: ModelSpec, options: BuildOptions, digest: str, fp32: Path, feeds: dict, reference: list,
+                    parent: BuildReport, workdir: Path, progress: Progress, task: int,
+                    console: Console | None) -> list[BuildReport]:
+    if not (options.variants and spec.variants):
+        return []
+    return precision_variants.build_variants(
+        spec, fp32_onnx=fp32, feeds=feeds, reference=reference, parent=parent, parent_hash=digest,
+        repository=options.repository, workdir=workdir, force=options.force, engines=options.engine_options(),
+        status=lambda message: progress.update(task, description=message),
+        notify=lambda message: (console or Console(stderr=True)).print(f"[yellow]{message}[/yellow]"),
+    )
 
 
 def build(names: Iterable[str], options: BuildOptions, console: Console | None = None) -> list[BuildReport]:
     """Build ``names`` (and what they require) into ``options.repository``.
 
     Raises:
-        BuildError: a spec is unknown, an input is missing, or parity failed. Models built before
-            the failure stay published; the failing one leaves its entry as it was.
+        BuildError: a spec is unknown, an input is missing, parity failed (for the model or one of
+            its precision variants) or TensorRT could not parse/build a variant. Models built before
+            the failure stay published; the failing one leaves its entry as it was. Missing TensorRT
+            is not an error: engines are skipped with a message.
     """
     return build_specs(resolve(names, options.weights), options, console)
 
@@ -148,12 +196,15 @@ def build_specs(specs: Iterable[Spec], options: BuildOptions, console: Console |
         for spec in specs:
             digest = inputs_hash(spec)
             previous = _up_to_date(options, spec.name, digest)
-            if previous is not None:
-                reports.append(previous)
-            elif isinstance(spec, AssetSpec):
-                reports.append(_build_asset(spec, options, digest))
+            if isinstance(spec, AssetSpec):
+                reports.append(previous or _build_asset(spec, options, digest))
+                progress.advance(overall)
+                continue
+            current = _current_variants(spec, options, digest) if previous is not None else None
+            if previous is not None and current is not None:
+                reports.extend([previous, *current])
             else:
-                reports.extend(_build_model(spec, options, digest, progress, overall))
+                reports.extend(_build_model(spec, options, digest, progress, overall, previous, console))
             progress.advance(overall)
     return reports
 

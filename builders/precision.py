@@ -134,6 +134,8 @@ def to_int8(
     *,
     per_channel: bool = True,
     batch_size: int = 4,
+    op_types: Iterable[str] | None = None,
+    keep_float: Iterable[str] = (),
 ) -> Path:
     """Quantize an FP32 ONNX graph to INT8 with explicit Q/DQ nodes from static calibration.
 
@@ -143,6 +145,8 @@ def to_int8(
     Args:
         calibration: input name -> real samples, batched on axis 0.
         per_channel: one weight scale per output channel (keeps depthwise convolutions accurate).
+        op_types: op types to quantize; None quantizes every op onnxruntime supports.
+        keep_float: node-name substrings; matching nodes stay in float (outlier-heavy layers).
 
     Returns:
         ``dst``.
@@ -158,8 +162,13 @@ def to_int8(
     dst.parent.mkdir(parents=True, exist_ok=True)
     prepared = dst.with_name(dst.stem + ".pre.onnx")
     try:
-        # Shape inference + graph cleanup first, as onnxruntime recommends before quantizing.
-        quant_pre_process(str(src), str(prepared), skip_symbolic_shape=False)
+        # Shape inference + graph cleanup first, as onnxruntime recommends before quantizing;
+        # transformer graphs with dynamic sequence axes defeat the symbolic pass, ONNX's own suffices.
+        try:
+            quant_pre_process(str(src), str(prepared), skip_symbolic_shape=False)
+        except Exception:
+            quant_pre_process(str(src), str(prepared), skip_symbolic_shape=True)
+        excluded = _matching_nodes(prepared, tuple(keep_float))
         quantize_static(
             str(prepared),
             str(dst),
@@ -169,6 +178,8 @@ def to_int8(
             activation_type=QuantType.QInt8,
             weight_type=QuantType.QInt8,
             calibrate_method=CalibrationMethod.MinMax,
+            op_types_to_quantize=list(op_types) if op_types is not None else None,
+            nodes_to_exclude=excluded,
             extra_options={"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False},
         )
     except PrecisionError:
@@ -181,8 +192,18 @@ def to_int8(
     return dst
 
 
+def _matching_nodes(path: Path, patterns: tuple[str, ...]) -> list[str]:
+    if not patterns:
+        return []
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    return [n.name for n in graph.node if any(p in n.name for p in patterns)]
+
+
 def convert(precision: str, src: Path, dst: Path, calibration: Mapping[str, np.ndarray],
-            keep_fp32_ops: Iterable[str] = DEFAULT_FP32_OPS) -> PrecisionResult:
+            keep_fp32_ops: Iterable[str] = DEFAULT_FP32_OPS, *, int8_op_types: Iterable[str] | None = None,
+            int8_keep_float: Iterable[str] = ()) -> PrecisionResult:
     """Produce the ``precision`` variant of ``src`` at ``dst``.
 
     Raises:
@@ -192,7 +213,7 @@ def convert(precision: str, src: Path, dst: Path, calibration: Mapping[str, np.n
     if precision == "fp16":
         to_fp16(src, dst, keep_fp32_ops)
     elif precision == "int8":
-        to_int8(src, dst, calibration)
+        to_int8(src, dst, calibration, op_types=int8_op_types, keep_float=int8_keep_float)
     else:
         raise PrecisionError(f"unknown precision '{precision}'; known: {', '.join(PRECISIONS)}")
     return PrecisionResult(path=dst, precision=precision, seconds=time.perf_counter() - started)
