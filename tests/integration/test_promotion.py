@@ -7,16 +7,16 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import pytest
 import tritonclient.http as http
+from _gateway_procs import ADMIN_TOKEN, start_gateway
 
 from builders.families.efficientnet import EfficientNetLite0
 from builders.pipeline import BuildOptions, build_specs
 from builders.repository import latest_version, versions
 from builders.spec import WeightsInfo
 from promote.gates import PromotionPolicy
-from promote.promoter import PromotionTarget, promote
+from promote.promoter import GatewayTraffic, PromotionTarget, promote
 from promote.records import history
 from serving.launcher import TritonPorts, TritonServer
 
@@ -104,35 +104,48 @@ def test_a_latency_regression_is_refused(production, tmp_path: Path) -> None:
     assert versions(repository, MODEL) == before
 
 
-def test_a_good_candidate_is_promoted_under_a_steady_stream(production, tmp_path: Path) -> None:
+def test_a_good_candidate_is_promoted_through_a_canary_under_a_steady_stream(production, tmp_path: Path) -> None:
     repository, server = production
     old = latest_version(repository, MODEL)
     candidate = _candidate(EfficientNetLite0(), tmp_path)
-    pixels = EfficientNetLite0().sample_inputs()["input"][:1]
+    gateway = start_gateway(tmp_path, server.http_url)
     outcomes: list[str] = []
     stop = threading.Event()
-
-    def stream() -> None:
-        client = http.InferenceServerClient(server.http_url)
-        while not stop.is_set():
-            tensor = http.InferInput("input", list(pixels.shape), "FP32")
-            tensor.set_data_from_numpy(pixels)
-            try:
-                logits = client.infer(MODEL, [tensor]).as_numpy("logits")
-                outcomes.append("ok" if np.isfinite(logits).all() else "bad output")
-            except Exception as exc:
-                outcomes.append(f"failed: {exc}")
-
-    worker = threading.Thread(target=stream)
-    worker.start()
     try:
-        record = promote(MODEL, candidate, _target(production, tmp_path), policy=POLICY)
+        with gateway.client(headers={"X-Admin-Token": ADMIN_TOKEN}) as admin:
+            created = admin.post("/admin/keys", json={"name": "stream", "scopes": [MODEL], "tier": "unlimited"})
+            created.raise_for_status()
+        key = created.json()["api_key"]
+        pixels = EfficientNetLite0().sample_inputs()["input"][:1]
+        body = {"inputs": [{"name": "input", "shape": list(pixels.shape), "datatype": "FP32",
+                            "data": pixels.ravel().tolist()}]}
+
+        def stream() -> None:
+            with gateway.client(headers={"Authorization": f"Bearer {key}"}) as client:
+                while not stop.is_set():
+                    response = client.post(f"/v2/models/{MODEL}/infer", json=body)
+                    if response.status_code != 200:
+                        outcomes.append(f"{response.status_code}: {response.text[:200]}")
+                    else:
+                        outcomes.append(response.json()["model_version"])
+
+        worker = threading.Thread(target=stream)
+        worker.start()
+        try:
+            target = PromotionTarget(repository, server.http_url, tmp_path / "records",
+                                     GatewayTraffic(gateway.url, ADMIN_TOKEN))
+            record = promote(MODEL, candidate, target, policy=POLICY)
+        finally:
+            stop.set()
+            worker.join(timeout=30)
     finally:
-        stop.set()
-        worker.join(timeout=30)
+        gateway.stop()
     assert record.decision == "promoted", record.reason
     assert record.new_version == old + 1
-    assert outcomes and all(o == "ok" for o in outcomes), [o for o in outcomes if o != "ok"][:3]
+    assert "canary" in [step["step"] for step in record.steps]
+    failed = [o for o in outcomes if o not in (str(old), str(old + 1))]
+    assert outcomes and not failed, failed[:3]
+    assert outcomes[0] == str(old) and outcomes[-1] == str(old + 1), "traffic moved from N to N+1"
     ready = http.InferenceServerClient(server.http_url).get_model_repository_index()
     assert [int(m["version"]) for m in ready if m["name"] == MODEL and m["state"] == "READY"] == [old + 1]
     records = history(tmp_path / "records", MODEL)
