@@ -21,6 +21,7 @@ Engines are tied to the TensorRT version and the compute capability: :func:`chec
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -166,7 +167,11 @@ def _rtx_capability(trt: ModuleType, capability: str) -> Any:
 
 
 class _Logger:
-    """Keeps TensorRT's warnings and errors so a failed build can name them."""
+    """Keeps TensorRT's warnings and errors so a failed build can name them.
+
+    TensorRT keeps the first logger a process gives it and ignores later ones, so there is one per
+    TensorRT module (:func:`_logger`), cleared at the start of each build.
+    """
 
     def __init__(self, trt: ModuleType) -> None:
         outer = self
@@ -186,13 +191,32 @@ class _Logger:
         return [m for m in self.messages if not m.startswith("WARNING")]
 
 
+@functools.cache
+def _logger(trt: ModuleType) -> _Logger:
+    return _Logger(trt)
+
+
 def _parser_errors(parser: Any) -> list[str]:
     messages = []
     for i in range(parser.num_errors):
         error = parser.get_error(i)
-        where = f" (node {error.node()} '{error.node_name()}', op {error.node_operator()})" if error.node() >= 0 else ""
-        messages.append(f"{error.desc()}{where}")
+        code = getattr(error.code(), "name", str(error.code()))
+        where = f" at node {error.node()} '{error.node_name()}' (op {error.node_operator()})" if error.node() >= 0 else ""
+        messages.append(f"{code}{where}: {error.desc()} [{error.func()}]")
     return messages
+
+
+def _check_onnx(path: Path) -> None:
+    """A file the ONNX library cannot read is named as such before TensorRT sees it."""
+    import onnx
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # DecodeError and friends: the file is not a serialized ModelProto
+        raise EngineBuildError(f"{path.name} is not a readable ONNX model: {exc}") from exc
+    if not model.graph.output:
+        raise EngineBuildError(f"{path.name} is not a usable ONNX model: its graph has no outputs "
+                               f"({path.stat().st_size} bytes; a truncated or foreign file?)")
 
 
 def build_engine(
@@ -233,6 +257,7 @@ def build_engine(
         raise EngineBuildError(f"TensorRT engines need a batch axis: max_batch_size is {max_batch_size}")
     if not onnx.is_file():
         raise EngineBuildError(f"ONNX file for the TensorRT engine not found: {onnx}")
+    _check_onnx(onnx)
     tensorrt = load_tensorrt(flavour)
     trt = tensorrt.module
     if tensorrt.flavour == "tensorrt":
@@ -245,7 +270,8 @@ def build_engine(
         capability = compute_capability or DEFAULT_COMPUTE_CAPABILITY
 
     started = time.perf_counter()
-    log = _Logger(trt)
+    log = _logger(trt)
+    log.messages.clear()
     builder = trt.Builder(log.logger)
     network = builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
     parser = trt.OnnxParser(network, log.logger)
@@ -253,6 +279,9 @@ def build_engine(
         problems = _parser_errors(parser) or log.errors() or ["no detail given"]
         raise EngineBuildError(f"TensorRT ({tensorrt.flavour} {tensorrt.version}) cannot parse {onnx.name}: "
                                + "; ".join(problems))
+    if network.num_outputs == 0:
+        raise EngineBuildError(f"TensorRT ({tensorrt.flavour} {tensorrt.version}) parsed {onnx.name} "
+                               "to a network without outputs")
 
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, _WORKSPACE_BYTES)

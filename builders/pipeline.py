@@ -126,8 +126,9 @@ def _build_model(spec: ModelSpec, options: BuildOptions, digest: str, progress: 
         if previous is not None:
             # Only variants are missing: derive them from the FP32 ONNX that is being served.
             fp32 = options.repository / spec.name / str(previous.version) / "model.onnx"
-            return [previous, *_build_variants(spec, options, digest, fp32, feeds, reference, previous,
-                                               Path(tmp), progress, task, console)]
+            pending = _build_variants(spec, options, digest, fp32, feeds, reference, previous, Path(tmp),
+                                      progress, task, console)
+            return [previous, *(p.publish(options.repository) for p in pending)]
         progress.update(task, description=f"{spec.name}: exporting ONNX")
         exported = export_onnx(module, spec, feeds, Path(tmp) / "model.onnx")
         timings["export"] = exported.seconds
@@ -154,15 +155,17 @@ def _build_model(spec: ModelSpec, options: BuildOptions, digest: str, progress: 
         config = model_config(spec.name, platform="onnxruntime_onnx", inputs=spec.inputs, outputs=spec.outputs,
                               batching=spec.batching, parameters=spec.model_parameters())
         config.default_model_filename = "model.onnx"
+        # Variants and engines are built and verified before anything is published.
+        pending = _build_variants(spec, options, digest, exported.path, feeds, reference, report, Path(tmp),
+                                  progress, task, console)
         progress.update(task, description=f"{spec.name}: publishing")
         repo.publish(options.repository, config, {"model.onnx": exported.path}, report)
-        return [report, *_build_variants(spec, options, digest, exported.path, feeds, reference, report,
-                                         Path(tmp), progress, task, console)]
+        return [report, *(p.publish(options.repository) for p in pending)]
 
 
 def _build_variants(spec: ModelSpec, options: BuildOptions, digest: str, fp32: Path, feeds: dict, reference: list,
                     parent: BuildReport, workdir: Path, progress: Progress, task: int,
-                    console: Console | None) -> list[BuildReport]:
+                    console: Console | None) -> list[precision_variants.Publication]:
     if not (options.variants and spec.variants):
         return []
     return precision_variants.build_variants(

@@ -10,7 +10,9 @@ PyTorch reference, the same figures vs the FP32 ONNX, and the deltas between the
 only when it is inside ``spec.variant_tolerance(precision)``. Input hashes derive from the parent's
 hash, so an unchanged variant is skipped.
 
-The pipeline calls this module; this module never imports the pipeline.
+Nothing is published here: :func:`build_variants` returns :class:`Publication` objects the pipeline
+publishes once the parent and every variant succeeded. The pipeline calls this module; this module
+never imports the pipeline.
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
+from tritonclient.grpc import model_config_pb2 as mc
 
 from builders import engine
 from builders import precision as precision_module
@@ -35,6 +38,7 @@ from builders.triton_config import model_config
 
 __all__ = [
     "EngineOptions",
+    "Publication",
     "build_variants",
     "engine_hash",
     "engine_name",
@@ -43,6 +47,20 @@ __all__ = [
     "variant_hash",
     "variant_name",
 ]
+
+@dataclass
+class Publication:
+    """A built and verified entry waiting to be published, or (``config`` None) one already current."""
+
+    report: BuildReport
+    config: mc.ModelConfig | None = None
+    files: dict[str, Path] = field(default_factory=dict)
+
+    def publish(self, repository: Path) -> BuildReport:
+        if self.config is not None:
+            repo.publish(repository, self.config, self.files, self.report)
+        return self.report
+
 
 @dataclass(frozen=True)
 class EngineOptions:
@@ -161,8 +179,11 @@ def build_variants(
     engines: EngineOptions | None = None,
     status: Callable[[str], None] = lambda message: None,
     notify: Callable[[str], None] = lambda message: None,
-) -> list[BuildReport]:
-    """Build, verify and publish every precision variant ``spec`` declares (and its engine).
+) -> list[Publication]:
+    """Build and verify every precision variant ``spec`` declares (and its engine), publishing nothing.
+
+    Everything is built in ``workdir`` first; the caller publishes the returned entries once all of
+    them (and the FP32 parent) succeeded, so a failure leaves the repository as it was.
 
     Args:
         fp32_onnx: the FP32 ONNX the variants derive from (the parent's published artifact).
@@ -173,10 +194,10 @@ def build_variants(
         status: progress messages; notify: messages for the user (engines skipped, ...).
 
     Returns:
-        One report per variant and engine entry, in build order.
+        One entry per variant and engine, in build order (already current ones carry no config).
 
     Raises:
-        ParityError: a variant is outside its tolerance; it is not published.
+        ParityError: a variant is outside its tolerance.
         PrecisionError: a conversion failed.
         EngineBuildError: TensorRT could not parse or build a variant.
     """
@@ -195,18 +216,19 @@ def build_variants(
         except engine.EngineUnavailable as exc:
             notify(str(exc))
 
-    reports: list[BuildReport] = []
+    pending: list[Publication] = []
     for precision in spec.variants:
         name = variant_name(spec.name, precision)
         digest = variant_hash(spec, parent_hash, precision)
         onnx_path = workdir / f"{name}.onnx"
-        report = None if force else _current(repository, name, digest)
-        if report is None:
-            report = _build_variant(spec, precision, name, digest, fp32_onnx, onnx_path, feeds, reference,
-                                    fp32_outputs, fp32_parity, parent, repository, status)
+        current = None if force else _current(repository, name, digest)
+        if current is None:
+            variant = _build_variant(spec, precision, name, digest, fp32_onnx, onnx_path, feeds, reference,
+                                     fp32_outputs, fp32_parity, parent, repository, status)
         else:
-            onnx_path = repository / name / str(report.version) / "model.onnx"
-        reports.append(report)
+            variant = Publication(current)
+            onnx_path = repository / name / str(current.version) / "model.onnx"
+        pending.append(variant)
 
         if engines is not None and target is not None:
             trt, capability = target
@@ -215,16 +237,17 @@ def build_variants(
             built = None if force else _current(repository, trt_name, trt_digest)
             if built is None:
                 status(f"{trt_name}: building {trt.flavour} engine for compute capability {capability}")
-                built = _build_engine_entry(spec, precision, trt_name, trt_digest, onnx_path, report, repository,
-                                            workdir, engines, capability)
-            reports.append(built)
-    return reports
+                pending.append(_build_engine_entry(spec, precision, trt_name, trt_digest, onnx_path, variant.report,
+                                                   repository, workdir, engines, capability))
+            else:
+                pending.append(Publication(built))
+    return pending
 
 
 def _build_variant(spec: ModelSpec, precision: str, name: str, digest: str, fp32_onnx: Path, onnx_path: Path,
                    feeds: Mapping[str, np.ndarray], reference: Sequence[np.ndarray],
                    fp32_outputs: Sequence[np.ndarray], fp32_parity: Mapping[str, ParityResult],
-                   parent: BuildReport, repository: Path, status: Callable[[str], None]) -> BuildReport:
+                   parent: BuildReport, repository: Path, status: Callable[[str], None]) -> Publication:
     timings: dict[str, float] = {}
     status(f"{name}: converting to {precision.upper()}")
     converted = convert(precision, fp32_onnx, onnx_path, feeds, int8_op_types=spec.int8_op_types,
@@ -260,14 +283,12 @@ def _build_variant(spec: ModelSpec, precision: str, name: str, digest: str, fp32
     config = model_config(name, platform="onnxruntime_onnx", inputs=spec.inputs, outputs=spec.outputs,
                           batching=spec.batching, parameters=spec.model_parameters())
     config.default_model_filename = "model.onnx"
-    status(f"{name}: publishing")
-    repo.publish(repository, config, {"model.onnx": onnx_path}, report)
-    return report
+    return Publication(report, config, {"model.onnx": onnx_path})
 
 
 def _build_engine_entry(spec: ModelSpec, precision: str, name: str, digest: str, onnx_path: Path,
                         variant: BuildReport, repository: Path, workdir: Path, options: EngineOptions,
-                        capability: str) -> BuildReport:
+                        capability: str) -> Publication:
     out = workdir / name
     preferred = max(spec.batching.preferred_batch_sizes, default=spec.batching.max_batch_size)
     meta = engine.build_engine(
@@ -296,7 +317,6 @@ def _build_engine_entry(spec: ModelSpec, precision: str, name: str, digest: str,
     config = model_config(name, platform="tensorrt_plan", inputs=spec.inputs, outputs=spec.outputs,
                           batching=spec.batching, gpu=True)
     config.default_model_filename = engine.ENGINE_NAME
-    repo.publish(repository, config, {engine.ENGINE_NAME: out / engine.ENGINE_NAME,
-                                      engine.METADATA_NAME: out / engine.METADATA_NAME}, report)
-    return report
+    return Publication(report, config, {engine.ENGINE_NAME: out / engine.ENGINE_NAME,
+                                        engine.METADATA_NAME: out / engine.METADATA_NAME})
 
