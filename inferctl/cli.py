@@ -13,11 +13,11 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from inferctl import build_cmd, promote_cmd, up_cmd
+from inferctl import bench_cmd, build_cmd, promote_cmd, up_cmd
 
 __all__ = ["build_parser", "main"]
 
-_COMMANDS = [build_cmd, up_cmd, promote_cmd]
+_COMMANDS = [build_cmd, up_cmd, promote_cmd, bench_cmd]
 
 
 def build_parser() -> argparse.ArgumentParser:
