@@ -21,10 +21,15 @@ def parse_weights(pairs: list[str]) -> dict[str, str]:
     return weights
 
 
+def _weights_pair(text: str) -> str:
+    parse_weights([text])  # argparse turns the ArgumentTypeError into a usage error naming the option
+    return text
+
+
 def add_build_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repository", type=Path, default=DEFAULT_REPOSITORY,
                         help="model repository to write (default: %(default)s)")
-    parser.add_argument("--weights", action="append", default=[], metavar="MODEL=PATH",
+    parser.add_argument("--weights", action="append", default=[], metavar="MODEL=PATH", type=_weights_pair,
                         help="local weights file or checkpoint folder for a model (repeatable)")
     parser.add_argument("--force", action="store_true", help="rebuild even when the inputs are unchanged")
 
