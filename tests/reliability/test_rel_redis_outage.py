@@ -93,7 +93,9 @@ def test_redis_outage_policies_hold_and_limits_resume(rel_triton, gateways, redi
     print()
     for label, samples in (("open", opened), ("closed", closed)):
         print(
-            f"[redis] fail-{label}: sent={len(samples)} statuses={dict(sorted(Counter(s.status for s in samples).items()))}"
+            f"[redis] fail-{label}: sent={len(samples)} "
+            f"statuses={dict(sorted(Counter(s.status for s in samples).items()))} "
+            f"max latency overall={max(s.latency_s for s in samples) * 1000:.0f} ms"
         )
         for phase, begin, end, _ in phases:
             window = _window(samples, marks[begin], marks[end])
