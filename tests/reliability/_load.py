@@ -44,8 +44,13 @@ async def closed_loop(
     check: Checker | None = None,
     timeout_s: float = 15.0,
     stop: asyncio.Event | None = None,
+    honour_retry_after: bool = False,
 ) -> list[Sample]:
     """Drive ``url`` with POSTs of ``body`` from ``concurrency`` workers for ``duration_s``.
+
+    Args:
+        honour_retry_after: a refused worker waits ``Retry-After`` seconds before its next call
+            (a polite client); otherwise it retries at once (the worst case).
 
     Returns:
         One sample per request, in completion order.
@@ -72,6 +77,8 @@ async def closed_loop(
                 samples.append(Sample(t0, latency, status, retry_after, correct))
                 if status == 0:
                     await asyncio.sleep(0.01)  # the gateway itself is gone: do not spin
+                elif honour_retry_after and retry_after is not None and status in (429, 503):
+                    await asyncio.sleep(min(float(retry_after), max(0.0, deadline - time.monotonic())))
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
     return samples
