@@ -127,13 +127,17 @@ class Checkpoint:
 
     @property
     def size_multiple(self) -> int:
-        """HEIGHT/WIDTH must be multiples of this: 8 at least, and the UNet's full down-sampling factor.
+        """HEIGHT/WIDTH must be multiples of this: 8, and whole latents (the VAE's scale factor).
 
-        The UNet is traced on latents its down/up blocks halve and double exactly; sizes that do not
-        divide would need the ``upsample_size`` path, which a traced graph does not carry.
+        Latents need not divide by the UNet's own down-sampling factor: the UNet is traced on a
+        latent size that does not, so its graph carries diffusers' ``upsample_size`` path, which
+        resizes each up-block to its skip connection and is exact for every size.
         """
-        unet_factor = 2 ** (len(self.config("unet")["block_out_channels"]) - 1)
-        return max(8, self.vae_scale_factor * unet_factor)
+        return max(8, self.vae_scale_factor)
+
+    @property
+    def unet_down_factor(self) -> int:
+        return 2 ** (len(self.config("unet")["block_out_channels"]) - 1)
 
     @property
     def max_text_length(self) -> int:
@@ -304,6 +308,10 @@ class SDUNet(_SDComponent):
         with torch.inference_mode():
             context = encoder(torch.from_numpy(_tokenize(self.checkpoint, SAMPLE_PROMPTS[:2]))).last_hidden_state.numpy()
         side = int(self.checkpoint.config("unet").get("sample_size") or 64)
+        if side % self.checkpoint.unet_down_factor == 0:
+            # Trace where the up-blocks must resize to their skip connections, so the graph is exact
+            # for latent sizes the down-sampling does not divide (see Checkpoint.size_multiple).
+            side += 1
         sample = self._rng().standard_normal((2, self.inputs[0].dims[0], side, side)).astype(np.float32)
         return {"sample": sample, "timestep": np.array([[981.0], [1.0]], dtype=np.float32),
                 "encoder_hidden_states": context.astype(np.float32)}
@@ -438,7 +446,7 @@ def write_tiny_checkpoint(path: str | os.PathLike[str], seed: int = 0) -> Path:
 
     target = Path(path)
     vocab, merges = _tiny_vocabulary()
-    tokenizer = CLIPTokenizer(vocab=vocab, merges=merges, model_max_length=77)
+    tokenizer = CLIPTokenizer(vocab=vocab, merges=merges, model_max_length=77)  # type: ignore[arg-type]
     torch.manual_seed(seed)
     unet = UNet2DConditionModel(
         block_out_channels=(32, 64), layers_per_block=1, sample_size=32, in_channels=4, out_channels=4,
@@ -457,10 +465,10 @@ def write_tiny_checkpoint(path: str | os.PathLike[str], seed: int = 0) -> Path:
     ))
     scheduler = PNDMScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear", num_train_timesteps=1000,
                               skip_prk_steps=True, set_alpha_to_one=False, steps_offset=1)
-    pipe = StableDiffusionPipeline(vae=vae.eval(), text_encoder=text_encoder.eval(), tokenizer=tokenizer, unet=unet.eval(),
+    pipe = StableDiffusionPipeline(vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, unet=unet,
                                    scheduler=scheduler, safety_checker=None, feature_extractor=None,
                                    requires_safety_checker=False)
-    pipe.save_pretrained(str(target), safe_serialization=True)
+    pipe.save_pretrained(str(target), safe_serialization=True)  # type: ignore[attr-defined]
     # Lay the tokenizer out as real SD 1.x checkpoints do (vocab.json + merges.txt, no tokenizer.json),
     # so tests exercise the files production reads.
     tokenizer_dir = target / "tokenizer"

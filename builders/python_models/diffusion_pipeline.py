@@ -287,6 +287,11 @@ def load_scheduler(path: str) -> _Scheduler:
         return _Scheduler(json.load(handle))
 
 
+def _merge(line: str) -> tuple[str, str]:
+    left, right = line.split()
+    return left, right
+
+
 def _token_name(value: Any, default: str) -> str:
     if isinstance(value, dict):
         return str(value.get("content", default))
@@ -322,7 +327,7 @@ class ClipTokenizer:
             with open(vocab_path, encoding="utf-8") as handle:
                 vocab = json.load(handle)
             with open(merges_path, encoding="utf-8") as handle:
-                merges = [tuple(line.split()) for line in handle.read().split("\n")
+                merges = [_merge(line) for line in handle.read().split("\n")
                           if line.strip() and not line.startswith("#version")]
             tokenizer = Tokenizer(BPE(vocab=vocab, merges=merges, dropout=None, continuing_subword_prefix="",
                                       end_of_word_suffix="</w>", fuse_unk=False, unk_token=unk))
@@ -335,8 +340,10 @@ class ClipTokenizer:
             ])
             tokenizer.decoder = decoders.ByteLevel()
             tokenizer.add_special_tokens(list(dict.fromkeys([unk, bos, eos, pad])))
-            tokenizer.post_processor = processors.RobertaProcessing(
-                (eos, tokenizer.token_to_id(eos)), (bos, tokenizer.token_to_id(bos)), False, False)
+            eos_id, bos_id = tokenizer.token_to_id(eos), tokenizer.token_to_id(bos)
+            if eos_id is None or bos_id is None:
+                raise ValueError(f"the CLIP vocabulary lacks {bos} or {eos}")
+            tokenizer.post_processor = processors.RobertaProcessing((eos, eos_id), (bos, bos_id), False, False)
         else:
             tokenizer = Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
         tokenizer.enable_truncation(max_length=self.model_max_length)
@@ -416,9 +423,9 @@ class TritonPythonModel:
         self.models = {role: params[f"{role}_model"] for role in ("text_encoder", "unet", "vae_decoder")}
         self.limits = Limits(size_multiple=int(params["size_multiple"]), default_size=int(params["default_size"]),
                              max_size=int(params["max_size"]))
-        self.shape = {"latent_channels": int(params["latent_channels"]),
-                      "vae_scale_factor": int(params["vae_scale_factor"]),
-                      "scaling_factor": float(params["scaling_factor"])}
+        self.latent_channels = int(params["latent_channels"])
+        self.vae_scale_factor = int(params["vae_scale_factor"])
+        self.scaling_factor = float(params["scaling_factor"])
         self.inputs = [i["name"] for i in config["input"]]
 
     def _runner(self, role: str, output: str) -> Runner:
@@ -453,7 +460,8 @@ class TritonPythonModel:
                     text_encoder=self._runner("text_encoder", "last_hidden_state"),
                     unet=self._runner("unet", "noise_pred"),
                     vae_decoder=self._runner("vae_decoder", "image"),
-                    **self.shape,
+                    latent_channels=self.latent_channels, vae_scale_factor=self.vae_scale_factor,
+                    scaling_factor=self.scaling_factor,
                 )
                 responses.append(self.pb.InferenceResponse([self.pb.Tensor("IMAGE", image)]))
             except RuntimeError as exc:  # a component model failed: a server-side error, not the client's

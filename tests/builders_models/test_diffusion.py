@@ -180,3 +180,56 @@ def test_no_checkpoint_at_all_says_how_to_give_one(tmp_path: Path, monkeypatch: 
     with pytest.raises(MissingInputError, match=CHECKPOINT_ENV):
         build(["sd_unet"], BuildOptions(repository=repository))
     assert not repository.exists()
+
+
+@pytest.mark.parametrize("scheduler", ["PNDMScheduler", "DDIMScheduler"])
+@pytest.mark.parametrize("steps", [1, 2, 5, 13])
+def test_ported_scheduler_steps_as_diffusers_does(diffusers_pipe, scheduler: str, steps: int) -> None:
+    import diffusers
+    import torch
+
+    from builders.python_models.diffusion_pipeline import _Scheduler
+
+    theirs = getattr(diffusers, scheduler).from_config(diffusers_pipe.scheduler.config)
+    ours = _Scheduler({**theirs.config, "_class_name": scheduler})
+    theirs.set_timesteps(steps)
+    ours.set_timesteps(steps)
+    torch.testing.assert_close(ours.timesteps, theirs.timesteps, rtol=0, atol=0)
+    generator = torch.Generator().manual_seed(3)
+    latents_a = latents_b = torch.randn((1, 4, 8, 8), generator=generator)
+    for t in theirs.timesteps:
+        noise = torch.randn((1, 4, 8, 8), generator=generator)
+        latents_a = theirs.step(noise, t, latents_a, return_dict=False)[0]
+        latents_b = ours.step(noise, t, latents_b)
+    torch.testing.assert_close(latents_b, latents_a, rtol=0, atol=0)
+
+
+def test_clip_tokenizer_matches_transformers(checkpoint: Path) -> None:
+    from transformers import CLIPTokenizer
+
+    from builders.python_models.diffusion_pipeline import ClipTokenizer
+
+    texts = ["a photograph of an astronaut", "", "Ünïcödé 東京 🙂 <|endoftext|> x", "the " * 100,
+             "  Multiple   SPACES\n\tand newlines  "]
+    ours = ClipTokenizer(str(checkpoint / "tokenizer"))(texts).input_ids
+    theirs = CLIPTokenizer.from_pretrained(str(checkpoint / "tokenizer"), local_files_only=True)(
+        texts, padding="max_length", max_length=77, truncation=True, return_tensors="np").input_ids
+    np.testing.assert_array_equal(ours, theirs)
+    assert ours.shape == (len(texts), 77)
+
+
+def test_unsupported_scheduler_is_refused_at_build_time(checkpoint: Path, tmp_path: Path) -> None:
+    import json
+    import shutil
+
+    from builders.errors import BuildError
+
+    other = tmp_path / "euler-sd"
+    shutil.copytree(checkpoint, other)
+    config_path = other / "scheduler" / "scheduler_config.json"
+    config = json.loads(config_path.read_text())
+    config["_class_name"] = "EulerAncestralDiscreteScheduler"
+    config_path.write_text(json.dumps(config))
+    with pytest.raises(BuildError, match="EulerAncestralDiscreteScheduler"):
+        build([PIPELINE], BuildOptions(repository=tmp_path / "repo", weights={PIPELINE: str(other)}))
+    assert not (tmp_path / "repo").exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+
 import numpy as np
 import pytest
 import tritonclient.http as http
