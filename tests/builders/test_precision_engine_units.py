@@ -13,9 +13,9 @@ import pytest
 from builders import engine
 from builders.engine import EngineMetadata, EngineMismatchError, EngineUnavailable, build_engine, check_engine
 from builders.errors import BuildError, EngineBuildError
+from builders.families.efficientnet import EfficientNetLite0
 from builders.parity import compare, run_onnx
 from builders.precision import CalibrationReader, PrecisionError, convert, to_fp16, to_int8
-from builders.registry import get_spec
 from builders.report import file_sha256
 from builders.spec import DEFAULT_VARIANT_TOLERANCES, Tolerance
 from builders.variants import parity_entry, variant_hash
@@ -138,7 +138,7 @@ def test_unknown_precision_is_named(tiny, tmp_path) -> None:
 
 
 def test_variant_tolerances_and_hashes() -> None:
-    spec = get_spec("efficientnet_lite0")
+    spec = EfficientNetLite0()
     assert spec.variants == ("fp16", "int8")
     assert spec.variant_tolerance("fp16") == DEFAULT_VARIANT_TOLERANCES["fp16"]
     assert spec.variant_tolerance("int8").min_top1_agreement >= 0.8

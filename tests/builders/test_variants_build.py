@@ -13,10 +13,9 @@ from _variant_repos import copy_entries
 
 from builders import engine
 from builders.engine import EngineMismatchError, EngineUnavailable, check_engine, read_metadata
-from builders.families.efficientnet import MEAN, STD
+from builders.families.efficientnet import MEAN, STD, EfficientNetLite0
 from builders.pipeline import BuildOptions, build
 from builders.python_models.image_preprocess import preprocess
-from builders.registry import get_spec
 from builders.report import file_sha256
 from builders.repository import latest_report, latest_version
 from builders.triton_config import read_config
@@ -31,7 +30,7 @@ def _tensors(config) -> list[tuple[str, int, list[int]]]:  # type: ignore[no-unt
 
 @pytest.mark.parametrize("precision", ["fp16", "int8"])
 def test_variant_entries_carry_checked_parity(model_repository: Path, precision: str) -> None:
-    spec = get_spec(MODEL)
+    spec = EfficientNetLite0()
     name = f"{MODEL}_{precision}"
     report = latest_report(model_repository, name)
     parent = latest_report(model_repository, MODEL)
@@ -111,7 +110,7 @@ def test_engine_build_only_adds_engines(engine_repository) -> None:
 def test_rtx_engine_entry_and_metadata(engine_repository, precision: str) -> None:
     trt = _tensorrt()
     repository, _ = engine_repository
-    spec = get_spec(MODEL)
+    spec = EfficientNetLite0()
     name = f"{MODEL}_trt_{precision}"
     version = repository / name / str(latest_version(repository, name))
     meta = read_metadata(version)
