@@ -27,6 +27,7 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -47,6 +48,7 @@ __all__ = [
     "TensorRT",
     "build_engine",
     "check_engine",
+    "check_repository_engines",
     "load_tensorrt",
     "read_metadata",
 ]
@@ -219,6 +221,25 @@ def _check_onnx(path: Path) -> None:
                                f"({path.stat().st_size} bytes; a truncated or foreign file?)")
 
 
+def _axis_ranges(name: str, dims: list[int], given: Sequence[Sequence[int]] | None,
+                 onnx_name: str) -> tuple[list[int], list[int], list[int]]:
+    """(min, opt, max) non-batch dims of one input: its fixed dims, or the ranges given for dynamic ones."""
+    if given is None:
+        if any(d == -1 for d in dims):
+            raise EngineBuildError(f"input '{name}' of {onnx_name} has dynamic non-batch axes {[-1, *dims]}; "
+                                   "an engine profile needs their (min, opt, max) sizes (spec.engine_axis_ranges)")
+        return dims, dims, dims
+    if len(given) != 3 or any(len(g) != len(dims) for g in given):
+        raise EngineBuildError(f"axis ranges for input '{name}' must be (min, opt, max) dims of rank {len(dims)}, "
+                               f"got {given}")
+    low, mid, high = (list(g) for g in given)
+    for axis, d in enumerate(dims):
+        if not (0 < low[axis] <= mid[axis] <= high[axis]) or (d != -1 and not low[axis] == mid[axis] == high[axis] == d):
+            raise EngineBuildError(f"axis {axis + 1} of input '{name}' ({d}) cannot take range "
+                                   f"{low[axis]}..{mid[axis]}..{high[axis]}")
+    return low, mid, high
+
+
 def build_engine(
     onnx: Path,
     out_dir: Path,
@@ -231,6 +252,7 @@ def build_engine(
     compute_capability: str | None = None,
     optimization_level: int = DEFAULT_OPTIMIZATION_LEVEL,
     flavour: str | None = None,
+    axis_ranges: Mapping[str, Sequence[Sequence[int]]] | None = None,
 ) -> EngineMetadata:
     """Build a strongly typed TensorRT engine from ``onnx`` into ``out_dir/model.plan`` + ``engine.json``.
 
@@ -244,6 +266,8 @@ def build_engine(
             local GPU and refuses another value.
         optimization_level: builder optimization level 0-5 (bounds build time).
         flavour: force "tensorrt" or "tensorrt-rtx".
+        axis_ranges: input name -> (min dims, opt dims, max dims) without the batch axis, for inputs
+            with dynamic non-batch axes (sequence length); fixed axes may repeat their size.
 
     Returns:
         The engine's metadata, also written to ``out_dir/engine.json``.
@@ -298,10 +322,8 @@ def build_engine(
         dims = list(tensor.shape)
         if dims[0] != -1:
             raise EngineBuildError(f"input '{tensor.name}' of {onnx.name} has no dynamic batch axis: {dims}")
-        if any(d == -1 for d in dims[1:]):
-            raise EngineBuildError(f"input '{tensor.name}' of {onnx.name} has dynamic non-batch axes {dims}; "
-                                   "give the spec fixed dims for an engine")
-        shapes = {"min": [1, *dims[1:]], "opt": [opt, *dims[1:]], "max": [max_batch_size, *dims[1:]]}
+        low, mid, high = _axis_ranges(tensor.name, dims[1:], (axis_ranges or {}).get(tensor.name), onnx.name)
+        shapes = {"min": [1, *low], "opt": [opt, *mid], "max": [max_batch_size, *high]}
         profile.set_shape(tensor.name, shapes["min"], shapes["opt"], shapes["max"])
         profiles[tensor.name] = shapes
     config.add_optimization_profile(profile)
@@ -385,3 +407,40 @@ def check_engine(
     if problems:
         raise EngineMismatchError("engine cannot be served here: " + "; ".join(problems))
     return meta
+
+
+def check_repository_engines(repository: Path, models: Iterable[str] | None = None, **host: str) -> list[str]:
+    """Check every ``tensorrt_plan`` entry (of ``models``, or all) against this host before serving it.
+
+    Meant for ``inferctl up`` on a GPU host: an engine built for another TensorRT version or compute
+    capability fails to deserialize inside Triton with a far less helpful message.
+
+    Args:
+        host: ``tensorrt_version``, ``compute_capability``, ``flavour`` overrides (read from the host otherwise).
+
+    Returns:
+        The names of the checked entries.
+
+    Raises:
+        EngineMismatchError: naming the entry and what does not match (or its missing engine.json).
+    """
+    checked = []
+    names = sorted(models) if models is not None else sorted(p.name for p in repository.iterdir() if p.is_dir())
+    for name in names:
+        config = repository / name / "config.pbtxt"
+        if not config.is_file() or "tensorrt_plan" not in config.read_text(encoding="utf-8"):
+            continue
+        versions = sorted((p for p in (repository / name).iterdir() if p.is_dir() and p.name.isdigit()),
+                          key=lambda p: int(p.name))
+        if not versions:
+            raise EngineMismatchError(f"{name}: no version folder with an engine")
+        latest = versions[-1]
+        if not (latest / METADATA_NAME).is_file():
+            raise EngineMismatchError(f"{name}/{latest.name}: no {METADATA_NAME} beside the engine; rebuild it "
+                                      "with inferctl build --engines")
+        try:
+            check_engine(latest, plan=latest / ENGINE_NAME, **host)  # type: ignore[arg-type]
+        except EngineMismatchError as exc:
+            raise EngineMismatchError(f"{name}/{latest.name}: {exc}") from None
+        checked.append(name)
+    return checked

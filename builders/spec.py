@@ -102,6 +102,9 @@ class ModelSpec(ABC):
     #: float (e.g. transformer output projections whose inputs carry outlier activations)
     int8_op_types: tuple[str, ...] | None = None
     int8_keep_float: tuple[str, ...] = ()
+    #: TensorRT profile for inputs with dynamic non-batch axes: name -> (min, opt, max) dims without
+    #: the batch axis, e.g. {"input_ids": ((1,), (128,), (256,))}; without it no engine is built
+    engine_axis_ranges: Mapping[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = MappingProxyType({})
 
     @abstractmethod
     def load(self) -> tuple[torch.nn.Module, WeightsInfo]:

@@ -94,10 +94,20 @@ def variant_hash(spec: ModelSpec, parent_hash: str, precision: str) -> str:
                    spec.int8_op_types, spec.int8_keep_float, code)
 
 
-def engine_hash(variant_digest: str, trt: engine.TensorRT, options: EngineOptions, capability: str) -> str:
+def engine_hash(variant_digest: str, trt: engine.TensorRT, options: EngineOptions, capability: str,
+                axis_ranges: Mapping[str, object] | None = None) -> str:
     """The variant's hash plus what makes the engine (TensorRT flavour/version, target, builder level)."""
     return _digest(variant_digest, trt.flavour, trt.version, capability, options.optimization_level,
-                   file_sha256(Path(engine.__file__)))
+                   sorted((axis_ranges or {}).items()), file_sha256(Path(engine.__file__)))
+
+
+def _engine_gap(spec: ModelSpec) -> str | None:
+    """Why ``spec`` gets no engine (dynamic non-batch axes without a profile range), or None."""
+    missing = [t.name for t in spec.inputs if -1 in t.dims and t.name not in spec.engine_axis_ranges]
+    if missing:
+        return (f"{spec.name}: TensorRT engines skipped: inputs {', '.join(missing)} have dynamic non-batch axes "
+                "and the spec gives no engine_axis_ranges for them")
+    return None
 
 
 def _engine_target(options: EngineOptions) -> tuple[engine.TensorRT, str]:
@@ -139,9 +149,9 @@ def up_to_date_variants(spec: ModelSpec, parent_hash: str, repository: Path,
         if current is None:
             return None
         reports.append(current)
-        if engines is not None and target is not None:
+        if engines is not None and target is not None and _engine_gap(spec) is None:
             built = _current(repository, engine_name(spec.name, precision),
-                             engine_hash(digest, target[0], engines, target[1]))
+                             engine_hash(digest, target[0], engines, target[1], spec.engine_axis_ranges))
             if built is None:
                 return None
             reports.append(built)
@@ -215,6 +225,10 @@ def build_variants(
             target = _engine_target(engines)
         except engine.EngineUnavailable as exc:
             notify(str(exc))
+        gap = _engine_gap(spec) if target is not None else None
+        if gap is not None:
+            notify(gap)
+            target = None
 
     pending: list[Publication] = []
     for precision in spec.variants:
@@ -233,7 +247,7 @@ def build_variants(
         if engines is not None and target is not None:
             trt, capability = target
             trt_name = engine_name(spec.name, precision)
-            trt_digest = engine_hash(digest, trt, engines, capability)
+            trt_digest = engine_hash(digest, trt, engines, capability, spec.engine_axis_ranges)
             built = None if force else _current(repository, trt_name, trt_digest)
             if built is None:
                 status(f"{trt_name}: building {trt.flavour} engine for compute capability {capability}")
@@ -295,6 +309,7 @@ def _build_engine_entry(spec: ModelSpec, precision: str, name: str, digest: str,
         onnx_path, out, max_batch_size=spec.batching.max_batch_size, precision=precision,
         input_hash=file_sha256(onnx_path), timing_cache=options.timing_cache, preferred_batch_size=preferred,
         compute_capability=capability, optimization_level=options.optimization_level,
+        axis_ranges=spec.engine_axis_ranges,
     )
     report = BuildReport(
         model=name, family=spec.family, version=(repo.latest_version(repository, name) or 0) + 1,

@@ -234,3 +234,44 @@ def test_rtx_refuses_an_unknown_target(tiny, tmp_path) -> None:
     src, _ = tiny
     with pytest.raises(EngineBuildError, match="cannot target compute capability 9.0"):
         build_engine(src, tmp_path / "out", max_batch_size=4, precision="fp32", compute_capability="9.0")
+
+
+@pytest.fixture(scope="module")
+def sequence_model(tmp_path_factory) -> Path:
+    """A tiny token model with a dynamic sequence axis, [batch, seq, 4] -> [batch, seq, 2]."""
+    import torch
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GELU(), torch.nn.Linear(8, 2)).eval()
+    path = tmp_path_factory.mktemp("seq") / "model.onnx"
+    torch.onnx.export(net, (torch.randn(2, 5, 4),), str(path), input_names=["x"], output_names=["y"],
+                      dynamic_axes={"x": {0: "batch", 1: "seq"}, "y": {0: "batch", 1: "seq"}},
+                      opset_version=17, dynamo=False)
+    return to_fp16(path, path.with_name("fp16.onnx"))
+
+
+def test_dynamic_axes_need_and_get_profile_ranges(sequence_model, tmp_path) -> None:
+    _tensorrt()
+    with pytest.raises(EngineBuildError, match="dynamic non-batch axes.*engine_axis_ranges"):
+        build_engine(sequence_model, tmp_path / "a", max_batch_size=4, precision="fp16")
+    with pytest.raises(EngineBuildError, match="axis 2 of input 'x'"):
+        build_engine(sequence_model, tmp_path / "b", max_batch_size=4, precision="fp16",
+                     axis_ranges={"x": ((1, 4), (8, 3), (16, 4))})
+    meta = build_engine(sequence_model, tmp_path / "c", max_batch_size=4, precision="fp16",
+                        axis_ranges={"x": ((1, 4), (8, 4), (16, 4))})
+    assert meta.profiles["x"] == {"min": [1, 1, 4], "opt": [4, 8, 4], "max": [4, 16, 4]}
+
+
+def test_repository_check_names_the_entry(tmp_path) -> None:
+    version = tmp_path / "repo" / "m_trt_fp16" / "1"
+    version.mkdir(parents=True)
+    (version.parent / "config.pbtxt").write_text('name: "m_trt_fp16"\nplatform: "tensorrt_plan"\n')
+    (tmp_path / "repo" / "onnx_model").mkdir()
+    (tmp_path / "repo" / "onnx_model" / "config.pbtxt").write_text('platform: "onnxruntime_onnx"\n')
+    host = {"tensorrt_version": "10.9.0", "compute_capability": "8.9", "flavour": "tensorrt"}
+    with pytest.raises(EngineMismatchError, match="m_trt_fp16/1: no engine.json"):
+        engine.check_repository_engines(tmp_path / "repo", **host)
+    _metadata().write(version)
+    assert engine.check_repository_engines(tmp_path / "repo", **host) == ["m_trt_fp16"]
+    with pytest.raises(EngineMismatchError, match="m_trt_fp16/1: .*compute capability 8.9, host GPU is 8.6"):
+        engine.check_repository_engines(tmp_path / "repo", **{**host, "compute_capability": "8.6"})

@@ -137,3 +137,14 @@ def test_rtx_engine_entry_and_metadata(engine_repository, precision: str) -> Non
                  flavour=trt.flavour, plan=version / engine.ENGINE_NAME)
     with pytest.raises(EngineMismatchError, match="compute capability"):
         check_engine(version, tensorrt_version=trt.version, compute_capability="9.0", flavour=trt.flavour)
+
+
+def test_repository_engine_check_before_serving(engine_repository) -> None:
+    trt = _tensorrt()
+    repository, _ = engine_repository
+    host = {"tensorrt_version": trt.version, "flavour": trt.flavour, "compute_capability": "8.9"}
+    if trt.flavour != "tensorrt-rtx":  # pragma: no cover - full TensorRT built for the local GPU
+        host["compute_capability"] = read_metadata(next(repository.glob(f"{MODEL}_trt_fp16/*"))).compute_capability
+    assert engine.check_repository_engines(repository, **host) == [f"{MODEL}_trt_fp16", f"{MODEL}_trt_int8"]
+    with pytest.raises(EngineMismatchError, match=f"{MODEL}_trt_fp16/1: .*host GPU is 9.0"):
+        engine.check_repository_engines(repository, **{**host, "compute_capability": "9.0"})
