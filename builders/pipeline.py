@@ -13,7 +13,7 @@ import hashlib
 import json
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -102,17 +102,19 @@ def _build_asset(spec: AssetSpec, options: BuildOptions, digest: str) -> BuildRe
     return report
 
 
-def _current_variants(spec: ModelSpec, options: BuildOptions, digest: str) -> list[BuildReport] | None:
+def _current_variants(spec: ModelSpec, options: BuildOptions, digest: str,
+                      notify: Callable[[str], None]) -> list[BuildReport] | None:
     """Reports of the variants/engines ``spec`` needs when all are up to date ([] if none are wanted)."""
     if not (options.variants and spec.variants):
         return []
     if options.force:
         return None
-    return precision_variants.up_to_date_variants(spec, digest, options.repository, options.engine_options())
+    return precision_variants.up_to_date_variants(spec, digest, options.repository, options.engine_options(), notify)
 
 
 def _build_model(spec: ModelSpec, options: BuildOptions, digest: str, progress: Progress, task: int,
-                 previous: BuildReport | None = None, console: Console | None = None) -> list[BuildReport]:
+                 previous: BuildReport | None = None,
+                 notify: Callable[[str], None] = lambda message: None) -> list[BuildReport]:
     """Export, verify and publish ``spec`` (unless ``previous`` is its current entry), then its variants."""
     timings: dict[str, float] = {}
     started = time.perf_counter()
@@ -127,7 +129,7 @@ def _build_model(spec: ModelSpec, options: BuildOptions, digest: str, progress: 
             # Only variants are missing: derive them from the FP32 ONNX that is being served.
             fp32 = options.repository / spec.name / str(previous.version) / "model.onnx"
             pending = _build_variants(spec, options, digest, fp32, feeds, reference, previous, Path(tmp),
-                                      progress, task, console)
+                                      progress, task, notify)
             return [previous, *(p.publish(options.repository) for p in pending)]
         progress.update(task, description=f"{spec.name}: exporting ONNX")
         exported = export_onnx(module, spec, feeds, Path(tmp) / "model.onnx")
@@ -157,7 +159,7 @@ def _build_model(spec: ModelSpec, options: BuildOptions, digest: str, progress: 
         config.default_model_filename = "model.onnx"
         # Variants and engines are built and verified before anything is published.
         pending = _build_variants(spec, options, digest, exported.path, feeds, reference, report, Path(tmp),
-                                  progress, task, console)
+                                  progress, task, notify)
         progress.update(task, description=f"{spec.name}: publishing")
         repo.publish(options.repository, config, {"model.onnx": exported.path}, report)
         return [report, *(p.publish(options.repository) for p in pending)]
@@ -165,14 +167,14 @@ def _build_model(spec: ModelSpec, options: BuildOptions, digest: str, progress: 
 
 def _build_variants(spec: ModelSpec, options: BuildOptions, digest: str, fp32: Path, feeds: dict, reference: list,
                     parent: BuildReport, workdir: Path, progress: Progress, task: int,
-                    console: Console | None) -> list[precision_variants.Publication]:
+                    notify: Callable[[str], None]) -> list[precision_variants.Publication]:
     if not (options.variants and spec.variants):
         return []
     return precision_variants.build_variants(
         spec, fp32_onnx=fp32, feeds=feeds, reference=reference, parent=parent, parent_hash=digest,
         repository=options.repository, workdir=workdir, force=options.force, engines=options.engine_options(),
         status=lambda message: progress.update(task, description=message),
-        notify=lambda message: (console or Console(stderr=True)).print(f"[yellow]{message}[/yellow]"),
+        notify=notify,
     )
 
 
@@ -192,6 +194,13 @@ def build_specs(specs: Iterable[Spec], options: BuildOptions, console: Console |
     """Build specs that are already resolved (a caller's own spec, e.g. a candidate under test)."""
     console = console or Console(stderr=True)
     specs = list(specs)
+    told: set[str] = set()
+
+    def notify(message: str) -> None:  # each skip reason once per build
+        if message not in told:
+            told.add(message)
+            console.print(f"[yellow]{message}[/yellow]")
+
     reports: list[BuildReport] = []
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True) as progress:
@@ -203,11 +212,11 @@ def build_specs(specs: Iterable[Spec], options: BuildOptions, console: Console |
                 reports.append(previous or _build_asset(spec, options, digest))
                 progress.advance(overall)
                 continue
-            current = _current_variants(spec, options, digest) if previous is not None else None
+            current = _current_variants(spec, options, digest, notify) if previous is not None else None
             if previous is not None and current is not None:
                 reports.extend([previous, *current])
             else:
-                reports.extend(_build_model(spec, options, digest, progress, overall, previous, console))
+                reports.extend(_build_model(spec, options, digest, progress, overall, previous, notify))
             progress.advance(overall)
     return reports
 

@@ -131,17 +131,23 @@ def _current(repository: Path, name: str, digest: str) -> BuildReport | None:
 
 
 def up_to_date_variants(spec: ModelSpec, parent_hash: str, repository: Path,
-                        engines: EngineOptions | None) -> list[BuildReport] | None:
+                        engines: EngineOptions | None,
+                        notify: Callable[[str], None] = lambda message: None) -> list[BuildReport] | None:
     """The published reports of every variant (and engine) ``spec`` needs, or None if one must be built.
 
-    Engines count only when a TensorRT flavour is installed: without one they are skipped anyway.
+    Engines count only when a TensorRT flavour is installed and the spec can have one: otherwise they
+    are skipped, and ``notify`` says why.
     """
     reports = []
     target = None
     if engines is not None:
         try:
             target = _engine_target(engines)
-        except engine.EngineUnavailable:
+        except engine.EngineUnavailable as exc:
+            notify(str(exc))
+        gap = _engine_gap(spec) if target is not None else None
+        if gap is not None:
+            notify(gap)
             target = None
     for precision in spec.variants:
         digest = variant_hash(spec, parent_hash, precision)
@@ -149,7 +155,7 @@ def up_to_date_variants(spec: ModelSpec, parent_hash: str, repository: Path,
         if current is None:
             return None
         reports.append(current)
-        if engines is not None and target is not None and _engine_gap(spec) is None:
+        if engines is not None and target is not None:
             built = _current(repository, engine_name(spec.name, precision),
                              engine_hash(digest, target[0], engines, target[1], spec.engine_axis_ranges))
             if built is None:

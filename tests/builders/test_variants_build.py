@@ -148,3 +148,20 @@ def test_repository_engine_check_before_serving(engine_repository) -> None:
     assert engine.check_repository_engines(repository, **host) == [f"{MODEL}_trt_fp16", f"{MODEL}_trt_int8"]
     with pytest.raises(EngineMismatchError, match=f"{MODEL}_trt_fp16/1: .*host GPU is 9.0"):
         engine.check_repository_engines(repository, **{**host, "compute_capability": "9.0"})
+
+
+def test_without_tensorrt_engines_are_skipped_with_a_message(model_repository, tmp_path, monkeypatch) -> None:
+    import io
+
+    from rich.console import Console
+
+    def unavailable(prefer: str | None = None) -> engine.TensorRT:
+        raise EngineUnavailable("TensorRT engines skipped: neither full TensorRT nor TensorRT for RTX is installed")
+
+    monkeypatch.setattr(engine, "load_tensorrt", unavailable)
+    repository = copy_entries(model_repository, tmp_path / "repository")
+    out = io.StringIO()
+    reports = build([MODEL], BuildOptions(repository=repository, engines=True), Console(file=out, width=200))
+    assert {r.model for r in reports} == {MODEL, f"{MODEL}_fp16", f"{MODEL}_int8"}
+    assert "TensorRT engines skipped" in out.getvalue()
+    assert not list(repository.glob("*_trt_*")), "no engine entry is faked"
