@@ -120,13 +120,20 @@ def translate_error(exc: BaseException, model: str | None = None) -> GatewayErro
     return UpstreamError(f"unexpected error talking to Triton: {type(exc).__name__}")
 
 
+def _request_unparseable(message: str) -> bool:
+    # Triton's HTTP front end answers a body it cannot parse (bad JSON, a wrong field type) with a
+    # 500, though the fault is the client's: "failed to parse the request JSON buffer: ...",
+    # "Unable to parse 'inputs': ...", "failed to get request params.: ...".
+    return message.lower().startswith(("failed to parse", "unable to parse", "failed to get request params"))
+
+
 def _from_status(status: str | int | None, message: str, model: str | None) -> GatewayError:
     code = int(status) if status and str(status).isdigit() else 0
     if _model_missing(message) and model:
         return ModelNotFound(model, f"model '{model}' is not served by Triton: {message}")
     if code == 503 or "not ready" in message.lower():
         return ModelNotReady(f"model '{model}' is not ready: {message}", retry_after_s=1)
-    if 400 <= code < 500:
+    if 400 <= code < 500 or _request_unparseable(message):
         match = _INPUT_NAME.search(message)
         return InferenceInputError(message, field=f"inputs.{match.group(1)}" if match else None)
     return UpstreamError(f"Triton failed{f' on model {model!r}' if model else ''}: {message}")
