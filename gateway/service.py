@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import json
 import logging
-from collections.abc import AsyncIterator, Sequence
+import re
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -143,9 +145,14 @@ class InferenceService:
     async def infer_raw(
         self, ctx: RequestContext, model: str, body: bytes, headers: dict[str, str]
     ) -> RawResponse:
-        """KServe v2 passthrough: the encoded request goes to Triton untouched."""
+        """KServe v2 passthrough: the encoded request goes to Triton untouched.
+
+        Raises:
+            BadRequest: an input declares more elements than the body could carry (``field='inputs'``).
+        """
         model = self.resolve(model)
         async with self.admit(ctx, model):
+            _check_declared_sizes(body, headers)
             return await self.backend.infer_raw(
                 model, body, headers, timeout_s=self.settings.upstream_timeout_s, version=self.traffic.pick(model)
             )
@@ -295,6 +302,54 @@ class InferenceService:
             )
         # PNG encoding is CPU work: keep it off the event loop.
         return await asyncio.to_thread(_png_base64, out["IMAGE"])
+
+
+_SHAPE = re.compile(rb'"shape"\s*:\s*\[([^\]]*)\]')
+
+
+def _check_declared_sizes(body: bytes, headers: dict[str, str]) -> None:
+    """Refuse a KServe v2 request whose inputs declare more elements than its body has bytes.
+
+    Every element takes at least one byte of the body (a JSON number, a binary value), so a larger
+    shape cannot be honest. Triton 2.51 sizes a buffer from the declared shape before it reads the
+    data and aborts (the whole server dies) when that is huge, so one such request from any client
+    would take every model down. Only the JSON header is scanned (C-speed regex, no parsing).
+    """
+    header = body
+    declared = headers.get("inference-header-content-length", "").strip()
+    if declared.isdigit():
+        header = body[: int(declared)]
+    for dims in _declared_shapes(header):
+        if any(d <= 0 for d in dims):
+            continue  # empty tensors are fine; negative dims are Triton's to refuse
+        count = 1
+        for dim in dims:
+            count *= dim
+            if count > len(body):
+                raise BadRequest(
+                    f"an input declares a shape of at least {count} elements, more than the "
+                    f"{len(body)}-byte body can hold",
+                    field="inputs",
+                )
+
+
+def _declared_shapes(header: bytes) -> Iterator[list[int]]:
+    if b"\\u" not in header:  # no escapes, so every "shape" key is spelled out: a regex finds them all
+        for match in _SHAPE.finditer(header):
+            try:
+                yield [int(d) for d in match.group(1).split(b",") if d.strip()]
+            except ValueError:
+                continue  # not integers: Triton refuses it and names the field
+        return
+    try:  # a key may be spelled with escapes ("\\u0073hape"): parse for real
+        doc = json.loads(header)
+    except (ValueError, RecursionError):
+        return  # not JSON: Triton refuses it
+    inputs = doc.get("inputs") if isinstance(doc, dict) else None
+    for item in inputs if isinstance(inputs, list) else []:
+        shape = item.get("shape") if isinstance(item, dict) else None
+        if isinstance(shape, list) and all(type(d) is int for d in shape):
+            yield shape
 
 
 def _png_base64(image: np.ndarray) -> str:
