@@ -13,6 +13,8 @@ Nothing here knows model families; callers hand in real calibration samples.
 
 from __future__ import annotations
 
+import contextlib
+import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -160,34 +162,38 @@ def to_int8(
 
     reader = CalibrationReader(calibration, batch_size=batch_size)
     dst.parent.mkdir(parents=True, exist_ok=True)
+    src, dst = src.resolve(), dst.resolve()
     prepared = dst.with_name(dst.stem + ".pre.onnx")
-    try:
-        # Shape inference + graph cleanup first, as onnxruntime recommends before quantizing;
-        # transformer graphs with dynamic sequence axes defeat the symbolic pass, ONNX's own suffices.
+    # onnxruntime's shape inference and quantizer drop scratch files (sym_shape_infer_temp.onnx,
+    # <uuid>.data) into the working directory, and leave them there when they fail: work elsewhere.
+    with tempfile.TemporaryDirectory(prefix="int8-") as scratch, contextlib.chdir(scratch):
         try:
-            quant_pre_process(str(src), str(prepared), skip_symbolic_shape=False)
-        except Exception:
-            quant_pre_process(str(src), str(prepared), skip_symbolic_shape=True)
-        excluded = _matching_nodes(prepared, tuple(keep_float))
-        quantize_static(
-            str(prepared),
-            str(dst),
-            reader,  # type: ignore[arg-type]
-            quant_format=QuantFormat.QDQ,
-            per_channel=per_channel,
-            activation_type=QuantType.QInt8,
-            weight_type=QuantType.QInt8,
-            calibrate_method=CalibrationMethod.MinMax,
-            op_types_to_quantize=list(op_types) if op_types is not None else None,
-            nodes_to_exclude=excluded,
-            extra_options={"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False},
-        )
-    except PrecisionError:
-        raise
-    except Exception as exc:  # onnxruntime raises bare exceptions of many kinds
-        raise PrecisionError(f"INT8 quantization of {src.name} failed: {exc}") from exc
-    finally:
-        prepared.unlink(missing_ok=True)
+            # Shape inference + graph cleanup first, as onnxruntime recommends before quantizing;
+            # transformer graphs with dynamic sequence axes defeat the symbolic pass, ONNX's own suffices.
+            try:
+                quant_pre_process(str(src), str(prepared), skip_symbolic_shape=False)
+            except Exception:
+                quant_pre_process(str(src), str(prepared), skip_symbolic_shape=True)
+            excluded = _matching_nodes(prepared, tuple(keep_float))
+            quantize_static(
+                str(prepared),
+                str(dst),
+                reader,  # type: ignore[arg-type]
+                quant_format=QuantFormat.QDQ,
+                per_channel=per_channel,
+                activation_type=QuantType.QInt8,
+                weight_type=QuantType.QInt8,
+                calibrate_method=CalibrationMethod.MinMax,
+                op_types_to_quantize=list(op_types) if op_types is not None else None,
+                nodes_to_exclude=excluded,
+                extra_options={"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False},
+            )
+        except PrecisionError:
+            raise
+        except Exception as exc:  # onnxruntime raises bare exceptions of many kinds
+            raise PrecisionError(f"INT8 quantization of {src.name} failed: {exc}") from exc
+        finally:
+            prepared.unlink(missing_ok=True)
     onnx.checker.check_model(str(dst))
     return dst
 
