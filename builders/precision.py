@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -94,10 +95,34 @@ def to_fp16(src: Path, dst: Path, keep_fp32_ops: Iterable[str] = DEFAULT_FP32_OP
         )
     except Exception as exc:  # onnx/onnxconverter raise bare exceptions of many kinds
         raise PrecisionError(f"FP16 conversion of {src.name} failed: {exc}") from exc
+    _restore_float_outputs(converted.graph, onnx.load(str(src), load_external_data=False).graph)
     dst.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(converted, str(dst))
     onnx.checker.check_model(str(dst))
     return dst
+
+
+def _restore_float_outputs(graph: Any, original: Any) -> None:
+    """Cast back to FP32 any graph output the converter left FP16.
+
+    ``keep_io_types`` misses outputs whose producer is on the op block list (e.g. a transformer's
+    final LayerNorm): the converter casts its FP32 result down to FP16 and declares the output FP16.
+    Served models must keep the FP32 interface their config promises.
+    """
+    from onnx import TensorProto, helper
+
+    wanted = {o.name: o.type.tensor_type.elem_type for o in original.output}
+    for output in graph.output:
+        if wanted.get(output.name) != TensorProto.FLOAT or output.type.tensor_type.elem_type != TensorProto.FLOAT16:
+            continue
+        internal = f"{output.name}__fp16"
+        for node in graph.node:
+            node.output[:] = [internal if n == output.name else n for n in node.output]
+            node.input[:] = [internal if n == output.name else n for n in node.input]
+        graph.node.append(
+            helper.make_node("Cast", [internal], [output.name], to=TensorProto.FLOAT, name=f"{output.name}__to_fp32")
+        )
+        output.type.tensor_type.elem_type = TensorProto.FLOAT
 
 
 class CalibrationReader:

@@ -59,12 +59,6 @@ def test_embeddings_match_sentence_transformers(client, sentence_transformer) ->
     assert cosines.min() >= FP32_MIN_COSINE, cosines
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="minilm_encoder_fp16's graph returns FP16 although its config (and keep_io_types) say FP32: "
-           "onnxconverter-common leaves last_hidden_state FP16 when precision.to_fp16 passes op_block_list; "
-           "text_pooling then rejects the FP16 tensor. Remove this mark once to_fp16 restores FP32 outputs.",
-)
 def test_fp16_variant_matches_sentence_transformers(client, sentence_transformer) -> None:
     texts = [*SAMPLE_SENTENCES, *EDGE_CASES]
     got = _embed(client, texts, model="text_embedding_fp16")
