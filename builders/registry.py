@@ -31,7 +31,7 @@ _FACTORIES: Mapping[str, Factory] = {
 }
 
 #: what ``inferctl up`` builds and serves when not told otherwise
-DEFAULT_MODELS: tuple[str, ...] = ("efficientnet_lite0", "resnet50", "image_classifier")
+DEFAULT_MODELS: tuple[str, ...] = ("efficientnet_lite0", "resnet50", "image_classifier", "text_embedding")
 
 
 def available() -> list[str]:
