@@ -105,6 +105,11 @@ def _print_welcome(console: Console, args: argparse.Namespace, triton_http: str,
                       f"`python -m gateway --keys-db {args.state_dir / 'keys.sqlite3'} --create-key NAME`")
     console.print("\nClassify a photo:")
     console.print(f'  curl -s -H "Authorization: Bearer {shown}" -F "file=@photo.jpg" {base}/v1/classify', soft_wrap=True)
+    if "text_embedding" in args.models:
+        console.print("\nEmbed a sentence (OpenAI-style):")
+        console.print(f'  curl -s -H "Authorization: Bearer {shown}" -H "Content-Type: application/json" '
+                      f"-d '{{\"model\": \"text_embedding\", \"input\": \"hello world\"}}' {base}/v1/embeddings",
+                      soft_wrap=True)
     console.print("\nPress Ctrl-C to stop.")
 
 
