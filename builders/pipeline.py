@@ -16,10 +16,11 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from google.protobuf import text_format
 from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from builders import repository as repo
@@ -112,7 +113,7 @@ def _current_variants(spec: ModelSpec, options: BuildOptions, digest: str,
     return precision_variants.up_to_date_variants(spec, digest, options.repository, options.engine_options(), notify)
 
 
-def _build_model(spec: ModelSpec, options: BuildOptions, digest: str, progress: Progress, task: int,
+def _build_model(spec: ModelSpec, options: BuildOptions, digest: str, progress: Progress, task: TaskID,
                  previous: BuildReport | None = None,
                  notify: Callable[[str], None] = lambda message: None) -> list[BuildReport]:
     """Export, verify and publish ``spec`` (unless ``previous`` is its current entry), then its variants."""
@@ -166,7 +167,7 @@ def _build_model(spec: ModelSpec, options: BuildOptions, digest: str, progress: 
 
 
 def _build_variants(spec: ModelSpec, options: BuildOptions, digest: str, fp32: Path, feeds: dict, reference: list,
-                    parent: BuildReport, workdir: Path, progress: Progress, task: int,
+                    parent: BuildReport, workdir: Path, progress: Progress, task: TaskID,
                     notify: Callable[[str], None]) -> list[precision_variants.Publication]:
     if not (options.variants and spec.variants):
         return []
@@ -228,7 +229,7 @@ def print_summary(reports: Iterable[BuildReport], console: Console | None = None
     for column in ("model", "version", "precision", "status", "weights", "max abs err", "min cosine", "top-1 agree"):
         table.add_column(column)
     for r in reports:
-        first = next(iter(r.parity.values()), {}) if r.parity else {}
+        first: dict[str, Any] = next(iter(r.parity.values()), {}) if r.parity else {}
         top1 = first.get("top1_agreement")
         table.add_row(
             r.model, str(r.version), r.precision, "up to date" if r.skipped else "built",

@@ -41,6 +41,13 @@ class _LogitsOnly:
         return Wrapper().eval()
 
 
+def _config():  # type: ignore[no-untyped-def]
+    from transformers import ResNetConfig
+
+    # ResNetConfig's defaults are ResNet-50 v1.5; num_labels goes through PretrainedConfig's **kwargs.
+    return ResNetConfig(num_labels=1000)  # type: ignore[call-arg]
+
+
 class ResNet50(ModelSpec):
     name = "resnet50"
     family = "image-classification"
@@ -58,11 +65,11 @@ class ResNet50(ModelSpec):
 
     def load(self):  # type: ignore[no-untyped-def]
         import torch
-        from transformers import ResNetConfig, ResNetForImageClassification
+        from transformers import ResNetForImageClassification
 
         if self.weights is None:
             torch.manual_seed(0)
-            model = ResNetForImageClassification(ResNetConfig(num_labels=1000)).eval()
+            model = ResNetForImageClassification(_config()).eval()
             info = WeightsInfo(source="random-init", pretrained=False,
                                note=f"no weights given (set {WEIGHTS_ENV}); labels are meaningless")
         elif not self.weights.exists():
@@ -71,7 +78,7 @@ class ResNet50(ModelSpec):
             model = ResNetForImageClassification.from_pretrained(str(self.weights), local_files_only=True).eval()
             info = WeightsInfo(source=f"file:{self.weights}", pretrained=True, path=str(self.weights))
         else:
-            model = ResNetForImageClassification(ResNetConfig(num_labels=1000)).eval()
+            model = ResNetForImageClassification(_config()).eval()
             state = torch.load(self.weights, map_location="cpu", weights_only=True)
             model.load_state_dict(state.get("state_dict", state) if isinstance(state, dict) else state)
             info = WeightsInfo(source=f"file:{self.weights}", pretrained=True, path=str(self.weights),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import Request
 
 from gateway.auth import Authenticator
@@ -32,8 +34,8 @@ SECURITY_SCHEMES = {
         "description": "GATEWAY_ADMIN_TOKEN",
     },
 }
-CLIENT_AUTH = {"security": [{"bearer": []}, {"apiKey": []}]}
-ADMIN_AUTH = {"security": [{"adminToken": []}]}
+CLIENT_AUTH: dict[str, Any] = {"security": [{"bearer": []}, {"apiKey": []}]}
+ADMIN_AUTH: dict[str, Any] = {"security": [{"adminToken": []}]}
 
 
 async def get_service(request: Request) -> InferenceService:
