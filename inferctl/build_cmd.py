@@ -50,6 +50,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--no-variants", action="store_true", help="skip FP16/INT8 variants")
     parser.add_argument("--engines", action="store_true",
                         help="also compile TensorRT engines (full TensorRT on a GPU host, or TensorRT-RTX)")
+    parser.add_argument("--engine-compute-capability", metavar="CC",
+                        help="TensorRT-RTX target, e.g. 8.9 for the RTX 4090 (full TensorRT builds for the local GPU)")
+    parser.add_argument("--timing-cache", type=Path, help="TensorRT timing cache file (default: beside the repository)")
     parser.set_defaults(handler=run)
 
 
@@ -59,9 +62,8 @@ def run(args: argparse.Namespace) -> int:
 
     console = Console()
     options = BuildOptions(repository=args.repository, force=args.force, weights=parse_weights(args.weights),
-                           variants=not args.no_variants)
-    if args.engines:
-        options = _with_engines(options)
+                           variants=not args.no_variants, engines=args.engines, timing_cache=args.timing_cache,
+                           engine_compute_capability=args.engine_compute_capability)
     try:
         reports = build(args.models, options, console=Console(stderr=True))
     except BuildError as exc:
@@ -70,10 +72,3 @@ def run(args: argparse.Namespace) -> int:
     print_summary(reports, console)
     return 0
 
-
-def _with_engines(options):  # type: ignore[no-untyped-def]
-    import dataclasses
-
-    if "engines" not in {f.name for f in dataclasses.fields(options)}:
-        raise SystemExit("this install has no engine builder")
-    return dataclasses.replace(options, engines=True)
