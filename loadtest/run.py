@@ -1,0 +1,154 @@
+"""Headless locust runs with a bounded duration, writing CSV and HTML reports.
+
+    python -m loadtest.run --host http://127.0.0.1:8080 --scenarios classify,embeddings,v2 \\
+        --users 16 --spawn-rate 4 --run-time 60s --out reports/loadtest
+    LOADTEST_TARGET=triton python -m loadtest.run --host http://127.0.0.1:8000 --scenarios v2 --run-time 20s
+
+Locust runs in its own process (it monkey-patches the standard library with gevent), under a
+wall-clock limit of ``--run-time`` plus a grace period, so a run can never outlive its budget. The
+reports are ``<out>/<prefix>_stats.csv``, ``_stats_history.csv``, ``_failures.csv``,
+``_exceptions.csv`` and ``<out>/<prefix>.html``; :func:`run_locust` returns the parsed stats rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["LocustRun", "LOCUSTFILE", "main", "parse_duration", "run_locust"]
+
+LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
+DEFAULT_OUT = Path("reports/loadtest")
+GRACE_S = 60.0
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in locust's ``--run-time`` notation (``90``, ``30s``, ``2m``, ``1h30m``)."""
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        return float(text)
+    parts = re.findall(r"(\d+)([hms])", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"not a duration: {text!r} (use e.g. 30s, 2m, 1h30m)")
+    return float(sum(int(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in parts))
+
+
+@dataclass
+class LocustRun:
+    """What a headless run left behind."""
+
+    returncode: int
+    csv_prefix: Path
+    html: Path
+    stats: list[dict[str, str]] = field(default_factory=list)
+    output: str = ""
+
+    @property
+    def aggregated(self) -> dict[str, str] | None:
+        return next((row for row in self.stats if row.get("Name") == "Aggregated"), None)
+
+    @property
+    def failures(self) -> int:
+        row = self.aggregated
+        return int(row["Failure Count"]) if row else 0
+
+    @property
+    def requests(self) -> int:
+        row = self.aggregated
+        return int(row["Request Count"]) if row else 0
+
+
+def _classes(scenarios: Sequence[str]) -> list[str]:
+    from loadtest.locustfile import SCENARIOS
+
+    names = []
+    for scenario in scenarios:
+        if scenario == "all":
+            return []
+        if scenario in SCENARIOS:
+            names.append(SCENARIOS[scenario])
+        elif scenario in SCENARIOS.values():
+            names.append(scenario)
+        else:
+            raise ValueError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}, all")
+    return names
+
+
+def run_locust(
+    host: str,
+    scenarios: Sequence[str] = ("all",),
+    *,
+    users: int = 4,
+    spawn_rate: float = 4,
+    run_time: str = "30s",
+    out_dir: Path = DEFAULT_OUT,
+    prefix: str = "loadtest",
+    env: Mapping[str, str] | None = None,
+) -> LocustRun:
+    """Run locust headless against ``host`` for ``run_time`` and read back its CSV stats.
+
+    Args:
+        host: base URL of the gateway (or of Triton with ``LOADTEST_TARGET=triton``).
+        scenarios: names from :data:`loadtest.locustfile.SCENARIOS` (or User class names); ``all``
+            runs every class in the locustfile.
+        env: extra environment for the locust process (keys, ``LOADTEST_*`` settings).
+
+    Raises:
+        subprocess.TimeoutExpired: locust outlived ``run_time`` plus the grace period (it is killed).
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    csv_prefix, html = out_dir / prefix, out_dir / f"{prefix}.html"
+    cmd = [
+        sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless",
+        "--host", host, "-u", str(users), "-r", str(spawn_rate), "--run-time", run_time,
+        "--stop-timeout", "10", "--csv", str(csv_prefix), "--csv-full-history", "--html", str(html),
+        "--only-summary", "--loglevel", "WARNING", *_classes(scenarios),
+    ]
+    child_env = dict(os.environ)
+    root = str(Path(__file__).resolve().parent.parent)
+    child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, child_env.get("PYTHONPATH")]))
+    child_env.update(env or {})
+    completed = subprocess.run(
+        cmd, env=child_env, capture_output=True, text=True, timeout=parse_duration(run_time) + GRACE_S, check=False
+    )
+    stats_file = Path(f"{csv_prefix}_stats.csv")
+    stats = list(csv.DictReader(stats_file.open(encoding="utf-8"))) if stats_file.exists() else []
+    return LocustRun(completed.returncode, csv_prefix, html, stats, completed.stdout + completed.stderr)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m loadtest.run", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--host", required=True, help="gateway base URL, e.g. http://127.0.0.1:8080")
+    parser.add_argument("--scenarios", default="all", help="comma separated: classify,embeddings,generation,v2,free,standard,premium or all")
+    parser.add_argument("--users", type=int, default=4)
+    parser.add_argument("--spawn-rate", type=float, default=4)
+    parser.add_argument("--run-time", default="30s", help="bounded duration, e.g. 30s, 5m")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--prefix", default="loadtest")
+    parser.add_argument("--target", choices=["gateway", "triton"], help="sets LOADTEST_TARGET")
+    parser.add_argument("--api-key", help="sets LOADTEST_API_KEY (prefer the environment: argv is visible to ps)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    env = {}
+    if args.target:
+        env["LOADTEST_TARGET"] = args.target
+    if args.api_key:
+        env["LOADTEST_API_KEY"] = args.api_key
+    run = run_locust(args.host, [s.strip() for s in args.scenarios.split(",") if s.strip()], users=args.users,
+                     spawn_rate=args.spawn_rate, run_time=args.run_time, out_dir=args.out, prefix=args.prefix, env=env)
+    print(run.output[-4000:])
+    print(f"requests {run.requests}, failures {run.failures}; reports: {run.csv_prefix}_stats.csv, {run.html}")
+    return 0 if run.returncode == 0 and run.requests > 0 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
