@@ -101,6 +101,23 @@ def engine_hash(variant_digest: str, trt: engine.TensorRT, options: EngineOption
                    sorted((axis_ranges or {}).items()), file_sha256(Path(engine.__file__)))
 
 
+def _usable_engine_target(spec: ModelSpec, engines: EngineOptions | None,
+                          notify: Callable[[str], None]) -> tuple[engine.TensorRT, str] | None:
+    """The engine target to build for, or None (no engines asked, no TensorRT, or a spec that cannot have one)."""
+    if engines is None:
+        return None
+    try:
+        target = _engine_target(engines)
+    except engine.EngineUnavailable as exc:
+        notify(str(exc))
+        return None
+    gap = _engine_gap(spec)
+    if gap is not None:
+        notify(gap)
+        return None
+    return target
+
+
 def _engine_gap(spec: ModelSpec) -> str | None:
     """Why ``spec`` gets no engine (dynamic non-batch axes without a profile range), or None."""
     missing = [t.name for t in spec.inputs if -1 in t.dims and t.name not in spec.engine_axis_ranges]
@@ -139,16 +156,7 @@ def up_to_date_variants(spec: ModelSpec, parent_hash: str, repository: Path,
     are skipped, and ``notify`` says why.
     """
     reports = []
-    target = None
-    if engines is not None:
-        try:
-            target = _engine_target(engines)
-        except engine.EngineUnavailable as exc:
-            notify(str(exc))
-        gap = _engine_gap(spec) if target is not None else None
-        if gap is not None:
-            notify(gap)
-            target = None
+    target = _usable_engine_target(spec, engines, notify)
     for precision in spec.variants:
         digest = variant_hash(spec, parent_hash, precision)
         current = _current(repository, variant_name(spec.name, precision), digest)
@@ -225,16 +233,7 @@ def build_variants(
     fp32_parity = {out.name: compare(ref, cand, classes=out.name == spec.class_output)
                    for out, ref, cand in zip(spec.outputs, reference, fp32_outputs, strict=True)}
 
-    target = None
-    if engines is not None:
-        try:
-            target = _engine_target(engines)
-        except engine.EngineUnavailable as exc:
-            notify(str(exc))
-        gap = _engine_gap(spec) if target is not None else None
-        if gap is not None:
-            notify(gap)
-            target = None
+    target = _usable_engine_target(spec, engines, notify)
 
     pending: list[Publication] = []
     for precision in spec.variants:
