@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import numpy as np
 
 from builders.spec import ModelSpec
 
-__all__ = ["ExportResult", "export_onnx", "torch_reference"]
+__all__ = ["ExportResult", "export_onnx", "select_output", "torch_reference"]
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,22 @@ class ExportResult:
     path: Path
     seconds: float
     opset: int
+
+
+def select_output(model: object, output: str, argument_names: Sequence[str]) -> object:
+    """Wrap a model that returns a ``ModelOutput`` so the traced graph takes positional tensors and
+    returns one plain tensor (``model(**{names: tensors}).<output>``)."""
+    import torch
+
+    class SelectOutput(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
+            return getattr(self.model(**dict(zip(argument_names, tensors, strict=True))), output)  # type: ignore[operator]
+
+    return SelectOutput().eval()
 
 
 def torch_reference(module: object, spec: ModelSpec, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from builders.errors import MissingInputError
+from builders.export import select_output
 from builders.report import file_sha256
 from builders.samples import image_batch
 from builders.spec import BatchingPolicy, ModelSpec, TensorSpec, Tolerance, WeightsInfo
@@ -21,24 +22,6 @@ from builders.spec import BatchingPolicy, ModelSpec, TensorSpec, Tolerance, Weig
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 WEIGHTS_ENV = "RESNET50_WEIGHTS"
-
-
-class _LogitsOnly:
-    """Wrap a transformers classifier so the traced graph returns a plain tensor."""
-
-    @staticmethod
-    def wrap(model):  # type: ignore[no-untyped-def]
-        import torch
-
-        class Wrapper(torch.nn.Module):
-            def __init__(self) -> None:
-                super().__init__()
-                self.model = model
-
-            def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
-                return self.model(pixel_values=pixel_values).logits
-
-        return Wrapper().eval()
 
 
 def _config():  # type: ignore[no-untyped-def]
@@ -83,7 +66,7 @@ class ResNet50(ModelSpec):
             model.load_state_dict(state.get("state_dict", state) if isinstance(state, dict) else state)
             info = WeightsInfo(source=f"file:{self.weights}", pretrained=True, path=str(self.weights),
                                sha256=file_sha256(self.weights))
-        return _LogitsOnly.wrap(model), info
+        return select_output(model, "logits", ["pixel_values"]), info
 
     def sample_inputs(self) -> dict[str, np.ndarray]:
         return {"input": image_batch(mean=IMAGENET_MEAN, std=IMAGENET_STD, mirrored=False)}

