@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import threading
 import time
@@ -190,8 +191,14 @@ class TritonServer:
     def _environment(self) -> dict[str, str]:
         env = dict(os.environ)
         libs = _pytriton_root().parent.parent / "nvidia_pytriton.libs"
-        env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(libs), env.get("LD_LIBRARY_PATH")]))
-        # The Python backend stub is its own interpreter: give it this environment's packages.
+        # The stub links libpython3.X: take this interpreter's, not whichever the system has, so the
+        # embedded interpreter matches the standard library and extension modules it will load.
+        libpython = sysconfig.get_config_var("LIBDIR") or ""
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(libs), libpython, env.get("LD_LIBRARY_PATH")]))
+        # The Python backend stub embeds its own interpreter, which takes its prefix (and so its
+        # site-packages: a virtual environment's) from the first `python3` on PATH, and ignores
+        # PYTHONPATH. Put this interpreter first, so models import what this environment has.
+        env["PATH"] = os.pathsep.join(filter(None, [str(Path(sys.executable).parent), env.get("PATH")]))
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [*sys.path[1:], env.get("PYTHONPATH")]))
         return env
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -43,3 +45,47 @@ def test_a_model_that_fails_to_load_is_reported(model_repository: Path, tmp_path
     with pytest.raises(TritonStartError, match="efficientnet_lite0"):
         server.start()
     assert not server.running()
+
+
+_PROBE = '''
+import json, ssl, sys
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        facts = json.dumps({"version": sys.version.split()[0], "numpy": np.__file__, "ssl": ssl.OPENSSL_VERSION})
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("FACTS", np.array([facts.encode()], dtype=object))])
+                for _ in requests]
+'''
+
+
+@pytest.mark.integration
+def test_python_models_run_on_this_interpreter_and_environment(tmp_path: Path, monkeypatch) -> None:
+    """The stub must embed this Python (not the system's) and see this environment's packages,
+    even when the environment is not activated (as under CI)."""
+    import json
+    import platform
+
+    import numpy as np
+    import tritonclient.http as http
+
+    from builders.spec import BatchingPolicy, TensorSpec
+    from builders.triton_config import model_config, write_config
+
+    entry = tmp_path / "repo" / "probe"
+    (entry / "1").mkdir(parents=True)
+    (entry / "1" / "model.py").write_text(_PROBE)
+    write_config(model_config("probe", backend="python", inputs=[TensorSpec("X", "float32", (1,))],
+                              outputs=[TensorSpec("FACTS", "bytes", (1,))], batching=BatchingPolicy(0), warmup=False),
+                 entry / "config.pbtxt")
+    venv_bin = str(Path(sys.executable).parent)
+    monkeypatch.setenv("PATH", os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if p != venv_bin))
+    with TritonServer(tmp_path / "repo", models=["probe"], ports=TritonPorts.free()) as server:
+        client = http.InferenceServerClient(server.http_url)
+        tensor = http.InferInput("X", [1], "FP32")
+        tensor.set_data_from_numpy(np.zeros(1, np.float32))
+        facts = json.loads(client.infer("probe", [tensor]).as_numpy("FACTS")[0])
+    assert facts["version"] == platform.python_version()
+    assert facts["numpy"] == np.__file__
