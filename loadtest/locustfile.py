@@ -34,7 +34,6 @@ name ``<route> [429 rate limited]`` so the report shows how much was shed; a 429
 
 from __future__ import annotations
 
-import json
 import os
 import random
 from typing import Any
@@ -50,7 +49,6 @@ __all__ = [
     "FreeTierUser",
     "ImageGenerationUser",
     "PremiumTierUser",
-    "SCENARIOS",
     "StandardTierUser",
     "V2TensorUser",
 ]
@@ -234,20 +232,3 @@ class StandardTierUser(FreeTierUser):
 
 class PremiumTierUser(FreeTierUser):
     key_variable = "LOADTEST_API_KEY_PREMIUM"
-
-
-#: scenario name (``loadtest.run --scenarios``) -> User class name
-SCENARIOS: dict[str, str] = {
-    "classify": "ClassifyUser",
-    "embeddings": "EmbeddingsUser",
-    "generation": "ImageGenerationUser",
-    "v2": "V2TensorUser",
-    "free": "FreeTierUser",
-    "standard": "StandardTierUser",
-    "premium": "PremiumTierUser",
-}
-
-
-def describe() -> str:
-    """The scenarios as JSON (for ``loadtest.run --list``)."""
-    return json.dumps(SCENARIOS, indent=2)

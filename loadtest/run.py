@@ -22,6 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from loadtest.scenarios import SCENARIOS
+
 __all__ = ["LocustRun", "LOCUSTFILE", "main", "parse_duration", "run_locust"]
 
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
@@ -65,8 +67,6 @@ class LocustRun:
 
 
 def _classes(scenarios: Sequence[str]) -> list[str]:
-    from loadtest.locustfile import SCENARIOS
-
     names = []
     for scenario in scenarios:
         if scenario == "all":
@@ -95,7 +95,7 @@ def run_locust(
 
     Args:
         host: base URL of the gateway (or of Triton with ``LOADTEST_TARGET=triton``).
-        scenarios: names from :data:`loadtest.locustfile.SCENARIOS` (or User class names); ``all``
+        scenarios: names from :data:`loadtest.scenarios.SCENARIOS` (or User class names); ``all``
             runs every class in the locustfile.
         env: extra environment for the locust process (keys, ``LOADTEST_*`` settings).
 
