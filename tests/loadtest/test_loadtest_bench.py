@@ -28,9 +28,9 @@ def test_cli_quick_settings() -> None:
     assert settings.duration_s < 5
 
 
-def test_bench_quick_writes_table_json_and_png(model_repository: Path, tmp_path: Path,
+def test_bench_quick_writes_table_json_and_png(loadtest_repository: Path, tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
-    settings = BenchSettings.quick_settings(repository=model_repository, out_dir=tmp_path, concurrency=(1, 2),
+    settings = BenchSettings.quick_settings(repository=loadtest_repository, out_dir=tmp_path, concurrency=(1, 2),
                                             duration_s=1.0, warmup_s=0.3, raw_batches=(1, 4))
     document = run_bench(settings)
     out = capsys.readouterr().out

@@ -26,8 +26,8 @@ def test_parse_duration() -> None:
         parse_duration("soon")
 
 
-def test_v2_scenario_direct_to_triton(triton: TritonServer, tmp_path: Path) -> None:
-    run = run_locust(f"http://{triton.http_url}", ["v2"], users=2, spawn_rate=2, run_time="4s",
+def test_v2_scenario_direct_to_triton(loadtest_triton: TritonServer, tmp_path: Path) -> None:
+    run = run_locust(f"http://{loadtest_triton.http_url}", ["v2"], users=2, spawn_rate=2, run_time="4s",
                      out_dir=tmp_path, prefix="triton", env={"LOADTEST_TARGET": "triton", "LOADTEST_WAIT": "0.05,0.2"})
     assert run.html.exists() and run.html.stat().st_size > 0, run.output[-2000:]
     for suffix in ("_stats.csv", "_stats_history.csv", "_failures.csv"):

@@ -21,7 +21,8 @@ Behaviour:
   back to the dtype the config declares, so clients see the same tensors either way.
 - Parameters (``parameters { key: ... value { string_value: ... } }``): ``precision``,
   ``device`` (``auto`` | ``cpu`` | ``cuda``: overrides the instance kind), ``intra_op_thread_count``
-  (CPU threads for this instance, 0 = PyTorch's default), ``cudnn_benchmark`` (``true``/``false``).
+  (CPU threads for this instance, 0 = PyTorch's default), ``cudnn_benchmark`` (``false`` by
+  default; ``true`` tunes cuDNN for every batch size 1..max_batch_size at load).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.utils.dlpack
 import triton_python_backend_utils as pb_utils
 
 _TRITON_TO_NUMPY = {
@@ -43,6 +45,18 @@ _TRITON_TO_NUMPY = {
     "TYPE_INT8": np.int8,
     "TYPE_UINT8": np.uint8,
     "TYPE_BOOL": np.bool_,
+}
+
+
+_TORCH_DTYPES = {
+    np.float32: torch.float32,
+    np.float16: torch.float16,
+    np.float64: torch.float64,
+    np.int64: torch.int64,
+    np.int32: torch.int32,
+    np.int8: torch.int8,
+    np.uint8: torch.uint8,
+    np.bool_: torch.bool,
 }
 
 
@@ -72,6 +86,7 @@ class TritonPythonModel:
 
         wanted = _parameter(self.config, "device", "auto").lower()
         gpu_kind = args.get("model_instance_kind", "CPU").upper() == "GPU"
+        self.cudnn_benchmark = False
         use_cuda = torch.cuda.is_available() and (wanted == "cuda" or (wanted == "auto" and gpu_kind))
         if wanted == "cuda" and not torch.cuda.is_available():
             raise pb_utils.TritonModelException("parameter device=cuda, but CUDA is not available")
@@ -79,8 +94,12 @@ class TritonPythonModel:
             device_id = int(args.get("model_instance_device_id", "0") or 0)
             self.device = torch.device("cuda", device_id)
             torch.cuda.set_device(self.device)
-            if _parameter(self.config, "cudnn_benchmark", "true").lower() == "true":
-                torch.backends.cudnn.benchmark = True
+            # Off by default: in benchmark mode cuDNN re-tunes for every new input shape, and the
+            # dynamic batcher produces up to max_batch_size shapes; measured on the H200, each new
+            # shape stalled the instance for hundreds of ms (P99 of seconds) until all were seen.
+            # When switched on, every batch size is tuned once at load instead (see _warm_up).
+            self.cudnn_benchmark = _parameter(self.config, "cudnn_benchmark", "false").lower() == "true"
+            torch.backends.cudnn.benchmark = self.cudnn_benchmark
         else:
             self.device = torch.device("cpu")
             threads = int(_parameter(self.config, "intra_op_thread_count", "0"))
@@ -102,6 +121,18 @@ class TritonPythonModel:
             for i in _ordered(self.config["input"])
         ]
         self.outputs = [(o["name"], _TRITON_TO_NUMPY[o["data_type"]]) for o in _ordered(self.config["output"])]
+        if self.device.type == "cuda":
+            self._warm_up(int(self.config.get("max_batch_size", 0)))
+
+    def _warm_up(self, max_batch_size: int) -> None:
+        """Run every batch size once on the GPU, so per-shape costs (cuDNN tuning, allocator growth)
+        are paid at load, not under traffic."""
+        if any(-1 in dims for _, _, dims in self.inputs):
+            return  # dynamic dims: the shapes to tune for are not known in advance
+        for batch in range(1, max(max_batch_size, 1) + 1):
+            arrays = [np.zeros(([batch] if self.batched else []) + dims, dtype=dtype) for _, dtype, dims in self.inputs]
+            self._forward(arrays)
+        torch.cuda.synchronize(self.device)
 
     def _check(self, name: str, dtype: type, dims: list[int], array: np.ndarray) -> None:
         if array.dtype != dtype:
@@ -134,14 +165,17 @@ class TritonPythonModel:
             self._run_batch(good, responses)
         return responses
 
-    def _forward(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+    def _forward(self, arrays: list[np.ndarray]) -> list[torch.Tensor]:
         tensors = []
         for array in arrays:
             tensor = torch.from_numpy(array).to(self.device, non_blocking=True)
             if tensor.is_floating_point():
                 tensor = tensor.to(self.compute_dtype)
             tensors.append(tensor)
-        with torch.inference_mode():
+        # The profiling executor re-specialises (and re-fuses) the graph for every new input shape;
+        # the dynamic batcher makes up to max_batch_size shapes, and on the H200 each new one stalled
+        # the instance for seconds. Plain execution of the traced graph has no per-shape cost.
+        with torch.inference_mode(), torch.jit.optimized_execution(False):
             result = self.module(*tensors)
         if isinstance(result, torch.Tensor):
             result = (result,)
@@ -149,10 +183,9 @@ class TritonPythonModel:
             result = tuple(result[name] for name, _ in self.outputs)
         if len(result) != len(self.outputs):
             raise RuntimeError(f"the module returned {len(result)} tensors; the config declares {len(self.outputs)}")
-        out = []
-        for tensor, (_, dtype) in zip(result, self.outputs, strict=True):
-            out.append(tensor.detach().to("cpu").numpy().astype(dtype, copy=False))
-        return out
+        # Outputs stay torch tensors (CPU, the config's dtype) and leave through DLPack, not numpy:
+        # see _respond.
+        return [t.detach().to("cpu").to(_TORCH_DTYPES[dtype]) for t, (_, dtype) in zip(result, self.outputs, strict=True)]
 
     def _run_batch(self, good: list[tuple[int, list[np.ndarray]]], responses: list[Any]) -> None:
         if not self.batched or len(good) == 1:
@@ -177,9 +210,13 @@ class TritonPythonModel:
         except Exception as exc:
             return pb_utils.InferenceResponse(error=pb_utils.TritonError(f"pytorch: {exc}"))
 
-    def _respond(self, arrays: list[np.ndarray]) -> Any:
+    def _respond(self, results: list[torch.Tensor]) -> Any:
+        # DLPack rather than pb_utils.Tensor(name, ndarray): with numpy 2 in the interpreter (the
+        # H200 image has 2.5), the 2.51 stub's numpy path produced outputs of zero bytes
+        # ("binary_data_size": 0) although the shapes were right; the DLPack path is ABI-neutral.
         tensors = [
-            pb_utils.Tensor(name, np.ascontiguousarray(a)) for (name, _), a in zip(self.outputs, arrays, strict=True)
+            pb_utils.Tensor.from_dlpack(name, torch.utils.dlpack.to_dlpack(t.contiguous()))
+            for (name, _), t in zip(self.outputs, results, strict=True)
         ]
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
