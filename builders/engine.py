@@ -12,30 +12,38 @@ dynamic batcher can form a batch of exactly ``max_batch_size``, server#8141). A 
 loaded and saved so rebuilds reuse tactic timings. When neither flavour imports,
 :class:`EngineUnavailable` says so; nothing is faked.
 
-    meta = build_engine(Path("model_fp16.onnx"), out, max_batch_size=32, precision="fp16",
-                        input_hash=file_sha256(onnx), timing_cache=Path(".build/trt.cache"))
+    meta = build_engine(Path("model_fp16.onnx"), out, EngineProfile(max_batch_size=32), "fp16",
+                        EngineOptions(timing_cache=Path(".build/trt.cache")))
 
 Engines are tied to the TensorRT version and the compute capability: :func:`check_engine` compares
-``engine.json`` with the serving host before Triton is pointed at a plan.
+``engine.json`` with this host; :mod:`builders.engine_target` decides whether a Triton server can load
+an engine at all (only full TensorRT plans, of its TensorRT version, for its GPU).
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import os
-import shutil
-import subprocess
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from types import ModuleType
-from typing import Any
 
 from builders.errors import BuildError, EngineBuildError
 from builders.report import file_sha256
+
+# Which flavour is installed and what GPU it targets live in builders.tensorrt_host; the names callers
+# use are re-exported here (``__all__``), and the private alias keeps builders.variants' call working.
+from builders.tensorrt_host import (
+    EngineUnavailable,
+    TensorRT,
+    build_log,
+    load_tensorrt,
+    parser_errors,
+    rtx_capability,
+)
+from builders.tensorrt_host import local_compute_capability as _local_compute_capability
 
 __all__ = [
     "DEFAULT_COMPUTE_CAPABILITY",
@@ -44,13 +52,17 @@ __all__ = [
     "METADATA_NAME",
     "EngineMetadata",
     "EngineMismatchError",
+    "EngineOptions",
+    "EngineProfile",
     "EngineUnavailable",
+    "RUNTIME_RTX",
+    "RUNTIME_TRITON",
     "TensorRT",
     "build_engine",
     "check_engine",
-    "check_repository_engines",
     "load_tensorrt",
     "read_metadata",
+    "runtime_of",
 ]
 
 ENGINE_NAME = "model.plan"
@@ -62,23 +74,19 @@ DEFAULT_COMPUTE_CAPABILITY = "8.9"
 #: CPU cores (it compiles kernels on the target GPU at first run instead).
 DEFAULT_OPTIMIZATION_LEVEL = 3
 _WORKSPACE_BYTES = 1 << 30
+#: the runtime an engine needs, as engine.json labels it: Triton's tensorrt_plan backend loads only
+#: plans of full TensorRT; TensorRT for RTX engines need the RTX runtime (builders.engine_target)
+RUNTIME_TRITON = "triton-tensorrt_plan"
+RUNTIME_RTX = "tensorrt-rtx-runtime"
 
 
-class EngineUnavailable(BuildError):
-    """No TensorRT flavour is installed here; engines are skipped, never faked."""
+def runtime_of(flavour: str) -> str:
+    """The runtime an engine built by ``flavour`` runs under."""
+    return RUNTIME_TRITON if flavour == "tensorrt" else RUNTIME_RTX
 
 
 class EngineMismatchError(BuildError):
     """An engine was built for another TensorRT version or compute capability than this host's."""
-
-
-@dataclass(frozen=True)
-class TensorRT:
-    """The TensorRT flavour that imported: its module, name and version."""
-
-    module: ModuleType
-    flavour: str  # "tensorrt" or "tensorrt-rtx"
-    version: str
 
 
 @dataclass
@@ -96,6 +104,8 @@ class EngineMetadata:
     engine_bytes: int = 0
     onnx_file: str = ""
     created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+    #: what runs it (:func:`runtime_of`); empty in metadata written before the label existed
+    runtime: str = ""
 
     def write(self, directory: Path) -> Path:
         path = directory / METADATA_NAME
@@ -108,106 +118,6 @@ def read_metadata(path: Path) -> EngineMetadata:
     if path.is_dir():
         path = path / METADATA_NAME
     return EngineMetadata(**json.loads(path.read_text(encoding="utf-8")))
-
-
-def load_tensorrt(prefer: str | None = None) -> TensorRT:
-    """The installed TensorRT flavour: full TensorRT first, then TensorRT for RTX.
-
-    Args:
-        prefer: ``"tensorrt"`` or ``"tensorrt-rtx"`` to try only that flavour.
-
-    Raises:
-        EngineUnavailable: neither imports.
-    """
-    candidates = [("tensorrt", "tensorrt"), ("tensorrt-rtx", "tensorrt_rtx")]
-    if prefer is not None:
-        candidates = [c for c in candidates if c[0] == prefer]
-    problems = []
-    for flavour, module_name in candidates:
-        try:
-            module = __import__(module_name)
-            version = str(module.__version__)
-        except Exception as exc:  # ImportError, or a stub/broken install failing at import
-            problems.append(f"{module_name}: {exc}")
-            continue
-        return TensorRT(module=module, flavour=flavour, version=version)
-    raise EngineUnavailable(
-        "TensorRT engines skipped: neither full TensorRT (`import tensorrt`, on a GPU host) nor "
-        "TensorRT for RTX (`pip install tensorrt-rtx`) is installed (" + "; ".join(problems) + ")"
-    )
-
-
-def _local_compute_capability() -> str:
-    """The first local GPU's compute capability, e.g. "8.9" (full TensorRT builds for this GPU)."""
-    smi = shutil.which("nvidia-smi")
-    if smi:
-        try:
-            out = subprocess.run([smi, "--query-gpu=compute_cap", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=30, check=True).stdout.split()
-            if out:
-                return out[0].strip()
-        except (OSError, subprocess.SubprocessError):
-            pass
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            major, minor = torch.cuda.get_device_capability(0)
-            return f"{major}.{minor}"
-    except ImportError:
-        pass
-    raise EngineUnavailable("full TensorRT is installed but no GPU is visible (nvidia-smi / CUDA) to build for")
-
-
-def _rtx_capability(trt: ModuleType, capability: str) -> Any:
-    member = "SM" + capability.replace(".", "")
-    try:
-        return getattr(trt.ComputeCapability, member)
-    except AttributeError:
-        known = [m[2:-1] + "." + m[-1] for m in trt.ComputeCapability.__members__ if m.startswith("SM")]
-        raise EngineBuildError(
-            f"TensorRT for RTX cannot target compute capability {capability}; it builds for {', '.join(known)}"
-        ) from None
-
-
-class _Logger:
-    """Keeps TensorRT's warnings and errors so a failed build can name them.
-
-    TensorRT keeps the first logger a process gives it and ignores later ones, so there is one per
-    TensorRT module (:func:`_logger`), cleared at the start of each build.
-    """
-
-    def __init__(self, trt: ModuleType) -> None:
-        outer = self
-        self.messages: list[str] = []
-
-        class Logger(trt.ILogger):  # type: ignore[misc,name-defined]
-            def __init__(self) -> None:
-                trt.ILogger.__init__(self)
-
-            def log(self, severity: Any, msg: str) -> None:
-                if severity <= trt.ILogger.Severity.WARNING:
-                    outer.messages.append(f"{severity.name}: {msg}")
-
-        self.logger = Logger()
-
-    def errors(self) -> list[str]:
-        return [m for m in self.messages if not m.startswith("WARNING")]
-
-
-@functools.cache
-def _logger(trt: ModuleType) -> _Logger:
-    return _Logger(trt)
-
-
-def _parser_errors(parser: Any) -> list[str]:
-    messages = []
-    for i in range(parser.num_errors):
-        error = parser.get_error(i)
-        code = getattr(error.code(), "name", str(error.code()))
-        where = f" at node {error.node()} '{error.node_name()}' (op {error.node_operator()})" if error.node() >= 0 else ""
-        messages.append(f"{code}{where}: {error.desc()} [{error.func()}]")
-    return messages
 
 
 def _check_onnx(path: Path) -> None:
@@ -242,34 +152,52 @@ def _axis_ranges(name: str, dims: list[int], given: Sequence[Sequence[int]] | No
     return low, mid, high
 
 
-def build_engine(
-    onnx: Path,
-    out_dir: Path,
-    *,
-    max_batch_size: int,
-    precision: str,
-    input_hash: str | None = None,
-    timing_cache: Path | None = None,
-    preferred_batch_size: int | None = None,
-    compute_capability: str | None = None,
-    optimization_level: int = DEFAULT_OPTIMIZATION_LEVEL,
-    flavour: str | None = None,
-    axis_ranges: Mapping[str, Sequence[Sequence[int]]] | None = None,
-) -> EngineMetadata:
-    """Build a strongly typed TensorRT engine from ``onnx`` into ``out_dir/model.plan`` + ``engine.json``.
+@dataclass(frozen=True)
+class EngineProfile:
+    """The shapes an engine is built for: one optimization profile per input.
 
-    Args:
+    Attributes:
         max_batch_size: the profile's max batch (the Triton config's ``max_batch_size``).
-        precision: what the graph holds ("fp16", "int8"); recorded, not enforced by flags.
-        input_hash: the ONNX's sha256 (computed when not given).
-        timing_cache: file to load tactic timings from and save them to (created if missing).
         preferred_batch_size: the profile's ``opt`` batch (defaults to ``max_batch_size``).
+        axis_ranges: input name -> (min dims, opt dims, max dims) without the batch axis, for inputs
+            with dynamic non-batch axes (sequence length); fixed axes may repeat their size.
+    """
+
+    max_batch_size: int
+    preferred_batch_size: int | None = None
+    axis_ranges: Mapping[str, Sequence[Sequence[int]]] | None = None
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """How engines are built (``inferctl build --engines``).
+
+    Attributes:
+        timing_cache: file to load tactic timings from and save them to (created if missing).
         compute_capability: TensorRT for RTX target, e.g. "8.9"; full TensorRT always builds for the
             local GPU and refuses another value.
         optimization_level: builder optimization level 0-5 (bounds build time).
-        flavour: force "tensorrt" or "tensorrt-rtx".
-        axis_ranges: input name -> (min dims, opt dims, max dims) without the batch axis, for inputs
-            with dynamic non-batch axes (sequence length); fixed axes may repeat their size.
+        flavour: force "tensorrt" or "tensorrt-rtx" (the installed one otherwise).
+        triton_release: the NGC Triton release the repository is for (its TensorRT version decides
+            which engines become entries, :mod:`builders.engine_target`); None: the platform's image.
+    """
+
+    timing_cache: Path | None = None
+    compute_capability: str | None = None
+    optimization_level: int = DEFAULT_OPTIMIZATION_LEVEL
+    flavour: str | None = None
+    triton_release: str | None = None
+
+
+def build_engine(onnx: Path, out_dir: Path, profile: EngineProfile, precision: str,
+                 options: EngineOptions = EngineOptions(), *, input_hash: str | None = None) -> EngineMetadata:
+    """Build a strongly typed TensorRT engine from ``onnx`` into ``out_dir/model.plan`` + ``engine.json``.
+
+    Args:
+        profile: the shapes to build for.
+        precision: what the graph holds ("fp16", "int8"); recorded, not enforced by flags.
+        options: timing cache, target, optimization level, flavour.
+        input_hash: the ONNX's sha256 (computed when not given).
 
     Returns:
         The engine's metadata, also written to ``out_dir/engine.json``.
@@ -279,6 +207,10 @@ def build_engine(
         EngineBuildError: the ONNX is missing or cannot be parsed, or TensorRT could not build it;
             the message carries the parser's / builder's own errors.
     """
+    max_batch_size, axis_ranges = profile.max_batch_size, profile.axis_ranges
+    preferred_batch_size, timing_cache = profile.preferred_batch_size, options.timing_cache
+    compute_capability, optimization_level = options.compute_capability, options.optimization_level
+    flavour = options.flavour
     if max_batch_size < 1:
         raise EngineBuildError(f"TensorRT engines need a batch axis: max_batch_size is {max_batch_size}")
     if not onnx.is_file():
@@ -296,13 +228,13 @@ def build_engine(
         capability = compute_capability or DEFAULT_COMPUTE_CAPABILITY
 
     started = time.perf_counter()
-    log = _logger(trt)
+    log = build_log(trt)
     log.messages.clear()
     builder = trt.Builder(log.logger)
     network = builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
     parser = trt.OnnxParser(network, log.logger)
     if not parser.parse_from_file(str(onnx)):
-        problems = _parser_errors(parser) or log.errors() or ["no detail given"]
+        problems = parser_errors(parser) or log.errors() or ["no detail given"]
         raise EngineBuildError(f"TensorRT ({tensorrt.flavour} {tensorrt.version}) cannot parse {onnx.name}: "
                                + "; ".join(problems))
     if network.num_outputs == 0:
@@ -314,10 +246,10 @@ def build_engine(
     config.builder_optimization_level = optimization_level
     if tensorrt.flavour == "tensorrt-rtx":
         config.num_compute_capabilities = 1
-        config.set_compute_capability(_rtx_capability(trt, capability), 0)
+        config.set_compute_capability(rtx_capability(trt, capability), 0)
 
     opt = min(max(preferred_batch_size or max_batch_size, 1), max_batch_size)
-    profile = builder.create_optimization_profile()
+    trt_profile = builder.create_optimization_profile()
     profiles: dict[str, dict[str, list[int]]] = {}
     for i in range(network.num_inputs):
         tensor = network.get_input(i)
@@ -326,9 +258,9 @@ def build_engine(
             raise EngineBuildError(f"input '{tensor.name}' of {onnx.name} has no dynamic batch axis: {dims}")
         low, mid, high = _axis_ranges(tensor.name, dims[1:], (axis_ranges or {}).get(tensor.name), onnx.name)
         shapes = {"min": [1, *low], "opt": [opt, *mid], "max": [max_batch_size, *high]}
-        profile.set_shape(tensor.name, shapes["min"], shapes["opt"], shapes["max"])
+        trt_profile.set_shape(tensor.name, shapes["min"], shapes["opt"], shapes["max"])
         profiles[tensor.name] = shapes
-    config.add_optimization_profile(profile)
+    config.add_optimization_profile(trt_profile)
 
     cache_bytes = timing_cache.read_bytes() if timing_cache is not None and timing_cache.is_file() else b""
     cache = config.create_timing_cache(cache_bytes)
@@ -366,6 +298,7 @@ def build_engine(
         engine_sha256=file_sha256(plan),
         engine_bytes=plan.stat().st_size,
         onnx_file=onnx.name,
+        runtime=runtime_of(tensorrt.flavour),
     )
     metadata.write(out_dir)
     return metadata
@@ -409,40 +342,3 @@ def check_engine(
     if problems:
         raise EngineMismatchError("engine cannot be served here: " + "; ".join(problems))
     return meta
-
-
-def check_repository_engines(repository: Path, models: Iterable[str] | None = None, **host: str) -> list[str]:
-    """Check every ``tensorrt_plan`` entry (of ``models``, or all) against this host before serving it.
-
-    Meant for ``inferctl up`` on a GPU host: an engine built for another TensorRT version or compute
-    capability fails to deserialize inside Triton with a far less helpful message.
-
-    Args:
-        host: ``tensorrt_version``, ``compute_capability``, ``flavour`` overrides (read from the host otherwise).
-
-    Returns:
-        The names of the checked entries.
-
-    Raises:
-        EngineMismatchError: naming the entry and what does not match (or its missing engine.json).
-    """
-    checked = []
-    names = sorted(models) if models is not None else sorted(p.name for p in repository.iterdir() if p.is_dir())
-    for name in names:
-        config = repository / name / "config.pbtxt"
-        if not config.is_file() or "tensorrt_plan" not in config.read_text(encoding="utf-8"):
-            continue
-        versions = sorted((p for p in (repository / name).iterdir() if p.is_dir() and p.name.isdigit()),
-                          key=lambda p: int(p.name))
-        if not versions:
-            raise EngineMismatchError(f"{name}: no version folder with an engine")
-        latest = versions[-1]
-        if not (latest / METADATA_NAME).is_file():
-            raise EngineMismatchError(f"{name}/{latest.name}: no {METADATA_NAME} beside the engine; rebuild it "
-                                      "with inferctl build --engines")
-        try:
-            check_engine(latest, plan=latest / ENGINE_NAME, **host)  # type: ignore[arg-type]
-        except EngineMismatchError as exc:
-            raise EngineMismatchError(f"{name}/{latest.name}: {exc}") from None
-        checked.append(name)
-    return checked

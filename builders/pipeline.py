@@ -20,21 +20,23 @@ from typing import Any
 
 from google.protobuf import text_format
 from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from rich.progress import Progress, TaskID
 
 from builders import repository as repo
 from builders import variants as precision_variants
-from builders.engine import DEFAULT_OPTIMIZATION_LEVEL
+from builders.context import BuildContext, onnx_entry_config
+from builders.engine import DEFAULT_OPTIMIZATION_LEVEL, EngineOptions
 from builders.errors import ParityError
 from builders.export import export_onnx, torch_reference
 from builders.parity import compare, run_onnx
 from builders.registry import resolve
 from builders.report import BuildReport, file_sha256, package_versions
 from builders.spec import AssetSpec, ModelSpec, Spec
-from builders.triton_config import model_config
+from serving.console import LogProgress, Table, make_console, print_table
+from serving.console import progress as progress_display
+from serving.limits import DEFAULT_LIMITS
 
-__all__ = ["BuildOptions", "build", "build_specs", "inputs_hash", "print_summary"]
+__all__ = ["BuildOptions", "build", "build_specs", "inputs_hash", "print_summary", "stale", "summary_table"]
 
 
 @dataclass(frozen=True)
@@ -52,34 +54,63 @@ class BuildOptions:
     #: TensorRT for RTX target compute capability (full TensorRT always builds for the local GPU)
     engine_compute_capability: str | None = None
     engine_optimization_level: int = DEFAULT_OPTIMIZATION_LEVEL
+    #: the NGC Triton release the repository is served by: engines its TensorRT cannot load are kept
+    #: as artifacts beside the repository, not published as entries (None: the platform's image)
+    triton_release: str | None = None
+    #: the repository is for a GPU host: ONNX entries get ``KIND_GPU`` instances and the TensorRT
+    #: execution accelerator (Python pre/post-processing models stay on the CPU)
+    gpu: bool = False
+    #: the repository is for Triton's native backends (the NGC container), which take a ragged input
+    #: only as one flat tensor: no ``allow_ragged_batch`` on the inputs the Python-based backends pad
+    native_backends: bool = False
 
-    def engine_options(self) -> precision_variants.EngineOptions | None:
+    def engine_options(self) -> EngineOptions | None:
         if not (self.variants and self.engines):
             return None
         cache = self.timing_cache or self.repository.parent / f".{self.repository.name}.trt-timing-cache"
-        return precision_variants.EngineOptions(timing_cache=cache, compute_capability=self.engine_compute_capability,
-                                                optimization_level=self.engine_optimization_level)
+        return EngineOptions(timing_cache=cache, compute_capability=self.engine_compute_capability,
+                             optimization_level=self.engine_optimization_level, triton_release=self.triton_release)
 
 
-def inputs_hash(spec: Spec) -> str:
-    """Hash of everything that makes this build what it is."""
+def inputs_hash(spec: Spec, requirements: Mapping[str, str] | None = None, *, gpu: bool = False,
+                native_backends: bool = False) -> str:
+    """Hash of everything that makes this build what it is.
+
+    Args:
+        requirements: the input hashes of the entries ``spec`` requires (an ensemble's steps), so an
+            ensemble is rebuilt when one of its steps is (its preprocessing changed, say).
+        gpu: the repository is for a GPU host (its ONNX entries are served differently).
+        native_backends: the repository is for Triton's native backends (no ragged inputs).
+    """
     digest = hashlib.sha256()
     for path in sorted(spec.source_files()):
         digest.update(path.name.encode())
         digest.update(file_sha256(path).encode())
     if isinstance(spec, AssetSpec):
         digest.update(text_format.MessageToString(spec.config).encode())
+        if spec.produce is not None:  # made by code that may change with the tools' versions
+            digest.update(_versions_key().encode())
+        for name in spec.requires:
+            digest.update(f"{name}={(requirements or {}).get(name, '')}".encode())
     else:
         described = {
             "inputs": spec.inputs, "outputs": spec.outputs, "batching": spec.batching,
             "tolerance": spec.tolerance, "opset": spec.opset, "parameters": spec.model_parameters(),
             "weights": str(getattr(spec, "weights", "")),
+            **({"host": "gpu"} if gpu else {}),
+            **({"ragged": spec.ragged_inputs} if spec.ragged_inputs and not native_backends else {}),
+            # the published config carries the queue policies: a change to them is a new build
+            "queue": DEFAULT_LIMITS.queue,
         }
         digest.update(repr(described).encode())
-        versions = package_versions()
-        versions.pop("platform", None)
-        digest.update(json.dumps(versions, sort_keys=True).encode())
+        digest.update(_versions_key().encode())
     return digest.hexdigest()
+
+
+def _versions_key() -> str:
+    versions = package_versions()
+    versions.pop("platform", None)
+    return json.dumps(versions, sort_keys=True)
 
 
 def _next_version(repository: Path, name: str) -> int:
@@ -96,10 +127,19 @@ def _up_to_date(options: BuildOptions, name: str, digest: str) -> BuildReport | 
     return None
 
 
-def _build_asset(spec: AssetSpec, options: BuildOptions, digest: str) -> BuildReport:
+def _build_asset(spec: AssetSpec, options: BuildOptions, digest: str,
+                 status: Callable[[str], None] = lambda message: None) -> BuildReport:
     report = BuildReport(model=spec.name, family=spec.family, version=_next_version(options.repository, spec.name),
                          precision="n/a", inputs_hash=digest)
-    repo.publish(options.repository, spec.config, spec.files, report)
+    if spec.produce is None:
+        repo.publish(options.repository, spec.config, spec.files, report)
+        return report
+    with tempfile.TemporaryDirectory(prefix=f"build-{spec.name}-") as tmp:
+        made = spec.produce(Path(tmp), status)
+        report.precision, report.weights, report.parity = made.precision, made.weights, made.parity
+        report.timings_s, report.notes = made.timings_s, made.notes
+        status(f"{spec.name}: publishing")
+        repo.publish(options.repository, spec.config, {**spec.files, **made.files}, report)
     return report
 
 
@@ -113,7 +153,7 @@ def _current_variants(spec: ModelSpec, options: BuildOptions, digest: str,
     return precision_variants.up_to_date_variants(spec, digest, options.repository, options.engine_options(), notify)
 
 
-def _build_model(spec: ModelSpec, options: BuildOptions, digest: str, progress: Progress, task: TaskID,
+def _build_model(spec: ModelSpec, options: BuildOptions, digest: str, progress: Progress | LogProgress, task: TaskID,
                  previous: BuildReport | None = None,
                  notify: Callable[[str], None] = lambda message: None) -> list[BuildReport]:
     """Export, verify and publish ``spec`` (unless ``previous`` is its current entry), then its variants."""
@@ -123,14 +163,23 @@ def _build_model(spec: ModelSpec, options: BuildOptions, digest: str, progress: 
     module, weights = spec.load()
     feeds = spec.sample_inputs()
     reference = torch_reference(module, spec, feeds)
+    held_out = spec.held_out_inputs() if options.variants and spec.variants else None
+    held_out_reference = torch_reference(module, spec, held_out) if held_out is not None else None
     timings["load"] = time.perf_counter() - started
+
+    def context(parent: BuildReport, fp32: Path, workdir: Path) -> BuildContext:
+        return BuildContext(spec=spec, repository=options.repository, workdir=workdir, parent=parent,
+                            parent_hash=digest, fp32_onnx=fp32, feeds=feeds, reference=reference,
+                            held_out=held_out, held_out_reference=held_out_reference,
+                            force=options.force, engines=options.engine_options(), gpu=options.gpu,
+                            native_backends=options.native_backends,
+                            status=lambda message: progress.update(task, description=message), notify=notify)
 
     with tempfile.TemporaryDirectory(prefix=f"build-{spec.name}-") as tmp:
         if previous is not None:
             # Only variants are missing: derive them from the FP32 ONNX that is being served.
             fp32 = options.repository / spec.name / str(previous.version) / "model.onnx"
-            pending = _build_variants(spec, options, digest, fp32, feeds, reference, previous, Path(tmp),
-                                      progress, task, notify)
+            pending = _build_variants(context(previous, fp32, Path(tmp)), options)
             return [previous, *(p.publish(options.repository) for p in pending)]
         progress.update(task, description=f"{spec.name}: exporting ONNX")
         exported = export_onnx(module, spec, feeds, Path(tmp) / "model.onnx")
@@ -155,28 +204,18 @@ def _build_model(spec: ModelSpec, options: BuildOptions, digest: str, progress: 
         )
         if not weights.pretrained:
             report.notes.append(f"weights: {weights.note or 'random initialisation'}")
-        config = model_config(spec.name, platform="onnxruntime_onnx", inputs=spec.inputs, outputs=spec.outputs,
-                              batching=spec.batching, parameters=spec.model_parameters())
-        config.default_model_filename = "model.onnx"
+        config = onnx_entry_config(spec, spec.name, "fp32", gpu=options.gpu, ragged=not options.native_backends)
         # Variants and engines are built and verified before anything is published.
-        pending = _build_variants(spec, options, digest, exported.path, feeds, reference, report, Path(tmp),
-                                  progress, task, notify)
+        pending = _build_variants(context(report, exported.path, Path(tmp)), options)
         progress.update(task, description=f"{spec.name}: publishing")
-        repo.publish(options.repository, config, {"model.onnx": exported.path}, report)
+        repo.publish(options.repository, config, exported.files(), report)
         return [report, *(p.publish(options.repository) for p in pending)]
 
 
-def _build_variants(spec: ModelSpec, options: BuildOptions, digest: str, fp32: Path, feeds: dict, reference: list,
-                    parent: BuildReport, workdir: Path, progress: Progress, task: TaskID,
-                    notify: Callable[[str], None]) -> list[precision_variants.Publication]:
-    if not (options.variants and spec.variants):
+def _build_variants(ctx: BuildContext, options: BuildOptions) -> list[precision_variants.Publication]:
+    if not (options.variants and ctx.spec.variants):
         return []
-    return precision_variants.build_variants(
-        spec, fp32_onnx=fp32, feeds=feeds, reference=reference, parent=parent, parent_hash=digest,
-        repository=options.repository, workdir=workdir, force=options.force, engines=options.engine_options(),
-        status=lambda message: progress.update(task, description=message),
-        notify=notify,
-    )
+    return precision_variants.build_variants(ctx)
 
 
 def build(names: Iterable[str], options: BuildOptions, console: Console | None = None) -> list[BuildReport]:
@@ -193,7 +232,7 @@ def build(names: Iterable[str], options: BuildOptions, console: Console | None =
 
 def build_specs(specs: Iterable[Spec], options: BuildOptions, console: Console | None = None) -> list[BuildReport]:
     """Build specs that are already resolved (a caller's own spec, e.g. a candidate under test)."""
-    console = console or Console(stderr=True)
+    console = console or make_console(stderr=True)
     specs = list(specs)
     told: set[str] = set()
 
@@ -203,14 +242,16 @@ def build_specs(specs: Iterable[Spec], options: BuildOptions, console: Console |
             console.print(f"[yellow]{message}[/yellow]")
 
     reports: list[BuildReport] = []
-    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True) as progress:
+    digests: dict[str, str] = {}
+    with progress_display(console) as progress:
         overall = progress.add_task("building", total=len(specs))
         for spec in specs:
-            digest = inputs_hash(spec)
+            digest = digests[spec.name] = inputs_hash(spec, _requirement_hashes(spec, digests, options.repository),
+                                                      gpu=options.gpu, native_backends=options.native_backends)
             previous = _up_to_date(options, spec.name, digest)
             if isinstance(spec, AssetSpec):
-                reports.append(previous or _build_asset(spec, options, digest))
+                reports.append(previous or _build_asset(
+                    spec, options, digest, lambda message: progress.update(overall, description=message)))
                 progress.advance(overall)
                 continue
             current = _current_variants(spec, options, digest, notify) if previous is not None else None
@@ -222,12 +263,47 @@ def build_specs(specs: Iterable[Spec], options: BuildOptions, console: Console |
     return reports
 
 
-def print_summary(reports: Iterable[BuildReport], console: Console | None = None) -> None:
+def stale(names: Iterable[str], options: BuildOptions) -> list[str]:
+    """The entries a build of ``names`` (and what they require) would build now, without building.
+
+    An entry is stale when its inputs changed since its newest version (any file it depends on, its
+    spec, the tool versions, or an entry it requires) or when it was never built.
+    """
+    found: list[str] = []
+    digests: dict[str, str] = {}
+    for spec in resolve(names, options.weights):
+        digest = digests[spec.name] = inputs_hash(spec, _requirement_hashes(spec, digests, options.repository),
+                                                  gpu=options.gpu, native_backends=options.native_backends)
+        if _up_to_date(options, spec.name, digest) is None:
+            found.append(spec.name)
+        if isinstance(spec, ModelSpec) and options.variants:
+            for precision in spec.variants:
+                name = precision_variants.variant_name(spec.name, precision)
+                current = repo.latest_report(options.repository, name)
+                if options.force or current is None or \
+                        current.inputs_hash != precision_variants.variant_hash(spec, digest, precision):
+                    found.append(name)
+    return found
+
+
+def _requirement_hashes(spec: Spec, built: Mapping[str, str], repository: Path) -> dict[str, str]:
+    """Input hashes of what ``spec`` requires: from this build, else from the published entry."""
+    if not isinstance(spec, AssetSpec):
+        return {}
+    hashes = {}
+    for name in spec.requires:
+        if name in built:
+            hashes[name] = built[name]
+        else:
+            report = repo.latest_report(repository, name)
+            hashes[name] = report.inputs_hash if report is not None else ""
+    return hashes
+
+
+def summary_table(reports: Iterable[BuildReport]) -> Table:
     """One row per artifact with its parity figures."""
-    console = console or Console()
-    table = Table(title="Build summary")
-    for column in ("model", "version", "precision", "status", "weights", "max abs err", "min cosine", "top-1 agree"):
-        table.add_column(column)
+    table = Table("Build summary", ("model", "version", "precision", "status", "weights", "max abs err",
+                                    "min cosine", "top-1 agree"))
     for r in reports:
         first: dict[str, Any] = next(iter(r.parity.values()), {}) if r.parity else {}
         top1 = first.get("top1_agreement")
@@ -238,4 +314,9 @@ def print_summary(reports: Iterable[BuildReport], console: Console | None = None
             f"{first['min_cosine']:.6f}" if first else "-",
             f"{top1:.3f}" if top1 is not None else "-",
         )
-    console.print(table)
+    return table
+
+
+def print_summary(reports: Iterable[BuildReport], console: Console | None = None) -> None:
+    """The summary table: boxed on a terminal, full-width plain columns in a log."""
+    print_table(summary_table(reports), console)

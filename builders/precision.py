@@ -14,8 +14,10 @@ Nothing here knows model families; callers hand in real calibration samples.
 from __future__ import annotations
 
 import contextlib
+import io
 import tempfile
 import time
+import unittest.mock
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -25,8 +27,10 @@ from typing import Any
 import numpy as np
 
 from builders.errors import BuildError
+from builders.export import onnx_files, save_onnx
 
 __all__ = [
+    "CALIBRATION_METHODS",
     "DEFAULT_FP32_OPS",
     "PRECISIONS",
     "CalibrationReader",
@@ -39,6 +43,12 @@ __all__ = [
 
 #: the precisions a spec may declare in ``variants``
 PRECISIONS = ("fp16", "int8")
+
+#: INT8 calibration methods: how the activation ranges are set from the calibration samples.
+#: ``minmax``: the observed extremes; ``percentile``: the 99.999th percentile of |x| (clips rare
+#: outliers); ``entropy``: the threshold minimising the KL divergence between the float and the
+#: quantized histograms (TensorRT's classic calibrator). All stay symmetric, as TensorRT requires.
+CALIBRATION_METHODS: tuple[str, ...] = ("minmax", "percentile", "entropy")
 
 #: ops kept in FP32 when converting to FP16: normalisations, powers and reductions overflow or lose
 #: their sums in half precision (the LayerNorm/Pow/L2-normalise overflow seen in transformers), and
@@ -74,11 +84,13 @@ class PrecisionResult:
     seconds: float
 
 
-def to_fp16(src: Path, dst: Path, keep_fp32_ops: Iterable[str] = DEFAULT_FP32_OPS) -> Path:
+def to_fp16(src: Path, dst: Path, keep_fp32_ops: Iterable[str] = DEFAULT_FP32_OPS,
+            keep_float: Iterable[str] = ()) -> Path:
     """Convert an FP32 ONNX graph to FP16, keeping its inputs and outputs FP32.
 
     Args:
         keep_fp32_ops: op types left in FP32 (casts are inserted around them).
+        keep_float: node-name substrings; matching nodes stay in FP32 too.
 
     Returns:
         ``dst``.
@@ -87,23 +99,102 @@ def to_fp16(src: Path, dst: Path, keep_fp32_ops: Iterable[str] = DEFAULT_FP32_OP
         PrecisionError: the graph could not be read or converted.
     """
     import onnx
-    from onnxconverter_common import float16
 
     try:
-        model = onnx.load(str(src))
-        with warnings.catch_warnings():
-            # One warning per tiny weight truncated to FP16's range; parity below is the real check.
-            warnings.filterwarnings("ignore", message="the float32 number", category=UserWarning)
-            converted = float16.convert_float_to_float16(
-                model, keep_io_types=True, op_block_list=sorted(set(keep_fp32_ops)) or None,
-            )
+        try:
+            converted = _convert_fp16(onnx.load(str(src)), keep_fp32_ops, tuple(keep_float), tidy=True)
+        except AttributeError:
+            # onnxconverter-common 1.16's last step, which drops Cast(to FP16) -> Cast(to FP32) pairs,
+            # fails when the second cast feeds several nodes (a UNet's timestep input does). The pairs
+            # are only tidiness: ONNX Runtime and TensorRT fold them. Convert again without that step.
+            converted = _convert_fp16(onnx.load(str(src)), keep_fp32_ops, tuple(keep_float), tidy=False)
     except Exception as exc:  # onnx/onnxconverter raise bare exceptions of many kinds
         raise PrecisionError(f"FP16 conversion of {src.name} failed: {exc}") from exc
     _restore_float_outputs(converted.graph, onnx.load(str(src), load_external_data=False).graph)
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(converted, str(dst))
+    # A graph whose FP32 weights needed external data keeps its FP16 weights there too.
+    save_onnx(converted, dst, external_data=len(onnx_files(src)) > 1)
     onnx.checker.check_model(str(dst))
     return dst
+
+
+def _inline_shared_weights(model: Any) -> Any:
+    """Replace ``Identity(initializer)`` nodes by a copy of the initializer under the output's name.
+
+    The exporter shares identical weights (a random model's LayerNorm scales: all ones) through
+    Identity nodes; the FP16 converter types such an output FP16 even where a block-listed op
+    (LayerNorm) reads it as FP32, and ONNX Runtime then refuses the graph.
+    """
+    from onnx import numpy_helper
+
+    graph = model.graph
+    initializers = {i.name: i for i in graph.initializer}
+    for node in [n for n in graph.node if n.op_type == "Identity" and n.input[0] in initializers]:
+        copy = numpy_helper.from_array(numpy_helper.to_array(initializers[node.input[0]]), node.output[0])
+        graph.initializer.append(copy)
+        graph.node.remove(node)
+    return model
+
+
+def _kept_nodes(graph: Any, ops: set[str], patterns: tuple[str, ...]) -> list[str]:
+    """Nodes to keep in FP32 beyond the op block list: those named by ``patterns``, and every
+    ``Cast`` to FP32 whose consumers all stay FP32 (the converter would retype such a cast to FP16
+    and ONNX Runtime then refuses the graph: the exporter writes these casts before ``Sqrt`` in
+    attention scaling and between a timestep embedding's layers)."""
+    from onnx import TensorProto
+
+    kept = {n.name for n in graph.node if any(p in n.name for p in patterns)}
+    consumers: dict[str, list[Any]] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    casts = [n for n in graph.node if n.op_type == "Cast"
+             and any(a.name == "to" and a.i == TensorProto.FLOAT for a in n.attribute)]
+    changed = True
+    while changed:  # a cast may feed another cast
+        changed = False
+        for cast in casts:
+            users = [u for out in cast.output for u in consumers.get(out, [])]
+            if cast.name not in kept and users and all(u.op_type in ops or u.name in kept for u in users):
+                kept.add(cast.name)
+                changed = True
+    return sorted(kept)
+
+
+def _convert_fp16(model: Any, keep_fp32_ops: Iterable[str], keep_float: tuple[str, ...], *, tidy: bool) -> Any:
+    from onnxconverter_common import float16
+
+    model = _inline_shared_weights(model)
+    nodes = _kept_nodes(model.graph, set(keep_fp32_ops), keep_float)
+
+    with warnings.catch_warnings(), contextlib.ExitStack() as stack:
+        # One warning per tiny weight truncated to FP16's range; parity afterwards is the real check.
+        warnings.filterwarnings("ignore", message="the float32 number", category=UserWarning)
+        if not tidy:
+            stack.enter_context(unittest.mock.patch.object(float16, "remove_unnecessary_cast_node", lambda graph: None))
+        converted = float16.convert_float_to_float16(model, keep_io_types=True,
+                                                     op_block_list=sorted(set(keep_fp32_ops)) or None,
+                                                     node_block_list=nodes or None)
+    _retype_cast_outputs(converted.graph)
+    return converted
+
+
+def _retype_cast_outputs(graph: Any) -> None:
+    """Make each converted ``Cast`` to FP32 cast to FP16, as its output is now declared.
+
+    The converter declares every FP32 value FP16 outside the kept nodes, but leaves the exporter's
+    own ``Cast(to=FLOAT)`` nodes as they were (attention's ``to_out`` input): ONNX Runtime refuses a
+    cast whose result contradicts its declaration.
+    """
+    from onnx import TensorProto
+
+    declared = {info.name: info.type.tensor_type.elem_type for info in graph.value_info if info.type.HasField("tensor_type")}
+    for node in graph.node:
+        if node.op_type != "Cast":
+            continue
+        for attribute in node.attribute:
+            if (attribute.name == "to" and attribute.i == TensorProto.FLOAT
+                    and declared.get(node.output[0]) == TensorProto.FLOAT16):
+                attribute.i = TensorProto.FLOAT16
 
 
 def _restore_float_outputs(graph: Any, original: Any) -> None:
@@ -135,6 +226,10 @@ class CalibrationReader:
     Args:
         samples: input name -> array batched on axis 0 (real data: photographs, sentences).
         batch_size: rows per calibration step; small batches bound calibration memory.
+
+    ``len()`` and ``set_range()`` (in batches) let onnxruntime collect one batch at a time
+    (``CalibStridedMinMax``): its histogram calibrators otherwise keep every intermediate tensor of
+    every sample in memory at once (8 GB for efficientnet_lite0 on 88 photographs).
     """
 
     def __init__(self, samples: Mapping[str, np.ndarray], batch_size: int = 4) -> None:
@@ -144,11 +239,21 @@ class CalibrationReader:
         self.samples = {k: np.ascontiguousarray(v) for k, v in samples.items()}
         self.rows = sizes.pop()
         self.batch_size = max(1, batch_size)
+        self._range = (0, len(self))
         self._batches: Iterator[dict[str, np.ndarray]] = iter(())
         self.rewind()
 
+    def __len__(self) -> int:
+        return -(-self.rows // self.batch_size)
+
+    def set_range(self, start_index: int, end_index: int) -> None:
+        """Yield only batches ``start_index`` .. ``end_index - 1`` from now on."""
+        self._range = (start_index, min(end_index, len(self)))
+        self.rewind()
+
     def _iterate(self) -> Iterator[dict[str, np.ndarray]]:
-        for start in range(0, self.rows, self.batch_size):
+        for batch in range(*self._range):
+            start = batch * self.batch_size
             yield {k: v[start:start + self.batch_size] for k, v in self.samples.items()}
 
     def get_next(self) -> dict[str, np.ndarray] | None:
@@ -167,17 +272,19 @@ def to_int8(
     batch_size: int = 4,
     op_types: Iterable[str] | None = None,
     keep_float: Iterable[str] = (),
+    method: str = "minmax",
 ) -> Path:
     """Quantize an FP32 ONNX graph to INT8 with explicit Q/DQ nodes from static calibration.
 
     Activations and weights are quantized symmetrically (zero point 0), which TensorRT requires;
-    min/max calibration over ``calibration`` sets the activation scales.
+    calibration over ``calibration`` by ``method`` sets the activation scales.
 
     Args:
         calibration: input name -> real samples, batched on axis 0.
         per_channel: one weight scale per output channel (keeps depthwise convolutions accurate).
         op_types: op types to quantize; None quantizes every op onnxruntime supports.
         keep_float: node-name substrings; matching nodes stay in float (outlier-heavy layers).
+        method: one of :data:`CALIBRATION_METHODS`.
 
     Returns:
         ``dst``.
@@ -189,13 +296,19 @@ def to_int8(
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
+    methods = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
+               "entropy": CalibrationMethod.Entropy}
+    if method not in methods:
+        raise PrecisionError(f"unknown calibration method '{method}'; known: {', '.join(CALIBRATION_METHODS)}")
     reader = CalibrationReader(calibration, batch_size=batch_size)
     dst.parent.mkdir(parents=True, exist_ok=True)
     src, dst = src.resolve(), dst.resolve()
     prepared = dst.with_name(dst.stem + ".pre.onnx")
     # onnxruntime's shape inference and quantizer drop scratch files (sym_shape_infer_temp.onnx,
     # <uuid>.data) into the working directory, and leave them there when they fail: work elsewhere.
-    with tempfile.TemporaryDirectory(prefix="int8-") as scratch, contextlib.chdir(scratch):
+    # onnxruntime's histogram calibrators print a line per batch collected: keep the build's output clean.
+    with tempfile.TemporaryDirectory(prefix="int8-") as scratch, contextlib.chdir(scratch), \
+            contextlib.redirect_stdout(io.StringIO()):
         try:
             # Shape inference + graph cleanup first, as onnxruntime recommends before quantizing;
             # transformer graphs with dynamic sequence axes defeat the symbolic pass, ONNX's own suffices.
@@ -212,10 +325,12 @@ def to_int8(
                 per_channel=per_channel,
                 activation_type=QuantType.QInt8,
                 weight_type=QuantType.QInt8,
-                calibrate_method=CalibrationMethod.MinMax,
+                calibrate_method=methods[method],
                 op_types_to_quantize=list(op_types) if op_types is not None else None,
                 nodes_to_exclude=excluded,
-                extra_options={"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False},
+                # CalibStridedMinMax: collect (and merge into the ranges/histograms) one batch at a time.
+                extra_options={"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False,
+                               "CalibStridedMinMax": 1},
             )
         except PrecisionError:
             raise
@@ -238,7 +353,8 @@ def _matching_nodes(path: Path, patterns: tuple[str, ...]) -> list[str]:
 
 def convert(precision: str, src: Path, dst: Path, calibration: Mapping[str, np.ndarray],
             keep_fp32_ops: Iterable[str] = DEFAULT_FP32_OPS, *, int8_op_types: Iterable[str] | None = None,
-            int8_keep_float: Iterable[str] = ()) -> PrecisionResult:
+            int8_keep_float: Iterable[str] = (), int8_method: str = "minmax",
+            fp16_keep_float: Iterable[str] = ()) -> PrecisionResult:
     """Produce the ``precision`` variant of ``src`` at ``dst``.
 
     Raises:
@@ -246,9 +362,9 @@ def convert(precision: str, src: Path, dst: Path, calibration: Mapping[str, np.n
     """
     started = time.perf_counter()
     if precision == "fp16":
-        to_fp16(src, dst, keep_fp32_ops)
+        to_fp16(src, dst, keep_fp32_ops, fp16_keep_float)
     elif precision == "int8":
-        to_int8(src, dst, calibration, op_types=int8_op_types, keep_float=int8_keep_float)
+        to_int8(src, dst, calibration, op_types=int8_op_types, keep_float=int8_keep_float, method=int8_method)
     else:
         raise PrecisionError(f"unknown precision '{precision}'; known: {', '.join(PRECISIONS)}")
     return PrecisionResult(path=dst, precision=precision, seconds=time.perf_counter() - started)

@@ -8,7 +8,7 @@ from builders.errors import UnknownModelError
 from builders.families import diffusion, efficientnet, image_pipeline, resnet, text_embedding
 from builders.spec import AssetSpec, Spec
 
-__all__ = ["DEFAULT_MODELS", "available", "get_spec", "resolve"]
+__all__ = ["DEFAULT_MODELS", "DEFAULT_NETWORKS", "available", "get_spec", "resolve"]
 
 Factory = Callable[[Mapping[str, str]], Spec]
 
@@ -18,6 +18,9 @@ _FACTORIES: Mapping[str, Factory] = {
     "image_preprocess": lambda weights: image_pipeline.preprocess_spec(efficientnet.EfficientNetLite0.preprocessing),
     "image_postprocess": lambda weights: image_pipeline.postprocess_spec(),
     "image_classifier": lambda weights: image_pipeline.classifier_spec("efficientnet_lite0"),
+    # GPU hosts: the same task in one GPU-resident model; needs the TorchScript entry beside it
+    "image_classifier_gpu": lambda weights: image_pipeline.gpu_classifier_spec(
+        efficientnet.EfficientNetLite0.preprocessing),
     "minilm_encoder": lambda weights: text_embedding.MiniLMEncoder(),
     "text_tokenizer": lambda weights: text_embedding.tokenizer_spec(),
     "text_pooling": lambda weights: text_embedding.pooling_spec(),
@@ -28,10 +31,25 @@ _FACTORIES: Mapping[str, Factory] = {
     "sd_unet": lambda weights: diffusion.SDUNet(diffusion.checkpoint_from(weights, "sd_unet")),
     "sd_vae_decoder": lambda weights: diffusion.SDVAEDecoder(diffusion.checkpoint_from(weights, "sd_vae_decoder")),
     "stable_diffusion": lambda weights: diffusion.pipeline_spec(diffusion.checkpoint_from(weights, "stable_diffusion")),
+    "stable_diffusion_fp16": lambda weights: diffusion.pipeline_spec(
+        diffusion.checkpoint_from(weights, "stable_diffusion_fp16"), unet="sd_unet_fp16", name="stable_diffusion_fp16"),
+    # GPU hosts: the networks in the pipeline's own process (FP16 on CUDA); built for the host it is built on
+    "stable_diffusion_torch": lambda weights: diffusion.torch_pipeline_spec(
+        diffusion.checkpoint_from(weights, "stable_diffusion_torch"), gpu=_cuda_available()),
 }
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
 
 #: what ``inferctl up`` builds and serves when not told otherwise
 DEFAULT_MODELS: tuple[str, ...] = ("efficientnet_lite0", "resnet50", "image_classifier", "text_embedding")
+#: the networks (not pipelines) ``DEFAULT_MODELS`` serve: what a push to main promotes (a pipeline is
+#: not promoted; it calls whatever version of these is in production). A literal, so the workflow can
+#: read it without installing anything; a test keeps it equal to what ``resolve`` finds.
+DEFAULT_NETWORKS: tuple[str, ...] = ("efficientnet_lite0", "resnet50", "minilm_encoder")
 
 
 def available() -> list[str]:

@@ -55,6 +55,10 @@ class BuildReport:
     def add_artifact(self, role: str, path: Path) -> None:
         self.artifacts[role] = {"file": path.name, "sha256": file_sha256(path), "bytes": path.stat().st_size}
 
+    def artifact_files(self) -> list[str]:
+        """The published files, by their path in the version folder."""
+        return sorted(role if role != "model" else entry["file"] for role, entry in self.artifacts.items())
+
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)
 

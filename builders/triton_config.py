@@ -9,35 +9,30 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+import numpy as np
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
+from tritonclient.utils import np_to_triton_dtype
 
 from builders.spec import BatchingPolicy, TensorSpec
+from serving.limits import DEFAULT_LIMITS, QueueLimits
 
 __all__ = [
+    "apply_queue_policy",
     "data_type",
+    "is_tensorrt",
     "ensemble_config",
     "model_config",
     "read_config",
+    "tensorrt_accelerator",
     "write_config",
 ]
 
-_DATA_TYPES = {
-    "float32": mc.TYPE_FP32,
-    "float16": mc.TYPE_FP16,
-    "float64": mc.TYPE_FP64,
-    "int64": mc.TYPE_INT64,
-    "int32": mc.TYPE_INT32,
-    "int8": mc.TYPE_INT8,
-    "uint8": mc.TYPE_UINT8,
-    "bool": mc.TYPE_BOOL,
-    "bytes": mc.TYPE_STRING,
-}
-
-
 def data_type(dtype: str) -> int:
-    """Triton's data type enum for a numpy dtype name (``"bytes"`` for strings)."""
-    return _DATA_TYPES[dtype]
+    """Triton's data type enum for a numpy dtype name (``"bytes"`` for strings), by tritonclient's map."""
+    if dtype == "bytes":
+        return mc.TYPE_STRING
+    return mc.DataType.Value("TYPE_" + np_to_triton_dtype(np.dtype(dtype)))
 
 
 def _io(tensors: Iterable[TensorSpec], cls: type) -> list:
@@ -87,6 +82,7 @@ def model_config(
                 max_queue_delay_microseconds=batching.max_queue_delay_us,
             )
         )
+    apply_queue_policy(config)
     for key, value in (parameters or {}).items():
         config.parameters[key].string_value = value
     if warmup and all(t.dtype != "bytes" and -1 not in t.dims for t in inputs):
@@ -96,6 +92,38 @@ def model_config(
                 mc.ModelWarmup.Input(data_type=data_type(t.dtype), dims=list(t.dims), zero_data=True)
             )
         config.model_warmup.append(sample)
+    return config
+
+
+def apply_queue_policy(config: mc.ModelConfig, limits: QueueLimits = DEFAULT_LIMITS.queue) -> mc.ModelConfig:
+    """Give ``config``'s scheduler priority levels and a bounded, rejecting queue per level.
+
+    The levels and policies are ``serving.limits``' (the gateway maps tiers to the levels). Each
+    level's queue is bounded and rejects a request that waited past its timeout (a request's own
+    ``timeout`` may shorten it), so work nobody waits for any more is dropped, not run. A model that
+    does not batch (``max_batch_size`` 0) gets the scheduler too: without it Triton ignores a
+    request's timeout and priority; with it, it only queues.
+
+    Args:
+        config: a model config (not an ensemble: ensembles have no queue of their own).
+        limits: the levels and their policies.
+
+    Returns:
+        ``config``, changed in place.
+    """
+    batcher = config.dynamic_batching
+    batcher.priority_levels = limits.priority_levels
+    batcher.default_priority_level = limits.default_priority_level
+    for level in range(1, limits.priority_levels + 1):
+        policy = limits.policy(level)
+        batcher.priority_queue_policy[level].CopyFrom(mc.ModelQueuePolicy(
+            timeout_action=mc.ModelQueuePolicy.REJECT,
+            default_timeout_microseconds=policy.default_timeout_us,
+            allow_timeout_override=policy.allow_timeout_override,
+            max_queue_size=policy.max_queue_size,
+        ))
+    # A level without an entry falls back to the default policy: bounded too.
+    batcher.default_queue_policy.CopyFrom(batcher.priority_queue_policy[limits.default_priority_level])
     return config
 
 
@@ -129,3 +157,25 @@ def write_config(config: mc.ModelConfig, path: Path) -> Path:
 
 def read_config(path: Path) -> mc.ModelConfig:
     return text_format.Parse(path.read_text(encoding="utf-8"), mc.ModelConfig())
+
+
+#: TensorRT's scratch memory per engine when onnxruntime runs a model through it (1 GiB)
+TENSORRT_WORKSPACE_BYTES = 1 << 30
+
+
+def tensorrt_accelerator(config: mc.ModelConfig, precision_mode: str = "FP16") -> mc.ModelConfig:
+    """Ask the onnxruntime backend to run ``config`` through TensorRT, as the native backend reads it:
+    ``optimization { execution_accelerators { gpu_execution_accelerator: [{ name: "tensorrt" }] } }``.
+
+    Args:
+        precision_mode: ``FP32`` or ``FP16`` (the native backend's ``precision_mode`` parameter).
+    """
+    accelerator = config.optimization.execution_accelerators.gpu_execution_accelerator.add(name="tensorrt")
+    accelerator.parameters["precision_mode"] = precision_mode
+    accelerator.parameters["max_workspace_size_bytes"] = str(TENSORRT_WORKSPACE_BYTES)
+    return config
+
+
+def is_tensorrt(config: mc.ModelConfig) -> bool:
+    """Whether Triton serves ``config`` with its TensorRT backend (``tensorrt_plan``)."""
+    return config.platform == "tensorrt_plan" or config.backend == "tensorrt"

@@ -1,8 +1,14 @@
 """Precision variants of a built model: ``<model>_fp16`` / ``<model>_int8`` ONNX entries and their
-``<model>_trt_fp16`` / ``<model>_trt_int8`` TensorRT engine entries.
+``<model>_trt_fp16`` / ``<model>_trt_int8`` TensorRT engines.
 
     FP32 ONNX -> precision.convert -> parity vs PyTorch and vs FP32 ONNX -> <model>_<p> (onnxruntime_onnx)
-                                   -> engine.build_engine               -> <model>_trt_<p> (tensorrt_plan)
+                                   -> engine.build_engine -> <model>_trt_<p>: a tensorrt_plan entry when
+                                      the target Triton loads it, else an artifact beside the repository
+
+An engine becomes a Triton entry only when the target server (:mod:`builders.engine_target`: the NGC
+Triton release's TensorRT version, the GPU's compute capability, full TensorRT) can load it, as its
+``engine.json`` says; a TensorRT for RTX engine, or one built with another TensorRT, is kept under
+:func:`builders.engine_target.artifact_root` with its metadata, labelled with the runtime it needs.
 
 A variant keeps its parent's tensors (FP32 in, FP32 out), so it drops into the same ensemble or
 gateway route. Each is its own repository entry with its own build report (precision, parity vs the
@@ -20,16 +26,20 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
 from builders import engine
+from builders import engine_target as targets
 from builders import precision as precision_module
 from builders import repository as repo
+from builders.context import BuildContext, onnx_entry_config
+from builders.engine import EngineOptions
 from builders.errors import ParityError
+from builders.export import onnx_files
 from builders.parity import ParityResult, compare, run_onnx
 from builders.precision import DEFAULT_FP32_OPS, PRECISIONS, PrecisionError, convert
 from builders.report import BuildReport, file_sha256
@@ -50,25 +60,24 @@ __all__ = [
 
 @dataclass
 class Publication:
-    """A built and verified entry waiting to be published, or (``config`` None) one already current."""
+    """A built and verified entry waiting to be published, or (``config`` and ``artifact`` unset) one
+    already current. An ``artifact`` (an engine no Triton of the target loads) goes to
+    :func:`builders.engine_target.artifact_root`, never into the model repository."""
 
     report: BuildReport
     config: mc.ModelConfig | None = None
     files: dict[str, Path] = field(default_factory=dict)
+    artifact: bool = False
 
     def publish(self, repository: Path) -> BuildReport:
-        if self.config is not None:
+        if self.artifact:
+            repo.publish_artifact(targets.artifact_root(repository), self.report.model, self.files, self.report)
+            # An entry of this name published as a Triton model before (an engine Triton cannot load)
+            # would fail to load under --load-model=*: it goes.
+            repo.remove_entry(repository, self.report.model)
+        elif self.config is not None:
             repo.publish(repository, self.config, self.files, self.report)
         return self.report
-
-
-@dataclass(frozen=True)
-class EngineOptions:
-    """How TensorRT engines are built (``inferctl build --engines``)."""
-
-    timing_cache: Path
-    compute_capability: str | None = None  # TensorRT for RTX target; full TensorRT uses the local GPU
-    optimization_level: int = engine.DEFAULT_OPTIMIZATION_LEVEL
 
 
 def variant_name(model: str, precision: str) -> str:
@@ -89,16 +98,18 @@ def _digest(*parts: object) -> str:
 
 def variant_hash(spec: ModelSpec, parent_hash: str, precision: str) -> str:
     """The parent's hash plus what makes this variant (precision, tolerance, conversion code)."""
-    code = file_sha256(Path(precision_module.__file__))
+    code = (file_sha256(Path(precision_module.__file__)), file_sha256(Path(__file__)))
     return _digest(parent_hash, precision, spec.variant_tolerance(precision), DEFAULT_FP32_OPS,
-                   spec.int8_op_types, spec.int8_keep_float, code)
+                   spec.int8_op_types, spec.int8_keep_float, spec.int8_calibrations, spec.fp16_keep_float, code)
 
 
 def engine_hash(variant_digest: str, trt: engine.TensorRT, options: EngineOptions, capability: str,
                 axis_ranges: Mapping[str, object] | None = None) -> str:
-    """The variant's hash plus what makes the engine (TensorRT flavour/version, target, builder level)."""
+    """The variant's hash plus what makes the engine (TensorRT flavour/version, target, builder level)
+    and where it is published (the target Triton release decides entry or artifact)."""
     return _digest(variant_digest, trt.flavour, trt.version, capability, options.optimization_level,
-                   sorted((axis_ranges or {}).items()), file_sha256(Path(engine.__file__)))
+                   sorted((axis_ranges or {}).items()), file_sha256(Path(engine.__file__)),
+                   options.triton_release or targets.DEFAULT_NGC_RELEASE, file_sha256(Path(targets.__file__)))
 
 
 def _usable_engine_target(spec: ModelSpec, engines: EngineOptions | None,
@@ -147,6 +158,11 @@ def _current(repository: Path, name: str, digest: str) -> BuildReport | None:
     return None
 
 
+def _current_engine(repository: Path, name: str, digest: str) -> BuildReport | None:
+    """An up-to-date engine: a Triton entry of the repository, or an artifact beside it."""
+    return _current(repository, name, digest) or _current(targets.artifact_root(repository), name, digest)
+
+
 def up_to_date_variants(spec: ModelSpec, parent_hash: str, repository: Path,
                         engines: EngineOptions | None,
                         notify: Callable[[str], None] = lambda message: None) -> list[BuildReport] | None:
@@ -164,7 +180,7 @@ def up_to_date_variants(spec: ModelSpec, parent_hash: str, repository: Path,
             return None
         reports.append(current)
         if engines is not None and target is not None:
-            built = _current(repository, engine_name(spec.name, precision),
+            built = _current_engine(repository, engine_name(spec.name, precision),
                              engine_hash(digest, target[0], engines, target[1], spec.engine_axis_ranges))
             if built is None:
                 return None
@@ -189,33 +205,11 @@ def parity_entry(vs_reference: ParityResult, vs_fp32_onnx: ParityResult, fp32_vs
     return entry
 
 
-def build_variants(
-    spec: ModelSpec,
-    *,
-    fp32_onnx: Path,
-    feeds: Mapping[str, np.ndarray],
-    reference: Sequence[np.ndarray],
-    parent: BuildReport,
-    parent_hash: str,
-    repository: Path,
-    workdir: Path,
-    force: bool = False,
-    engines: EngineOptions | None = None,
-    status: Callable[[str], None] = lambda message: None,
-    notify: Callable[[str], None] = lambda message: None,
-) -> list[Publication]:
-    """Build and verify every precision variant ``spec`` declares (and its engine), publishing nothing.
+def build_variants(ctx: BuildContext) -> list[Publication]:
+    """Build and verify every precision variant ``ctx.spec`` declares (and its engine), publishing nothing.
 
-    Everything is built in ``workdir`` first; the caller publishes the returned entries once all of
-    them (and the FP32 parent) succeeded, so a failure leaves the repository as it was.
-
-    Args:
-        fp32_onnx: the FP32 ONNX the variants derive from (the parent's published artifact).
-        feeds: the spec's real sample inputs: parity data and INT8 calibration set.
-        reference: PyTorch outputs on ``feeds``.
-        parent: the FP32 entry's report (version, weights and parity recorded beside the variant's).
-        engines: build TensorRT engines too, with these options; None skips them.
-        status: progress messages; notify: messages for the user (engines skipped, ...).
+    Everything is built in ``ctx.workdir`` first; the caller publishes the returned entries once all
+    of them (and the FP32 parent) succeeded, so a failure leaves the repository as it was.
 
     Returns:
         One entry per variant and engine, in build order (already current ones carry no config).
@@ -225,118 +219,186 @@ def build_variants(
         PrecisionError: a conversion failed.
         EngineBuildError: TensorRT could not parse or build a variant.
     """
+    spec = ctx.spec
     unknown = [p for p in spec.variants if p not in PRECISIONS]
     if unknown:
         raise PrecisionError(f"{spec.name} declares unknown precision variants {unknown}; known: {', '.join(PRECISIONS)}")
-    names = [o.name for o in spec.outputs]
-    fp32_outputs = run_onnx(fp32_onnx, dict(feeds), names)
+    fp32_outputs = run_onnx(ctx.fp32_onnx, dict(ctx.feeds), [o.name for o in spec.outputs])
     fp32_parity = {out.name: compare(ref, cand, classes=out.name == spec.class_output)
-                   for out, ref, cand in zip(spec.outputs, reference, fp32_outputs, strict=True)}
-
-    target = _usable_engine_target(spec, engines, notify)
+                   for out, ref, cand in zip(spec.outputs, ctx.reference, fp32_outputs, strict=True)}
+    target = _usable_engine_target(spec, ctx.engines, ctx.notify)
 
     pending: list[Publication] = []
     for precision in spec.variants:
         name = variant_name(spec.name, precision)
-        digest = variant_hash(spec, parent_hash, precision)
-        onnx_path = workdir / f"{name}.onnx"
-        current = None if force else _current(repository, name, digest)
+        digest = variant_hash(spec, ctx.parent_hash, precision)
+        current = None if ctx.force else _current(ctx.repository, name, digest)
         if current is None:
-            variant = _build_variant(spec, precision, name, digest, fp32_onnx, onnx_path, feeds, reference,
-                                     fp32_outputs, fp32_parity, parent, repository, status)
+            # A folder per variant: an external data file beside its graph keeps the name it is published with.
+            onnx_path = ctx.workdir / name / "model.onnx"
+            variant = _build_variant(ctx, precision, digest, onnx_path, fp32_outputs, fp32_parity)
         else:
             variant = Publication(current)
-            onnx_path = repository / name / str(current.version) / "model.onnx"
+            onnx_path = ctx.repository / name / str(current.version) / "model.onnx"
         pending.append(variant)
 
-        if engines is not None and target is not None:
+        if ctx.engines is not None and target is not None:
             trt, capability = target
             trt_name = engine_name(spec.name, precision)
-            trt_digest = engine_hash(digest, trt, engines, capability, spec.engine_axis_ranges)
-            built = None if force else _current(repository, trt_name, trt_digest)
+            trt_digest = engine_hash(digest, trt, ctx.engines, capability, spec.engine_axis_ranges)
+            built = None if ctx.force else _current_engine(ctx.repository, trt_name, trt_digest)
             if built is None:
-                status(f"{trt_name}: building {trt.flavour} engine for compute capability {capability}")
-                pending.append(_build_engine_entry(spec, precision, trt_name, trt_digest, onnx_path, variant.report,
-                                                   repository, workdir, engines, capability))
+                ctx.status(f"{trt_name}: building {trt.flavour} engine for compute capability {capability}")
+                pending.append(_build_engine_entry(ctx, precision, trt_digest, onnx_path, variant.report, capability))
             else:
                 pending.append(Publication(built))
     return pending
 
 
-def _build_variant(spec: ModelSpec, precision: str, name: str, digest: str, fp32_onnx: Path, onnx_path: Path,
-                   feeds: Mapping[str, np.ndarray], reference: Sequence[np.ndarray],
-                   fp32_outputs: Sequence[np.ndarray], fp32_parity: Mapping[str, ParityResult],
-                   parent: BuildReport, repository: Path, status: Callable[[str], None]) -> Publication:
+def _build_variant(ctx: BuildContext, precision: str, digest: str, onnx_path: Path,
+                   fp32_outputs: Sequence[np.ndarray], fp32_parity: Mapping[str, ParityResult]) -> Publication:
+    spec, reference = ctx.spec, ctx.reference
+    name = variant_name(spec.name, precision)
     timings: dict[str, float] = {}
-    status(f"{name}: converting to {precision.upper()}")
-    converted = convert(precision, fp32_onnx, onnx_path, feeds, int8_op_types=spec.int8_op_types,
-                        int8_keep_float=spec.int8_keep_float)
-    timings[f"to_{precision}"] = converted.seconds
+    judged_held_out = precision == "int8" and ctx.held_out is not None and ctx.held_out_reference is not None
+    if precision == "int8":
+        method, studies = _calibrate(ctx, name, onnx_path, timings)
+    else:
+        ctx.status(f"{name}: converting to {precision.upper()}")
+        converted = convert(precision, ctx.fp32_onnx, onnx_path, ctx.feeds, fp16_keep_float=spec.fp16_keep_float)
+        timings[f"to_{precision}"] = converted.seconds
+        method, studies = "", {}
 
-    status(f"{name}: checking parity")
+    ctx.status(f"{name}: checking parity")
     started = time.perf_counter()
-    outputs = run_onnx(onnx_path, dict(feeds), [o.name for o in spec.outputs])
+    outputs = run_onnx(onnx_path, dict(ctx.feeds), [o.name for o in spec.outputs])
+    gated_reference, gated_outputs, gated_fp32 = reference, outputs, fp32_outputs
+    if judged_held_out:
+        assert ctx.held_out is not None and ctx.held_out_reference is not None
+        gated_reference = ctx.held_out_reference
+        gated_outputs = run_onnx(onnx_path, dict(ctx.held_out), [o.name for o in spec.outputs])
+        gated_fp32 = run_onnx(ctx.fp32_onnx, dict(ctx.held_out), [o.name for o in spec.outputs])
     tolerance = spec.variant_tolerance(precision)
     parity, failures = {}, []
-    for out, ref, base, cand in zip(spec.outputs, reference, fp32_outputs, outputs, strict=True):
+    for index, out in enumerate(spec.outputs):
         classes = out.name == spec.class_output
-        vs_reference = compare(ref, cand, classes=classes)
-        parity[out.name] = parity_entry(vs_reference, compare(base, cand, classes=classes),
-                                        fp32_parity.get(out.name), tolerance)
+        vs_reference = compare(gated_reference[index], gated_outputs[index], classes=classes)
+        fp32_own = compare(gated_reference[index], gated_fp32[index], classes=classes) if judged_held_out \
+            else fp32_parity.get(out.name)
+        entry = parity_entry(vs_reference, compare(gated_fp32[index], gated_outputs[index], classes=classes),
+                             fp32_own, tolerance)
+        if judged_held_out:
+            entry["judged_on"] = "held-out"
+            # the same figures on the calibration data, for contrast (not gated: calibration has seen it)
+            entry["calibration_set"] = compare(reference[index], outputs[index], classes=classes).as_dict()
+            entry["calibration_method"] = method
+            entry["calibration_methods"] = {m: figures[out.name] for m, figures in studies.items()}
+        parity[out.name] = entry
         failures += [f"{out.name}: {p}" for p in vs_reference.failures(tolerance)]
     timings["parity"] = time.perf_counter() - started
     if failures:
-        raise ParityError(f"{name} ({precision.upper()} variant of {spec.name}) is outside its tolerance "
-                          "vs the PyTorch reference: " + "; ".join(failures))
+        where = "on the held-out inputs" if judged_held_out else "vs the PyTorch reference"
+        raise ParityError(f"{name} ({precision.upper()} variant of {spec.name}) is outside its tolerance {where}: "
+                          + "; ".join(failures))
 
+    parent = ctx.parent
     report = BuildReport(
-        model=name, family=spec.family, version=(repo.latest_version(repository, name) or 0) + 1,
+        model=name, family=spec.family, version=(repo.latest_version(ctx.repository, name) or 0) + 1,
         precision=precision, inputs_hash=digest, weights=dict(parent.weights), timings_s=timings, parity=parity,
-        notes=[f"{precision.upper()} variant of {spec.name} v{parent.version}; parity on {len(reference[0])} real "
-               "samples vs the FP32 PyTorch reference (gated), vs the FP32 ONNX (vs_fp32_onnx), and the change "
-               "from the FP32 ONNX's own parity (delta_vs_fp32)"],
+        notes=[f"{precision.upper()} variant of {spec.name} v{parent.version}; parity on "
+               f"{len(gated_reference[0])} real samples vs the FP32 PyTorch reference (gated), vs the FP32 ONNX "
+               "(vs_fp32_onnx), and the change from the FP32 ONNX's own parity (delta_vs_fp32)"],
     )
     if precision == "int8":
-        report.notes.append(f"INT8: static Q/DQ, symmetric per-channel weights, min/max calibration on the same "
-                            f"{len(reference[0])} real samples")
-    config = model_config(name, platform="onnxruntime_onnx", inputs=spec.inputs, outputs=spec.outputs,
-                          batching=spec.batching, parameters=spec.model_parameters())
-    config.default_model_filename = "model.onnx"
-    return Publication(report, config, {"model.onnx": onnx_path})
+        calibrated_on = len(reference[0])
+        if judged_held_out:
+            report.notes.append(
+                f"INT8: static Q/DQ, symmetric per-channel weights; calibrated on {calibrated_on} real samples and "
+                f"judged on {len(gated_reference[0])} held-out samples no calibration has seen; calibration methods "
+                f"tried: {', '.join(studies)} (figures on the held-out samples in calibration_methods); kept: "
+                f"{method}")
+        else:
+            report.notes.append(f"INT8: static Q/DQ, symmetric per-channel weights, {method} calibration on the same "
+                                f"{calibrated_on} real samples it is checked on (the spec has no held-out inputs)")
+    config = onnx_entry_config(spec, name, precision, gpu=ctx.gpu, ragged=not ctx.native_backends)
+    return Publication(report, config, onnx_files(onnx_path))
 
 
-def _build_engine_entry(spec: ModelSpec, precision: str, name: str, digest: str, onnx_path: Path,
-                        variant: BuildReport, repository: Path, workdir: Path, options: EngineOptions,
+def _calibrate(ctx: BuildContext, name: str, onnx_path: Path,
+               timings: dict[str, float]) -> tuple[str, dict[str, dict[str, dict[str, object]]]]:
+    """INT8 by every calibration method the spec names; the best on the held-out inputs ends up at ``onnx_path``.
+
+    Returns:
+        The method kept and, per method, its figures per output on the held-out inputs (empty
+        without held-out inputs: then the spec's first method is used alone).
+    """
+    spec = ctx.spec
+    methods = spec.int8_calibrations or ("minmax",)
+    if ctx.held_out is None or ctx.held_out_reference is None:
+        methods = methods[:1]
+    studies: dict[str, dict[str, dict[str, object]]] = {}
+    ranked: list[tuple[tuple[float, ...], str, Path]] = []
+    for method in methods:
+        ctx.status(f"{name}: calibrating INT8 ({method})")
+        path = onnx_path.with_name(f"{onnx_path.stem}.{method}.onnx")
+        converted = convert("int8", ctx.fp32_onnx, path, ctx.feeds, int8_op_types=spec.int8_op_types,
+                            int8_keep_float=spec.int8_keep_float, int8_method=method)
+        timings[f"to_int8_{method}"] = converted.seconds
+        if len(methods) == 1:
+            ranked.append(((0.0,), method, path))
+            break
+        assert ctx.held_out is not None and ctx.held_out_reference is not None
+        outputs = run_onnx(path, dict(ctx.held_out), [o.name for o in spec.outputs])
+        results = {out.name: compare(ref, cand, classes=out.name == spec.class_output)
+                   for out, ref, cand in zip(spec.outputs, ctx.held_out_reference, outputs, strict=True)}
+        studies[method] = {out: r.as_dict() for out, r in results.items()}
+        judged = results.get(spec.class_output or "", next(iter(results.values())))
+        ranked.append(((judged.top1_agreement or 0.0, judged.top5_agreement or 0.0, judged.min_cosine,
+                        -judged.max_abs_error), method, path))
+    _, best, path = max(ranked, key=lambda item: item[0])  # ties: the earlier method in the spec's order
+    path.replace(onnx_path)
+    for _, _, other in ranked:
+        other.unlink(missing_ok=True)
+    return best, studies
+
+
+def _build_engine_entry(ctx: BuildContext, precision: str, digest: str, onnx_path: Path, variant: BuildReport,
                         capability: str) -> Publication:
-    out = workdir / name
+    spec, options, repository = ctx.spec, ctx.engines, ctx.repository
+    assert options is not None
+    name = engine_name(spec.name, precision)
+    out = ctx.workdir / name
     preferred = max(spec.batching.preferred_batch_sizes, default=spec.batching.max_batch_size)
-    meta = engine.build_engine(
-        onnx_path, out, max_batch_size=spec.batching.max_batch_size, precision=precision,
-        input_hash=file_sha256(onnx_path), timing_cache=options.timing_cache, preferred_batch_size=preferred,
-        compute_capability=capability, optimization_level=options.optimization_level,
-        axis_ranges=spec.engine_axis_ranges,
-    )
+    profile = engine.EngineProfile(spec.batching.max_batch_size, preferred, spec.engine_axis_ranges)
+    meta = engine.build_engine(onnx_path, out, profile, precision, replace(options, compute_capability=capability),
+                               input_hash=file_sha256(onnx_path))
+    target = targets.ServingTarget.ngc(capability, options.triton_release or targets.DEFAULT_NGC_RELEASE)
+    refusal = target.refusal(meta, out / engine.ENGINE_NAME)
+    where = targets.artifact_root(repository) if refusal else repository
     report = BuildReport(
-        model=name, family=spec.family, version=(repo.latest_version(repository, name) or 0) + 1,
+        model=name, family=spec.family, version=(repo.latest_version(where, name) or 0) + 1,
         precision=precision, inputs_hash=digest, weights=dict(variant.weights),
         timings_s={"engine_build": meta.build_seconds},
         notes=[
             f"TensorRT engine ({meta.flavour} {meta.tensorrt_version}, compute capability "
             f"{meta.compute_capability}, strongly typed, profile batch 1..{meta.max_batch_size}) from "
-            f"{variant.model} v{variant.version}; metadata in {engine.METADATA_NAME}",
-            "platform tensorrt_plan: the embedded CPU Triton cannot load it; serve it on a GPU host whose "
-            "TensorRT flavour/version and compute capability match engine.json (builders.engine.check_engine)",
+            f"{variant.model} v{variant.version}; metadata in {engine.METADATA_NAME} (runtime: {meta.runtime})",
             f"engine parity not measured here (no GPU); the ONNX it was built from passed parity as {variant.model}",
         ],
     )
-    if meta.flavour == "tensorrt-rtx":
-        report.notes.append("built ahead of time by TensorRT for RTX: it runs under the TensorRT-RTX runtime; "
-                            "Triton's tensorrt_plan backend needs an engine built by full TensorRT on the GPU host "
-                            "(same command there: inferctl build --engines)")
     report.add_artifact("engine_metadata", out / engine.METADATA_NAME)
+    files = {engine.ENGINE_NAME: out / engine.ENGINE_NAME, engine.METADATA_NAME: out / engine.METADATA_NAME}
+    if refusal is not None:
+        report.notes.append(f"not a Triton entry: {target.name} cannot load it ({refusal}); kept as an artifact "
+                            f"for the {meta.runtime} runtime in {where.name}/")
+        if meta.flavour != "tensorrt":
+            report.notes.append("Triton's tensorrt_plan backend needs an engine built by full TensorRT of its own "
+                                "version on the GPU host (same command there: inferctl build --engines)")
+        ctx.notify(f"{name}: kept as an artifact, not a Triton entry: {refusal}")
+        return Publication(report, None, files, artifact=True)
+    report.notes.append(f"platform tensorrt_plan for {target.name}; the embedded CPU Triton cannot load it "
+                        "(inferctl up leaves it out)")
     config = model_config(name, platform="tensorrt_plan", inputs=spec.inputs, outputs=spec.outputs,
                           batching=spec.batching, gpu=True)
     config.default_model_filename = engine.ENGINE_NAME
-    return Publication(report, config, {engine.ENGINE_NAME: out / engine.ENGINE_NAME,
-                                        engine.METADATA_NAME: out / engine.METADATA_NAME})
-
+    return Publication(report, config, files)

@@ -4,9 +4,8 @@ Public API (everything else is internal and may change):
 
 - :func:`create_app` and :class:`GatewaySettings`: build the ASGI app from settings.
 - :func:`serve`: run it under uvicorn (``python -m gateway`` does this).
-- :class:`KeyStore` and :func:`bootstrap_first_key`: manage API keys (the platform's start command
-  uses the latter to print a first key).
-- :func:`run_overhead_benchmark`: the gateway-vs-direct-Triton benchmark.
+- :class:`KeyStore`, :func:`open_key_store` and :func:`bootstrap_first_key`: manage API keys in the
+  configured store, SQLite or Redis (the platform's start command uses the last to print a first key).
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ __all__ = [
     "KeyStore",
     "bootstrap_first_key",
     "create_app",
-    "run_overhead_benchmark",
+    "open_key_store",
     "serve",
 ]
 
@@ -27,14 +26,13 @@ _EXPORTS = {
     "KeyStore": "gateway.keys",
     "bootstrap_first_key": "gateway.keys",
     "create_app": "gateway.app",
+    "open_key_store": "gateway.keys",
     "serve": "gateway.server",
-    "run_overhead_benchmark": "gateway.bench",
 }
 
 if TYPE_CHECKING:
     from gateway.app import create_app
-    from gateway.bench import run_overhead_benchmark
-    from gateway.keys import KeyStore, bootstrap_first_key
+    from gateway.keys import KeyStore, bootstrap_first_key, open_key_store
     from gateway.server import serve
     from gateway.settings import GatewaySettings
 

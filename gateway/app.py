@@ -1,42 +1,62 @@
 """The app factory: ``create_app(settings) -> FastAPI``.
 
 Owns the wiring and nothing else: the one table from exceptions to HTTP statuses, the middleware
-list, the routers, and a lifespan that opens (and closes) the Triton client pool, the rate limiter
-and the Triton statistics poller. Nothing happens at import time.
+list, the routers, and a lifespan that opens (and closes) the Triton client pool, the rate limiter,
+the Triton statistics poller, the shared-state sync (with Redis), the generation job store and its
+workers, and the KServe v2 gRPC entry when a port is set for it. Nothing happens at import time.
+What backs each store is chosen in :mod:`gateway.app_stores`; :mod:`gateway.validation_report` words
+validation failures and :mod:`gateway.openapi_doc` finishes the OpenAPI document.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import AsyncIterator, Callable
-from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.openapi.utils import get_openapi
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware import Middleware
 
 from gateway import errors
+from gateway.app_stores import (
+    build_backend,
+    build_image_store,
+    build_job_store,
+    build_limiter,
+    build_sketch_store,
+    build_usage_store,
+)
 from gateway.auth import Authenticator
-from gateway.keys import KeyStore
+from gateway.callbacks import CallbackPolicy, CallbackSender
+from gateway.compression import DecompressionMiddleware
+from gateway.context import CONTEXT_KEY
+from gateway.grpc_entry import start_grpc_server
+from gateway.job_runner import JobRunner
+from gateway.job_service import ImageJobs
+from gateway.keys import open_key_store
 from gateway.middleware import AuthMiddleware, BodyLimitMiddleware, ContextMiddleware
-from gateway.problems import PROBLEM_CONTENT_TYPE, ProblemRenderer, problem_document
-from gateway.ratelimit import InProcessRateLimiter, RateLimiter, RedisRateLimiter
-from gateway.routes import admin, classify, health, kserve, openai, stats
+from gateway.model_cards import ModelCards
+from gateway.openai_tasks import OpenAITasks
+from gateway.openapi_doc import document_security
+from gateway.problems import ErrorReport, ErrorShape, ProblemRenderer
+from gateway.ratelimit import RateLimiter
+from gateway.routes import admin, classify, health, jobs, kserve, openai, stats, usage
 from gateway.routes import traffic as traffic_routes
-from gateway.routes._deps import ADMIN_AUTH, CLIENT_AUTH, SECURITY_SCHEMES
 from gateway.service import InferenceService
 from gateway.settings import GatewaySettings
+from gateway.state_sync import StateSync
 from gateway.stats import LatencyTracker
 from gateway.traffic import TrafficSplit
-from gateway.triton import InferenceBackend, TritonHttpBackend
+from gateway.triton import InferenceBackend
+from gateway.usage import UsageMeter, UsageStoreError
+from gateway.validation_report import validation_report
+from serving.limits import DEFAULT_LIMITS
 
-__all__ = ["ERROR_STATUS", "create_app"]
+__all__ = ["ERROR_SHAPES", "ERROR_STATUS", "create_app"]
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +66,9 @@ ERROR_STATUS: dict[type[errors.GatewayError], int] = {
     errors.AuthenticationError: 401,
     errors.PermissionDenied: 403,
     errors.NotFound: 404,
+    errors.Conflict: 409,
     errors.PayloadTooLarge: 413,
+    errors.UnsupportedMediaType: 415,
     errors.RateLimited: 429,
     errors.Overloaded: 429,
     errors.UpstreamError: 502,
@@ -54,10 +76,18 @@ ERROR_STATUS: dict[type[errors.GatewayError], int] = {
     errors.UpstreamTimeout: 504,
 }
 
+# Which API's error body each path answers with (problem+json elsewhere): the OpenAI SDKs show only
+# ``{"error": {"message", ...}}`` bodies, tritonclient only ``{"error": "..."}`` ones.
+ERROR_SHAPES: tuple[tuple[str, ErrorShape], ...] = (
+    ("/v2", ErrorShape.KSERVE),
+    ("/v1/models", ErrorShape.OPENAI),
+    ("/v1/embeddings", ErrorShape.OPENAI),
+    ("/v1/images", ErrorShape.OPENAI),
+)
+
 PUBLIC_PATHS = (
     "/healthz",
     "/readyz",
-    "/metrics",
     "/v2/health/live",
     "/v2/health/ready",
     "/docs",
@@ -65,29 +95,23 @@ PUBLIC_PATHS = (
     "/openapi.json",
 )
 PUBLIC_PREFIXES = ("/docs/",)
+# Metrics name every model and client: behind GATEWAY_METRICS_TOKEN (or the admin token).
+METRICS_PATHS = ("/metrics",)
 
 _DESCRIPTION = """\
 Authenticated, rate-limited access to the models Triton serves.
 
 **Credentials**: `Authorization: Bearer <api key | JWT>` or `X-API-Key: <api key>`; the admin API takes
-`X-Admin-Token` (or `Authorization: Bearer <admin token>`).
+`X-Admin-Token` (or `Authorization: Bearer <admin token>`); `/metrics` takes
+`Authorization: Bearer <metrics token>` (`GATEWAY_METRICS_TOKEN`, or the admin token).
 
-**Errors** are `application/problem+json` (RFC 9457): `type`, `title`, `status`, `detail`, `instance`, and
-`field` when one request field is at fault. 429 and 503 carry `Retry-After`; inference responses carry
+**Errors** take the shape of the API a route belongs to: OpenAI's `{"error": {"message", "type", "param",
+"code"}}` on `/v1/models`, `/v1/embeddings` and `/v1/images/*` (what the OpenAI SDKs read); KServe v2's
+`{"error": "..."}` on `/v2/*` (what tritonclient reads); `application/problem+json` (RFC 9457: `type`,
+`title`, `status`, `detail`, `instance`, and `field` when one request field is at fault) everywhere else,
+and on any route whose request sends `Accept: application/problem+json`. 429 and 503 carry `Retry-After`; inference responses carry
 `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` and `RateLimit-Policy`.
 """
-
-
-def _build_limiter(settings: GatewaySettings) -> RateLimiter:
-    url = settings.redis_url.get_secret_value()
-    if not url:
-        return InProcessRateLimiter()
-    return RedisRateLimiter(
-        url,
-        failure_policy=settings.redis_failure_policy,
-        timeout_s=settings.redis_timeout_s,
-        retry_after_s=settings.redis_retry_after_s,
-    )
 
 
 async def _poll_triton_stats(backend: InferenceBackend, tracker: LatencyTracker, interval_s: float) -> None:
@@ -108,29 +132,6 @@ async def _poll_triton_stats(backend: InferenceBackend, tracker: LatencyTracker,
         await asyncio.sleep(interval_s)
 
 
-def _validation_problem(request: Request, exc: RequestValidationError) -> Response:
-    first: dict[str, Any] = exc.errors()[0] if exc.errors() else {}
-    loc = [str(part) for part in first.get("loc", ()) if part not in ("body", "query", "path", "header")]
-    field = ".".join(loc) or "body"
-    if first.get("type") == "json_invalid":
-        status, title, detail, field = (
-            400,
-            "Bad request",
-            f"body is not valid JSON: {first.get('ctx', {}).get('error', '')}",
-            "body",
-        )
-        slug = "bad-request"
-    else:
-        status, title, slug = 422, "Validation error", "validation-error"
-        detail = "; ".join(
-            f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}" for e in exc.errors()[:5]
-        )
-    body = problem_document(
-        status, title, detail, request.url.path, type_=f"urn:gateway:problem:{slug}", field=field
-    )
-    return Response(json.dumps(body), status_code=status, media_type=PROBLEM_CONTENT_TYPE)
-
-
 def create_app(
     settings: GatewaySettings,
     *,
@@ -141,20 +142,45 @@ def create_app(
 
     Args:
         settings: configuration.
-        backend_factory: makes the inference backend at startup (default: Triton over HTTP);
-            unit tests pass a fake.
+        backend_factory: makes the inference backend at startup (default: Triton over the
+            configured transport, HTTP or gRPC); unit tests pass a fake.
         limiter_factory: makes the rate limiter at startup (default: Redis if configured, else in process).
 
     Returns:
         The ASGI app; its lifespan opens and closes the Triton pool and the limiter.
     """
-    renderer = ProblemRenderer(ERROR_STATUS)
-    tracker = LatencyTracker(settings.stats_window_s, settings.stats_max_samples, settings.max_client_labels)
-    store = KeyStore(settings.keys_db)
-    traffic = TrafficSplit()
+    renderer = ProblemRenderer(ERROR_STATUS, ERROR_SHAPES)
+    tracker = LatencyTracker(
+        settings.stats_window_s, settings.stats_bucket_s, settings.stats_max_series, settings.max_client_labels
+    )
+    # With Redis, keys and canary weights live there (every replica and worker sees one truth);
+    # without it, keys are the SQLite file and weights stay in this single process.
+    store = open_key_store(settings)
+    redis_client = None
+    if settings.shared:
+        from gateway.redis_state import RedisTrafficStore, connect, read_versions
+
+        redis_client = connect(settings.redis_url.get_secret_value(), settings.redis_timeout_s)
+        traffic = TrafficSplit(store=RedisTrafficStore(redis_client, settings.redis_prefix))
+    else:
+        traffic = TrafficSplit()
+    meter = UsageMeter()
     authenticator = Authenticator(settings, store)
-    make_backend = backend_factory or (lambda s: TritonHttpBackend(s.triton_http_url, s.triton_pool_size))
-    make_limiter = limiter_factory or _build_limiter
+    sync = None
+    if redis_client is not None:
+        client = redis_client
+        sync = StateSync(
+            lambda: read_versions(client, settings.redis_prefix),
+            authenticator.clear,
+            traffic,
+            settings.state_sync_interval_s,
+        )
+    callbacks = CallbackPolicy(
+        settings.callback_allow, settings.callback_private_networks,
+        max_url_chars=DEFAULT_LIMITS.jobs.max_callback_url_chars, resolve_timeout_s=settings.callback_timeout_s,
+    )
+    make_backend = backend_factory or build_backend
+    make_limiter = limiter_factory or build_limiter
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -163,24 +189,69 @@ def create_app(
         app.state.backend = backend
         app.state.limiter = limiter
         app.state.service = InferenceService(settings, backend, limiter, tracker, traffic)
-        poller = None
-        if settings.triton_stats_interval_s > 0:
-            poller = asyncio.create_task(
-                _poll_triton_stats(backend, tracker, settings.triton_stats_interval_s)
+        app.state.openai = OpenAITasks(
+            app.state.service, ModelCards(backend, timeout_s=settings.triton_health_timeout_s * 4)
+        )
+        job_store = build_job_store(settings)
+        sender = None
+        if callbacks.enabled:
+            sender = CallbackSender(callbacks, settings.callback_secret.get_secret_value().encode(),
+                                    settings.callback_timeout_s)
+        runner = JobRunner(settings, job_store, app.state.openai, renderer, meter, sender)
+        app.state.job_runner = runner
+        app.state.jobs = ImageJobs(app.state.openai, job_store, callbacks, wake=runner.wake)
+        tracker.store = build_sketch_store(settings)
+        tracker.remote_ttl_s = settings.stats_publish_interval_s
+        tracker.forget_dead_workers()
+        meter.store = build_usage_store(settings)
+        grpc_server = None
+        if settings.grpc_port:
+            # Same process, same event loop, same service: the KServe v2 gRPC entry.
+            grpc_server = await start_grpc_server(
+                settings, app.state.service, authenticator, renderer, tracker, meter
             )
+        tasks = [asyncio.create_task(meter.flush_forever(settings.usage_flush_interval_s)),
+                 asyncio.create_task(runner.run())]
+        if tracker.store is not None:
+            tasks.append(asyncio.create_task(tracker.publish_forever(settings.stats_publish_interval_s)))
+        if settings.triton_stats_interval_s > 0:
+            tasks.append(
+                asyncio.create_task(_poll_triton_stats(backend, tracker, settings.triton_stats_interval_s))
+            )
+        if sync is not None:
+            await sync.refresh()  # canary weights in place before the first request
+            tasks.append(asyncio.create_task(sync.run()))
         try:
             yield
         finally:
-            if poller is not None:
-                poller.cancel()
+            if grpc_server is not None:
+                await grpc_server.stop(grace=5)
+            for task in tasks:
+                task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
-                    await poller
+                    await task
+            await tracker.publish()  # the last seconds of traffic, for the processes that remain
+            try:
+                await meter.flush()
+            except UsageStoreError as exc:
+                log.error("usage metering: the last counts could not be stored: %s", exc)
+            if tracker.store is not None:
+                await tracker.store.close()
+            await meter.store.close()
+            if sender is not None:
+                await sender.close()
+            await job_store.close()
+            await app.state.images.close()
+            await app.state.service.catalog.close()
             await backend.close()
             await limiter.close()
+            store.close()
+            if redis_client is not None:
+                redis_client.close()
 
     # Outermost first. Context wraps everything so even 401/413 answers get a request id and log line.
     middleware = [
-        Middleware(ContextMiddleware, tracker=tracker),
+        Middleware(ContextMiddleware, tracker=tracker, meter=meter),
         Middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, renderer=renderer),
         Middleware(
             AuthMiddleware,
@@ -188,7 +259,10 @@ def create_app(
             renderer=renderer,
             public=PUBLIC_PATHS,
             public_prefixes=PUBLIC_PREFIXES,
+            metrics_paths=METRICS_PATHS,
         ),
+        # Inside auth: nothing is decompressed for a caller without credentials.
+        Middleware(DecompressionMiddleware, max_bytes=settings.max_body_bytes, renderer=renderer),
     ]
     app = FastAPI(
         title="Inference gateway",
@@ -199,41 +273,50 @@ def create_app(
     )
     app.state.settings = settings
     app.state.tracker = tracker
+    app.state.meter = meter
     app.state.key_store = store
     app.state.traffic = traffic
+    app.state.state_sync = sync
     app.state.authenticator = authenticator
     app.state.renderer = renderer
+    app.state.images = build_image_store(settings)
 
     async def gateway_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, errors.GatewayError)
-        status, headers, body = renderer.render(exc, request.url.path)
+        status, headers, body = renderer.render(exc, request.url.path, request.headers.get("accept", ""))
         if status >= 500:
-            log.warning("%s %s -> %d: %s", request.method, request.url.path, status, exc.detail)
+            ctx = request.scope.get(CONTEXT_KEY)
+            log.warning(
+                "%s %s %s -> %d: %s",
+                ctx.request_id if ctx is not None else "-",
+                request.method,
+                request.url.path,
+                status,
+                exc.detail,
+            )
+        return Response(body, status_code=status, headers=headers)
+
+    def answer(request: Request, report: ErrorReport) -> Response:
+        status, headers, body = renderer.render_report(report, request.url.path, request.headers.get("accept", ""))
         return Response(body, status_code=status, headers=headers)
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
         if isinstance(exc.__cause__, errors.GatewayError):  # e.g. a body read that hit our limit
             return await gateway_error(request, exc.__cause__)
-        body = problem_document(exc.status_code, "HTTP error", str(exc.detail), request.url.path)
-        return Response(
-            json.dumps(body),
-            status_code=exc.status_code,
-            media_type=PROBLEM_CONTENT_TYPE,
-            headers=exc.headers,
-        )
+        name = "not_found" if exc.status_code == 404 else "http_error"
+        return answer(request, ErrorReport(exc.status_code, "HTTP error", str(exc.detail), name,
+                                           headers=dict(exc.headers or {})))
 
     async def validation_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
-        return _validation_problem(request, exc)
+        return answer(request, validation_report(exc))
 
     async def unexpected(request: Request, exc: Exception) -> Response:
         # Never relabelled as a client error: a 500, logged with the traceback.
         log.exception("unhandled error on %s %s", request.method, request.url.path)
-        body = problem_document(
-            500, "Internal server error", "the gateway failed; see its log", request.url.path
-        )
-        return Response(json.dumps(body), status_code=500, media_type=PROBLEM_CONTENT_TYPE)
+        return answer(request, ErrorReport(500, "Internal server error", "the gateway failed; see its log",
+                                           "internal_error"))
 
     app.add_exception_handler(errors.GatewayError, gateway_error)
     app.add_exception_handler(StarletteHTTPException, http_error)
@@ -241,28 +324,7 @@ def create_app(
     app.add_exception_handler(Exception, unexpected)
 
     # Inference routes first: Starlette matches routes in order, and these carry the traffic.
-    for module in (kserve, openai, classify, health, stats, admin, traffic_routes):
+    for module in (kserve, openai, jobs, classify, health, stats, usage, admin, traffic_routes):
         app.include_router(module.router)
-    _document_security(app)
+    document_security(app, PUBLIC_PATHS, METRICS_PATHS)
     return app
-
-
-def _document_security(app: FastAPI) -> None:
-    """Declare in OpenAPI which credential each route takes (the auth middleware enforces it)."""
-
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            schema = get_openapi(
-                title=app.title, version=app.version, description=app.description, routes=app.routes
-            )
-            schema.setdefault("components", {})["securitySchemes"] = SECURITY_SCHEMES
-            for path, operations in schema.get("paths", {}).items():
-                if path in PUBLIC_PATHS:
-                    continue
-                requirement = ADMIN_AUTH if path.startswith("/admin/") else CLIENT_AUTH
-                for operation in operations.values():
-                    operation.update(requirement)
-            app.openapi_schema = schema
-        return app.openapi_schema
-
-    app.openapi = openapi  # type: ignore[method-assign]

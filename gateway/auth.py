@@ -7,9 +7,13 @@ never echo the credential.
 Credentials are read from ``Authorization: Bearer <token>`` or ``X-API-Key: <key>``. A token that
 looks like one of our keys (``gk_...``) is an API key; anything else is treated as a JWT.
 
-Verified keys are cached for ``key_cache_ttl_s`` so the hot path does not touch SQLite. The cache
-holds the stored hash, and every request is still compared against it; revoking or rotating through
-this process's admin API drops the entry at once, other replicas see it within the TTL.
+Looked-up keys are cached for at most ``key_cache_ttl_s`` so the hot path does not touch the store.
+The cache holds the stored hash, and every request is still compared against it. Revoking or
+rotating through this process's admin API drops the entry at once; with a shared store (Redis),
+:class:`gateway.state_sync.StateSync` empties the cache whenever any replica changed a key, so other
+replicas and workers follow within ``state_sync_interval_s``. While the store cannot be reached, the
+``open`` failure policy keeps honouring keys this process has already looked up (past their TTL);
+``closed`` refuses with 503 once they expire.
 """
 
 from __future__ import annotations
@@ -23,9 +27,9 @@ from pathlib import Path
 import jwt
 
 from gateway.context import Principal
-from gateway.errors import AuthenticationError, PermissionDenied
-from gateway.keys import ApiKeyRecord, KeyStore, parse_key
-from gateway.settings import GatewaySettings
+from gateway.errors import AuthenticationError, PermissionDenied, StateStoreUnavailable
+from gateway.keys import ApiKeyRecord, KeyStore, KeyStoreUnavailable, parse_key
+from gateway.settings import GatewaySettings, RedisFailurePolicy
 
 __all__ = ["Authenticator", "extract_credential"]
 
@@ -62,6 +66,9 @@ class Authenticator:
         self.settings = settings
         self.store = store
         self._cache: dict[str, tuple[float, ApiKeyRecord | None]] = {}
+        # Bumped by every invalidation: a lookup that started before one must not cache its
+        # (possibly stale) answer after it.
+        self._generation = 0
         self._jwt_keys: dict[str, str] = {}
         secret = settings.jwt_secret.get_secret_value()
         public = _load_public_key(settings.jwt_public_key)
@@ -109,11 +116,20 @@ class Authenticator:
         cached = self._cache.get(key_id)
         if cached is not None and now - cached[0] < self.settings.key_cache_ttl_s:
             return cached[1]
-        # SQLite is blocking I/O: run it off the event loop (only on a cache miss).
-        record = await asyncio.to_thread(self.store.get, key_id)
-        if len(self._cache) > 10_000:
-            self._cache.clear()
-        self._cache[key_id] = (now, record)
+        generation = self._generation
+        try:
+            # The store is blocking I/O: run it off the event loop (only on a cache miss).
+            record = await asyncio.to_thread(self.store.get, key_id)
+        except KeyStoreUnavailable as exc:
+            if cached is not None and self.settings.redis_failure_policy is RedisFailurePolicy.OPEN:
+                # Availability first: the last answer the store gave stands until it is back (no
+                # change can be written to an unreachable store either).
+                return cached[1]
+            raise StateStoreUnavailable(f"API keys cannot be verified: {exc}", retry_after_s=1) from exc
+        if generation == self._generation:
+            if len(self._cache) > 10_000:
+                self._cache.clear()
+            self._cache[key_id] = (now, record)
         return record
 
     async def _from_api_key(self, credential: str) -> Principal:
@@ -175,7 +191,13 @@ class Authenticator:
 
     def invalidate(self, key_id: str) -> None:
         """Forget a cached key (after a rotation or revocation in this process)."""
+        self._generation += 1
         self._cache.pop(key_id, None)
+
+    def clear(self) -> None:
+        """Forget every cached key (another replica changed some)."""
+        self._generation += 1
+        self._cache.clear()
 
     def check_admin(self, headers: Mapping[str, str]) -> Principal:
         """Require the admin credential.
@@ -193,3 +215,30 @@ class Authenticator:
                 "admin credential missing or wrong", field="authorization", headers=_CHALLENGE
             )
         return Principal(client_id="admin", scopes=frozenset({"*"}), tier="admin", kind="admin")
+
+    def check_metrics(self, headers: Mapping[str, str]) -> Principal:
+        """Require the metrics credential (``GATEWAY_METRICS_TOKEN``) or the admin one, for ``/metrics``.
+
+        Metrics name every model and (capped) client, so they are not public; Prometheus presents
+        the metrics token as a bearer token and needs no admin rights.
+
+        Raises:
+            PermissionDenied: neither a metrics nor an admin token is configured.
+            AuthenticationError: the credential is missing or wrong.
+        """
+        accepted = [
+            token.get_secret_value().encode()
+            for token in (self.settings.metrics_token, self.settings.admin_token)
+            if token.get_secret_value()
+        ]
+        if not accepted:
+            raise PermissionDenied("/metrics is disabled: set GATEWAY_METRICS_TOKEN to enable it")
+        presented = (extract_credential(headers) or headers.get("x-admin-token") or "").encode()
+        # Compare against every accepted token (no early exit), in constant time each.
+        if not sum(hmac.compare_digest(presented, token) for token in accepted):
+            raise AuthenticationError(
+                "metrics credential missing or wrong: send 'Authorization: Bearer <metrics token>'",
+                field="authorization",
+                headers=_CHALLENGE,
+            )
+        return Principal(client_id="metrics", scopes=frozenset(), tier="admin", kind="metrics")

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 
 from gateway.ratelimit import Decision
+from gateway.usage import RequestUsage
 
 __all__ = ["CONTEXT_KEY", "Principal", "RequestContext"]
 
@@ -47,3 +48,4 @@ class RequestContext:
     model: str | None = None
     rate: Decision | None = None
     admitted: bool = False
+    usage: RequestUsage = field(default_factory=RequestUsage)

@@ -4,18 +4,24 @@
 
     GatewayError                    base; never raised itself
     ├── BadRequest                  400  the request is malformed (names the ``field``)
-    │   └── InferenceInputError     400  Triton refused the inputs (shape, dtype, undecodable image)
+    │   ├── InferenceInputError     400  Triton refused the inputs (shape, dtype, undecodable image)
+    │   └── CallbackRefused         400  a job's callback URL is off the allow-list or resolves to a refused address
     ├── AuthenticationError         401  no credential, or one that is wrong/expired/revoked
     ├── PermissionDenied            403  a valid credential without the scope for this model/route
     ├── NotFound                    404  no such thing (an API key id, a route's resource)
     │   └── ModelNotFound           404  Triton does not serve this model (yet)
-    ├── PayloadTooLarge             413  the body is over the configured limit
+    ├── Conflict                    409  the request contradicts stored state (an imported key id, a version not READY)
+    │   └── JobNotFinished          409  a job's result asked for before it succeeded; a finished job cancelled
+    ├── PayloadTooLarge             413  the body is over the configured limit (also once decompressed)
+    ├── UnsupportedMediaType        415  a Content-Encoding the gateway does not decode
     ├── RateLimited                 429  the client's bucket for this model is empty (Retry-After)
+    │   └── TooManyJobs             429  the key holds as many generation jobs as it may (Retry-After)
     ├── Overloaded                  429  too many requests in flight for this model (Retry-After)
     ├── ServiceUnavailable          503  (Retry-After)
     │   ├── UpstreamUnavailable     503  Triton cannot be reached or is not ready
     │   ├── ModelNotReady           503  the model exists but is loading/unloading
-    │   └── RateLimiterUnavailable  503  Redis is down and the policy is "closed"
+    │   ├── RateLimiterUnavailable  503  Redis is down and the policy is "closed"
+    │   └── StateStoreUnavailable   503  the shared key / canary store (Redis) cannot be reached
     ├── UpstreamTimeout             504  Triton did not answer within the per-request timeout
     └── UpstreamError               502  Triton answered with an error we cannot attribute to the client
 """
@@ -25,8 +31,11 @@ from __future__ import annotations
 __all__ = [
     "AuthenticationError",
     "BadRequest",
+    "CallbackRefused",
+    "Conflict",
     "GatewayError",
     "InferenceInputError",
+    "JobNotFinished",
     "ModelNotFound",
     "ModelNotReady",
     "NotFound",
@@ -36,6 +45,9 @@ __all__ = [
     "RateLimited",
     "RateLimiterUnavailable",
     "ServiceUnavailable",
+    "StateStoreUnavailable",
+    "TooManyJobs",
+    "UnsupportedMediaType",
     "UpstreamError",
     "UpstreamTimeout",
     "UpstreamUnavailable",
@@ -70,6 +82,10 @@ class InferenceInputError(BadRequest):
     title = "Inference input rejected"
 
 
+class CallbackRefused(BadRequest):
+    title = "Callback URL refused"
+
+
 class AuthenticationError(GatewayError):
     title = "Authentication required"
 
@@ -92,8 +108,20 @@ class ModelNotFound(NotFound):
         self.model = model
 
 
+class Conflict(GatewayError):
+    title = "Conflict"
+
+
+class JobNotFinished(Conflict):
+    title = "Job not finished"
+
+
 class PayloadTooLarge(GatewayError):
     title = "Payload too large"
+
+
+class UnsupportedMediaType(GatewayError):
+    title = "Unsupported media type"
 
 
 class _RetryLater(GatewayError):
@@ -108,6 +136,10 @@ class _RetryLater(GatewayError):
 
 class RateLimited(_RetryLater):
     title = "Rate limit exceeded"
+
+
+class TooManyJobs(RateLimited):
+    title = "Too many jobs"
 
 
 class Overloaded(_RetryLater):
@@ -128,6 +160,10 @@ class ModelNotReady(ServiceUnavailable):
 
 class RateLimiterUnavailable(ServiceUnavailable):
     title = "Rate limiter unavailable"
+
+
+class StateStoreUnavailable(ServiceUnavailable):
+    title = "Shared state store unavailable"
 
 
 class UpstreamTimeout(GatewayError):

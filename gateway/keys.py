@@ -1,51 +1,56 @@
-"""API keys in SQLite: only a SHA-256 of each key is stored, compared in constant time.
+"""API keys: only a SHA-256 of each key is stored, compared in constant time.
 
 A key looks like ``gk_<key_id>_<secret>``: ``key_id`` is a short public id (shown in listings,
 logs and metrics labels), ``secret`` 32 random bytes (256 bits) from :mod:`secrets`. Because the
 secret is high-entropy a plain SHA-256 is enough (a slow password hash protects low-entropy
 passwords, not random tokens) and keeps verification in microseconds on the request path.
 
-The store is safe for several processes (SQLite WAL mode, short transactions); each call opens its
-own connection, so no connection is shared across threads or event loops.
+Two stores behind one interface, :class:`KeyStore`:
+
+- :class:`gateway.keys_sqlite.SqliteKeyStore`: a file, the single-process default (``inferctl up``).
+- :class:`gateway.redis_state.RedisKeyStore`: shared by every replica and worker; chosen whenever a
+  Redis URL is configured (:func:`open_key_store`).
+
+Keys move between stores as :class:`ApiKeyRecord` documents (id, hash and metadata, never a
+plaintext): ``export`` from one, :meth:`KeyStore.import_records` into the other.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import json
+import re
 import secrets
-import sqlite3
-import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from gateway.settings import GatewaySettings
 
-__all__ = ["ALL_MODELS", "KEY_PREFIX", "ApiKeyRecord", "KeyStore", "bootstrap_first_key", "parse_key"]
+__all__ = [
+    "ALL_MODELS",
+    "KEY_ID_PATTERN",
+    "KEY_HASH_PATTERN",
+    "KEY_PREFIX",
+    "ApiKeyRecord",
+    "ImportResult",
+    "KeyConflict",
+    "KeyStore",
+    "KeyStoreUnavailable",
+    "bootstrap_first_key",
+    "new_key",
+    "open_key_store",
+    "parse_key",
+]
 
 KEY_PREFIX = "gk_"
 ALL_MODELS = "*"
 _ID_BYTES = 6  # 12 hex chars: public, only has to be unique
 _SECRET_BYTES = 32
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS api_keys (
-    key_id      TEXT PRIMARY KEY,
-    name        TEXT NOT NULL,
-    key_hash    TEXT NOT NULL,
-    scopes      TEXT NOT NULL,
-    tier        TEXT NOT NULL,
-    created_at  REAL NOT NULL,
-    rotated_at  REAL,
-    revoked_at  REAL
-)
-"""
-
+KEY_ID_PATTERN = r"^[0-9a-f]{12}$"
+KEY_HASH_PATTERN = r"^[0-9a-f]{64}$"
 
 @dataclass(frozen=True)
 class ApiKeyRecord:
@@ -57,6 +62,7 @@ class ApiKeyRecord:
         scopes: model names the key may call, or ``["*"]`` for every model.
         tier: the rate-limit tier.
         created_at / rotated_at / revoked_at: Unix times (``None`` when it never happened).
+        key_hash: SHA-256 (hex) of the plaintext key.
     """
 
     key_id: str
@@ -76,9 +82,41 @@ class ApiKeyRecord:
         """Whether this key's scopes cover ``model``."""
         return ALL_MODELS in self.scopes or model in self.scopes
 
+    def as_export(self) -> dict[str, Any]:
+        """The record as an export document entry (what :meth:`KeyStore.import_records` takes back)."""
+        out = asdict(self)
+        out["scopes"] = list(self.scopes)
+        return out
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    """What an import did: ids written, and ids already present with identical content."""
+
+    imported: list[str]
+    skipped: list[str]
+
+
+class KeyConflict(Exception):
+    """An imported id exists in the store with a different hash or metadata; nothing was written."""
+
+    def __init__(self, key_ids: Sequence[str]) -> None:
+        super().__init__(f"key ids already present with different content: {', '.join(key_ids)}")
+        self.key_ids = list(key_ids)
+
+
+class KeyStoreUnavailable(Exception):
+    """The store could not be reached (Redis down); raised with the library error as its cause."""
+
 
 def _hash(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
+
+
+def new_key(key_id: str | None = None) -> tuple[str, str]:
+    """A fresh ``(key_id, plaintext)``; the id is kept when given (rotation)."""
+    key_id = key_id or secrets.token_hex(_ID_BYTES)
+    return key_id, f"{KEY_PREFIX}{key_id}_{secrets.token_urlsafe(_SECRET_BYTES)}"
 
 
 def parse_key(key: str) -> str | None:
@@ -101,42 +139,54 @@ def parse_key(key: str) -> str | None:
 _DUMMY_HASH = _hash("gk_000000000000_dummy")
 
 
-class KeyStore:
-    """SQLite-backed API keys.
+def check_import(records: Sequence[ApiKeyRecord]) -> None:
+    """Refuse an import batch that is malformed before any store is touched.
 
-    Args:
-        path: the database file; created (with its parent directory) if missing.
+    Raises:
+        ValueError: an id or hash that is not of our shape, no scopes, or an id given twice.
+    """
+    seen: set[str] = set()
+    for record in records:
+        if not re.match(KEY_ID_PATTERN, record.key_id):
+            raise ValueError(f"key_id {record.key_id!r} is not 12 lower-case hex characters")
+        if not re.match(KEY_HASH_PATTERN, record.key_hash):
+            raise ValueError(f"key_hash of {record.key_id} is not a lower-case hex SHA-256")
+        if not record.scopes:
+            raise ValueError(f"key {record.key_id} has no scopes")
+        if record.key_id in seen:
+            raise ValueError(f"key_id {record.key_id} appears twice")
+        seen.add(record.key_id)
+
+
+def plan_import(
+    records: Sequence[ApiKeyRecord], existing: dict[str, ApiKeyRecord | None]
+) -> tuple[list[ApiKeyRecord], list[str]]:
+    """Split an import into records to write and ids to skip (identical copies already present).
+
+    Raises:
+        KeyConflict: some ids exist with other content; the caller writes nothing.
+    """
+    write, skipped, conflicts = [], [], []
+    for record in records:
+        current = existing.get(record.key_id)
+        if current is None:
+            write.append(record)
+        elif current == record:
+            skipped.append(record.key_id)
+        else:
+            conflicts.append(record.key_id)
+    if conflicts:
+        raise KeyConflict(conflicts)
+    return write, skipped
+
+
+class KeyStore(ABC):
+    """Where API keys live. Every method is blocking I/O: async callers use ``asyncio.to_thread``.
+
+    Store errors surface as :class:`KeyStoreUnavailable`; a missing key as ``KeyError``.
     """
 
-    def __init__(self, path: Path | str) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._connect() as db:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute(_SCHEMA)
-
-    @contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
-        db = sqlite3.connect(self.path, timeout=5.0, isolation_level=None)
-        try:
-            db.row_factory = sqlite3.Row
-            yield db
-        finally:
-            db.close()
-
-    @staticmethod
-    def _record(row: sqlite3.Row) -> ApiKeyRecord:
-        return ApiKeyRecord(
-            key_id=row["key_id"],
-            name=row["name"],
-            scopes=tuple(json.loads(row["scopes"])),
-            tier=row["tier"],
-            created_at=row["created_at"],
-            rotated_at=row["rotated_at"],
-            revoked_at=row["revoked_at"],
-            key_hash=row["key_hash"],
-        )
-
+    @abstractmethod
     def create(self, name: str, scopes: Sequence[str] = (ALL_MODELS,), tier: str = "free") -> tuple[str, str]:
         """Create a key.
 
@@ -151,39 +201,18 @@ class KeyStore:
         Raises:
             ValueError: ``scopes`` is empty.
         """
-        if not scopes:
-            raise ValueError("a key needs at least one scope (a model name or '*')")
-        for _ in range(5):  # an id collision is astronomically rare; retry rather than fail
-            key_id = secrets.token_hex(_ID_BYTES)
-            plaintext = f"{KEY_PREFIX}{key_id}_{secrets.token_urlsafe(_SECRET_BYTES)}"
-            try:
-                with self._connect() as db:
-                    db.execute(
-                        "INSERT INTO api_keys (key_id, name, key_hash, scopes, tier, created_at) VALUES (?,?,?,?,?,?)",
-                        (key_id, name, _hash(plaintext), json.dumps(list(scopes)), tier, time.time()),
-                    )
-            except sqlite3.IntegrityError:
-                continue
-            return key_id, plaintext
-        raise RuntimeError("could not allocate a unique key id")
 
+    @abstractmethod
     def get(self, key_id: str) -> ApiKeyRecord | None:
         """The record for ``key_id`` (revoked ones included), or ``None``."""
-        with self._connect() as db:
-            row = db.execute("SELECT * FROM api_keys WHERE key_id = ?", (key_id,)).fetchone()
-        return self._record(row) if row else None
 
+    @abstractmethod
     def list(self, include_revoked: bool = True) -> list[ApiKeyRecord]:
         """Every key, oldest first."""
-        query = "SELECT * FROM api_keys" + ("" if include_revoked else " WHERE revoked_at IS NULL")
-        with self._connect() as db:
-            return [self._record(r) for r in db.execute(query + " ORDER BY created_at")]
 
+    @abstractmethod
     def rotate(self, key_id: str) -> str:
         """Give ``key_id`` a new secret; the old one stops working.
-
-        Args:
-            key_id: an existing, unrevoked key.
 
         Returns:
             The new plaintext key (same id, scopes and tier).
@@ -191,31 +220,28 @@ class KeyStore:
         Raises:
             KeyError: no such unrevoked key.
         """
-        plaintext = f"{KEY_PREFIX}{key_id}_{secrets.token_urlsafe(_SECRET_BYTES)}"
-        with self._connect() as db:
-            cursor = db.execute(
-                "UPDATE api_keys SET key_hash = ?, rotated_at = ? WHERE key_id = ? AND revoked_at IS NULL",
-                (_hash(plaintext), time.time(), key_id),
-            )
-        if cursor.rowcount != 1:
-            raise KeyError(key_id)
-        return plaintext
 
+    @abstractmethod
     def revoke(self, key_id: str) -> ApiKeyRecord:
         """Revoke ``key_id`` (idempotent: revoking twice keeps the first time).
 
         Raises:
             KeyError: no such key.
         """
-        with self._connect() as db:
-            db.execute(
-                "UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?) WHERE key_id = ?",
-                (time.time(), key_id),
-            )
-        record = self.get(key_id)
-        if record is None:
-            raise KeyError(key_id)
-        return record
+
+    @abstractmethod
+    def import_records(self, records: Sequence[ApiKeyRecord]) -> ImportResult:
+        """Add keys exported from another store, all or nothing.
+
+        An id already present with identical content is skipped (an import can be re-run).
+
+        Raises:
+            ValueError: a malformed record (see :func:`check_import`).
+            KeyConflict: an id is present with other content; nothing was written.
+        """
+
+    def close(self) -> None:  # noqa: B027 - optional hook: SQLite holds nothing open
+        """Release connections."""
 
     @staticmethod
     def matches(record: ApiKeyRecord | None, plaintext: str) -> bool:
@@ -236,17 +262,65 @@ class KeyStore:
         return record
 
 
+def records_from_export(entries: Iterable[dict[str, Any]]) -> list[ApiKeyRecord]:
+    """Export document entries back into records.
+
+    Raises:
+        ValueError: an entry lacks a field or has one of the wrong type.
+    """
+    out = []
+    for index, entry in enumerate(entries):
+        try:
+            out.append(
+                ApiKeyRecord(
+                    key_id=str(entry["key_id"]),
+                    name=str(entry["name"]),
+                    scopes=tuple(str(s) for s in entry["scopes"]),
+                    tier=str(entry["tier"]),
+                    created_at=float(entry["created_at"]),
+                    rotated_at=None if entry.get("rotated_at") is None else float(entry["rotated_at"]),
+                    revoked_at=None if entry.get("revoked_at") is None else float(entry["revoked_at"]),
+                    key_hash=str(entry["key_hash"]),
+                )
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"keys[{index}]: {type(exc).__name__}: {exc}") from exc
+    return out
+
+
+def open_key_store(settings: GatewaySettings) -> KeyStore:
+    """The store the settings name: Redis when ``redis_url`` is set, else the SQLite file ``keys_db``.
+
+    Args:
+        settings: the gateway settings.
+
+    Returns:
+        An open store; close it with :meth:`KeyStore.close`.
+    """
+    url = settings.redis_url.get_secret_value()
+    if url:
+        from gateway.redis_state import RedisKeyStore
+
+        return RedisKeyStore(url, prefix=settings.redis_prefix, timeout_s=settings.redis_timeout_s)
+    from gateway.keys_sqlite import SqliteKeyStore
+
+    return SqliteKeyStore(settings.keys_db)
+
+
 def bootstrap_first_key(settings: GatewaySettings, name: str = "first-key", tier: str | None = None) -> str:
     """Create an all-models key in the configured store, for the platform's start command.
 
     Args:
-        settings: the gateway settings (``keys_db`` and ``default_tier`` are used).
+        settings: the gateway settings (the store and ``default_tier`` are used).
         name: the key's label.
         tier: the tier; the settings' default tier when ``None``.
 
     Returns:
         The plaintext key, to print once; only its hash is stored.
     """
-    store = KeyStore(settings.keys_db)
-    _, plaintext = store.create(name, [ALL_MODELS], tier or settings.default_tier)
+    store = open_key_store(settings)
+    try:
+        _, plaintext = store.create(name, [ALL_MODELS], tier or settings.default_tier)
+    finally:
+        store.close()
     return plaintext

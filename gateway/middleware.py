@@ -1,9 +1,13 @@
 """Plain ASGI middleware, composed in one list by the app factory (outermost first):
 
-1. :class:`ContextMiddleware`   request id, timing, RateLimit headers, latency recording, access log
+1. :class:`ContextMiddleware`   request id, timing, RateLimit headers, latency and usage recording,
+                                access log
 2. :class:`BodyLimitMiddleware` 413 on a too-large Content-Length, or as soon as a streamed body
                                 passes the limit (the body is never read whole)
-3. :class:`AuthMiddleware`      401/403 before any body is read; the principal goes on the context
+3. :class:`AuthMiddleware`      401/403 before any body is read (client, admin or metrics
+                                credential by path); the principal goes on the context
+4. :class:`gateway.compression.DecompressionMiddleware`  gzip/deflate bodies decoded under the same
+                                cap (413 past it), other codings 415
 
 Errors raised here never reach FastAPI's handlers, so each middleware answers with the shared
 :class:`gateway.problems.ProblemRenderer`, which uses the app's one status table.
@@ -22,6 +26,7 @@ from gateway.context import CONTEXT_KEY, RequestContext
 from gateway.errors import GatewayError, PayloadTooLarge
 from gateway.problems import ProblemRenderer
 from gateway.stats import LatencyTracker
+from gateway.usage import UsageMeter
 
 __all__ = ["AuthMiddleware", "BodyLimitMiddleware", "ContextMiddleware"]
 
@@ -44,11 +49,13 @@ class ContextMiddleware:
     Args:
         app: the next ASGI app.
         tracker: where admitted requests' latencies go.
+        meter: where admitted requests' usage goes (per key, model and day).
     """
 
-    def __init__(self, app: ASGIApp, tracker: LatencyTracker) -> None:
+    def __init__(self, app: ASGIApp, tracker: LatencyTracker, meter: UsageMeter | None = None) -> None:
         self.app = app
         self.tracker = tracker
+        self.meter = meter
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -81,6 +88,8 @@ class ContextMiddleware:
         client = ctx.principal.client_id if ctx.principal else "-"
         if ctx.admitted and ctx.model is not None:
             self.tracker.record(ctx.model, client, status, elapsed)
+            if self.meter is not None:
+                self.meter.record(client, ctx.model, status, ctx.usage)
         if access_log.isEnabledFor(logging.INFO):
             # Only public ids here: never the Authorization header, a key or a token.
             access_log.info(
@@ -124,7 +133,7 @@ class BodyLimitMiddleware:
             return
         declared = _headers(scope).get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await self.renderer.send(send, self._error(), scope.get("path", ""))
+            await self.renderer.answer(scope, send, self._error())
             return
         received = 0
         tripped = False
@@ -154,7 +163,7 @@ class BodyLimitMiddleware:
             if started and not tripped:
                 raise
         if tripped:
-            await self.renderer.send(send, self._error(), scope.get("path", ""))
+            await self.renderer.answer(scope, send, self._error())
 
 
 class AuthMiddleware:
@@ -167,6 +176,7 @@ class AuthMiddleware:
         public: exact paths anyone may call (health, docs, metrics).
         public_prefixes: path prefixes anyone may call.
         admin_prefix: paths that need the admin credential instead of a client one.
+        metrics_paths: exact paths that need the metrics (or admin) credential.
     """
 
     def __init__(
@@ -177,6 +187,7 @@ class AuthMiddleware:
         public: Iterable[str],
         public_prefixes: Iterable[str] = (),
         admin_prefix: str = "/admin/",
+        metrics_paths: Iterable[str] = (),
     ) -> None:
         self.app = app
         self.authenticator = authenticator
@@ -184,6 +195,7 @@ class AuthMiddleware:
         self.public = frozenset(public)
         self.public_prefixes = tuple(public_prefixes)
         self.admin_prefix = admin_prefix
+        self.metrics_paths = frozenset(metrics_paths)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope.get("path", "")
@@ -195,10 +207,12 @@ class AuthMiddleware:
         try:
             if path.startswith(self.admin_prefix):
                 principal = self.authenticator.check_admin(headers)
+            elif path in self.metrics_paths:
+                principal = self.authenticator.check_metrics(headers)
             else:
                 principal = await self.authenticator.authenticate(headers)
         except GatewayError as exc:
-            await self.renderer.send(send, exc, path)
+            await self.renderer.answer(scope, send, exc)
             return
         if ctx is not None:
             ctx.principal = principal

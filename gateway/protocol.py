@@ -1,20 +1,47 @@
 """Request and response models of the gateway's REST APIs, with the examples OpenAPI shows.
 
-Only the routes import this module; the service layer works with plain values.
+Only the routes import this module; the service layer works with plain values. The admin key API's
+models are in :mod:`gateway.key_protocol`, the job API's in :mod:`gateway.job_protocol`; the error
+bodies live in :mod:`gateway.error_protocol` and are re-exported here for the routes.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+)
 
-from gateway.problems import PROBLEM_CONTENT_TYPE
+from gateway.error_protocol import (
+    INFERENCE_ERRORS,
+    KSERVE_ERRORS,
+    OPENAI_ERRORS,
+    KServeError,
+    OpenAIError,
+    Problem,
+    kserve_responses,
+    openai_responses,
+    problem_responses,
+)
+from gateway.openai_tasks import ImageRequest
+from serving.limits import DEFAULT_LIMITS
+
+_EMBEDDINGS = DEFAULT_LIMITS.embeddings
+_GENERATION = DEFAULT_LIMITS.image_generation
 
 __all__ = [
+    "INFERENCE_ERRORS",
+    "KSERVE_ERRORS",
+    "OPENAI_ERRORS",
     "ClassifyResponse",
-    "CreateKeyRequest",
-    "CreatedKey",
     "EmbeddingData",
     "EmbeddingsRequest",
     "EmbeddingsResponse",
@@ -22,74 +49,32 @@ __all__ = [
     "ImageData",
     "ImageGenerationRequest",
     "ImageGenerationResponse",
-    "KeyInfo",
-    "ModelCard",
+    "KServeError",
+    "ModelObject",
     "ModelList",
+    "OpenAIError",
     "Problem",
+    "kserve_responses",
+    "openai_responses",
     "problem_responses",
 ]
-
-
-class Problem(BaseModel):
-    """An RFC 9457 problem document: the body of every error response."""
-
-    model_config = ConfigDict(
-        json_schema_extra={
-            "example": {
-                "type": "urn:gateway:problem:model-not-found",
-                "title": "Model not found",
-                "status": 404,
-                "detail": "model 'text_embedding' is not served by Triton",
-                "instance": "/v1/embeddings",
-                "field": "model",
-            }
-        }
-    )
-
-    type: str
-    title: str
-    status: int
-    detail: str
-    instance: str
-    field: str | None = Field(None, description="the request field at fault, when there is one")
-
-
-_DESCRIPTIONS = {
-    400: "Malformed request or inputs Triton refused (the field is named)",
-    401: "Missing, wrong, expired or revoked credential",
-    403: "The credential lacks the scope for this model, or the admin API is disabled",
-    404: "Unknown model (named in the detail) or resource",
-    413: "Body larger than GATEWAY_MAX_BODY_BYTES",
-    422: "A request field failed validation (the field is named)",
-    429: "Rate limit exceeded or too many requests in flight (Retry-After, RateLimit-* headers)",
-    502: "Triton answered with an internal error",
-    503: "Triton (or Redis, with the closed policy) is unavailable (Retry-After)",
-    504: "Triton did not answer within GATEWAY_UPSTREAM_TIMEOUT_S",
-}
-
-
-def problem_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI ``responses`` entries for the given error statuses, all problem+json."""
-    return {
-        code: {"model": Problem, "description": _DESCRIPTIONS[code], "content": {PROBLEM_CONTENT_TYPE: {}}}
-        for code in codes
-    }
-
-
-INFERENCE_ERRORS = problem_responses(400, 401, 403, 404, 413, 422, 429, 502, 503, 504)
 
 
 class Health(BaseModel):
     status: Literal["ok", "ready", "not ready"]
     triton: str | None = Field(None, description="Triton's HTTP address, on readiness")
+    models: list[str] | None = Field(
+        None, description="on readiness: the models checked (each READY and passing one synthetic inference)"
+    )
 
 
-class ModelCard(BaseModel):
+class ModelObject(BaseModel):
+    """A model as OpenAI's ``/v1/models`` describes one."""
+
     id: str
     object: Literal["model"] = "model"
+    created: int = Field(description="Unix time the model's entry was published (0 when it does not say)")
     owned_by: str = "triton"
-    version: str = ""
-    state: str = Field(description="Triton's state: READY, UNAVAILABLE, LOADING ...")
 
 
 class ModelList(BaseModel):
@@ -98,20 +83,15 @@ class ModelList(BaseModel):
             "example": {
                 "object": "list",
                 "data": [
-                    {
-                        "id": "image_classifier",
-                        "object": "model",
-                        "owned_by": "triton",
-                        "version": "1",
-                        "state": "READY",
-                    }
+                    {"id": "image_classifier", "object": "model", "created": 1764690000, "owned_by": "triton"},
+                    {"id": "text_embedding", "object": "model", "created": 1764690000, "owned_by": "triton"},
                 ],
             }
         }
     )
 
     object: Literal["list"] = "list"
-    data: list[ModelCard]
+    data: list[ModelObject]
 
 
 class ClassPrediction(BaseModel):
@@ -147,33 +127,89 @@ class ClassifyResponse(BaseModel):
     results: list[ClassifyResult]
 
 
+# Lengths and ranges are checked by the service, which names the item at fault (``input.3``); a
+# constraint here would be reported against a member of the union instead.
+TokenArray = list[StrictInt]
+
+
+def _state_input_limits(schema: dict[str, Any]) -> None:
+    """The limits of ``input`` in its OpenAPI schema (enforced by the OpenAI tasks, from serving.limits)."""
+    limits = _EMBEDDINGS
+    for member in schema.get("anyOf", []):
+        if member.get("type") == "string":
+            member.update(minLength=1, maxLength=limits.max_text_chars)
+        elif member.get("type") == "array":
+            member.update(minItems=1, maxItems=limits.max_inputs)
+            items = member.get("items", {})
+            if items.get("type") == "string":
+                items.update(minLength=1, maxLength=limits.max_text_chars)
+            elif items.get("type") == "integer":  # one token array
+                member.update(maxItems=limits.max_token_ids)
+            elif items.get("type") == "array":  # a list of token arrays
+                items.update(minItems=1, maxItems=limits.max_token_ids)
+
+
 class EmbeddingsRequest(BaseModel):
     """OpenAI-compatible embeddings request."""
 
     model_config = ConfigDict(
         extra="ignore",
         json_schema_extra={
-            "examples": [{"model": "text_embedding", "input": ["a photo of a cat", "espresso"]}]
+            "examples": [
+                {"model": "text_embedding", "input": ["a photo of a cat", "espresso"]},
+                {"model": "text_embedding", "input": [[101, 7592, 2088, 102]], "encoding_format": "base64"},
+            ]
         },
     )
 
-    model: str = Field(min_length=1, description="'text_embedding' or a configured alias")
-    input: str | list[str] = Field(description="one string or a list of up to 64 strings")
-    encoding_format: Literal["float"] = "float"
+    model: str = Field(min_length=1, description="an embedding model of `/v1/models` (e.g. 'text_embedding')")
+    input: StrictStr | list[StrictStr] | TokenArray | list[TokenArray] = Field(
+        json_schema_extra=_state_input_limits,
+        description=(
+            f"one string, a list of up to {_EMBEDDINGS.max_inputs} strings (each 1 to "
+            f"{_EMBEDDINGS.max_text_chars} characters), or token arrays: ids of the model's own vocabulary "
+            f"(WordPiece for text_embedding; up to {_EMBEDDINGS.max_token_ids} per input, [CLS]/[SEP] added "
+            "where missing). The encoder reads the first 256 tokens."
+        )
+    )
+    encoding_format: Literal["float", "base64"] = Field(
+        "float", description="base64: each vector as little-endian float32 bytes (what the OpenAI SDKs send)"
+    )
+    dimensions: int | None = Field(
+        None, ge=1, description="shorter vectors, only for models trained for it (Matryoshka); else 400"
+    )
     user: str | None = None
 
-    def texts(self) -> list[str]:
-        return [self.input] if isinstance(self.input, str) else list(self.input)
+    @field_validator("input", mode="wrap")
+    @classmethod
+    def _one_shape(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        # One clear message at ``input`` instead of one per member of the union.
+        try:
+            return handler(value)
+        except ValidationError:
+            raise ValueError(
+                "input must be a string, a list of strings, a token array (a list of integer ids) or a list "
+                "of token arrays"
+            ) from None
+
+    def inputs(self) -> list[str] | list[list[int]]:
+        """The inputs as a list: of strings, or of token arrays."""
+        value = self.input
+        if isinstance(value, str):
+            return [value]
+        if value and all(isinstance(item, int) for item in value):
+            return [list(value)]  # type: ignore[return-value]
+        return list(value)  # type: ignore[return-value]
 
 
 class EmbeddingData(BaseModel):
     object: Literal["embedding"] = "embedding"
     index: int
-    embedding: list[float]
+    embedding: list[float] | str = Field(description="floats, or base64 of little-endian float32")
 
 
 class Usage(BaseModel):
-    prompt_tokens: int
+    prompt_tokens: int = Field(description="tokens the model's tokenizer produced, [CLS]/[SEP] included")
     total_tokens: int
 
 
@@ -184,7 +220,7 @@ class EmbeddingsResponse(BaseModel):
                 "object": "list",
                 "data": [{"object": "embedding", "index": 0, "embedding": [0.013, -0.072, 0.051]}],
                 "model": "text_embedding",
-                "usage": {"prompt_tokens": 5, "total_tokens": 5},
+                "usage": {"prompt_tokens": 7, "total_tokens": 7},
             }
         }
     )
@@ -196,7 +232,7 @@ class EmbeddingsResponse(BaseModel):
 
 
 class ImageGenerationRequest(BaseModel):
-    """OpenAI-compatible image generation request (one image, base64 PNG)."""
+    """OpenAI-compatible image generation request."""
 
     model_config = ConfigDict(
         extra="ignore",
@@ -204,81 +240,67 @@ class ImageGenerationRequest(BaseModel):
             "examples": [
                 {
                     "prompt": "a watercolor fox in the snow",
-                    "n": 1,
+                    "n": 2,
                     "size": "512x512",
-                    "response_format": "b64_json",
+                    "response_format": "url",
                 }
             ]
         },
     )
 
-    prompt: str = Field(min_length=1, max_length=2000)
+    prompt: str = Field(min_length=1, max_length=_GENERATION.max_prompt_chars)
     model: str | None = Field(None, description="defaults to the configured diffusion model")
-    n: int = Field(1, ge=1, le=1, description="only 1 is supported")
-    size: str = Field("512x512", pattern=r"^\d{2,4}x\d{2,4}$", description="WIDTHxHEIGHT, multiples of 8")
-    response_format: Literal["b64_json"] = "b64_json"
-    negative_prompt: str = ""
-    steps: int = Field(20, ge=1, le=150)
-    guidance_scale: float = Field(7.5, ge=0, le=50)
-    seed: int = Field(0, ge=0)
+    n: int | None = Field(1, ge=1, le=_GENERATION.max_images, description="images, each its own seed")
+    size: str | None = Field(
+        f"{_GENERATION.default_side}x{_GENERATION.default_side}",
+        pattern=r"^(auto|\d{2,4}x\d{2,4})$",
+        description=(
+            f"WIDTHxHEIGHT, each a multiple of {_GENERATION.side_multiple} from {_GENERATION.min_side} to "
+            f"{_GENERATION.max_side}; 'auto' is {_GENERATION.default_side}x{_GENERATION.default_side}"
+        ),
+    )
+    response_format: Literal["b64_json", "url"] | None = Field(
+        "b64_json", description="url: a link served by this gateway, for a short while, to this credential only"
+    )
+    output_format: Literal["png", "jpeg", "webp"] | None = "png"
+    negative_prompt: str = Field("", max_length=_GENERATION.max_prompt_chars)
+    steps: int = Field(_GENERATION.default_steps, ge=_GENERATION.min_steps, le=_GENERATION.max_steps)
+    guidance_scale: float = Field(
+        _GENERATION.default_guidance, ge=_GENERATION.min_guidance, le=_GENERATION.max_guidance, allow_inf_nan=False
+    )
+    seed: int = Field(0, ge=_GENERATION.min_seed, le=_GENERATION.max_seed,
+                      description="seed of the first image; image k uses seed + k")
+    scheduler: str = Field("default", max_length=64,
+                           description=f"default (the checkpoint's own) or one of {', '.join(_GENERATION.schedulers)}")
 
     def dimensions(self) -> tuple[int, int]:
+        if self.size in (None, "auto"):
+            return _GENERATION.default_side, _GENERATION.default_side
         width, height = self.size.split("x")
         return int(width), int(height)
 
+    def to_task(self) -> ImageRequest:
+        """The protocol-neutral request the tasks (and the job store) work with."""
+        width, height = self.dimensions()
+        return ImageRequest(
+            prompt=self.prompt, model=self.model, n=self.n or 1, width=width, height=height,
+            output_format=self.output_format or "png", negative_prompt=self.negative_prompt, steps=self.steps,
+            guidance=self.guidance_scale, seed=self.seed, scheduler=self.scheduler,
+        )
+
 
 class ImageData(BaseModel):
-    b64_json: str
+    b64_json: str | None = None
+    url: str | None = None
+    revised_prompt: str | None = None
 
 
 class ImageGenerationResponse(BaseModel):
     model_config = ConfigDict(
-        json_schema_extra={"example": {"created": 1764690000, "data": [{"b64_json": "iVBORw0KGgo..."}]}}
+        json_schema_extra={
+            "example": {"created": 1764690000, "data": [{"url": "http://127.0.0.1:8080/v1/images/files/Zk3..."}]}
+        }
     )
 
     created: int
     data: list[ImageData]
-
-
-class CreateKeyRequest(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra={
-            "examples": [{"name": "mobile-app", "scopes": ["image_classifier"], "tier": "standard"}]
-        },
-    )
-
-    name: str = Field(min_length=1, max_length=200)
-    scopes: list[str] = Field(
-        default_factory=lambda: ["*"], min_length=1, description="model names, or ['*'] for all"
-    )
-    tier: str = Field("free", description="a tier of GATEWAY_TIER_LIMITS")
-
-
-class KeyInfo(BaseModel):
-    key_id: str
-    name: str
-    scopes: list[str]
-    tier: str
-    created_at: float
-    rotated_at: float | None = None
-    revoked_at: float | None = None
-
-
-class CreatedKey(KeyInfo):
-    """A key as created or rotated: the only time its plaintext is shown."""
-
-    model_config = ConfigDict(
-        json_schema_extra={
-            "example": {
-                "key_id": "3f9a0c1b2d4e",
-                "name": "mobile-app",
-                "scopes": ["image_classifier"],
-                "tier": "standard",
-                "created_at": 1764690000.0,
-                "api_key": "gk_3f9a0c1b2d4e_Vx8...",
-            }
-        }
-    )
-
-    api_key: str = Field(description="shown once; only its SHA-256 is stored")

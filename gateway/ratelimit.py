@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.errors import RateLimiterUnavailable
-from gateway.settings import RedisFailurePolicy, TierLimit
+from gateway.settings import RedisFailurePolicy
+from gateway.tiers import RateLimit
 
 __all__ = ["Decision", "InProcessRateLimiter", "RateLimiter", "RedisRateLimiter", "gcra"]
 
@@ -64,12 +65,12 @@ class Decision:
         return out
 
 
-def _policy(limit: TierLimit) -> str:
+def _policy(limit: RateLimit) -> str:
     rate = int(limit.per_minute) if float(limit.per_minute).is_integer() else limit.per_minute
     return f"{rate};w=60;burst={limit.burst}"
 
 
-def gcra(tat: float, now: float, limit: TierLimit) -> tuple[float, Decision]:
+def gcra(tat: float, now: float, limit: RateLimit) -> tuple[float, Decision]:
     """One GCRA step.
 
     Args:
@@ -94,7 +95,7 @@ def gcra(tat: float, now: float, limit: TierLimit) -> tuple[float, Decision]:
 class RateLimiter(Protocol):
     """Checks (and consumes) one request's worth of a bucket."""
 
-    async def hit(self, bucket: str, limit: TierLimit) -> Decision: ...
+    async def hit(self, bucket: str, limit: RateLimit) -> Decision: ...
 
     async def close(self) -> None: ...
 
@@ -111,7 +112,7 @@ class InProcessRateLimiter:
         self._tats: dict[str, float] = {}
         self._max_buckets = max_buckets
 
-    async def hit(self, bucket: str, limit: TierLimit) -> Decision:
+    async def hit(self, bucket: str, limit: RateLimit) -> Decision:
         now = time.monotonic()
         new_tat, decision = gcra(self._tats.get(bucket, 0.0), now, limit)
         if decision.allowed:
@@ -185,7 +186,7 @@ class RedisRateLimiter:
         """False during the back-off that follows a Redis failure."""
         return time.monotonic() >= self._down_until
 
-    async def hit(self, bucket: str, limit: TierLimit) -> Decision:
+    async def hit(self, bucket: str, limit: RateLimit) -> Decision:
         if not self.available:
             return self._on_failure(limit)
         interval_us = int(60_000_000 / limit.per_minute)
@@ -210,7 +211,7 @@ class RedisRateLimiter:
             policy=_policy(limit),
         )
 
-    def _on_failure(self, limit: TierLimit) -> Decision:
+    def _on_failure(self, limit: RateLimit) -> Decision:
         if self._policy is RedisFailurePolicy.CLOSED:
             raise RateLimiterUnavailable(
                 "rate limiter store (Redis) is unreachable and the failure policy is 'closed'",

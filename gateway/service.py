@@ -1,49 +1,49 @@
-"""The gateway's data plane: admission (scope, rate limit, in-flight bound) and the model tasks.
+"""The gateway's data plane: the model tasks, each behind admission control.
 
 Protocol-neutral: no FastAPI, no REST models. Routes translate HTTP to these calls and back; the
 Triton side is an :class:`gateway.triton.InferenceBackend`, so this layer runs against a fake in
-unit tests and the real server everywhere else.
+unit tests and the real server everywhere else. Admission (name, scope, limits, in-flight share,
+deadline, priority) is :mod:`gateway.admission`; request limits come from :mod:`serving.limits`, the
+numbers the model configs carry. The OpenAI tasks are :mod:`gateway.openai_tasks`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import io
-import json
 import logging
-import re
-from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Awaitable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
 import numpy as np
 
+from gateway.admission import AdmissionControl, Ticket
+from gateway.catalog import ModelCatalog, check_model_name
 from gateway.context import RequestContext
-from gateway.errors import BadRequest, ModelNotFound, Overloaded, PermissionDenied, RateLimited
+from gateway.errors import BadRequest, Conflict, ModelNotFound
+from gateway.kserve import GrpcBody, InferRequest, ParseLimits, RestBody
 from gateway.ratelimit import RateLimiter
+from gateway.readiness import ReadinessProbe
 from gateway.settings import GatewaySettings
 from gateway.stats import LatencyTracker
-from gateway.traffic import TrafficSplit
-from gateway.triton import InferenceBackend, RawResponse, Tensor
+from gateway.traffic import Route, TrafficSplit, check_target, check_version, check_weights
+from gateway.triton import InferenceBackend, RawResponse, Tensor, timeout_us
+from serving.limits import DEFAULT_LIMITS, RequestLimits
 
-__all__ = ["Classification", "InferenceService", "ModelInfo"]
+__all__ = ["SERVED_EXTENSIONS", "Classification", "InferenceService"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+#: Triton's KServe v2 extensions a client can use through the gateway. Shared memory, sequences,
+#: client-set scheduling, repository control, tracing, logging and raw statistics are not served.
+SERVED_EXTENSIONS = frozenset({"classification", "model_configuration", "binary_tensor_data", "parameters"})
 
 _IMAGE_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF87a", b"GIF89a", b"BM", b"RIFF")
-_MAX_IMAGE_SIDE = 2048
-_MAX_GENERATION_STEPS = 150
 
-
-@dataclass(frozen=True)
-class ModelInfo:
-    """A model Triton knows about."""
-
-    name: str
-    version: str
-    state: str
+# REST bodies up to this size are parsed on the event loop (well under a millisecond); larger ones
+# in a worker thread, so one big request does not hold every other request up.
+_PARSE_INLINE_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -56,14 +56,16 @@ class Classification:
 
 
 class InferenceService:
-    """Admission control plus the inference tasks the routes expose.
+    """The inference tasks the routes expose, each behind admission control.
 
     Args:
-        settings: the gateway settings (limits, timeouts, model names).
+        settings: the gateway settings (timeouts, tiers, model names).
         backend: the inference server.
         limiter: the rate limiter (in process or Redis).
         tracker: latency and rejection statistics.
         traffic: per-model version weights (canary routing); unpinned when ``None``.
+        catalog: the known model names (default: read from ``backend``'s repository index).
+        limits: the request limits (default: :data:`serving.limits.DEFAULT_LIMITS`).
     """
 
     def __init__(
@@ -73,128 +75,185 @@ class InferenceService:
         limiter: RateLimiter,
         tracker: LatencyTracker,
         traffic: TrafficSplit | None = None,
+        catalog: ModelCatalog | None = None,
+        limits: RequestLimits = DEFAULT_LIMITS,
     ) -> None:
         self.settings = settings
         self.backend = backend
         self.limiter = limiter
         self.tracker = tracker
         self.traffic = traffic or TrafficSplit()
-        self._in_flight: dict[str, int] = {}
-
-    # -- admission ---------------------------------------------------------------------------
+        self.limits = limits
+        self.catalog = catalog or ModelCatalog(
+            backend,
+            aliases=settings.model_aliases,
+            ttl_s=settings.model_index_ttl_s,
+            min_refresh_s=settings.model_index_min_refresh_s,
+            timeout_s=settings.triton_health_timeout_s * 4,
+        )
+        self.admission = AdmissionControl(settings, self.catalog, limiter, tracker)
+        self.readiness = ReadinessProbe(
+            backend,
+            [self.catalog.alias(m) for m in settings.ready_models],
+            cache_s=settings.ready_cache_s,
+            timeout_s=settings.ready_timeout_s,
+        )
+        self._parse_limits = ParseLimits()
 
     def resolve(self, model: str) -> str:
-        """The Triton model behind a public name (aliases from the settings)."""
-        return self.settings.model_aliases.get(model, model)
+        """The Triton model behind a public name (aliases from the settings; no lookup)."""
+        return self.catalog.alias(model)
 
-    @asynccontextmanager
-    async def admit(self, ctx: RequestContext, model: str) -> AsyncIterator[None]:
-        """Let one request for ``model`` through, or refuse it before it reaches Triton.
+    async def _infer(self, ctx: RequestContext, ticket: Ticket, inputs: Sequence[Tensor],
+                     outputs: Sequence[str]) -> dict[str, np.ndarray]:
+        route = self.traffic.route(ticket.model)
+        with ctx.usage.upstream():
+            return await self.routed(ticket.model, route, self.backend.infer(
+                route.model,
+                inputs,
+                outputs,
+                timeout_s=ticket.remaining_s(),
+                version=route.version,
+                priority=ticket.priority,
+            ))
 
-        Order matters: scope (403) before the rate limit, so an out-of-scope caller cannot drain a
-        bucket; the rate limit before the in-flight slot, so a refused request holds nothing.
-
-        Args:
-            ctx: the request's context (``principal`` set by authentication).
-            model: the Triton model.
-
-        Raises:
-            PermissionDenied: the caller's scopes do not include ``model``.
-            RateLimited: the caller's bucket for ``model`` is empty.
-            Overloaded: ``max_in_flight_per_model`` requests for ``model`` are already running.
-            RateLimiterUnavailable: Redis is down and the policy is closed.
-        """
-        principal = ctx.principal
-        if principal is None:  # routes are behind the auth middleware; this is a wiring bug
-            raise RuntimeError("admit() called without an authenticated principal")
-        if not principal.allows(model):
-            self.tracker.reject("scope")
-            raise PermissionDenied(f"this credential is not allowed to use model '{model}'", field="model")
-        limit = self.settings.tier_limit(principal.tier)
-        decision = await self.limiter.hit(f"{principal.client_id}:{model}", limit)
-        ctx.rate = decision
-        if not decision.allowed:
-            self.tracker.reject("rate_limit")
-            raise RateLimited(
-                f"rate limit for model '{model}' exceeded (tier '{principal.tier}': {limit.per_minute:g}/min, "
-                f"burst {limit.burst})",
-                retry_after_s=decision.retry_after_s,
-                headers=decision.headers(),
-            )
-        running = self._in_flight.get(model, 0)
-        if running >= self.settings.max_in_flight_per_model:
-            # 429 rather than 503: load shedding the client should back off from, not an outage.
-            self.tracker.reject("in_flight")
-            raise Overloaded(
-                f"model '{model}' already has {running} requests in flight (limit "
-                f"{self.settings.max_in_flight_per_model}); retry shortly",
-                retry_after_s=self.settings.retry_after_s,
-            )
-        self._in_flight[model] = running + 1
-        self.tracker.in_flight.labels(model).inc()
-        ctx.model = model
-        ctx.admitted = True
+    async def routed(self, model: str, route: Route, call: Awaitable[T]) -> T:
+        """Await a call the traffic split routed, counting its outcome for ``model``'s canary."""
         try:
-            yield
-        finally:
-            self._in_flight[model] -= 1
-            self.tracker.in_flight.labels(model).dec()
+            result = await call
+        except BadRequest:
+            self.traffic.observe(model, route, ok=True)  # the client's fault, not the version's
+            raise
+        except Exception:
+            self.traffic.observe(model, route, ok=False)
+            raise
+        self.traffic.observe(model, route, ok=True)
+        return result
 
     # -- KServe v2 ---------------------------------------------------------------------------
 
-    async def infer_raw(
-        self, ctx: RequestContext, model: str, body: bytes, headers: dict[str, str]
+    async def infer_v2(
+        self,
+        ctx: RequestContext,
+        model: str,
+        request: InferRequest | RestBody | GrpcBody,
+        *,
+        version: str = "",
+        accept_encoding: str = "identity",
     ) -> RawResponse:
-        """KServe v2 passthrough: the encoded request goes to Triton untouched.
+        """KServe v2 inference: Triton runs exactly the checked request, re-encoded.
+
+        A REST body (or gRPC message) is checked only after admission (a refused caller costs no parsing), and off the
+        event loop when it is large.
+
+        Args:
+            ctx: the request's context.
+            model: the public model name.
+            request: a checked request (built by the caller), or a REST body or gRPC message to check.
+            version: a version the client named; '' lets the traffic split choose.
+            accept_encoding: how Triton may compress its answer (``gzip``, ``deflate``, ``identity``).
 
         Raises:
-            BadRequest: an input declares more elements than the body could carry (``field='inputs'``).
+            BadRequest: the body is malformed (the field is named).
         """
-        model = self.resolve(model)
-        async with self.admit(ctx, model):
-            _check_declared_sizes(body, headers)
-            return await self.backend.infer_raw(
-                model, body, headers, timeout_s=self.settings.upstream_timeout_s, version=self.traffic.pick(model)
+        version = check_version(version) if version else ""
+        async with self.admission.admit(ctx, model) as ticket:
+            if isinstance(request, RestBody | GrpcBody):
+                request = await self._parse(request)
+            request = _apply_policy(request, ticket)
+            # A version the client named is served as asked; otherwise the canary weights route.
+            route = Route(ticket.model, version) if version else self.traffic.route(ticket.model)
+            call = self.backend.infer_v2(
+                route.model,
+                request,
+                timeout_s=ticket.remaining_s(),
+                version=route.version,
+                accept_encoding=accept_encoding,
             )
+            with ctx.usage.upstream():
+                return await (call if version else self.routed(ticket.model, route, call))
 
-    async def model_metadata(self, ctx: RequestContext, model: str) -> dict[str, Any]:
-        model = self.resolve(model)
-        self._check_scope(ctx, model)
-        return await self.backend.model_metadata(model, timeout_s=self.settings.triton_health_timeout_s * 4)
+    async def _parse(self, body: RestBody | GrpcBody) -> InferRequest:
+        if body.size <= _PARSE_INLINE_BYTES:
+            return body.parse(self._parse_limits)
+        return await asyncio.to_thread(body.parse, self._parse_limits)
 
-    async def model_ready(self, ctx: RequestContext, model: str) -> bool:
-        """Whether ``model`` is READY.
+    async def _known(self, ctx: RequestContext, model: str, version: str) -> tuple[str, str]:
+        """Admission's first steps for a read of model information: name, scope, existence."""
+        triton_model = self.admission.check_scope(ctx, model)
+        await self.admission.known(model, triton_model)
+        return triton_model, check_version(version) if version else ""
+
+    async def model_metadata(self, ctx: RequestContext, model: str, version: str = "") -> dict[str, Any]:
+        """Triton's KServe v2 metadata of ``model`` (of one ``version`` when given).
+
+        Raises:
+            PermissionDenied: out of the caller's scope. ModelNotFound: no such model or version.
+        """
+        model, version = await self._known(ctx, model, version)
+        return await self.backend.model_metadata(
+            model, timeout_s=self.settings.triton_health_timeout_s * 4, version=version
+        )
+
+    async def model_config(self, ctx: RequestContext, model: str, version: str = "") -> dict[str, Any]:
+        """Triton's configuration of ``model`` (the model configuration extension).
+
+        Raises:
+            PermissionDenied: out of the caller's scope. ModelNotFound: no such model or version.
+        """
+        model, version = await self._known(ctx, model, version)
+        return await self.backend.model_config(
+            model, timeout_s=self.settings.triton_health_timeout_s * 4, version=version
+        )
+
+    async def model_ready(self, ctx: RequestContext, model: str, version: str = "") -> bool:
+        """Whether ``model`` (one ``version`` of it, when given) is READY.
 
         Raises:
             ModelNotFound: Triton's repository has no such model.
         """
-        model = self.resolve(model)
-        self._check_scope(ctx, model)
-        timeout = self.settings.triton_health_timeout_s
-        if await self.backend.model_ready(model, timeout_s=timeout):
-            return True
-        # Not ready: tell "loading/unavailable" (False, a 503) from "not in the repository" (404).
-        if model not in {m["name"] for m in await self.backend.repository_index(timeout_s=timeout * 4)}:
-            raise ModelNotFound(model)
-        return False
+        model, version = await self._known(ctx, model, version)
+        return await self.backend.model_ready(model, timeout_s=self.settings.triton_health_timeout_s, version=version)
 
-    def _check_scope(self, ctx: RequestContext, model: str) -> None:
-        if ctx.principal is None or not ctx.principal.allows(model):
-            raise PermissionDenied(f"this credential is not allowed to use model '{model}'", field="model")
+    async def server_metadata(self, ctx: RequestContext) -> dict[str, Any]:
+        """Triton's server metadata, listing only the protocol extensions the gateway serves."""
+        meta = await self.backend.server_metadata(timeout_s=self.settings.triton_health_timeout_s * 4)
+        extensions = [e for e in meta.get("extensions", []) if e in SERVED_EXTENSIONS]
+        return {"name": str(meta.get("name", "triton")), "version": str(meta.get("version", "")),
+                "extensions": extensions}
 
-    async def list_models(self, ctx: RequestContext) -> list[ModelInfo]:
-        """Models in Triton's repository that the caller may use."""
-        index = await self.backend.repository_index(timeout_s=self.settings.triton_health_timeout_s * 4)
-        principal = ctx.principal
-        return [
-            ModelInfo(name=m["name"], version=str(m.get("version", "")), state=str(m.get("state", "UNKNOWN")))
-            for m in index
-            if principal is not None and principal.allows(m["name"])
-        ]
 
     async def ready(self) -> bool:
-        """Ready only when Triton says it is (a short, bounded probe)."""
+        """Triton's own server readiness (a short, bounded probe); ``/readyz`` asks more, see
+        :attr:`readiness`."""
         return await self.backend.server_ready(timeout_s=self.settings.triton_health_timeout_s)
+
+    # -- admin -------------------------------------------------------------------------------
+
+    async def pin_traffic(self, model: str, weights: Mapping[str, float]) -> None:
+        """Route ``model``'s traffic by weight (to its versions, or to ``model:<name>`` targets), once
+        every target with a positive weight is READY.
+
+        Raises:
+            BadRequest: a malformed model name, target or weight (the field is named).
+            ModelNotFound: Triton does not serve ``model``.
+            Conflict: a target with a positive weight is not READY in Triton (named).
+        """
+        check_model_name(model)
+        if model not in await self.catalog.known(model):
+            raise ModelNotFound(model)
+        check_weights(weights)  # malformed input is a 400 before Triton is asked anything
+        timeout = self.settings.triton_health_timeout_s * 4
+        for target, weight in weights.items():
+            route = check_target(target)
+            model_name, version = (route.model, "") if isinstance(route, Route) else (model, route)
+            if weight > 0 and not await self.backend.model_ready(model_name, timeout_s=timeout, version=version):
+                what = f"model '{model_name}'" if isinstance(route, Route) else f"version {version} of model '{model}'"
+                raise Conflict(
+                    f"{what} is not READY in Triton; load it before sending traffic to it",
+                    field=f"versions.{target}",
+                )
+        await self.traffic.update(model, weights)
 
     # -- tasks -------------------------------------------------------------------------------
 
@@ -202,24 +261,25 @@ class InferenceService:
         """Top-5 classes for each encoded image, through the classifier ensemble.
 
         Raises:
-            BadRequest: a file is empty or not an image (``field='file'``).
+            BadRequest: too many files, or one that is empty, too large or not an image (``field='file'``).
             ModelNotFound: the classifier is not served.
         """
-        model = self.settings.classifier_model
+        limits = self.limits.image_upload
+        if not images:
+            raise BadRequest("no image sent", field="file")
+        if len(images) > limits.max_count:
+            raise BadRequest(f"{len(images)} files sent; at most {limits.max_count} per request", field="file")
         for index, data in enumerate(images):
             if not data:
                 raise BadRequest(f"file {index} is empty", field="file")
+            if len(data) > limits.max_bytes:
+                raise BadRequest(f"file {index} is {len(data)} bytes; at most {limits.max_bytes} per image", field="file")
             if not data.startswith(_IMAGE_MAGIC):
                 raise BadRequest(f"file {index} is not a JPEG, PNG, GIF, BMP or WebP image", field="file")
         batch = np.array([[d] for d in images], dtype=np.object_)
-        async with self.admit(ctx, model):
-            out = await self.backend.infer(
-                model,
-                [Tensor("IMAGE", batch)],
-                ["LABELS", "SCORES", "CLASS_IDS"],
-                timeout_s=self.settings.upstream_timeout_s,
-                version=self.traffic.pick(model),
-            )
+        async with self.admission.admit(ctx, self.settings.classifier_model) as ticket:
+            out = await self._infer(ctx, ticket, [Tensor("IMAGE", batch)], ["LABELS", "SCORES", "CLASS_IDS"])
+        ctx.usage.images = len(images)
         labels, scores, ids = out["LABELS"], out["SCORES"], out["CLASS_IDS"]
         return [
             Classification(
@@ -230,131 +290,11 @@ class InferenceService:
             for i in range(len(images))
         ]
 
-    async def embed(self, ctx: RequestContext, model: str, texts: Sequence[str]) -> list[list[float]]:
-        """L2-normalised embeddings, one per text.
 
-        Raises:
-            BadRequest: no text, or an empty one (``field='input'``).
-            ModelNotFound: the embedding model is not served (yet).
-        """
-        triton_model = self.resolve(model)
-        if triton_model != self.settings.embedding_model and model not in self.settings.model_aliases:
-            raise ModelNotFound(
-                model, f"model '{model}' is not an embedding model (use '{self.settings.embedding_model}')"
-            )
-        if not texts:
-            raise BadRequest("input must hold at least one string", field="input")
-        for index, text in enumerate(texts):
-            if not text:
-                raise BadRequest(f"input[{index}] is empty", field=f"input.{index}")
-        batch = np.array([[t.encode()] for t in texts], dtype=np.object_)
-        async with self.admit(ctx, triton_model):
-            out = await self.backend.infer(
-                triton_model,
-                [Tensor("TEXT", batch)],
-                ["EMBEDDING"],
-                timeout_s=self.settings.upstream_timeout_s,
-                version=self.traffic.pick(triton_model),
-            )
-        return [[float(v) for v in row] for row in out["EMBEDDING"]]
-
-    async def generate_image(
-        self,
-        ctx: RequestContext,
-        prompt: str,
-        *,
-        model: str | None = None,
-        width: int,
-        height: int,
-        negative_prompt: str = "",
-        steps: int = 20,
-        guidance: float = 7.5,
-        seed: int = 0,
-    ) -> str:
-        """One image from ``prompt``, as base64 PNG.
-
-        Raises:
-            BadRequest: a parameter is out of range (the field is named).
-            ModelNotFound: the diffusion model is not served (yet).
-        """
-        if not prompt.strip():
-            raise BadRequest("prompt must not be empty", field="prompt")
-        for name, side in (("width", width), ("height", height)):
-            if not 64 <= side <= _MAX_IMAGE_SIDE or side % 8:
-                raise BadRequest(
-                    f"{name} must be a multiple of 8 between 64 and {_MAX_IMAGE_SIDE}", field="size"
-                )
-        if not 1 <= steps <= _MAX_GENERATION_STEPS:
-            raise BadRequest(f"steps must be between 1 and {_MAX_GENERATION_STEPS}", field="steps")
-        model = self.resolve(model or self.settings.image_generation_model)
-        inputs = [
-            Tensor("PROMPT", np.array([prompt.encode()], dtype=np.object_)),
-            Tensor("NEGATIVE_PROMPT", np.array([negative_prompt.encode()], dtype=np.object_)),
-            Tensor("STEPS", np.array([steps], dtype=np.int32)),
-            Tensor("GUIDANCE", np.array([guidance], dtype=np.float32)),
-            Tensor("HEIGHT", np.array([height], dtype=np.int32)),
-            Tensor("WIDTH", np.array([width], dtype=np.int32)),
-            Tensor("SEED", np.array([seed], dtype=np.int64)),
-        ]
-        async with self.admit(ctx, model):
-            out = await self.backend.infer(
-                model, inputs, ["IMAGE"], timeout_s=self.settings.upstream_timeout_s, version=self.traffic.pick(model)
-            )
-        # PNG encoding is CPU work: keep it off the event loop.
-        return await asyncio.to_thread(_png_base64, out["IMAGE"])
-
-
-_SHAPE = re.compile(rb'"shape"\s*:\s*\[([^\]]*)\]')
-
-
-def _check_declared_sizes(body: bytes, headers: dict[str, str]) -> None:
-    """Refuse a KServe v2 request whose inputs declare more elements than its body has bytes.
-
-    Every element takes at least one byte of the body (a JSON number, a binary value), so a larger
-    shape cannot be honest. Triton 2.51 sizes a buffer from the declared shape before it reads the
-    data and aborts (the whole server dies) when that is huge, so one such request from any client
-    would take every model down. Only the JSON header is scanned (C-speed regex, no parsing).
-    """
-    header = body
-    declared = headers.get("inference-header-content-length", "").strip()
-    if declared.isdigit():
-        header = body[: int(declared)]
-    for dims in _declared_shapes(header):
-        if any(d <= 0 for d in dims):
-            continue  # empty tensors are fine; negative dims are Triton's to refuse
-        count = 1
-        for dim in dims:
-            count *= dim
-            if count > len(body):
-                raise BadRequest(
-                    f"an input declares a shape of at least {count} elements, more than the "
-                    f"{len(body)}-byte body can hold",
-                    field="inputs",
-                )
-
-
-def _declared_shapes(header: bytes) -> Iterator[list[int]]:
-    if b"\\u" not in header:  # no escapes, so every "shape" key is spelled out: a regex finds them all
-        for match in _SHAPE.finditer(header):
-            try:
-                yield [int(d) for d in match.group(1).split(b",") if d.strip()]
-            except ValueError:
-                continue  # not integers: Triton refuses it and names the field
-        return
-    try:  # a key may be spelled with escapes ("\\u0073hape"): parse for real
-        doc = json.loads(header)
-    except (ValueError, RecursionError):
-        return  # not JSON: Triton refuses it
-    inputs = doc.get("inputs") if isinstance(doc, dict) else None
-    for item in inputs if isinstance(inputs, list) else []:
-        shape = item.get("shape") if isinstance(item, dict) else None
-        if isinstance(shape, list) and all(type(d) is int for d in shape):
-            yield shape
-
-
-def _png_base64(image: np.ndarray) -> str:
-    from PIL import Image
-
-    buffer = io.BytesIO()
-    Image.fromarray(np.asarray(image, dtype=np.uint8)).save(buffer, format="PNG")
-    return base64.b64encode(buffer.getvalue()).decode()
+def _apply_policy(request: InferRequest, ticket: Ticket) -> InferRequest:
+    """What the gateway decides, not the client: the priority (the tier's), and a Triton timeout no
+    longer than what is left of the gateway's deadline (the client's own when it is shorter)."""
+    remaining_us = timeout_us(ticket.remaining_s())
+    theirs = request.timeout_us
+    timeout = theirs if theirs is not None and 0 < theirs < remaining_us else remaining_us
+    return replace(request, priority=ticket.priority, timeout_us=timeout)

@@ -1,38 +1,54 @@
-"""Latency tracking: exact sliding-window quantiles for ``/v1/stats``, Prometheus for ``/metrics``.
+"""Latency tracking: mergeable quantiles for ``/v1/stats``, Prometheus histograms for ``/metrics``.
 
 Two views of the same measurements, for two readers:
 
-- :class:`SlidingWindow` keeps every sample of the last ``window_s`` seconds (capped at
-  ``max_samples``, oldest dropped first) and computes exact P50/P95/P99 on demand. Recording is an
-  append; the sort happens only when someone asks.
+- Time-bucketed sketches (:mod:`gateway.latency`, :mod:`serving.quantiles`: DDSketch, 1% relative
+  error) per (model, client) over the stats window, with no sample cap, so the window is the full
+  window at any rate. Shared through Redis or a SQLite file (:mod:`gateway.stats_store`) so that
+  ``/v1/stats`` covers every worker and replica.
 - Prometheus histograms (in a registry owned by the app, never the global one) with geometric
   buckets 25% apart from 0.25 ms to 60 s, so a P99 read through ``histogram_quantile`` is within one
   bucket (~12%) of the truth, and histograms from several replicas add up (summaries would not).
 
-Client label values are capped (``max_client_labels``); beyond the cap a client is counted as
-``_other`` so a flood of keys cannot blow up the metrics' cardinality.
+Label values are bounded: model labels come only from admitted requests (admission refuses names
+the model repository does not have) and Triton's own statistics; client label values are capped
+(``max_client_labels``), beyond the cap a client is counted as ``_other``.
 """
 
 from __future__ import annotations
 
-import math
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import tempfile
 import time
+import uuid
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+import psutil
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
+
+from gateway.latency import OTHER_CLIENT, LatencyWindows, Series, merge_entries
+from gateway.stats_store import EncodedEntry, SketchStore, StatsStoreError
+from serving.quantiles import LatencySketch
 
 __all__ = [
     "LATENCY_BUCKETS_S",
-    "LatencySummary",
+    "MULTIPROCESS_ENV",
+    "OTHER_CLIENT",
     "LatencyTracker",
-    "SlidingWindow",
     "TritonTimes",
-    "quantile",
+    "WindowView",
+    "metrics_directory",
 ]
 
-OTHER_CLIENT = "_other"
+log = logging.getLogger(__name__)
 
 
 def _geometric_buckets(low: float, high: float, factor: float) -> tuple[float, ...]:
@@ -47,83 +63,38 @@ def _geometric_buckets(low: float, high: float, factor: float) -> tuple[float, .
 
 LATENCY_BUCKETS_S = _geometric_buckets(0.00025, 60.0, 1.25)
 
-
-def quantile(sorted_values: list[float], q: float) -> float:
-    """The ``q`` quantile of already-sorted values, nearest-rank (a value that was observed).
-
-    Args:
-        sorted_values: ascending, non-empty.
-        q: in [0, 1].
-
-    Returns:
-        The smallest value with at least ``q`` of the samples at or below it.
-    """
-    if not sorted_values:
-        raise ValueError("quantile of no samples")
-    rank = max(1, math.ceil(q * len(sorted_values)))
-    return sorted_values[rank - 1]
+#: prometheus_client's switch to multiprocess mode; it is read when the library is imported, so it
+#: must be in the environment before the workers start.
+MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
-@dataclass(frozen=True)
-class LatencySummary:
-    """Quantiles of one series over the window, in milliseconds."""
+@contextlib.contextmanager
+def metrics_directory(workers: int) -> Iterator[str | None]:
+    """A fresh folder for the workers' Prometheus values while the server runs (several workers only).
 
-    count: int
-    p50_ms: float
-    p95_ms: float
-    p99_ms: float
-    mean_ms: float
-    max_ms: float
-
-    def as_dict(self) -> dict[str, float | int]:
-        return {
-            "count": self.count,
-            "p50_ms": round(self.p50_ms, 3),
-            "p95_ms": round(self.p95_ms, 3),
-            "p99_ms": round(self.p99_ms, 3),
-            "mean_ms": round(self.mean_ms, 3),
-            "max_ms": round(self.max_ms, 3),
-        }
-
-
-class SlidingWindow:
-    """Samples of the last ``window_s`` seconds.
+    Sets ``PROMETHEUS_MULTIPROC_DIR`` for the workers about to start, and removes the folder (and
+    the variable) afterwards. With one worker it does nothing: the process's own registry is whole.
 
     Args:
-        window_s: how far back samples count.
-        max_samples: hard cap on memory; past it the oldest samples go first.
+        workers: how many worker processes the server starts.
+
+    Yields:
+        The folder, or ``None`` for one worker.
     """
-
-    def __init__(self, window_s: float, max_samples: int) -> None:
-        self.window_s = window_s
-        self._samples: deque[tuple[float, float]] = deque(maxlen=max_samples)
-
-    def add(self, value_s: float, now: float | None = None) -> None:
-        self._samples.append((time.monotonic() if now is None else now, value_s))
-
-    def _trim(self, now: float) -> None:
-        cutoff = now - self.window_s
-        while self._samples and self._samples[0][0] < cutoff:
-            self._samples.popleft()
-
-    def values(self, now: float | None = None) -> list[float]:
-        self._trim(time.monotonic() if now is None else now)
-        return [v for _, v in self._samples]
-
-    def summary(self, now: float | None = None) -> LatencySummary | None:
-        """Quantiles of the current window, or ``None`` when it is empty."""
-        values = sorted(self.values(now))
-        if not values:
-            return None
-        ms = [v * 1000.0 for v in values]
-        return LatencySummary(
-            count=len(ms),
-            p50_ms=quantile(ms, 0.50),
-            p95_ms=quantile(ms, 0.95),
-            p99_ms=quantile(ms, 0.99),
-            mean_ms=sum(ms) / len(ms),
-            max_ms=ms[-1],
-        )
+    if workers <= 1:
+        yield None
+        return
+    directory = tempfile.mkdtemp(prefix="gateway-metrics-")
+    previous = os.environ.get(MULTIPROCESS_ENV)
+    os.environ[MULTIPROCESS_ENV] = directory
+    try:
+        yield directory
+    finally:
+        if previous is None:
+            os.environ.pop(MULTIPROCESS_ENV, None)
+        else:
+            os.environ[MULTIPROCESS_ENV] = previous
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 @dataclass
@@ -150,26 +121,66 @@ class TritonTimes:
         }
 
 
+@dataclass(frozen=True)
+class WindowView:
+    """The window's sketches, merged over time buckets and processes.
+
+    Attributes:
+        series: one sketch per (model, client) pair.
+        complete: False when the shared store could not be read (only this process is counted).
+    """
+
+    series: dict[Series, LatencySketch]
+    complete: bool
+
+
+_MAX_CACHED_VIEWS = 1024
+
+
+def _merge_encoded(entries: list[EncodedEntry]) -> dict[Series, LatencySketch]:
+    blobs: dict[Series, list[bytes]] = {}
+    for entry in entries:
+        blobs.setdefault((entry.model, entry.client), []).append(entry.blob)
+    merged = {}
+    for key, encoded in blobs.items():
+        try:
+            merged[key] = LatencySketch.merged(encoded)
+        except ValueError as exc:  # a process of another version, or a damaged entry: skip the series' remote part
+            log.warning("latency stats: unreadable sketches for %s skipped: %s", key, exc)
+    return merged
+
+
 class LatencyTracker:
-    """Per-model and per-client latency, for one app instance.
+    """Per-model and per-client latency, for one app instance (one process).
 
     Args:
-        window_s: the sliding window of ``/v1/stats``.
-        max_samples: cap per series.
-        max_client_labels: distinct client ids with their own series; the rest share ``_other``.
+        window_s: the window of ``/v1/stats``.
+        bucket_s: its time resolution (the width of one time bucket).
+        max_series: (model, client) pairs per time bucket before new clients fold into ``_other``.
+        max_client_labels: distinct client label values in Prometheus; the rest share ``_other``.
     """
 
     def __init__(
-        self, window_s: float = 60.0, max_samples: int = 20_000, max_client_labels: int = 100
+        self,
+        window_s: float = 60.0,
+        bucket_s: float = 5.0,
+        max_series: int = 1000,
+        max_client_labels: int = 100,
     ) -> None:
         self.window_s = window_s
-        self.max_samples = max_samples
         self.max_client_labels = max_client_labels
+        # Names this process in the shared store: unique per process, never reused after a restart.
+        self.process_id = uuid.uuid4().hex[:16]
+        self.windows = LatencyWindows(window_s, bucket_s, max_series)
+        self.store: SketchStore | None = None
+        self._publishing = True  # False while the shared store refuses publications
+        # Other processes' merged sketches per reader scope, reused for remote_ttl_s: they are
+        # published that often anyway, and a client polling /v1/stats then costs no store reads.
+        self.remote_ttl_s = 1.0
+        self._remote: dict[str | None, tuple[float, dict[Series, LatencySketch]]] = {}
         self.registry = CollectorRegistry(auto_describe=True)
-        self._models: dict[str, SlidingWindow] = {}
-        self._clients: dict[str, SlidingWindow] = {}
+        self._client_labels: set[str] = set()
         self._triton: dict[str, TritonTimes] = {}
-        self._started = time.time()
         self.request_seconds = Histogram(
             "gateway_request_duration_seconds",
             "Gateway latency of admitted inference requests, first byte in to last byte out.",
@@ -190,57 +201,153 @@ class LatencyTracker:
             ["reason"],
             registry=self.registry,
         )
+        # multiprocess_mode applies only with several workers (see metrics_text): in-flight requests
+        # add up over the live workers; Triton's means are the same poll in each, so the latest wins.
         self.in_flight = Gauge(
             "gateway_in_flight_requests",
             "Requests being served now, per model.",
             ["model"],
             registry=self.registry,
+            multiprocess_mode="livesum",
         )
         self.triton_queue = Gauge(
             "gateway_triton_queue_mean_seconds",
             "Triton's mean queue time per request over the stats window (statistics extension).",
             ["model"],
             registry=self.registry,
+            multiprocess_mode="livemostrecent",
         )
         self.triton_compute = Gauge(
             "gateway_triton_compute_mean_seconds",
             "Triton's mean compute (infer) time per request over the stats window (statistics extension).",
             ["model"],
             registry=self.registry,
+            multiprocess_mode="livemostrecent",
         )
+        self.multiprocess_dir = os.environ.get(MULTIPROCESS_ENV) or None
+
+    # -- Prometheus exposition -----------------------------------------------------------------
+
+    def metrics_text(self) -> bytes:
+        """The Prometheus exposition of every worker of this gateway (or of this process alone).
+
+        With several workers (``PROMETHEUS_MULTIPROC_DIR`` set by the server before it starts
+        them, see :func:`metrics_directory`), each worker's values live in files there and any
+        worker answers a scrape with the sum of all: one scrape, one pod, whole figures.
+        """
+        if self.multiprocess_dir is None:
+            return generate_latest(self.registry)
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=self.multiprocess_dir)
+        return generate_latest(registry)
+
+    def forget_dead_workers(self) -> None:
+        """Drop the live-gauge files of workers that died (their in-flight counts must not linger).
+
+        Called when a worker starts, which is also when the server replaces a dead one.
+        """
+        if self.multiprocess_dir is None:
+            return
+        for path in Path(self.multiprocess_dir).glob("gauge_live*_*.db"):
+            pid = path.stem.rsplit("_", 1)[-1]
+            if pid.isdigit() and not psutil.pid_exists(int(pid)):
+                mark_process_dead(int(pid), self.multiprocess_dir)
+
+    @property
+    def bucket_s(self) -> float:
+        return self.windows.bucket_s
 
     def client_label(self, client: str) -> str:
-        """``client`` if it already has, or may still get, its own series; otherwise ``_other``."""
-        if client in self._clients or len(self._clients) < self.max_client_labels:
+        """``client`` if it already has, or may still get, its own label value; otherwise ``_other``."""
+        if client in self._client_labels:
+            return client
+        if len(self._client_labels) < self.max_client_labels:
+            self._client_labels.add(client)
             return client
         return OTHER_CLIENT
-
-    def _window(self, table: dict[str, SlidingWindow], name: str) -> SlidingWindow:
-        window = table.get(name)
-        if window is None:
-            window = table[name] = SlidingWindow(self.window_s, self.max_samples)
-        return window
 
     def record(self, model: str, client: str, status: int, seconds: float) -> None:
         """One admitted request's latency.
 
         Args:
-            model: the Triton model.
+            model: the Triton model (admitted, so known).
             client: the caller's public id (never a secret).
             status: the HTTP status answered.
             seconds: wall time in the gateway.
         """
-        label = self.client_label(client)
         self.request_seconds.labels(model, str(status)).observe(seconds)
-        self.client_seconds.labels(label).observe(seconds)
+        self.client_seconds.labels(self.client_label(client)).observe(seconds)
         if status < 400:
             # Quantiles describe served requests; errors are counted by status in Prometheus.
-            now = time.monotonic()
-            self._window(self._models, model).add(seconds, now)
-            self._window(self._clients, label).add(seconds, now)
+            self.windows.record(model, client, seconds)
 
     def reject(self, reason: str) -> None:
         self.rejections.labels(reason).inc()
+
+    # -- sharing across processes -------------------------------------------------------------
+
+    async def publish(self) -> None:
+        """Send the sketches that changed since the last call to the shared store (if any).
+
+        A failed publication is retried with the next call; the error is logged, not raised.
+        """
+        if self.store is None:
+            return
+        entries = self.windows.take_dirty()
+        if not entries:
+            return
+        keep = self.window_s + 2 * self.bucket_s
+        expires = {e.bucket: (e.bucket + 1) * self.bucket_s + keep for e in entries}
+        try:
+            await self.store.publish(self.process_id, entries, expires)
+        except StatsStoreError as exc:
+            self.windows.mark_dirty(entries)
+            if self._publishing:  # once per outage, not once per interval
+                log.warning("latency stats: publishing to the shared store failed (%s); retrying", exc)
+            self._publishing = False
+            return
+        if not self._publishing:
+            log.warning("latency stats: publishing to the shared store works again")
+        self._publishing = True
+
+    async def publish_forever(self, interval_s: float) -> None:
+        """Publish every ``interval_s`` until cancelled (a lifespan task)."""
+        while True:
+            await asyncio.sleep(interval_s)
+            await self.publish()
+
+    async def view(self, client: str | None = None) -> WindowView:
+        """The window's sketches: this process's live ones plus every other process's published ones.
+
+        Args:
+            client: only this client's series (what a client credential may see); ``None`` for all.
+        """
+        now = time.time()
+        local = merge_entries(self.windows.entries(now, client))  # copies: records may go on meanwhile
+        if self.store is None:
+            return WindowView(local, True)
+        cached = self._remote.get(client)
+        if cached is not None and time.monotonic() - cached[0] < self.remote_ttl_s:
+            remote = cached[1]
+        else:
+            try:
+                encoded = await self.store.read(self.windows.buckets(now), client, self.process_id)
+            except StatsStoreError as exc:
+                log.warning("latency stats: reading the shared store failed (%s); local figures only", exc)
+                return WindowView(local, False)
+            # Merging every worker's and replica's sketches is CPU work: off the event loop.
+            remote = await asyncio.to_thread(_merge_encoded, encoded)
+            if len(self._remote) >= _MAX_CACHED_VIEWS:
+                self._remote.clear()
+            self._remote[client] = (time.monotonic(), remote)
+        series = dict(remote)  # the cached sketches themselves are never changed
+        for key, sketch in local.items():
+            if key in series:
+                sketch.merge(series[key])  # ``sketch`` is already a copy
+            series[key] = sketch
+        return WindowView(series, True)
+
+    # -- Triton's split -----------------------------------------------------------------------
 
     def update_triton(
         self, model: str, requests: int, queue_ns: int, compute_ns: int, success_ns: int
@@ -248,7 +355,7 @@ class LatencyTracker:
         """Feed one poll of Triton's cumulative statistics for ``model``.
 
         Args:
-            model: the model.
+            model: the model (from Triton's own repository, so known).
             requests: cumulative successful request count.
             queue_ns / compute_ns / success_ns: cumulative nanoseconds.
         """
@@ -271,22 +378,6 @@ class LatencyTracker:
         self.triton_queue.labels(model).set(times.queue_ns / per / 1e9)
         self.triton_compute.labels(model).set(times.compute_ns / per / 1e9)
 
-    def snapshot(self, models: Iterable[str] | None = None) -> dict[str, object]:
-        """The ``/v1/stats`` document."""
-        now = time.monotonic()
-        names = sorted(set(self._models) | set(self._triton)) if models is None else sorted(models)
-        per_model: dict[str, object] = {}
-        for name in names:
-            window = self._models.get(name)
-            summary = window.summary(now) if window else None
-            triton = self._triton.get(name)
-            per_model[name] = {
-                "gateway": summary.as_dict() if summary else None,
-                "triton": triton.as_dict() if triton else None,
-            }
-        per_client: dict[str, object] = {}
-        for client, window in sorted(self._clients.items()):
-            summary = window.summary(now)
-            if summary:
-                per_client[client] = summary.as_dict()
-        return {"window_s": self.window_s, "models": per_model, "clients": per_client}
+    def triton_times(self) -> dict[str, TritonTimes]:
+        """Triton's split per model, as last polled by this process."""
+        return dict(self._triton)

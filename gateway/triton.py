@@ -7,22 +7,34 @@ Every tritonclient / aiohttp / timeout error is translated here into :mod:`gatew
 (``raise ... from exc``), so nothing above this module knows which client library is used:
 
 - connection refused / reset / DNS -> :class:`UpstreamUnavailable` (503, fast: no retry loop)
-- the per-request deadline passed -> :class:`UpstreamTimeout` (504)
+- the per-request deadline passed, here or in Triton's queue -> :class:`UpstreamTimeout` (504)
+- the model's queue is full ("Exceeds maximum queue size") -> :class:`Overloaded` (429, Retry-After)
 - "unknown model" / "no available versions" -> :class:`ModelNotFound` (404)
-- any other 4xx from Triton -> :class:`InferenceInputError` (400, Triton's message, the input named)
+- any other 4xx from Triton -> :class:`InferenceInputError` (400, the input named)
 - 5xx from Triton -> :class:`UpstreamError` (502), or :class:`ModelNotReady` when it says so
 
-The KServe passthrough forwards request bytes untouched (JSON or the binary tensor extension);
-tritonclient has no public call for an already-encoded body, so that one path uses an aiohttp
-session of its own (aiohttp is what tritonclient's aio client runs on). Both are connection pools.
+Triton's own words go to the log in full; a client sees only :func:`safe_message` of them (no
+traceback, file path, memory address or request id; one line), or for a 5xx a message of ours,
+since a model's crash says nothing the client can act on and may say much about the server.
+
+Deadlines travel: every inference carries what is left of the gateway's deadline as Triton's
+``timeout`` request parameter (microseconds) and the caller's tier as its ``priority``, so a request
+the gateway stopped waiting for is rejected from Triton's queue (the model configs' queue policies
+allow the override) instead of running for nobody.
+
+KServe v2 requests arrive already checked (:class:`gateway.kserve.InferRequest`) and are sent as
+:func:`gateway.kserve.encode_rest` encodes them, never as the client's bytes. tritonclient has no
+public call for an already-encoded body, so that one path uses an aiohttp session of its own
+(aiohttp is what tritonclient's aio client runs on). Both are connection pools.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import quote
@@ -37,15 +49,29 @@ from gateway.errors import (
     InferenceInputError,
     ModelNotFound,
     ModelNotReady,
+    Overloaded,
     UpstreamError,
     UpstreamTimeout,
     UpstreamUnavailable,
 )
+from gateway.kserve import InferRequest, encode_rest
 
-__all__ = ["InferenceBackend", "RawResponse", "Tensor", "TritonHttpBackend", "translate_error"]
+__all__ = ["InferenceBackend", "RawResponse", "Tensor", "TritonHttpBackend", "safe_message", "timeout_us",
+           "translate_error"]
 
-_PASSTHROUGH_HEADERS = ("content-type", "inference-header-content-length", "content-encoding")
+log = logging.getLogger(__name__)
+
+# Headers of Triton's answer that describe its body; passed back to the client with it.
+_RESPONSE_HEADERS = ("content-type", "inference-header-content-length", "content-encoding")
 _INPUT_NAME = re.compile(r"input '([^']+)'")
+_MAX_MESSAGE_CHARS = 400
+# What a Triton or Python-backend message may carry that a client must not see.
+_REQUEST_ID = re.compile(r"^\s*\[request id: [^\]]*\]\s*")
+_TRACEBACK = re.compile(r"(\n\s*At:\s*\n|Traceback \(most recent call last\)).*", re.DOTALL)
+_OBJECT_REPR = re.compile(r"<[^<>]* at 0x[0-9a-fA-F]+>")
+_ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{6,}\b")
+# Two or more segments, not glued to a word ("JPEG/PNG" is text, "/opt/x/model.py" a path).
+_PATH = re.compile(r"(?<![\w/\\])(?:[A-Za-z]:)?(?:[\\/](?=[\w.@+~-]*\w)[\w.@+~-]+){2,}[\\/]?")
 
 
 @dataclass(frozen=True)
@@ -75,15 +101,26 @@ class InferenceBackend(Protocol):
         *,
         timeout_s: float,
         version: str = "",
+        priority: int = 0,
     ) -> dict[str, np.ndarray]: ...
 
-    async def infer_raw(
-        self, model: str, body: bytes, headers: Mapping[str, str], *, timeout_s: float, version: str = ""
+    async def infer_v2(
+        self,
+        model: str,
+        request: InferRequest,
+        *,
+        timeout_s: float,
+        version: str = "",
+        accept_encoding: str = "identity",
     ) -> RawResponse: ...
 
-    async def model_metadata(self, model: str, *, timeout_s: float) -> dict[str, Any]: ...
+    async def model_metadata(self, model: str, *, timeout_s: float, version: str = "") -> dict[str, Any]: ...
 
-    async def model_ready(self, model: str, *, timeout_s: float) -> bool: ...
+    async def model_config(self, model: str, *, timeout_s: float, version: str = "") -> dict[str, Any]: ...
+
+    async def model_ready(self, model: str, *, timeout_s: float, version: str = "") -> bool: ...
+
+    async def server_metadata(self, *, timeout_s: float) -> dict[str, Any]: ...
 
     async def server_ready(self, *, timeout_s: float) -> bool: ...
 
@@ -97,6 +134,15 @@ class InferenceBackend(Protocol):
 def _model_missing(message: str) -> bool:
     text = message.lower()
     return "unknown model" in text or "no available versions" in text
+
+
+def safe_message(message: str) -> str:
+    """Triton's message cut to what a client may read: its first line, without the request id,
+    a Python traceback, file paths, object reprs or memory addresses, at most 400 characters."""
+    text = _TRACEBACK.sub("", _REQUEST_ID.sub("", message))
+    text = _PATH.sub("<path>", _ADDRESS.sub("<address>", _OBJECT_REPR.sub("<object>", text)))
+    text = " ".join(text.split())
+    return text if len(text) <= _MAX_MESSAGE_CHARS else text[: _MAX_MESSAGE_CHARS - 3] + "..."
 
 
 def translate_error(exc: BaseException, model: str | None = None) -> GatewayError:
@@ -114,10 +160,12 @@ def translate_error(exc: BaseException, model: str | None = None) -> GatewayErro
     if isinstance(exc, TimeoutError | asyncio.TimeoutError | aiohttp.ServerTimeoutError):
         return UpstreamTimeout(f"Triton did not answer{f' for model {model!r}' if model else ''} in time")
     if isinstance(exc, aiohttp.ClientConnectionError | ConnectionError | OSError):
-        return UpstreamUnavailable(f"Triton is unreachable ({type(exc).__name__})", retry_after_s=1)
+        log.warning("Triton is unreachable: %r", exc)
+        return UpstreamUnavailable("Triton is unreachable", retry_after_s=1)
     if isinstance(exc, InferenceServerException):
         return _from_status(exc.status(), exc.message() or str(exc), model)
-    return UpstreamError(f"unexpected error talking to Triton: {type(exc).__name__}")
+    log.error("unexpected error talking to Triton%s: %r", f" (model {model!r})" if model else "", exc)
+    return UpstreamError("unexpected error talking to Triton; it is in the gateway's log")
 
 
 def _request_unparseable(message: str) -> bool:
@@ -129,14 +177,39 @@ def _request_unparseable(message: str) -> bool:
 
 def _from_status(status: str | int | None, message: str, model: str | None) -> GatewayError:
     code = int(status) if status and str(status).isdigit() else 0
+    client_fault = 400 <= code < 500 or _request_unparseable(message)
+    # The full message stays in the log (it names files and libraries, which is what an operator needs).
+    log.log(
+        logging.INFO if client_fault else logging.WARNING,
+        "Triton answered %s for model %r: %s",
+        status,
+        model,
+        message,
+    )
+    safe = safe_message(message)
     if _model_missing(message) and model:
-        return ModelNotFound(model, f"model '{model}' is not served by Triton: {message}")
+        return ModelNotFound(model, f"model '{model}' is not served by Triton ({safe})")
+    # The queue policy's answers (both UNAVAILABLE in Triton): the deadline passed while queued,
+    # or the bounded queue is full. Neither is the model being down.
+    if "request timeout expired" in message.lower():
+        return UpstreamTimeout(
+            f"the deadline passed while the request waited in Triton's queue{f' for {model!r}' if model else ''}"
+        )
+    if "exceeds maximum queue size" in message.lower():
+        return Overloaded(
+            f"Triton's queue{f' for model {model!r}' if model else ''} is full; retry shortly", retry_after_s=1
+        )
     if code == 503 or "not ready" in message.lower():
-        return ModelNotReady(f"model '{model}' is not ready: {message}", retry_after_s=1)
-    if 400 <= code < 500 or _request_unparseable(message):
-        match = _INPUT_NAME.search(message)
-        return InferenceInputError(message, field=f"inputs.{match.group(1)}" if match else None)
-    return UpstreamError(f"Triton failed{f' on model {model!r}' if model else ''}: {message}")
+        return ModelNotReady(f"model '{model}' is not ready", retry_after_s=1)
+    if client_fault:
+        match = _INPUT_NAME.search(safe)
+        return InferenceInputError(safe, field=f"inputs.{match.group(1)}" if match else None)
+    return UpstreamError(
+        f"model '{model}' failed while running this request; the error is in the gateway's log "
+        "(quote the X-Request-ID header)"
+        if model
+        else "Triton failed; the error is in the gateway's log"
+    )
 
 
 def _triton_dtype(array: np.ndarray) -> str:
@@ -170,6 +243,7 @@ class TritonHttpBackend:
         *,
         timeout_s: float,
         version: str = "",
+        priority: int = 0,
     ) -> dict[str, np.ndarray]:
         """Run ``model`` on ``inputs`` (binary tensors both ways).
 
@@ -177,8 +251,9 @@ class TritonHttpBackend:
             model: the Triton model name.
             inputs: named arrays; shapes must include the batch axis where the model batches.
             outputs: names to return; every output when ``None``.
-            timeout_s: the whole call's deadline.
+            timeout_s: the whole call's deadline; Triton gets it as the request timeout too.
             version: the model version to run ('' lets Triton's version policy choose).
+            priority: Triton's request priority (1 first; 0 = the model's default level).
 
         Returns:
             Output name -> array.
@@ -196,53 +271,86 @@ class TritonHttpBackend:
         )
         try:
             async with asyncio.timeout(timeout_s):
-                result = await self._client.infer(model, infer_inputs, model_version=version, outputs=requested)
+                result = await self._client.infer(
+                    model,
+                    infer_inputs,
+                    model_version=version,
+                    outputs=requested,
+                    priority=priority,
+                    timeout=timeout_us(timeout_s),
+                )
         except Exception as exc:
             raise translate_error(exc, model) from exc
         response = result.get_response()
         return {o["name"]: result.as_numpy(o["name"]) for o in response.get("outputs", [])}
 
-    async def infer_raw(
-        self, model: str, body: bytes, headers: Mapping[str, str], *, timeout_s: float, version: str = ""
+    async def infer_v2(
+        self,
+        model: str,
+        request: InferRequest,
+        *,
+        timeout_s: float,
+        version: str = "",
+        accept_encoding: str = "identity",
     ) -> RawResponse:
-        """Forward an encoded KServe v2 request body to ``model`` and return Triton's answer as is.
+        """Send a checked KServe v2 request to ``model`` (re-encoded) and return Triton's answer as is.
+
+        Args:
+            model: the Triton model name.
+            request: the checked request.
+            timeout_s: the whole call's deadline.
+            version: the model version ('' lets Triton's version policy choose).
+            accept_encoding: ``gzip``, ``deflate`` or ``identity``: how Triton may compress its answer.
 
         Raises:
             GatewayError: translated as the module docstring says.
         """
-        forward = {k: v for k, v in headers.items() if k.lower() in _PASSTHROUGH_HEADERS}
+        body, headers = encode_rest(request)
         # aiohttp would ask for gzip on its own; let Triton compress only when the client asked.
-        forward["Accept-Encoding"] = next(
-            (v for k, v in headers.items() if k.lower() == "accept-encoding"), "identity"
-        )
+        headers["Accept-Encoding"] = accept_encoding
         try:
             async with asyncio.timeout(timeout_s):
-                async with self._raw.post(
-                    _infer_path(model, version), data=body, headers=forward
-                ) as resp:
+                async with self._raw.post(_infer_path(model, version), data=body, headers=headers) as resp:
                     payload = await resp.read()
                     if resp.status != 200:
                         raise _from_status(resp.status, _error_message(payload), model)
-                    out = {k: v for k, v in resp.headers.items() if k.lower() in _PASSTHROUGH_HEADERS}
+                    out = {k: v for k, v in resp.headers.items() if k.lower() in _RESPONSE_HEADERS}
         except GatewayError:
             raise
         except Exception as exc:
             raise translate_error(exc, model) from exc
         return RawResponse(payload, out)
 
-    async def model_metadata(self, model: str, *, timeout_s: float) -> dict[str, Any]:
+    async def model_metadata(self, model: str, *, timeout_s: float, version: str = "") -> dict[str, Any]:
+        """Triton's KServe v2 metadata of ``model`` (of ``version``, when given)."""
         try:
             async with asyncio.timeout(timeout_s):
-                return dict(await self._client.get_model_metadata(model))
+                return dict(await self._client.get_model_metadata(model, model_version=version))
         except Exception as exc:
             raise translate_error(exc, model) from exc
 
-    async def model_ready(self, model: str, *, timeout_s: float) -> bool:
+    async def model_config(self, model: str, *, timeout_s: float, version: str = "") -> dict[str, Any]:
+        """Triton's configuration of ``model`` as JSON (the model configuration extension)."""
         try:
             async with asyncio.timeout(timeout_s):
-                return bool(await self._client.is_model_ready(model))
+                return dict(await self._client.get_model_config(model, model_version=version))
         except Exception as exc:
             raise translate_error(exc, model) from exc
+
+    async def model_ready(self, model: str, *, timeout_s: float, version: str = "") -> bool:
+        try:
+            async with asyncio.timeout(timeout_s):
+                return bool(await self._client.is_model_ready(model, model_version=version))
+        except Exception as exc:
+            raise translate_error(exc, model) from exc
+
+    async def server_metadata(self, *, timeout_s: float) -> dict[str, Any]:
+        """Triton's server metadata: name, version, extensions."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                return dict(await self._client.get_server_metadata())
+        except Exception as exc:
+            raise translate_error(exc) from exc
 
     async def server_ready(self, *, timeout_s: float) -> bool:
         """Whether Triton says it is ready; ``False`` (never an error) when it cannot be reached."""
@@ -271,6 +379,11 @@ class TritonHttpBackend:
     async def close(self) -> None:
         await self._client.close()
         await self._raw.close()
+
+
+def timeout_us(timeout_s: float) -> int:
+    """Triton's ``timeout`` request parameter for a deadline ``timeout_s`` away (at least 1 us)."""
+    return max(1, int(timeout_s * 1_000_000))
 
 
 def _infer_path(model: str, version: str) -> str:

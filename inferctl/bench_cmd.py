@@ -8,13 +8,17 @@ import argparse
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "bench",
-        help="side-by-side benchmarks (platform vs baselines, gateway overhead)",
+        help="side-by-side benchmarks (platform vs baselines, gateway overhead, clients, QoS by tier)",
         description="`inferctl bench platform ...` runs loadtest.bench (batching on/off, gateway vs direct, "
-        "naive FastAPI+PyTorch, raw onnxruntime); `inferctl bench gateway ...` runs gateway.bench (the "
-        "gateway's added latency). Options after the name go to that benchmark; see "
+        "naive FastAPI+PyTorch, raw onnxruntime); `inferctl bench gateway ...` runs "
+        "loadtest.bench.gateway_overhead (the gateway's added latency); `inferctl bench clients ...` runs "
+        "loadtest.clients_bench (gateway vs direct Triton over KServe v2 HTTP and gRPC with tritonclient); "
+        "`inferctl bench qos ...` runs loadtest.qos (premium P99 and free-tier shedding at 2x the saturating "
+        "load, tier priorities off and on). "
+        "Options after the name go to that benchmark; see "
         "`inferctl bench platform --help`.",
     )
-    parser.add_argument("which", choices=["platform", "gateway"])
+    parser.add_argument("which", choices=["platform", "gateway", "clients", "qos"])
     parser.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options")
     parser.set_defaults(handler=run)
 
@@ -22,6 +26,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.which == "platform":
         from loadtest.bench import main
+    elif args.which == "clients":
+        from loadtest.clients_bench import main
+    elif args.which == "qos":
+        from loadtest.qos import main
     else:
-        from gateway.bench import main
+        from loadtest.bench.gateway_overhead import main
     return int(main(args.options) or 0)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import json
+from dataclasses import asdict
 from pathlib import Path
 
-from rich.console import Console
+from serving.console import make_console
 
 DEFAULT_REPOSITORY = Path("model_repository")
 
@@ -34,6 +36,11 @@ def add_build_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true", help="rebuild even when the inputs are unchanged")
 
 
+def add_json_option(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--json", action="store_true",
+                        help=f"print {what} as JSON on stdout (progress and messages stay on stderr)")
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     from builders.registry import DEFAULT_MODELS, available
 
@@ -52,23 +59,50 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="also compile TensorRT engines (full TensorRT on a GPU host, or TensorRT-RTX)")
     parser.add_argument("--engine-compute-capability", metavar="CC",
                         help="TensorRT-RTX target, e.g. 8.9 for the RTX 4090 (full TensorRT builds for the local GPU)")
+    parser.add_argument("--triton-release", metavar="YY.MM",
+                        help="the NGC Triton release that serves the repository (default: the platform's image, "
+                        "docker/triton.Dockerfile): an engine becomes a tensorrt_plan entry only when that Triton's "
+                        "TensorRT version and GPU can load it (read from engine.json); TensorRT-RTX engines and "
+                        "others are kept as artifacts in <repository>-engine-artifacts/")
     parser.add_argument("--timing-cache", type=Path, help="TensorRT timing cache file (default: beside the repository)")
+    parser.add_argument("--gpu", action="store_true",
+                        help="the repository is for a GPU host: ONNX entries get KIND_GPU instances and the TensorRT "
+                        "execution accelerator (the TorchScript flavour too runs KIND_GPU, FP16)")
+    parser.add_argument("--native-backends", action="store_true",
+                        help="the repository is for Triton's native backends (the NGC container): no allow_ragged_batch "
+                        "on the text encoder's inputs (native backends take a ragged input only as one flat tensor); "
+                        "mixed-length texts then batch only when their lengths are equal")
+    parser.add_argument("--torchscript", action="store_true",
+                        help="also publish <model>_torchscript (pytorch_libtorch) for every PyTorch model named")
+    add_json_option(parser, "the build reports")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from builders.errors import BuildError
     from builders.pipeline import BuildOptions, build, print_summary
+    from builders.registry import get_spec
+    from builders.spec import ModelSpec
+    from builders.torchscript import TorchScriptOptions, build_torchscript
 
-    console = Console()
+    console, errors = make_console(), make_console(stderr=True)
     options = BuildOptions(repository=args.repository, force=args.force, weights=parse_weights(args.weights),
                            variants=not args.no_variants, engines=args.engines, timing_cache=args.timing_cache,
-                           engine_compute_capability=args.engine_compute_capability)
+                           engine_compute_capability=args.engine_compute_capability, gpu=args.gpu,
+                           native_backends=args.native_backends,
+                           triton_release=args.triton_release)
     try:
-        reports = build(args.models, options, console=Console(stderr=True))
+        reports = build(args.models, options, console=errors)
+        if args.torchscript:
+            flavour = TorchScriptOptions(gpu=args.gpu, precision="fp16" if args.gpu else "fp32")
+            reports += [build_torchscript(args.repository, name, flavour, force=args.force) for name in args.models
+                        if isinstance(get_spec(name, options.weights), ModelSpec)]
     except BuildError as exc:
-        console.print(f"[red]build failed:[/red] {exc}")
+        errors.print(f"[red]build failed:[/red] {exc}")
         return 1
-    print_summary(reports, console)
+    if args.json:
+        print(json.dumps([asdict(r) for r in reports], indent=2, sort_keys=True))
+    else:
+        print_summary(reports, console)
     return 0
 

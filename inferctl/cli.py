@@ -5,6 +5,9 @@
     inferctl bench ...            the side-by-side benchmarks
     inferctl promote / history    gated model promotion and its records
 
+Output reads well anywhere: on a terminal, tables and progress bars; in a pipe or a CI log, full-width
+plain columns and one log line per step; ``--json`` on the commands that print results.
+
 Each subcommand lives in its own module and registers its arguments here.
 """
 
@@ -12,12 +15,26 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from importlib import metadata
 
 from inferctl import bench_cmd, build_cmd, promote_cmd, up_cmd
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "main", "version_line"]
 
 _COMMANDS = [build_cmd, up_cmd, promote_cmd, bench_cmd]
+
+
+def version_line() -> str:
+    """``inferctl <version>`` plus the versions that decide what it serves with."""
+
+    def installed(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    return (f"inferctl {installed('triton-platform')} (nvidia-pytriton {installed('nvidia-pytriton')}, "
+            f"tritonclient {installed('tritonclient')})")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="inferctl",
         description="Build PyTorch models into a Triton repository and serve them behind the gateway.",
     )
+    parser.add_argument("--version", action="version", version=version_line())
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in _COMMANDS:
         module.register(sub)

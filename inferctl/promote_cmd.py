@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
+from dataclasses import asdict
 from pathlib import Path
 
-from rich.console import Console
+from inferctl.build_cmd import _weights_pair, add_json_option, parse_weights
+from serving.console import make_console
 
 DEFAULT_RECORDS = Path("promotions")
 
@@ -19,9 +22,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="gate a candidate build and roll it out as version N+1",
         description="Run the parity, accuracy and latency gates on a candidate build (a repository written "
         "by `inferctl build MODEL --repository DIR`) against the production version served by Triton; "
-        "when they pass, publish it as version N+1, load it beside N, smoke-test it, give it a canary "
-        "share of gateway traffic, then all of it. Any failure rolls back. Every attempt leaves a JSON "
-        "record (see `inferctl history`).",
+        "accuracy is the model family's own evaluation (classifiers: top-1/top-5 agreement on the golden "
+        "photographs; encoders: embedding cosine on held-out sentences; diffusion networks: PSNR at a fixed "
+        "seed). When they pass, publish it as version N+1 (marked unfinished until the end), load it beside "
+        "N with the ensembles that call the model kept on N, smoke-test it, give it a canary share of the "
+        "gateway's traffic (the ensembles' too, through canary copies), then all of it. Any failure rolls "
+        "back, every rollback step on its own. Every attempt leaves a JSON record (see `inferctl "
+        "history`). Exit status: 0 promoted or gates passed, 1 refused or rolled back, 2 could not start, "
+        "3 rollback incomplete (the record names the steps that could not run; the next promotion of the "
+        "model retries them first).",
     )
     parser.add_argument("model", help="the model to promote, e.g. efficientnet_lite0")
     parser.add_argument("--candidate", type=Path, required=True, help="candidate repository holding the new build")
@@ -35,19 +44,25 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="run only this gate (repeatable); its result is kept for a later --publish")
     parser.add_argument("--publish", action="store_true",
                         help="roll out; gates not yet passed for this exact candidate run first")
+    parser.add_argument("--weights", action="append", default=[], metavar="MODEL=PATH", type=_weights_pair,
+                        help="local weights or checkpoint folder, as for `inferctl build` (diffusion networks "
+                        "read their checkpoint's tokenizer to make their evaluation inputs)")
+    add_json_option(parser, "the promotion record")
     parser.set_defaults(handler=run)
 
     hist = sub.add_parser("history", help="list promotion records",
                           description="List every promotion attempt with its gate results and decision.")
     hist.add_argument("model", nargs="?", help="only this model")
     hist.add_argument("--records-dir", type=Path, default=DEFAULT_RECORDS, help="(default: %(default)s)")
+    add_json_option(hist, "the records")
     hist.set_defaults(handler=run_history)
 
 
 def run(args: argparse.Namespace) -> int:
     from promote.promoter import ALL_GATES, GatewayTraffic, PromotionError, PromotionTarget, promote
 
-    console = Console()
+    # With --json, stdout carries only the record; the step-by-step log goes to stderr.
+    console = make_console(stderr=args.json)
     gateway = None
     if args.gateway_url:
         token = os.environ.get("GATEWAY_ADMIN_TOKEN", "")
@@ -59,15 +74,29 @@ def run(args: argparse.Namespace) -> int:
     publish = args.publish or not args.gate
     try:
         record = promote(args.model, args.candidate, target, gates=args.gate or ALL_GATES, publish=publish,
-                         log=console.print)
+                         log=console.print, observer=lambda step: console.print(_describe(args.model, step)),
+                         weights=parse_weights(args.weights))
     except PromotionError as exc:
         console.print(f"[red]{exc}[/red]")
         return 2
+    if args.json:
+        print(json.dumps(asdict(record), indent=2))
+    if record.decision == "rollback-incomplete":
+        return 3  # an operator must look: the record names the rollback steps that could not run
     return 0 if record.decision in ("promoted", "gates-passed") else 1
+
+
+def _describe(model: str, step: dict[str, object]) -> str:
+    failed = step.get("ok") is False
+    return f"{model}: {step['step']}" + (f" FAILED: {step.get('error') or ''}" if failed else "")
 
 
 def run_history(args: argparse.Namespace) -> int:
     from promote.records import history, print_history
 
-    print_history(history(args.records_dir, args.model))
+    records = history(args.records_dir, args.model)
+    if args.json:
+        print(json.dumps([asdict(r) for r in records], indent=2))
+    else:
+        print_history(records, make_console())
     return 0

@@ -6,17 +6,15 @@ import argparse
 import os
 import secrets
 import signal
-import subprocess
-import sys
 import threading
-import time
-import urllib.error
-import urllib.request
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 from rich.console import Console
 
 from inferctl.build_cmd import add_build_options, parse_weights
+from serving.console import make_console
+from serving.processes import ManagedProcess, ProcessStartError, python_module
 
 STATE_DIR = Path(".platform")
 
@@ -38,6 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--triton-grpc-port", type=int, default=8001)
     parser.add_argument("--triton-metrics-port", type=int, default=8002)
     parser.add_argument("--gateway-port", type=int, default=8080)
+    parser.add_argument("--gateway-grpc-port", type=int, default=8081,
+                        help="the gateway's KServe v2 gRPC entry; 0 for none (default: %(default)s)")
     parser.add_argument("--no-gateway", action="store_true", help="serve Triton alone")
     parser.add_argument("--state-dir", type=Path, default=STATE_DIR,
                         help="where the gateway's key store and admin token live (default: %(default)s)")
@@ -55,32 +55,26 @@ def _admin_token(state_dir: Path) -> str:
     return path.read_text().strip()
 
 
-def _wait_http(url: str, process: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the gateway exited with code {process.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=1):
-                return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            time.sleep(0.25)
-    raise RuntimeError(f"the gateway did not answer {url} within {timeout_s:.0f} s")
-
-
-def _start_gateway(args: argparse.Namespace, triton_http: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "gateway", "--host", args.host, "--port", str(args.gateway_port),
-               "--triton-url", triton_http, "--keys-db", str(args.state_dir / "keys.sqlite3")]
-    return subprocess.Popen(command, env=env, start_new_session=True)
+def _gateway(args: argparse.Namespace, triton_http: str, env: dict[str, str],
+             ready_models: list[str]) -> ManagedProcess:
+    command = python_module("gateway", "--host", args.host, "--port", str(args.gateway_port),
+                            "--triton-url", triton_http, "--keys-db", str(args.state_dir / "keys.sqlite3"),
+                            "--grpc-port", str(args.gateway_grpc_port))
+    if ready_models:
+        # /readyz then means: each model the user asked for is READY and answers a synthetic inference.
+        command += ["--ready-models", ",".join(ready_models)]
+    # Its log lines belong on this terminal: this is the foreground command the user watches.
+    return ManagedProcess(command, name="the gateway", env=env, inherit_output=True)
 
 
 def _first_key(args: argparse.Namespace, env: dict[str, str]) -> str | None:
     """A new all-models key when the store has none yet; ``None`` when keys already exist."""
-    from gateway.keys import KeyStore, bootstrap_first_key
+    from gateway.keys import bootstrap_first_key
+    from gateway.keys_sqlite import SqliteKeyStore
     from gateway.settings import GatewaySettings
 
     keys_db = args.state_dir / "keys.sqlite3"
-    if keys_db.exists() and KeyStore(keys_db).list():
+    if keys_db.exists() and SqliteKeyStore(keys_db).list():
         return None
     # "standard" (100/min): enough to try every route by hand without meeting the free tier's 10/min.
     settings = GatewaySettings(keys_db=keys_db, admin_token=env["GATEWAY_ADMIN_TOKEN"])
@@ -95,7 +89,10 @@ def _print_welcome(console: Console, args: argparse.Namespace, triton_http: str,
         console.print(f"\ncurl http://{triton_http}/v2/models/efficientnet_lite0")
         return
     base = f"http://{args.host}:{args.gateway_port}"
-    console.print(f"Gateway  {base}  (docs {base}/docs, metrics {base}/metrics)")
+    console.print(f"Gateway  {base}  (docs {base}/docs, metrics {base}/metrics with the admin token as bearer)")
+    if args.gateway_grpc_port:
+        console.print(f"         KServe v2 gRPC {args.host}:{args.gateway_grpc_port} "
+                      "(tritonclient.grpc, metadata authorization: Bearer <key>)")
     console.print(f"Admin token in {args.state_dir / 'admin_token'} (or GATEWAY_ADMIN_TOKEN)")
     shown = key or "<your API key>"
     if key:
@@ -113,32 +110,53 @@ def _print_welcome(console: Console, args: argparse.Namespace, triton_http: str,
     console.print("\nPress Ctrl-C to stop.")
 
 
+def _status(console: Console, message: str) -> AbstractContextManager[object]:
+    """A spinner on a terminal; a log line elsewhere (a spinner in a log shows nothing)."""
+    if console.is_terminal:
+        return console.status(message)
+    console.print(f"{message} ...", markup=False)
+    return nullcontext()
+
+
 def run(args: argparse.Namespace) -> int:
+    from builders.engine_target import ServingTarget, engine_refusals
     from builders.errors import BuildError
     from builders.pipeline import BuildOptions, build, print_summary
+    from builders.repository import discard_unfinished
     from serving.launcher import TritonPorts, TritonServer, TritonStartError
     from serving.supervisor import TritonSupervisor
 
-    console = Console()
+    console = make_console()
+    # A version a promotion published but never finished is not production: Triton would load it
+    # (it knows nothing of the marker), so it goes before anything starts.
+    for folder in discard_unfinished(args.repository):
+        console.print(f"removed {folder}: an unfinished promotion left it (see `inferctl history`)")
     try:
         reports = build(args.models, BuildOptions(repository=args.repository, force=args.force,
-                                                  weights=parse_weights(args.weights)), console=Console(stderr=True))
+                                                  weights=parse_weights(args.weights)), console=make_console(stderr=True))
     except BuildError as exc:
         console.print(f"[red]build failed:[/red] {exc}")
         return 1
     print_summary(reports, console)
 
-    served = sorted({r.model for r in reports} - {r.model for r in reports if "trt" in r.model})
+    # Entries of the repository only (engines no Triton here loads are artifacts beside it), and no
+    # engine the embedded server cannot load: it has no TensorRT backend. Each engine entry's own
+    # engine.json says what it needs; those stay on disk for a GPU host.
+    entries = sorted({r.model for r in reports if (args.repository / r.model / "config.pbtxt").is_file()})
+    refused = engine_refusals(args.repository, ServingTarget.embedded(), entries)
+    for name, reason in sorted(refused.items()):
+        console.print(f"[yellow]{name} not served here:[/yellow] {reason}", soft_wrap=True)
+    served = [name for name in entries if refused.get(name) is None]
     server = TritonServer(args.repository.resolve(), models=served, host=args.host,
                           ports=TritonPorts(args.triton_http_port, args.triton_grpc_port, args.triton_metrics_port))
-    with console.status("starting Triton"):
+    with _status(console, "starting Triton"):
         try:
             server.start()
         except TritonStartError as exc:
             console.print(f"[red]Triton did not start:[/red] {exc}")
             return 1
     supervisor = TritonSupervisor(server).start()
-    gateway: subprocess.Popen[bytes] | None = None
+    gateway: ManagedProcess | None = None
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopped.set())
     try:
@@ -147,23 +165,22 @@ def run(args: argparse.Namespace) -> int:
             args.state_dir.mkdir(parents=True, exist_ok=True)
             env = dict(os.environ, GATEWAY_ADMIN_TOKEN=_admin_token(args.state_dir))
             key = _first_key(args, env)
-            gateway = _start_gateway(args, server.http_url, env)
-            with console.status("starting the gateway"):
-                _wait_http(f"http://{args.host}:{args.gateway_port}/healthz", gateway)
+            gateway = _gateway(args, server.http_url, env, [m for m in args.models if m in served]).start()
+            with _status(console, "starting the gateway"):
+                gateway.wait_http(f"http://{args.host}:{args.gateway_port}/healthz", timeout_s=60)
         _print_welcome(console, args, server.http_url, key)
         while not stopped.wait(0.5):
-            if gateway is not None and gateway.poll() is not None:
+            if gateway is not None and not gateway.running():
                 console.print(f"[red]the gateway exited with code {gateway.returncode}[/red]")
                 return 1
     except KeyboardInterrupt:
         pass
-    except RuntimeError as exc:
+    except ProcessStartError as exc:
         console.print(f"[red]{exc}[/red]")
         return 1
     finally:
-        if gateway is not None and gateway.poll() is None:
-            os.killpg(gateway.pid, signal.SIGTERM)
-            gateway.wait(timeout=15)
+        if gateway is not None:
+            gateway.stop()
         supervisor.stop()
         console.print("stopped")
     return 0

@@ -25,6 +25,11 @@ Environment (read when a user starts, never at import):
   ``LOADTEST_IMAGE_MODEL`` (the gateway's default), ``LOADTEST_IMAGE_SIZE`` (``64x64``),
   ``LOADTEST_IMAGE_STEPS`` (``4``).
 - ``LOADTEST_WAIT``: think time between a user's requests, ``MIN,MAX`` seconds (``0.1,1.0``).
+- ``LOADTEST_MAX_REQUESTS``: stop the run once this many requests have been answered (``0``: only
+  ``--run-time`` stops it), so a smoke run ends on what it checks rather than on a clock.
+- ``LOADTEST_SUMMARY``: a path where the final request and failure counts (total and per name) are
+  written as JSON when locust quits; the CSV files are written on a timer and can miss the last
+  second of a short run.
 
 Responses are checked, not just counted: a 200 with the wrong shape is a failure. For tier users a
 429 carrying ``Retry-After`` is the limiter doing its job: it is reported as a success under the
@@ -34,10 +39,13 @@ name ``<route> [429 rate limited]`` so the report shows how much was shed; a 429
 
 from __future__ import annotations
 
+import json
 import os
 import random
+from collections.abc import Callable
 from typing import Any
 
+import gevent
 from locust import HttpUser, between, events, task
 from locust.exception import StopUser
 
@@ -69,6 +77,41 @@ def _think(user: Any) -> float:
     return between(low, high)(user)
 
 
+@events.init.add_listener
+def _stop_after_requests(environment: Any, **_: Any) -> None:
+    limit = int(_env("LOADTEST_MAX_REQUESTS", "0"))
+    if limit <= 0:
+        return
+    answered = 0
+
+    def count(**_: Any) -> None:
+        nonlocal answered
+        answered += 1
+        if answered == limit and environment.runner is not None:
+            # Not from inside this request's own greenlet: quitting kills the users' greenlets.
+            gevent.spawn_later(0, environment.runner.quit)
+
+    environment.events.request.add_listener(count)
+
+
+@events.quitting.add_listener
+def _write_summary(environment: Any, **_: Any) -> None:
+    path = os.environ.get("LOADTEST_SUMMARY")
+    if not path or environment.runner is None:
+        return
+    stats = environment.runner.stats
+    summary = {
+        "requests": stats.total.num_requests,
+        "failures": stats.total.num_failures,
+        "entries": {
+            name: {"requests": entry.num_requests, "failures": entry.num_failures}
+            for (name, _method), entry in stats.entries.items()
+        },
+    }
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(summary, handle)
+
+
 @events.init_command_line_parser.add_listener
 def _add_arguments(parser: Any) -> None:
     # Visible in the web UI and settable from the command line; the environment still wins.
@@ -94,7 +137,14 @@ class _GatewayUser(HttpUser):
         elif self.rate_limited_ok:
             raise StopUser()
 
-    def _handle(self, response: Any, check: Any) -> None:
+    def _post(self, path: str, check: Callable[[Any], str | None], *, headers: dict[str, str] | None = None,
+              **request: Any) -> None:
+        """POST ``path`` with this user's key; ``check`` says what is wrong with a 200 (None: nothing)."""
+        with self.client.post(path, headers={**(headers or {}), **self.headers}, name=path, catch_response=True,
+                              **request) as response:
+            self._handle(response, check)
+
+    def _handle(self, response: Any, check: Callable[[Any], str | None]) -> None:
         if response.status_code == 429 and self.rate_limited_ok:
             if response.headers.get("Retry-After"):
                 response.request_meta["name"] = f"{response.request_meta['name']} [429 rate limited]"
@@ -131,9 +181,7 @@ class ClassifyUser(_GatewayUser):
                 return f"expected {len(photos)} results with classes, got {results!r:.200}"
             return None
 
-        with self.client.post("/v1/classify", files=files, headers=self.headers, name="/v1/classify",
-                              catch_response=True) as response:
-            self._handle(response, check)
+        self._post("/v1/classify", check, files=files)
 
 
 class EmbeddingsUser(_GatewayUser):
@@ -152,9 +200,7 @@ class EmbeddingsUser(_GatewayUser):
                 return f"expected {len(texts)} embeddings"
             return None
 
-        with self.client.post("/v1/embeddings", json=body, headers=self.headers, name="/v1/embeddings",
-                              catch_response=True) as response:
-            self._handle(response, check)
+        self._post("/v1/embeddings", check, json=body)
 
 
 class ImageGenerationUser(_GatewayUser):
@@ -177,9 +223,7 @@ class ImageGenerationUser(_GatewayUser):
             data = response.json()["data"]
             return None if data and data[0].get("b64_json") else "no b64_json image in the response"
 
-        with self.client.post("/v1/images/generations", json=body, headers=self.headers,
-                              name="/v1/images/generations", catch_response=True) as response:
-            self._handle(response, check)
+        self._post("/v1/images/generations", check, json=body)
 
 
 class V2TensorUser(_GatewayUser):
@@ -211,10 +255,7 @@ class V2TensorUser(_GatewayUser):
             logits = v2_output(response.content, int(length) if length else None, self.output)
             return None if logits.shape[0] == 1 and logits.size > 1 else f"unexpected output shape {logits.shape}"
 
-        with self.client.post(f"/v2/models/{self.model}/infer", data=request.body,
-                              headers={**request.headers, **self.headers}, name=f"/v2/models/{self.model}/infer",
-                              catch_response=True) as response:
-            self._handle(response, check)
+        self._post(f"/v2/models/{self.model}/infer", check, headers=request.headers, data=request.body)
 
 
 class FreeTierUser(V2TensorUser):

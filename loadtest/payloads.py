@@ -23,6 +23,7 @@ __all__ = [
     "V2Request",
     "image_tensors",
     "jpeg_images",
+    "mixed_length_texts",
     "v2_binary_request",
     "v2_output",
 ]
@@ -57,6 +58,24 @@ PROMPTS: tuple[str, ...] = (
 
 
 @cache
+def mixed_length_texts(count: int = 256, seed: int = 0) -> tuple[str, ...]:
+    """``count`` texts of mixed length, as embedding traffic is: many one-sentence queries, some short
+    paragraphs, a few passages near the encoder's 256-token limit (about 12 to 250 tokens).
+
+    Each text joins 1, 2-3, 4-8 or 9-16 of :data:`SENTENCES` (probabilities 0.5, 0.25, 0.15, 0.1),
+    drawn with a fixed seed, so every run and every configuration sends the same texts.
+    """
+    rng = np.random.default_rng(seed)
+    groups = ((1, 1), (2, 3), (4, 8), (9, 16))
+    texts = []
+    for _ in range(count):
+        low, high = groups[int(rng.choice(len(groups), p=(0.5, 0.25, 0.15, 0.1)))]
+        picked = rng.choice(len(SENTENCES), size=int(rng.integers(low, high + 1)), replace=True)
+        texts.append(" ".join(SENTENCES[i] for i in picked))
+    return tuple(texts)
+
+
+@cache
 def jpeg_images(max_side: int = 512, quality: int = 90) -> tuple[bytes, ...]:
     """The sample photographs (and their mirror images) as JPEG files of at most ``max_side`` px."""
     from PIL import Image
@@ -77,9 +96,10 @@ def jpeg_images(max_side: int = 512, quality: int = 90) -> tuple[bytes, ...]:
 @cache
 def image_tensors() -> np.ndarray:
     """The photographs preprocessed as the serving ensemble does: FP32 ``[n, 3, 224, 224]``."""
+    from builders.families.efficientnet import EfficientNetLite0
     from builders.samples import image_batch
 
-    return np.ascontiguousarray(image_batch(mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5)), dtype=np.float32)
+    return np.ascontiguousarray(image_batch(EfficientNetLite0.preprocessing), dtype=np.float32)
 
 
 class V2Request:

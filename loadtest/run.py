@@ -7,22 +7,25 @@
 Locust runs in its own process (it monkey-patches the standard library with gevent), under a
 wall-clock limit of ``--run-time`` plus a grace period, so a run can never outlive its budget. The
 reports are ``<out>/<prefix>_stats.csv``, ``_stats_history.csv``, ``_failures.csv``,
-``_exceptions.csv`` and ``<out>/<prefix>.html``; :func:`run_locust` returns the parsed stats rows.
+``_exceptions.csv`` and ``<out>/<prefix>.html``; :func:`run_locust` returns the parsed stats rows and
+the final counts (``<out>/<prefix>_summary.json``, written when locust quits).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import os
+import json
 import re
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from loadtest.scenarios import SCENARIOS
+from serving.processes import child_env
 
 __all__ = ["LocustRun", "LOCUSTFILE", "main", "parse_duration", "run_locust"]
 
@@ -50,20 +53,19 @@ class LocustRun:
     html: Path
     stats: list[dict[str, str]] = field(default_factory=list)
     output: str = ""
-
-    @property
-    def aggregated(self) -> dict[str, str] | None:
-        return next((row for row in self.stats if row.get("Name") == "Aggregated"), None)
+    summary: dict[str, Any] = field(default_factory=dict)
 
     @property
     def failures(self) -> int:
-        row = self.aggregated
-        return int(row["Failure Count"]) if row else 0
+        return int(self.summary.get("failures", 0))
 
     @property
     def requests(self) -> int:
-        row = self.aggregated
-        return int(row["Request Count"]) if row else 0
+        return int(self.summary.get("requests", 0))
+
+    def count(self, name: str) -> int:
+        """Requests answered under ``name`` (a route, or a name the locustfile gave)."""
+        return int(self.summary.get("entries", {}).get(name, {}).get("requests", 0))
 
 
 def _classes(scenarios: Sequence[str]) -> list[str]:
@@ -90,6 +92,7 @@ def run_locust(
     out_dir: Path = DEFAULT_OUT,
     prefix: str = "loadtest",
     env: Mapping[str, str] | None = None,
+    max_requests: int = 0,
 ) -> LocustRun:
     """Run locust headless against ``host`` for ``run_time`` and read back its CSV stats.
 
@@ -98,28 +101,33 @@ def run_locust(
         scenarios: names from :data:`loadtest.scenarios.SCENARIOS` (or User class names); ``all``
             runs every class in the locustfile.
         env: extra environment for the locust process (keys, ``LOADTEST_*`` settings).
+        max_requests: end the run as soon as this many requests were answered (``run_time`` stays
+            the upper bound); 0 runs for ``run_time``.
 
     Raises:
         subprocess.TimeoutExpired: locust outlived ``run_time`` plus the grace period (it is killed).
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     csv_prefix, html = out_dir / prefix, out_dir / f"{prefix}.html"
+    summary_file = out_dir / f"{prefix}_summary.json"
+    summary_file.unlink(missing_ok=True)
     cmd = [
         sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless",
         "--host", host, "-u", str(users), "-r", str(spawn_rate), "--run-time", run_time,
         "--stop-timeout", "10", "--csv", str(csv_prefix), "--csv-full-history", "--html", str(html),
         "--only-summary", "--loglevel", "WARNING", *_classes(scenarios),
     ]
-    child_env = dict(os.environ)
-    root = str(Path(__file__).resolve().parent.parent)
-    child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, child_env.get("PYTHONPATH")]))
-    child_env.update(env or {})
     completed = subprocess.run(
-        cmd, env=child_env, capture_output=True, text=True, timeout=parse_duration(run_time) + GRACE_S, check=False
+        cmd, env=child_env({**(env or {}), "LOADTEST_MAX_REQUESTS": str(max_requests),
+                            "LOADTEST_SUMMARY": str(summary_file)}), capture_output=True, text=True, timeout=parse_duration(run_time) + GRACE_S, check=False
     )
     stats_file = Path(f"{csv_prefix}_stats.csv")
-    stats = list(csv.DictReader(stats_file.open(encoding="utf-8"))) if stats_file.exists() else []
-    return LocustRun(completed.returncode, csv_prefix, html, stats, completed.stdout + completed.stderr)
+    stats: list[dict[str, str]] = []
+    if stats_file.exists():
+        with stats_file.open(encoding="utf-8") as handle:
+            stats = list(csv.DictReader(handle))
+    summary = json.loads(summary_file.read_text(encoding="utf-8")) if summary_file.exists() else {}
+    return LocustRun(completed.returncode, csv_prefix, html, stats, completed.stdout + completed.stderr, summary)
 
 
 def build_parser() -> argparse.ArgumentParser:

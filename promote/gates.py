@@ -2,8 +2,9 @@
 
 - parity: the candidate's build report shows the artifact within its tolerance of PyTorch, and the
   artifact on disk is the one the report describes.
-- accuracy: on the golden set, the candidate is as accurate as production (within a drop budget)
-  and agrees with it on the unlabelled photographs.
+- accuracy: the family's evaluation (:mod:`builders.evaluation`: class agreement on the golden
+  photographs, embedding cosine on held-out sentences, PSNR at a fixed seed, ...) passes against
+  production, through Triton.
 - latency: under the same fixed load, the candidate's P99 and throughput do not regress past the
   configured budget. Production and candidate are measured in alternating rounds so that noise on a
   shared machine hits both alike.
@@ -16,22 +17,28 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from builders.registry import get_spec
 from builders.report import REPORT_NAME, BuildReport, file_sha256
-from promote.golden import GoldenItem
-from promote.measure import LoadResult, classify, run_load
+from builders.spec import ModelSpec
+from promote.evaluation import EvaluationData, compare, infer_batch
+from promote.measure import LoadResult, run_load
 
 __all__ = ["GateResult", "PromotionPolicy", "accuracy_gate", "latency_gate", "parity_gate"]
 
 
 @dataclass(frozen=True)
 class PromotionPolicy:
-    """Thresholds of the gates and the canary. Ratios are fractions (0.25 = 25 %)."""
+    """Thresholds of the latency gate and the canary (accuracy thresholds are the family's: see
+    :mod:`builders.evaluation`). Ratios are fractions (0.25 = 25 %).
 
-    max_accuracy_drop: float = 0.0
-    min_agreement: float = 0.9
+    Attributes:
+        canary_duration_s: the canary lasts at least this long ...
+        min_canary_requests: ... and until version N+1 has answered this many requests (a canary
+            nobody called proves nothing), but at most ``canary_timeout_s``: then it fails.
+        max_canary_error_rate: failed / all requests on N+1 (and its canary pipelines) during the canary.
+        settle_s: pause after a weight change that precedes unloading what the old weights named:
+            replicas sharing weights through Redis apply a change within their sync interval.
+    """
+
     max_p99_regression: float = 0.5
     max_throughput_drop: float = 0.3
     load_concurrency: int = 8
@@ -39,7 +46,10 @@ class PromotionPolicy:
     load_rounds: int = 2
     canary_share: float = 0.1
     canary_duration_s: float = 3.0
+    min_canary_requests: int = 1
+    canary_timeout_s: float = 120.0
     max_canary_error_rate: float = 0.0
+    settle_s: float = 1.0
 
 
 @dataclass
@@ -53,7 +63,7 @@ class GateResult:
         return asdict(self)
 
 
-def parity_gate(model: str, entry: Path, version: int) -> GateResult:
+def parity_gate(spec: ModelSpec, entry: Path, version: int) -> GateResult:
     """Check the candidate's recorded parity against its spec's tolerance and the artifact's hash."""
     report_path = entry / str(version) / REPORT_NAME
     if not report_path.exists():
@@ -65,9 +75,8 @@ def parity_gate(model: str, entry: Path, version: int) -> GateResult:
     actual = file_sha256(entry / str(version) / artifact["file"])
     if actual != artifact["sha256"]:
         return GateResult("parity", False, f"{artifact['file']} does not match its build report (sha256 {actual[:12]})")
-    spec = get_spec(model)
-    tolerance = getattr(spec, "tolerance", None)
-    if not report.parity or tolerance is None:
+    tolerance = spec.tolerance
+    if not report.parity:
         return GateResult("parity", False, "the build report has no parity figures")
     from builders.parity import ParityResult
 
@@ -76,40 +85,23 @@ def parity_gate(model: str, entry: Path, version: int) -> GateResult:
     return GateResult("parity", not problems, "; ".join(problems), {"parity": report.parity})
 
 
-def accuracy_gate(url: str, production: tuple[str, str], candidate: tuple[str, str], golden: list[GoldenItem],
-                  policy: PromotionPolicy) -> GateResult:
-    """Compare (model, version) ``candidate`` with ``production`` on the golden set, through Triton."""
-    pixels = np.stack([item.pixels for item in golden])
-    prod = classify(url, production[0], pixels, version=production[1])
-    cand = classify(url, candidate[0], pixels, version=candidate[1])
-    labelled = [i for i, item in enumerate(golden) if item.accepted]
-
-    def accuracy(top1: np.ndarray) -> float:
-        return float(np.mean([top1[i] in golden[i].accepted for i in labelled])) if labelled else 1.0  # type: ignore[operator]
-
-    figures = {
-        "production_accuracy": accuracy(prod),
-        "candidate_accuracy": accuracy(cand),
-        "agreement": float(np.mean(prod == cand)),
-        "golden_items": len(golden),
-        "labelled_items": len(labelled),
-    }
-    problems = []
-    if figures["candidate_accuracy"] < figures["production_accuracy"] - policy.max_accuracy_drop:
-        problems.append(f"accuracy {figures['candidate_accuracy']:.3f} < production {figures['production_accuracy']:.3f}"
-                        f" - {policy.max_accuracy_drop}")
-    if figures["agreement"] < policy.min_agreement:
-        problems.append(f"top-1 agreement with production {figures['agreement']:.3f} < {policy.min_agreement}")
-    return GateResult("accuracy", not problems, "; ".join(problems), figures)
+def accuracy_gate(url: str, production: tuple[str, str], candidate: tuple[str, str],
+                  data: EvaluationData) -> GateResult:
+    """The family's evaluation of (model, version) ``candidate`` against ``production``, through Triton."""
+    outcome = compare(data, infer_batch(url, *production, data), infer_batch(url, *candidate, data))
+    return GateResult("accuracy", outcome.passed, outcome.reason, {"metric": type(data.metric).__name__,
+                                                                    **outcome.figures})
 
 
-def latency_gate(url: str, production: tuple[str, str], candidate: tuple[str, str], pixels: np.ndarray,
+def latency_gate(url: str, production: tuple[str, str], candidate: tuple[str, str], data: EvaluationData,
                  policy: PromotionPolicy) -> GateResult:
-    """Same fixed load on both, alternating rounds; compare median-of-rounds P99 and throughput."""
+    """Same fixed load on both (one evaluation input per request), alternating rounds; compare
+    median-of-rounds P99 and throughput."""
+    request = data.first_row()
     runs: dict[str, list[LoadResult]] = {"production": [], "candidate": []}
     for _ in range(policy.load_rounds):
         for label, (model, version) in (("production", production), ("candidate", candidate)):
-            runs[label].append(run_load(url, model, pixels, version=version, concurrency=policy.load_concurrency,
+            runs[label].append(run_load(url, model, request, version=version, concurrency=policy.load_concurrency,
                                         duration_s=policy.load_duration_s))
 
     def median(label: str, attr: str) -> float:
@@ -117,7 +109,8 @@ def latency_gate(url: str, production: tuple[str, str], candidate: tuple[str, st
 
     figures: dict[str, Any] = {
         label: {"p99_ms": median(label, "p99_ms"), "p50_ms": median(label, "p50_ms"),
-                "throughput_rps": median(label, "throughput_rps"), "errors": sum(r.errors for r in runs[label])}
+                "throughput_rps": median(label, "throughput"), "errors": sum(r.errors for r in runs[label]),
+                "error_summary": "; ".join(sorted({r.error_summary() for r in runs[label] if r.errors}))}
         for label in runs
     }
     figures["settings"] = {"concurrency": policy.load_concurrency, "duration_s": policy.load_duration_s,
@@ -125,7 +118,7 @@ def latency_gate(url: str, production: tuple[str, str], candidate: tuple[str, st
     prod, cand = figures["production"], figures["candidate"]
     problems = []
     if cand["errors"]:
-        problems.append(f"{cand['errors']} failed requests under load")
+        problems.append(f"{cand['errors']} failed requests under load ({cand['error_summary']})")
     if cand["p99_ms"] > prod["p99_ms"] * (1 + policy.max_p99_regression):
         problems.append(f"P99 {cand['p99_ms']:.1f} ms > production {prod['p99_ms']:.1f} ms + {policy.max_p99_regression:.0%}")
     if cand["throughput_rps"] < prod["throughput_rps"] * (1 - policy.max_throughput_drop):

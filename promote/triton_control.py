@@ -24,6 +24,18 @@ class TritonControl:
         payload = json.dumps(json_format.MessageToDict(config, preserving_proto_field_name=True))
         self.client.load_model(name, config=payload, files=files)
 
+    def load_config(self, config: mc.ModelConfig) -> None:
+        """(Re)load ``config.name`` from its repository files with this configuration (a loaded model
+        keeps serving until the new one is READY)."""
+        self._load(config.name, config)
+
+    def load_files(self, config: mc.ModelConfig, files: dict[str, bytes]) -> None:
+        """Load a model that is not in the repository: ``files`` as ``file:<version>/<path>`` -> content."""
+        self._load(config.name, config, files)
+
+    def is_ready(self, name: str, version: str = "") -> bool:
+        return bool(self.client.is_model_ready(name, version))
+
     def serve_versions(self, repository: Path, name: str, versions: list[int]) -> None:
         """(Re)load ``name`` serving exactly ``versions``; versions already loaded keep serving."""
         config = read_config(repository / name / "config.pbtxt")

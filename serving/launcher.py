@@ -10,28 +10,27 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
-import subprocess
 import sys
 import sysconfig
 import tempfile
-import threading
-import time
-import urllib.error
-import urllib.request
-from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["TritonPorts", "TritonServer", "TritonStartError", "assemble_backends", "free_port"]
+from serving.ports import reserve_ports
+from serving.processes import ManagedProcess, ProcessStartError, http_ready
+
+__all__ = ["TritonPorts", "TritonServer", "TritonStartError", "assemble_backends"]
 
 _BACKENDS_SOURCE = Path(__file__).parent / "backends"
+#: the batching core every Python-based backend imports; Triton puts only the backend's own folder
+#: on sys.path, so a copy goes beside each backend's model.py
+BATCHING_CORE = _BACKENDS_SOURCE / "batching_core.py"
 DEFAULT_STARTUP_TIMEOUT_S = 180.0
 
 
-class TritonStartError(RuntimeError):
+class TritonStartError(ProcessStartError):
     """Triton did not come up: a port was taken, the binary is missing, or a model failed to load."""
 
 
@@ -42,15 +41,11 @@ class TritonPorts:
     metrics: int = 8002
 
     @classmethod
-    def free(cls) -> TritonPorts:
-        return cls(http=free_port(), grpc=free_port(), metrics=free_port())
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on right now (for tests and side-by-side runs)."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    def free(cls, host: str = "127.0.0.1") -> TritonPorts:
+        """Three distinct ports reserved for this process (see :mod:`serving.ports` for why that is
+        race-free), for tests and side-by-side runs."""
+        http, grpc, metrics = reserve_ports(3, host)
+        return cls(http=http, grpc=grpc, metrics=metrics)
 
 
 def _port_taken(host: str, port: int) -> bool:
@@ -75,7 +70,9 @@ def assemble_backends(target: Path) -> Path:
     """Lay out a Triton backend directory: the Python backend plus our Python-based backends.
 
     Every folder under ``serving/backends`` (``onnxruntime``, ``pytorch``) becomes a backend of that
-    name, so ``platform: "onnxruntime_onnx"`` and ``pytorch_libtorch`` configs load unchanged.
+    name, so ``platform: "onnxruntime_onnx"`` and ``pytorch_libtorch`` configs load unchanged. Each
+    gets its ``model.py``, its other modules and a copy of the shared ``batching_core.py`` beside it
+    (the stub puts the backend's folder on ``sys.path``, so ``model.py`` imports them by name).
     """
     root = _pytriton_root()
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -90,7 +87,9 @@ def assemble_backends(target: Path) -> Path:
     for backend in sorted(p for p in _BACKENDS_SOURCE.iterdir() if (p / "model.py").exists()):
         dest = target / backend.name
         dest.mkdir(exist_ok=True)
-        shutil.copy2(backend / "model.py", dest / "model.py")
+        for module in sorted(backend.glob("*.py")):  # model.py and the modules beside it
+            shutil.copy2(module, dest / module.name)
+        shutil.copy2(BATCHING_CORE, dest / BATCHING_CORE.name)
     return target
 
 
@@ -103,6 +102,10 @@ class TritonServer:
         models: models to load at start (explicit model control); ``None`` loads every entry.
         ports: HTTP, gRPC and metrics ports.
         host: address to bind; 127.0.0.1 keeps Triton reachable only from this machine.
+        python: the interpreter whose environment (site-packages) the Python models run in; this
+            one by default. The Python stub takes its environment from the first ``python3`` on
+            PATH and ignores PYTHONPATH, so this is how models get another environment (e.g. numpy
+            1.x, which the 2.51 stub needs for string tensors, beside a GPU host's numpy 2).
     """
 
     repository: Path
@@ -111,9 +114,9 @@ class TritonServer:
     host: str = "127.0.0.1"
     startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S
     log_verbose: int = 0
-    _process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
+    python: str | None = None
+    _process: ManagedProcess | None = field(default=None, init=False, repr=False)
     _workdir: tempfile.TemporaryDirectory[str] | None = field(default=None, init=False, repr=False)
-    _log: deque[str] = field(default_factory=lambda: deque(maxlen=400), init=False, repr=False)
 
     @property
     def http_url(self) -> str:
@@ -132,7 +135,7 @@ class TritonServer:
         return self._process.pid if self._process else None
 
     def log_tail(self, lines: int = 60) -> str:
-        return "\n".join(list(self._log)[-lines:])
+        return self._process.log_tail(lines) if self._process else ""
 
     def command(self, backend_dir: Path) -> list[str]:
         binary = _pytriton_root() / "bin" / "tritonserver"
@@ -163,6 +166,9 @@ class TritonServer:
         return sorted(p.name for p in Path(self.repository).iterdir() if (p / "config.pbtxt").exists())
 
     def start(self) -> TritonServer:
+        if self.running():
+            raise TritonStartError(f"Triton is already running (pid {self.pid})")
+        self.stop()  # after a crash or kill(): reap what is left and drop the old backend folder
         for label, port in (("HTTP", self.ports.http), ("gRPC", self.ports.grpc), ("metrics", self.ports.metrics)):
             if _port_taken(self.host, port):
                 raise TritonStartError(
@@ -173,16 +179,13 @@ class TritonServer:
             raise TritonStartError(f"not in the model repository {self.repository}: {', '.join(missing)}")
         self._workdir = tempfile.TemporaryDirectory(prefix="triton-backends-")
         backend_dir = assemble_backends(Path(self._workdir.name))
-        self._process = subprocess.Popen(
-            self.command(backend_dir),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=self._environment(),
-            start_new_session=True,
-        )
-        threading.Thread(target=self._pump_log, daemon=True).start()
+        self._process = ManagedProcess(self.command(backend_dir), name="Triton", env=self._environment())
         try:
-            self._wait_ready()
+            self._process.start()
+            self._process.wait_until(http_ready(f"http://{self.http_url}/v2/health/ready"), self.startup_timeout_s)
+        except ProcessStartError as exc:
+            self.stop()
+            raise TritonStartError(self._failure_summary(str(exc).split("\n", 1)[0])) from None
         except BaseException:
             self.stop()
             raise
@@ -198,59 +201,30 @@ class TritonServer:
         # The Python backend stub embeds its own interpreter, which takes its prefix (and so its
         # site-packages: a virtual environment's) from the first `python3` on PATH, and ignores
         # PYTHONPATH. Put this interpreter first, so models import what this environment has.
-        env["PATH"] = os.pathsep.join(filter(None, [str(Path(sys.executable).parent), env.get("PATH")]))
+        env["PATH"] = os.pathsep.join(filter(None, [str(Path(self.python or sys.executable).parent), env.get("PATH")]))
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [*sys.path[1:], env.get("PYTHONPATH")]))
         return env
 
-    def _pump_log(self) -> None:
-        assert self._process is not None and self._process.stdout is not None
-        for raw in self._process.stdout:
-            self._log.append(raw.decode(errors="replace").rstrip())
-
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self.startup_timeout_s
-        url = f"http://{self.http_url}/v2/health/ready"
-        while time.monotonic() < deadline:
-            assert self._process is not None
-            if self._process.poll() is not None:
-                time.sleep(0.2)  # let the log pump catch the last lines
-                raise TritonStartError(self._failure_summary(f"Triton exited with code {self._process.returncode}"))
-            try:
-                with urllib.request.urlopen(url, timeout=1) as response:
-                    if response.status == 200:
-                        return
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            time.sleep(0.25)
-        raise TritonStartError(self._failure_summary(f"Triton was not ready after {self.startup_timeout_s:.0f} s"))
-
     def _failure_summary(self, headline: str) -> str:
-        lines = list(self._log)
+        lines = self._process.log_lines() if self._process else []
         reasons = [line for line in lines if "failed to load" in line or "error:" in line.lower() or "E1" in line[:3]]
         detail = "\n".join(reasons[-10:] or lines[-30:])
         return f"{headline}\n{detail}"
 
     def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
+        return self._process is not None and self._process.running()
 
     def stop(self, timeout_s: float = 15.0) -> None:
-        process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        if self._process is not None:
+            self._process.stop(timeout_s)
         if self._workdir is not None:
             self._workdir.cleanup()
             self._workdir = None
 
     def kill(self) -> None:
         """Kill Triton abruptly, as a crash would (fault tests use this)."""
-        if self._process is not None and self._process.poll() is None:
-            os.killpg(self._process.pid, signal.SIGKILL)
-            self._process.wait()
+        if self._process is not None:
+            self._process.kill()
 
     def __enter__(self) -> TritonServer:
         return self.start()
@@ -259,4 +233,4 @@ class TritonServer:
         self.stop()
 
     def iter_log(self) -> Iterator[str]:
-        return iter(list(self._log))
+        return iter(self._process.log_lines() if self._process else [])

@@ -14,10 +14,12 @@ from pathlib import Path
 import numpy as np
 
 from builders.errors import MissingInputError
+from builders.evaluation import ClassAgreement, Evaluation
 from builders.export import select_output
 from builders.report import file_sha256
-from builders.samples import image_batch
+from builders.samples import WHOLE, image_batch, image_sample_sources
 from builders.spec import BatchingPolicy, ModelSpec, TensorSpec, Tolerance, WeightsInfo
+from serving.image_preprocessing import Preprocessing
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -41,7 +43,7 @@ class ResNet50(ModelSpec):
     batching = BatchingPolicy(max_batch_size=16, preferred_batch_sizes=(4, 8), max_queue_delay_us=5000)
     tolerance = Tolerance(max_abs_error=1e-2, min_cosine=0.9999, min_top1_agreement=1.0)
     class_output = "logits"
-    preprocessing = {"size": 224, "resize": 256, "mean": IMAGENET_MEAN, "std": IMAGENET_STD}
+    preprocessing = Preprocessing(size=224, resize=256, mean=IMAGENET_MEAN, std=IMAGENET_STD)
 
     def __init__(self, weights: str | os.PathLike[str] | None = None) -> None:
         self.weights = Path(weights) if weights else (Path(os.environ[WEIGHTS_ENV]) if os.environ.get(WEIGHTS_ENV) else None)
@@ -69,7 +71,13 @@ class ResNet50(ModelSpec):
         return select_output(model, "logits", ["pixel_values"]), info
 
     def sample_inputs(self) -> dict[str, np.ndarray]:
-        return {"input": image_batch(mean=IMAGENET_MEAN, std=IMAGENET_STD, mirrored=False)}
+        return {"input": image_batch(self.preprocessing, WHOLE)}
+
+    def evaluation(self) -> Evaluation:
+        return Evaluation(metric=ClassAgreement(output="logits"), photos=self.preprocessing)
+
+    def source_files(self) -> list[Path]:
+        return [*super().source_files(), *image_sample_sources()]
 
     def model_parameters(self) -> dict[str, str]:
         return {"intra_op_thread_count": "0", "inter_op_thread_count": "1"}

@@ -36,18 +36,22 @@ class TritonPythonModel:
             self.labels = np.array([line.strip().replace("_", " ") for line in handle if line.strip()], dtype=object)
 
     def execute(self, requests: list[Any]) -> list[Any]:
-        responses = []
-        for request in requests:
-            logits = self.pb.get_input_tensor_by_name(request, "LOGITS").as_numpy()
+        return [self._answer(request) for request in requests]
+
+    def _answer(self, request: Any) -> Any:
+        """One request's top-k; any failure fails this request only, without internals."""
+        pb = self.pb
+        try:
+            logits = pb.get_input_tensor_by_name(request, "LOGITS").as_numpy()
             ids, scores = top_k(logits, self.k)
             labels = self.labels[ids].astype(np.bytes_)
-            responses.append(
-                self.pb.InferenceResponse(
-                    [
-                        self.pb.Tensor("LABELS", labels.astype(np.object_)),
-                        self.pb.Tensor("SCORES", scores),
-                        self.pb.Tensor("CLASS_IDS", ids),
-                    ]
-                )
-            )
-        return responses
+            return pb.InferenceResponse([
+                pb.Tensor("LABELS", labels.astype(np.object_)),
+                pb.Tensor("SCORES", scores),
+                pb.Tensor("CLASS_IDS", ids),
+            ])
+        except Exception as exc:
+            pb.Logger.log_error(f"model 'image_postprocess': {type(exc).__name__}: {exc}"[:400])
+            return pb.InferenceResponse(error=pb.TritonError(
+                "model 'image_postprocess' could not process this request (the server log has the details)",
+                pb.TritonError.INTERNAL))

@@ -1,86 +1,68 @@
-"""Triton Python model: encoded image bytes -> a normalised CHW float tensor.
+"""Triton Python model: encoded image bytes -> normalised CHW float tensors.
 
-The same ``preprocess`` function prepares the builders' parity and calibration samples, so what
-the classifier is verified on is exactly what it sees in production. Resize, crop and
-normalisation come from the model config's parameters (``size``, ``resize``, ``mean``, ``std``).
+The preprocessing itself is ``image_preprocessing.py`` (``serving/image_preprocessing.py``, copied
+beside this file by the build): the one definition the builders' samples and the promotion golden set
+use too. Resize, crop and normalisation come from the config's parameters (``size``, ``resize``,
+``mean``, ``std``), the decode limits (``max_source_pixels``, ``max_aspect_ratio``,
+``max_resized_pixels``) from ``serving.limits``, written into the config at build time.
+
+Each request carries [n, 1] encoded images and fails alone: an image the preprocessing refuses fails
+its request with ``INVALID_ARG`` naming the image and the problem; anything else fails it with a
+fixed message, the exception going to Triton's log only. The other requests of the batch are answered.
 """
 
 from __future__ import annotations
 
-import io
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
 
-# Decompression-bomb guard: refuse anything larger than ~50 megapixels before decoding it.
-MAX_PIXELS = 50_000_000
+if TYPE_CHECKING:
+    from serving.image_preprocessing import DecodeLimits, ImageError, Preprocessing, preprocess_bytes
+else:  # Triton imports this file with its version folder, holding a copy of the module, on sys.path
+    from image_preprocessing import DecodeLimits, ImageError, Preprocessing, preprocess_bytes
 
-
-def preprocess(
-    image: Image.Image | bytes,
-    size: int = 224,
-    resize: int = 256,
-    mean: tuple[float, float, float] = (0.5, 0.5, 0.5),
-    std: tuple[float, float, float] = (0.5, 0.5, 0.5),
-) -> np.ndarray:
-    """Decode (if bytes), resize the short side to ``resize``, centre-crop ``size``, normalise.
-
-    Returns:
-        float32 array of shape (3, size, size).
-
-    Raises:
-        ValueError: the bytes are not an image PIL can decode.
-    """
-    if isinstance(image, bytes | bytearray):
-        try:
-            image = Image.open(io.BytesIO(image))
-            if image.width * image.height > MAX_PIXELS:
-                raise ValueError(f"image of {image.width}x{image.height} pixels is too large")
-            image.load()
-        except (UnidentifiedImageError, OSError, Image.DecompressionBombError) as exc:
-            raise ValueError(f"input is not a decodable image (JPEG/PNG/...): {exc}") from exc
-    image = image.convert("RGB")
-    scale = resize / min(image.width, image.height)
-    image = image.resize((max(size, round(image.width * scale)), max(size, round(image.height * scale))),
-                         Image.Resampling.BILINEAR)
-    left, top = (image.width - size) // 2, (image.height - size) // 2
-    image = image.crop((left, top, left + size, top + size))
-    array = np.asarray(image, dtype=np.float32) / 255.0
-    array = (array - np.asarray(mean, dtype=np.float32)) / np.asarray(std, dtype=np.float32)
-    return np.ascontiguousarray(array.transpose(2, 0, 1))
-
-
-def _floats(raw: str) -> tuple[float, float, float]:
-    a, b, c = (float(v) for v in raw.split(","))
-    return a, b, c
+#: longest exception summary written to Triton's log per failure
+_LOG_CHARS = 300
 
 
 class TritonPythonModel:
-    """Batched: each request carries [n, 1] encoded images; a bad image fails only its request."""
-
     def initialize(self, args: dict[str, str]) -> None:
         import triton_python_backend_utils as pb_utils
 
         self.pb = pb_utils
-        params = {k: v["string_value"] for k, v in json.loads(args["model_config"]).get("parameters", {}).items()}
-        self.options: dict[str, Any] = {
-            "size": int(params.get("size", 224)),
-            "resize": int(params.get("resize", 256)),
-            "mean": _floats(params.get("mean", "0.5,0.5,0.5")),
-            "std": _floats(params.get("std", "0.5,0.5,0.5")),
-        }
+        config = json.loads(args["model_config"])
+        self.name = args.get("model_name", "image_preprocess")
+        params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
+        self.spec = Preprocessing.from_parameters(params)
+        self.limits = DecodeLimits.from_parameters(params)
 
     def execute(self, requests: list[Any]) -> list[Any]:
-        responses = []
-        for request in requests:
-            try:
-                images = self.pb.get_input_tensor_by_name(request, "IMAGE").as_numpy().reshape(-1)
-                if images.size == 0:
-                    raise ValueError("IMAGE is an empty batch")
-                batch = np.stack([preprocess(bytes(item), **self.options) for item in images])
-                responses.append(self.pb.InferenceResponse([self.pb.Tensor("PIXELS", batch)]))
-            except ValueError as exc:
-                responses.append(self.pb.InferenceResponse(error=self.pb.TritonError(str(exc), self.pb.TritonError.INVALID_ARG)))
-        return responses
+        return [self._answer(request) for request in requests]
+
+    def _answer(self, request: Any) -> Any:
+        pb = self.pb
+        try:
+            tensor = pb.get_input_tensor_by_name(request, "IMAGE")
+            if tensor is None:
+                raise ImageError("missing input 'IMAGE'")
+            images = tensor.as_numpy().reshape(-1)
+            if images.size == 0:
+                raise ImageError("IMAGE is an empty batch")
+            pixels = []
+            for index, item in enumerate(images):
+                try:
+                    pixels.append(preprocess_bytes(bytes(item), self.spec, self.limits))
+                except ImageError as exc:
+                    where = f"image {index + 1} of {images.size}: " if images.size > 1 else ""
+                    raise ImageError(f"{where}{exc}") from None
+            return pb.InferenceResponse([pb.Tensor("PIXELS", np.stack(pixels))])
+        except ImageError as exc:
+            return pb.InferenceResponse(error=pb.TritonError(str(exc), pb.TritonError.INVALID_ARG))
+        except Exception as exc:  # anything else fails this request only, without internals
+            text = f"{type(exc).__name__}: {exc}".replace("\n", " ")[:_LOG_CHARS]
+            pb.Logger.log_error(f"model '{self.name}': preprocessing failed: {text}")
+            return pb.InferenceResponse(error=pb.TritonError(
+                f"model '{self.name}' could not process this request (the server log has the details)",
+                pb.TritonError.INTERNAL))

@@ -39,14 +39,21 @@ class TritonPythonModel:
         self.pb = pb_utils
 
     def execute(self, requests: list[Any]) -> list[Any]:
-        responses = []
-        for request in requests:
-            hidden = self.pb.get_input_tensor_by_name(request, "last_hidden_state").as_numpy()
-            mask = self.pb.get_input_tensor_by_name(request, "attention_mask").as_numpy()
+        return [self._answer(request) for request in requests]
+
+    def _answer(self, request: Any) -> Any:
+        """One request's embeddings; any failure fails this request only, without internals."""
+        pb = self.pb
+        try:
+            hidden = pb.get_input_tensor_by_name(request, "last_hidden_state").as_numpy()
+            mask = pb.get_input_tensor_by_name(request, "attention_mask").as_numpy()
             if hidden.shape[:2] != mask.shape:
-                responses.append(self.pb.InferenceResponse(error=self.pb.TritonError(
+                return pb.InferenceResponse(error=pb.TritonError(
                     f"last_hidden_state {list(hidden.shape)} does not match attention_mask {list(mask.shape)}",
-                    self.pb.TritonError.INVALID_ARG)))
-                continue
-            responses.append(self.pb.InferenceResponse([self.pb.Tensor("EMBEDDING", mean_pool_normalize(hidden, mask))]))
-        return responses
+                    pb.TritonError.INVALID_ARG))
+            return pb.InferenceResponse([pb.Tensor("EMBEDDING", mean_pool_normalize(hidden, mask))])
+        except Exception as exc:
+            pb.Logger.log_error(f"model 'text_pooling': {type(exc).__name__}: {exc}"[:400])
+            return pb.InferenceResponse(error=pb.TritonError(
+                "model 'text_pooling' could not process this request (the server log has the details)",
+                pb.TritonError.INTERNAL))

@@ -1,54 +1,36 @@
-"""Triton Python model: strings -> BERT token ids for the MiniLM encoder.
+"""Triton Python model: strings (or token ids) -> BERT token ids for the MiniLM encoder.
 
-``tokenize`` is also what the builders use to make the encoder's parity and calibration samples, so
-the encoder is verified on exactly what it receives in production. The tokenizer is the fast
-(``tokenizers``) one from the model package's ``tokenizer.json``; its file ships with the entry.
-Each request is padded to its own longest text and truncated at ``max_length`` tokens (256, what
-sentence-transformers uses for all-MiniLM-L6-v2).
+The tokenization itself is ``text_tokenization.py`` (``serving/text_tokenization.py``, copied beside
+this file by the build): the one definition the builders make the encoder's samples with.
+
+A request carries either ``TEXT`` ([n, 1] strings) or ``TOKEN_IDS`` ([n, len] int64 ids of this
+tokenizer's vocabulary, each row padded at its end with -1). ``TOKENS`` ([n, 1]) counts the tokens
+the encoder sees per input, special tokens included: usage. Text length limits (``max_text_bytes``,
+``max_text_chars``) come from ``serving.limits``, written into the config at build time.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-DEFAULT_MAX_LENGTH = 256
-
-
-def load_tokenizer(path: str | os.PathLike[str], max_length: int = DEFAULT_MAX_LENGTH):  # type: ignore[no-untyped-def]
-    """The fast tokenizer from ``tokenizer.json``, truncating at ``max_length``, padding to the longest."""
-    from tokenizers import Tokenizer
-
-    tokenizer = Tokenizer.from_file(str(path))
-    # The shipped file pads every text to a fixed 128; we pad a batch to its longest instead.
-    tokenizer.enable_truncation(max_length=max_length)
-    pad_id = tokenizer.token_to_id("[PAD]")
-    tokenizer.enable_padding(pad_id=0 if pad_id is None else pad_id, pad_token="[PAD]")
-    return tokenizer
-
-
-def tokenize(tokenizer: Any, texts: Sequence[str]) -> dict[str, np.ndarray]:
-    """Token ids, attention mask and token type ids, each int64 [len(texts), longest]."""
-    encodings = tokenizer.encode_batch(list(texts))
-    return {
-        "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
-        "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
-        "token_type_ids": np.array([e.type_ids for e in encodings], dtype=np.int64),
-    }
-
-
-def decode_texts(raw: np.ndarray) -> list[str]:
-    """Triton BYTES elements -> str; invalid UTF-8 is replaced rather than failing the batch."""
-    return [bytes(item).decode("utf-8", errors="replace") if isinstance(item, bytes | bytearray | np.bytes_)
-            else str(item) for item in raw.reshape(-1)]
+if TYPE_CHECKING:
+    from serving.text_tokenization import (
+        DEFAULT_MAX_LENGTH,
+        decode_texts,
+        encode_ids,
+        load_tokenizer,
+        tokenize,
+    )
+else:  # Triton imports this file with its version folder, holding a copy of the module, on sys.path
+    from text_tokenization import DEFAULT_MAX_LENGTH, decode_texts, encode_ids, load_tokenizer, tokenize
 
 
 class TritonPythonModel:
-    """Each request carries [n, 1] strings and gets [n, longest] ids back."""
+    """Each request carries [n, 1] strings (or [n, len] token ids) and gets [n, longest] ids back."""
 
     def initialize(self, args: dict[str, str]) -> None:
         import triton_python_backend_utils as pb_utils
@@ -57,17 +39,43 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
         path = os.path.join(args["model_repository"], args["model_version"], "tokenizer.json")
-        self.tokenizer = load_tokenizer(path, int(params.get("max_length", DEFAULT_MAX_LENGTH)))
+        self.max_length = int(params.get("max_length", DEFAULT_MAX_LENGTH))
+        # The tokenizer reads a whole text before truncating it: these bound that work and memory.
+        self.max_text_bytes = int(params["max_text_bytes"]) if "max_text_bytes" in params else None
+        self.max_text_chars = int(params["max_text_chars"]) if "max_text_chars" in params else None
+        self.name = args.get("model_name", "text_tokenizer")
+        self.tokenizer = load_tokenizer(path, self.max_length)
         self.outputs = [o["name"] for o in config["output"]]
+
+    def _encode(self, request: Any) -> dict[str, np.ndarray]:
+        text = self.pb.get_input_tensor_by_name(request, "TEXT")
+        ids = self.pb.get_input_tensor_by_name(request, "TOKEN_IDS")
+        if (text is None) == (ids is None):
+            raise ValueError("send exactly one of TEXT and TOKEN_IDS")
+        raw = (text if text is not None else ids).as_numpy()
+        if raw.size == 0:
+            raise ValueError(f"{'TEXT' if text is not None else 'TOKEN_IDS'} is an empty batch")
+        encoded = (tokenize(self.tokenizer, decode_texts(raw, self.max_text_bytes, self.max_text_chars))
+                   if text is not None
+                   else encode_ids(self.tokenizer, raw, self.max_length))
+        encoded["TOKENS"] = encoded["attention_mask"].sum(axis=1, keepdims=True).astype(np.int64)
+        return encoded
 
     def execute(self, requests: list[Any]) -> list[Any]:
         responses = []
         for request in requests:
-            raw = self.pb.get_input_tensor_by_name(request, "TEXT").as_numpy()
-            if raw.size == 0:
+            try:
+                encoded = self._encode(request)
+            except ValueError as exc:  # this request's fault: it fails alone
                 responses.append(self.pb.InferenceResponse(
-                    error=self.pb.TritonError("TEXT is an empty batch", self.pb.TritonError.INVALID_ARG)))
+                    error=self.pb.TritonError(str(exc), self.pb.TritonError.INVALID_ARG)))
                 continue
-            encoded = tokenize(self.tokenizer, decode_texts(raw))
+            except Exception as exc:  # anything else fails this request only, without internals
+                summary = f"{type(exc).__name__}: {exc}".replace("\n", " ")[:300]
+                self.pb.Logger.log_error(f"model '{self.name}': tokenizing failed: {summary}")
+                responses.append(self.pb.InferenceResponse(error=self.pb.TritonError(
+                    f"model '{self.name}' could not process this request (the server log has the details)",
+                    self.pb.TritonError.INTERNAL)))
+                continue
             responses.append(self.pb.InferenceResponse([self.pb.Tensor(n, encoded[n]) for n in self.outputs]))
         return responses

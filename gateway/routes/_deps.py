@@ -15,6 +15,7 @@ from gateway.stats import LatencyTracker
 __all__ = [
     "CLIENT_AUTH",
     "ADMIN_AUTH",
+    "METRICS_AUTH",
     "get_authenticator",
     "get_context",
     "get_service",
@@ -33,9 +34,15 @@ SECURITY_SCHEMES = {
         "name": "X-Admin-Token",
         "description": "GATEWAY_ADMIN_TOKEN",
     },
+    "metricsToken": {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "GATEWAY_METRICS_TOKEN (for /metrics; the admin token works too)",
+    },
 }
 CLIENT_AUTH: dict[str, Any] = {"security": [{"bearer": []}, {"apiKey": []}]}
 ADMIN_AUTH: dict[str, Any] = {"security": [{"adminToken": []}]}
+METRICS_AUTH: dict[str, Any] = {"security": [{"metricsToken": []}, {"adminToken": []}]}
 
 
 async def get_service(request: Request) -> InferenceService:

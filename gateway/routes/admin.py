@@ -1,16 +1,18 @@
-"""Admin API for API keys (create, list, rotate, revoke), behind ``GATEWAY_ADMIN_TOKEN``."""
+"""Admin API for API keys (create, list, rotate, revoke, import), behind ``GATEWAY_ADMIN_TOKEN``."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, ParamSpec, TypeVar
 
 from fastapi import APIRouter, Depends, Path, Query
 
 from gateway.auth import Authenticator
-from gateway.errors import BadRequest, NotFound
-from gateway.keys import ApiKeyRecord, KeyStore
-from gateway.protocol import CreatedKey, CreateKeyRequest, KeyInfo, problem_responses
+from gateway.errors import BadRequest, Conflict, NotFound, StateStoreUnavailable
+from gateway.key_protocol import CreatedKey, CreateKeyRequest, ImportKeysResponse, KeyExport, KeyInfo
+from gateway.keys import ApiKeyRecord, KeyConflict, KeyStore, KeyStoreUnavailable, records_from_export
+from gateway.protocol import problem_responses
 from gateway.settings import GatewaySettings
 
 from ._deps import get_authenticator, get_store
@@ -18,7 +20,17 @@ from ._deps import get_authenticator, get_store
 router = APIRouter(prefix="/admin/keys", tags=["admin"])
 
 KeyId = Annotated[str, Path(description="the key's public id", examples=["3f9a0c1b2d4e"])]
-_ERRORS = problem_responses(401, 403, 404, 422)
+_ERRORS = problem_responses(401, 403, 404, 422, 503)
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+async def _store(func: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+    """Run a blocking store call off the event loop; an unreachable store is a 503."""
+    try:
+        return await asyncio.to_thread(func, *args, **kwargs)
+    except KeyStoreUnavailable as exc:
+        raise StateStoreUnavailable(f"the key store is unavailable: {exc}", retry_after_s=1) from exc
 
 
 def _info(record: ApiKeyRecord) -> KeyInfo:
@@ -37,6 +49,12 @@ def _settings(auth: Authenticator) -> GatewaySettings:
     return auth.settings
 
 
+def _check_tier(auth: Authenticator, tier: str, field: str = "tier") -> None:
+    known = _settings(auth).tier_limits
+    if tier not in known:
+        raise BadRequest(f"unknown tier '{tier}' (known: {', '.join(sorted(known))})", field=field)
+
+
 @router.post(
     "",
     response_model=CreatedKey,
@@ -49,14 +67,10 @@ async def create_key(
     store: Annotated[KeyStore, Depends(get_store)],
     auth: Annotated[Authenticator, Depends(get_authenticator)],
 ) -> CreatedKey:
-    if body.tier not in _settings(auth).tier_limits:
-        raise BadRequest(
-            f"unknown tier '{body.tier}' (known: {', '.join(sorted(_settings(auth).tier_limits))})",
-            field="tier",
-        )
-    key_id, plaintext = await asyncio.to_thread(store.create, body.name, body.scopes, body.tier)
+    _check_tier(auth, body.tier)
+    key_id, plaintext = await _store(store.create, body.name, body.scopes, body.tier)
     auth.invalidate(key_id)
-    record = await asyncio.to_thread(store.get, key_id)
+    record = await _store(store.get, key_id)
     assert record is not None
     return CreatedKey(**_info(record).model_dump(), api_key=plaintext)
 
@@ -68,7 +82,7 @@ async def list_keys(
     store: Annotated[KeyStore, Depends(get_store)],
     include_revoked: Annotated[bool, Query(description="also list revoked keys")] = True,
 ) -> list[KeyInfo]:
-    return [_info(r) for r in await asyncio.to_thread(store.list, include_revoked)]
+    return [_info(r) for r in await _store(store.list, include_revoked)]
 
 
 @router.post(
@@ -83,11 +97,11 @@ async def rotate_key(
     auth: Annotated[Authenticator, Depends(get_authenticator)],
 ) -> CreatedKey:
     try:
-        plaintext = await asyncio.to_thread(store.rotate, key_id)
+        plaintext = await _store(store.rotate, key_id)
     except KeyError as exc:
         raise NotFound(f"no active API key with id '{key_id}'", field="key_id") from exc
     auth.invalidate(key_id)
-    record = await asyncio.to_thread(store.get, key_id)
+    record = await _store(store.get, key_id)
     assert record is not None
     return CreatedKey(**_info(record).model_dump(), api_key=plaintext)
 
@@ -99,8 +113,42 @@ async def revoke_key(
     auth: Annotated[Authenticator, Depends(get_authenticator)],
 ) -> KeyInfo:
     try:
-        record = await asyncio.to_thread(store.revoke, key_id)
+        record = await _store(store.revoke, key_id)
     except KeyError as exc:
         raise NotFound(f"no API key with id '{key_id}'", field="key_id") from exc
     auth.invalidate(key_id)
     return _info(record)
+
+
+@router.post(
+    "/import",
+    response_model=ImportKeysResponse,
+    summary="Import keys exported from another store (hashes and metadata; all or nothing)",
+    description=(
+        "Takes the document `python -m gateway keys export` writes. Keys keep their ids, hashes, "
+        "scopes, tiers and times, so existing clients keep working after a store migration. An id "
+        "already present with identical content is skipped (a re-run is harmless); one present with "
+        "other content is a 409 and nothing is written."
+    ),
+    responses=problem_responses(400, 401, 403, 409, 422, 503),
+)
+async def import_keys(
+    body: KeyExport,
+    store: Annotated[KeyStore, Depends(get_store)],
+    auth: Annotated[Authenticator, Depends(get_authenticator)],
+) -> ImportKeysResponse:
+    for index, key in enumerate(body.keys):
+        _check_tier(auth, key.tier, field=f"keys.{index}.tier")
+    try:
+        records = records_from_export(k.model_dump() for k in body.keys)
+        result = await _store(store.import_records, records)
+    except ValueError as exc:  # a duplicate id inside the batch
+        raise BadRequest(str(exc), field="keys") from exc
+    except KeyConflict as exc:
+        raise Conflict(
+            f"{len(exc.key_ids)} key id(s) already exist with other content, nothing was imported: "
+            f"{', '.join(exc.key_ids[:20])}",
+            field="keys",
+        ) from exc
+    auth.clear()
+    return ImportKeysResponse(imported=result.imported, skipped=result.skipped)

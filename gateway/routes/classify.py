@@ -7,30 +7,36 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, File, UploadFile
 
 from gateway.context import RequestContext
-from gateway.errors import BadRequest
 from gateway.protocol import INFERENCE_ERRORS, ClassifyResponse, ClassifyResult, ClassPrediction
 from gateway.service import InferenceService
+from serving.limits import DEFAULT_LIMITS
 
 from ._deps import get_context, get_service
 
 router = APIRouter(prefix="/v1", tags=["classify"])
 
-_MAX_FILES = 8  # the classifier's max_batch_size
+_UPLOAD = DEFAULT_LIMITS.image_upload
 
 
 @router.post(
     "/classify",
     response_model=ClassifyResponse,
-    summary="Classify JPEG/PNG images (multipart field 'file', repeat it for up to 8 images)",
+    summary=f"Classify JPEG/PNG images (multipart field 'file', repeat it for up to {_UPLOAD.max_count} images)",
     responses=INFERENCE_ERRORS,
 )
 async def classify(
-    file: Annotated[list[UploadFile], File(description="one or more encoded images (JPEG, PNG)")],
+    file: Annotated[
+        list[UploadFile],
+        File(
+            description=(
+                f"1 to {_UPLOAD.max_count} encoded images (JPEG, PNG, GIF, BMP, WebP), each at most "
+                f"{_UPLOAD.max_bytes // (1024 * 1024)} MiB"
+            )
+        ),
+    ],
     service: Annotated[InferenceService, Depends(get_service)],
     ctx: Annotated[RequestContext, Depends(get_context)],
 ) -> ClassifyResponse:
-    if len(file) > _MAX_FILES:
-        raise BadRequest(f"{len(file)} files sent; at most {_MAX_FILES} per request", field="file")
     images = [await f.read() for f in file]
     results = await service.classify(ctx, images)
     return ClassifyResponse(

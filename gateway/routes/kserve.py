@@ -1,4 +1,9 @@
-"""KServe v2 inference protocol, passed through to Triton (JSON and the binary tensor extension)."""
+"""KServe v2 over REST: server metadata, model metadata/config/readiness and inference, each with and
+without ``/versions/{version}``; inference bodies are checked, then sent to Triton re-encoded.
+
+Health (``/v2/health/live``, ``/v2/health/ready``) is public and lives with the other probes in
+:mod:`gateway.routes.health`. Errors on every ``/v2`` path are KServe's ``{"error": "..."}``.
+"""
 
 from __future__ import annotations
 
@@ -8,83 +13,170 @@ from fastapi import APIRouter, Depends, Path, Request, Response
 
 from gateway.context import CONTEXT_KEY, RequestContext
 from gateway.errors import ModelNotReady
-from gateway.protocol import INFERENCE_ERRORS, problem_responses
+from gateway.kserve import HEADER_LENGTH, RestBody
+from gateway.protocol import KSERVE_ERRORS, kserve_responses
 from gateway.service import InferenceService
 
 from ._deps import get_context, get_service
 
-router = APIRouter(prefix="/v2/models", tags=["kserve-v2"])
+router = APIRouter(prefix="/v2", tags=["kserve-v2"])
 
 ModelName = Annotated[str, Path(description="a Triton model name", examples=["efficientnet_lite0"])]
+Version = Annotated[
+    str, Path(description="a model version (a positive integer)", pattern=r"^[1-9][0-9]{0,18}$", examples=["1"])
+]
 
 _INFER_EXAMPLE = {
-    "inputs": [{"name": "input", "shape": [1, 3, 224, 224], "datatype": "FP32", "data": [0.0]}],
-    "outputs": [{"name": "logits"}],
+    "inputs": [{"name": "input", "shape": [1, 4], "datatype": "FP32", "data": [0.5, 0.25, 0.0, 1.0]}],
+    "outputs": [{"name": "output"}],
 }
+_INFER_DESCRIPTION = """\
+The body is checked before anything reaches Triton, and Triton receives the checked request
+re-encoded (canonical JSON header, every input in binary), never the bytes sent here:
+
+- JSON is strict: valid UTF-8, no repeated keys, no lone surrogate escapes, no `NaN`/`Infinity`,
+  at most 24 levels of nesting;
+- each input's `data` holds exactly the elements its `shape` declares, of its `datatype`'s kind
+  and range; with the binary tensor extension, `Inference-Header-Content-Length` and every
+  `binary_data_size` match the bytes that follow;
+- shared memory, sequence parameters and a client-chosen `priority` are refused;
+- `Content-Encoding: gzip` or `deflate` bodies are decompressed here under the same size limit
+  (413 past it); other encodings get 415.
+
+Each refusal is a 400 naming the field (e.g. `inputs.0.data`): KServe's `{"error": "..."}`, or a
+problem document with `field` for a request that sends `Accept: application/problem+json`.
+
+Without a version, the gateway's traffic split (canary weights) or Triton's version policy picks one;
+`/versions/{version}` runs exactly that version.
+"""
 
 
-@router.post(
-    "/{name}/infer",
-    summary="Run inference (KServe v2), forwarded to Triton unchanged",
-    response_class=Response,
-    responses={
-        200: {
-            "description": "Triton's response, unchanged",
-            "content": {
-                "application/json": {
-                    "example": {
-                        "model_name": "efficientnet_lite0",
-                        "outputs": [
-                            {"name": "logits", "datatype": "FP32", "shape": [1, 1000], "data": [0.1]}
-                        ],
-                    }
+_INFER_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "Triton's response",
+        "content": {
+            "application/json": {
+                "example": {
+                    "model_name": "tiny_linear",
+                    "model_version": "1",
+                    "outputs": [{"name": "output", "datatype": "FP32", "shape": [1, 2], "data": [1.1, 0.6]}],
                 }
+            }
+        },
+    },
+    **KSERVE_ERRORS,
+}
+_INFER_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {"schema": {"type": "object"}, "example": _INFER_EXAMPLE},
+            "application/octet-stream": {
+                "schema": {"type": "string", "format": "binary"},
+                "description": "binary tensor extension: JSON header of Inference-Header-Content-Length bytes, then tensors",
             },
         },
-        **INFERENCE_ERRORS,
-    },
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {
-                "application/json": {"schema": {"type": "object"}, "example": _INFER_EXAMPLE},
-                "application/octet-stream": {
-                    "schema": {"type": "string", "format": "binary"},
-                    "description": "binary tensor extension: JSON header of Inference-Header-Content-Length bytes, then tensors",
-                },
-            },
-        }
-    },
-)
-async def infer(name: ModelName, request: Request) -> Response:
+    }
+}
+_INFO_ERRORS = kserve_responses(401, 403, 404, 503, 504)
+
+
+@router.get("", summary="Server metadata (KServe v2): name, version, the extensions served here",
+            responses=kserve_responses(401, 503, 504))
+async def server_metadata(
+    service: Annotated[InferenceService, Depends(get_service)],
+    ctx: Annotated[RequestContext, Depends(get_context)],
+) -> dict[str, Any]:
+    return await service.server_metadata(ctx)
+
+
+async def _infer(request: Request, name: str, version: str) -> Response:
     # The hot path: only ``request`` is injected and the state read directly, because each FastAPI
     # dependency costs time per call and this route carries the inference traffic.
     service: InferenceService = request.app.state.service
     ctx: RequestContext = request.scope[CONTEXT_KEY]
-    body = await request.body()
-    raw = await service.infer_raw(ctx, name, body, dict(request.headers))
+    body = RestBody(await request.body(), request.headers.get(HEADER_LENGTH))
+    raw = await service.infer_v2(
+        ctx,
+        name,
+        body,
+        version=version,
+        accept_encoding=_response_encoding(request.headers.get("accept-encoding", "")),
+    )
     return Response(content=raw.body, headers=raw.headers)
 
 
-@router.get(
-    "/{name}", summary="Model metadata (KServe v2)", responses=problem_responses(401, 403, 404, 503, 504)
+@router.post(
+    "/models/{name}/infer",
+    summary="Run inference (KServe v2): the body is checked strictly, then sent to Triton re-encoded",
+    description=_INFER_DESCRIPTION,
+    response_class=Response,
+    responses=_INFER_RESPONSES,
+    openapi_extra=_INFER_BODY,
 )
-async def metadata(
-    name: ModelName,
-    service: Annotated[InferenceService, Depends(get_service)],
-    ctx: Annotated[RequestContext, Depends(get_context)],
-) -> dict[str, Any]:
+async def infer(name: ModelName, request: Request) -> Response:
+    return await _infer(request, name, "")
+
+
+@router.post(
+    "/models/{name}/versions/{version}/infer",
+    summary="Run inference on one version of a model (KServe v2)",
+    description=_INFER_DESCRIPTION,
+    response_class=Response,
+    responses=_INFER_RESPONSES,
+    openapi_extra=_INFER_BODY,
+)
+async def infer_version(name: ModelName, version: Version, request: Request) -> Response:
+    return await _infer(request, name, version)
+
+
+def _response_encoding(accept: str) -> str:
+    """The coding Triton may use for its answer: one the client accepts and Triton can produce."""
+    offered = {part.split(";")[0].strip().lower() for part in accept.split(",")}
+    return next((coding for coding in ("gzip", "deflate") if coding in offered), "identity")
+
+
+Service = Annotated[InferenceService, Depends(get_service)]
+Context = Annotated[RequestContext, Depends(get_context)]
+
+
+@router.get("/models/{name}", summary="Model metadata (KServe v2)", responses=_INFO_ERRORS)
+async def metadata(name: ModelName, service: Service, ctx: Context) -> dict[str, Any]:
     return await service.model_metadata(ctx, name)
 
 
-@router.get(
-    "/{name}/ready", summary="Model readiness (KServe v2)", responses=problem_responses(401, 403, 503)
-)
-async def ready(
-    name: ModelName,
-    service: Annotated[InferenceService, Depends(get_service)],
-    ctx: Annotated[RequestContext, Depends(get_context)],
-) -> Response:
-    if not await service.model_ready(ctx, name):
-        raise ModelNotReady(f"model '{name}' is not ready", retry_after_s=service.settings.retry_after_s)
+@router.get("/models/{name}/versions/{version}", summary="Metadata of one model version (KServe v2)",
+            responses=_INFO_ERRORS)
+async def version_metadata(name: ModelName, version: Version, service: Service, ctx: Context) -> dict[str, Any]:
+    return await service.model_metadata(ctx, name, version)
+
+
+@router.get("/models/{name}/config", summary="Model configuration (Triton's model configuration extension)",
+            responses=_INFO_ERRORS)
+async def config(name: ModelName, service: Service, ctx: Context) -> dict[str, Any]:
+    return await service.model_config(ctx, name)
+
+
+@router.get("/models/{name}/versions/{version}/config", summary="Configuration of one model version",
+            responses=_INFO_ERRORS)
+async def version_config(name: ModelName, version: Version, service: Service, ctx: Context) -> dict[str, Any]:
+    return await service.model_config(ctx, name, version)
+
+
+async def _ready(service: InferenceService, ctx: RequestContext, name: str, version: str) -> Response:
+    if not await service.model_ready(ctx, name, version):
+        shown = f"version {version} of model '{name}'" if version else f"model '{name}'"
+        raise ModelNotReady(f"{shown} is not ready", retry_after_s=service.settings.retry_after_s)
     return Response(status_code=200)
+
+
+@router.get("/models/{name}/ready", summary="Model readiness (KServe v2)",
+            responses=kserve_responses(401, 403, 404, 503))
+async def ready(name: ModelName, service: Service, ctx: Context) -> Response:
+    return await _ready(service, ctx, name, "")
+
+
+@router.get("/models/{name}/versions/{version}/ready", summary="Readiness of one model version (KServe v2)",
+            responses=kserve_responses(401, 403, 404, 503))
+async def version_ready(name: ModelName, version: Version, service: Service, ctx: Context) -> Response:
+    return await _ready(service, ctx, name, version)

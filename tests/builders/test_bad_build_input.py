@@ -6,13 +6,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _variant_repos import copy_entries, tree_hash
 
 from builders import engine
-from builders.engine import EngineUnavailable, build_engine
+from builders.engine import EngineProfile, build_engine
 from builders.errors import EngineBuildError, MissingInputError, UnknownModelError
 from builders.pipeline import BuildOptions, build, build_specs
 from builders.spec import BatchingPolicy, ModelSpec, TensorSpec, Tolerance, WeightsInfo
+from tests.support.tensorrt import tensorrt_or_skip
+from tests.support.variant_repos import copy_entries, tree_hash
 
 
 @pytest.fixture
@@ -42,16 +43,9 @@ def test_missing_resnet50_weights_are_named_and_nothing_changes(served: Path, tm
     assert not (served / "resnet50").exists()
 
 
-def _tensorrt() -> engine.TensorRT:
-    try:
-        return engine.load_tensorrt()
-    except EngineUnavailable as exc:
-        pytest.skip(str(exc))
-
-
 @pytest.mark.parametrize("content", ["garbage", "truncated"])
 def test_onnx_tensorrt_cannot_read_is_named(served: Path, tmp_path: Path, content: str) -> None:
-    _tensorrt()
+    tensorrt_or_skip()
     bad = tmp_path / "model.onnx"
     if content == "garbage":
         bad.write_bytes(b"\x08\x07 not an ONNX model at all \xff\xfe")
@@ -60,7 +54,7 @@ def test_onnx_tensorrt_cannot_read_is_named(served: Path, tmp_path: Path, conten
         bad.write_bytes(real[: len(real) // 3])
     before = tree_hash(served)
     with pytest.raises(EngineBuildError, match="model.onnx is not a (readable|usable) ONNX model"):
-        build_engine(bad, tmp_path / "out", max_batch_size=32, precision="fp16")
+        build_engine(bad, tmp_path / "out", EngineProfile(32), "fp16")
     assert not (tmp_path / "out" / engine.ENGINE_NAME).exists()
     assert tree_hash(served) == before
 
@@ -97,7 +91,7 @@ class _Determinant(ModelSpec):
 
 
 def test_unparsable_variant_stops_the_build_and_publishes_nothing(served: Path) -> None:
-    trt = _tensorrt()
+    trt = tensorrt_or_skip()
     before = tree_hash(served)
     with pytest.raises(EngineBuildError) as caught:
         build_specs([_Determinant()], _options(served, engines=True))

@@ -9,16 +9,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.http as http
-from _variant_repos import copy_entries
 
 from builders import engine
 from builders.engine import EngineMismatchError, EngineUnavailable, check_engine, read_metadata
+from builders.engine_target import ServingTarget, artifact_root, check_repository_engines, engine_refusals
 from builders.families.efficientnet import MEAN, STD, EfficientNetLite0
+from builders.photos import CALIBRATION_PHOTOS, CALIBRATION_VIEWS, HELD_OUT_PHOTOS
 from builders.pipeline import BuildOptions, build
-from builders.python_models.image_preprocess import preprocess
 from builders.report import file_sha256
 from builders.repository import latest_report, latest_version
 from builders.triton_config import read_config
+from serving.image_preprocessing import Preprocessing, preprocess
+from tests.support.tensorrt import tensorrt_or_skip
+from tests.support.variant_repos import copy_entries
 
 MODEL = "efficientnet_lite0"
 CAT_CLASSES = range(281, 286)  # ImageNet: tabby, tiger cat, Persian, Siamese, Egyptian cat
@@ -45,8 +48,9 @@ def test_variant_entries_carry_checked_parity(model_repository: Path, precision:
     assert logits["tolerance"]["min_top1_agreement"] == tolerance.min_top1_agreement
     for key in ("max_abs_error", "min_cosine", "top1_agreement"):
         assert key in logits["vs_fp32_onnx"] and key in logits["delta_vs_fp32"]
-    assert logits["delta_vs_fp32"]["max_abs_error"] == pytest.approx(
-        logits["max_abs_error"] - parent.parity["logits"]["max_abs_error"])
+    if precision == "fp16":  # INT8's delta is against the FP32 ONNX on the held-out photos (below)
+        assert logits["delta_vs_fp32"]["max_abs_error"] == pytest.approx(
+            logits["max_abs_error"] - parent.parity["logits"]["max_abs_error"])
 
     config = read_config(model_repository / name / "config.pbtxt")
     parent_config = read_config(model_repository / MODEL / "config.pbtxt")
@@ -57,11 +61,37 @@ def test_variant_entries_carry_checked_parity(model_repository: Path, precision:
     assert report.artifacts["model"]["sha256"] == file_sha256(version / "model.onnx")
 
 
+def test_int8_report_is_judged_on_held_out_photos(model_repository: Path) -> None:
+    """The held-out INT8 report: calibrated on crops of some photos, judged on photos it never saw,
+    every calibration method's held-out figures recorded and the best one kept."""
+    spec = EfficientNetLite0()
+    report = latest_report(model_repository, f"{MODEL}_int8")
+    assert report is not None
+    logits = report.parity["logits"]
+    assert logits["judged_on"] == "held-out" and logits["samples"] == len(HELD_OUT_PHOTOS)
+    assert logits["calibration_set"]["samples"] == len(CALIBRATION_PHOTOS) * len(CALIBRATION_VIEWS)
+    tolerance = spec.variant_tolerance("int8")
+    assert logits["top5_agreement"] >= tolerance.min_top5_agreement
+    assert logits["tolerance"]["min_top5_agreement"] == tolerance.min_top5_agreement
+    methods = logits["calibration_methods"]
+    assert set(methods) == set(spec.int8_calibrations) and len(methods) >= 2
+    for figures in methods.values():
+        assert figures["samples"] == len(HELD_OUT_PHOTOS) and figures["top5_agreement"] is not None
+
+    def rank(f: dict) -> tuple:  # type: ignore[type-arg]
+        return f["top1_agreement"], f["top5_agreement"], f["min_cosine"], -f["max_abs_error"]
+
+    kept = logits["calibration_method"]
+    assert rank(methods[kept]) == max(rank(f) for f in methods.values())
+    assert methods[kept]["top1_agreement"] == logits["top1_agreement"], "the gated figures are the kept method's"
+    assert any("held-out" in note and kept in note for note in report.notes)
+
+
 def _chelsea(batch: int = 1) -> np.ndarray:
     from PIL import Image
     from skimage import data
 
-    pixels = preprocess(Image.fromarray(data.chelsea()), size=224, resize=256, mean=MEAN, std=STD)
+    pixels = preprocess(Image.fromarray(data.chelsea()), Preprocessing(size=224, resize=256, mean=MEAN, std=STD))
     return np.repeat(pixels[None], batch, axis=0)
 
 
@@ -79,17 +109,10 @@ def test_served_variant_labels_chelsea_as_a_cat(triton, model: str) -> None:
     np.testing.assert_allclose(logits[0], logits[1], atol=1e-4)
 
 
-def _tensorrt() -> engine.TensorRT:
-    try:
-        return engine.load_tensorrt()
-    except EngineUnavailable as exc:
-        pytest.skip(str(exc))
-
-
 @pytest.fixture(scope="module")
 def engine_repository(model_repository: Path, tmp_path_factory) -> tuple[Path, list]:
     """A private copy of the efficientnet entries, built with ``engines=True`` (only engines are new)."""
-    _tensorrt()
+    tensorrt_or_skip()
     root = tmp_path_factory.mktemp("engines")
     repository = copy_entries(model_repository, root / "repository")
     options = BuildOptions(repository=repository, engines=True, timing_cache=root / "timing.cache")
@@ -106,15 +129,25 @@ def test_engine_build_only_adds_engines(engine_repository) -> None:
     assert all(r.skipped for r in again), "unchanged engines are not rebuilt"
 
 
+def _engine_folder(repository: Path, name: str) -> Path:
+    """Where the build put engine ``name``: a Triton entry, or an artifact beside the repository."""
+    for root in (repository, artifact_root(repository)):
+        version = latest_version(root, name)
+        if version is not None:
+            return root / name / str(version)
+    raise AssertionError(f"{name} was published nowhere")
+
+
 @pytest.mark.parametrize("precision", ["fp16", "int8"])
-def test_rtx_engine_entry_and_metadata(engine_repository, precision: str) -> None:
-    trt = _tensorrt()
+def test_engine_metadata_and_where_it_is_published(engine_repository, precision: str) -> None:
+    trt = tensorrt_or_skip()
     repository, _ = engine_repository
     spec = EfficientNetLite0()
     name = f"{MODEL}_trt_{precision}"
-    version = repository / name / str(latest_version(repository, name))
+    version = _engine_folder(repository, name)
     meta = read_metadata(version)
     assert meta.flavour == trt.flavour and meta.tensorrt_version == trt.version
+    assert meta.runtime == engine.runtime_of(trt.flavour)
     assert meta.precision == precision
     assert meta.max_batch_size == spec.batching.max_batch_size
     assert meta.profiles["input"]["min"] == [1, 3, 224, 224]
@@ -122,16 +155,24 @@ def test_rtx_engine_entry_and_metadata(engine_repository, precision: str) -> Non
     variant = repository / f"{MODEL}_{precision}" / str(latest_version(repository, f"{MODEL}_{precision}"))
     assert meta.input_hash == file_sha256(variant / "model.onnx"), "engine.json names the ONNX it came from"
     assert meta.engine_sha256 == file_sha256(version / engine.ENGINE_NAME)
-    if trt.flavour == "tensorrt-rtx":
-        assert meta.compute_capability == "8.9"
-
-    config = read_config(repository / name / "config.pbtxt")
-    assert config.platform == "tensorrt_plan" and config.default_model_filename == "model.plan"
-    assert config.max_batch_size == meta.max_batch_size, "the profile covers up to max_batch_size (server#8141)"
-    assert [g.kind for g in config.instance_group] == [config.instance_group[0].KIND_GPU]
     report = json.loads((version / "build_report.json").read_text())
     assert report["precision"] == precision
-    assert any("embedded CPU Triton cannot load" in n for n in report["notes"])
+
+    target = ServingTarget.ngc(meta.compute_capability)
+    refusal = target.refusal(meta, version / engine.ENGINE_NAME)
+    if refusal is None:  # pragma: no cover - full TensorRT of the NGC release's version, on its GPU host
+        config = read_config(repository / name / "config.pbtxt")
+        assert config.platform == "tensorrt_plan" and config.default_model_filename == "model.plan"
+        assert config.max_batch_size == meta.max_batch_size, "the profile covers up to max_batch_size (server#8141)"
+        assert [g.kind for g in config.instance_group] == [config.instance_group[0].KIND_GPU]
+    else:
+        # TensorRT-RTX (here), or a TensorRT other than the target Triton's: never a Triton entry.
+        assert version.parent.parent == artifact_root(repository)
+        assert not (repository / name).exists(), "an engine Triton cannot load is not in the repository"
+        assert any("not a Triton entry" in n for n in report["notes"])
+        if trt.flavour == "tensorrt-rtx":
+            assert meta.compute_capability == "8.9" and meta.runtime == engine.RUNTIME_RTX
+            assert "TensorRT-RTX runtime" in refusal
 
     check_engine(version, tensorrt_version=trt.version, compute_capability=meta.compute_capability,
                  flavour=trt.flavour, plan=version / engine.ENGINE_NAME)
@@ -139,15 +180,15 @@ def test_rtx_engine_entry_and_metadata(engine_repository, precision: str) -> Non
         check_engine(version, tensorrt_version=trt.version, compute_capability="9.0", flavour=trt.flavour)
 
 
-def test_repository_engine_check_before_serving(engine_repository) -> None:
-    trt = _tensorrt()
+def test_no_repository_entry_is_an_engine_its_triton_cannot_load(engine_repository) -> None:
     repository, _ = engine_repository
-    host = {"tensorrt_version": trt.version, "flavour": trt.flavour, "compute_capability": "8.9"}
-    if trt.flavour != "tensorrt-rtx":  # pragma: no cover - full TensorRT built for the local GPU
-        host["compute_capability"] = read_metadata(next(repository.glob(f"{MODEL}_trt_fp16/*"))).compute_capability
-    assert engine.check_repository_engines(repository, **host) == [f"{MODEL}_trt_fp16", f"{MODEL}_trt_int8"]
-    with pytest.raises(EngineMismatchError, match=f"{MODEL}_trt_fp16/1: .*host GPU is 9.0"):
-        engine.check_repository_engines(repository, **{**host, "compute_capability": "9.0"})
+    meta = read_metadata(_engine_folder(repository, f"{MODEL}_trt_fp16"))
+    target = ServingTarget.ngc(meta.compute_capability)
+    loadable = check_repository_engines(repository, target)  # raises naming any entry it cannot load
+    assert all(ServingTarget.ngc(meta.compute_capability).entry_refusal(
+        repository / n / str(latest_version(repository, n))) is None for n in loadable)
+    # The embedded server loads no engine: inferctl up leaves every engine entry out.
+    assert all(reason for reason in engine_refusals(repository, ServingTarget.embedded()).values())
 
 
 def test_without_tensorrt_engines_are_skipped_with_a_message(model_repository, tmp_path, monkeypatch) -> None:
@@ -165,3 +206,4 @@ def test_without_tensorrt_engines_are_skipped_with_a_message(model_repository, t
     assert {r.model for r in reports} == {MODEL, f"{MODEL}_fp16", f"{MODEL}_int8"}
     assert "TensorRT engines skipped" in out.getvalue()
     assert not list(repository.glob("*_trt_*")), "no engine entry is faked"
+    assert not artifact_root(repository).exists(), "nor an artifact"

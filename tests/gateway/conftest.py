@@ -17,21 +17,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
-from _gateway_procs import (  # shared with tests/reliability; re-exported for `from conftest import ...`
-    ADMIN_TOKEN,
-    TEST_TIERS,
-    GatewayProcess,
-    start_gateway,
-    start_redis,
-    tiny_request,
-)
-from _tiny_repo import build_tiny_repository
 
 from serving.launcher import TritonPorts, TritonServer
-
-__all__ = ["ADMIN_TOKEN", "TEST_TIERS", "GatewayProcess", "start_gateway", "tiny_request"]
+from tests.support.gateway_procs import (
+    GatewayProcess,
+    create_key,
+    start_gateway,
+    start_redis,
+)
+from tests.support.tiny_repo import build_tiny_repository
 
 
 @pytest.fixture(scope="session")
@@ -85,14 +80,8 @@ class Admin:
     def create_key(
         self, scopes: list[str] | None = None, tier: str = "unlimited", name: str = "test"
     ) -> dict[str, object]:
-        response = httpx.post(
-            f"{self.gateway.url}/admin/keys",
-            json={"name": name, "scopes": scopes or ["*"], "tier": tier},
-            headers={"X-Admin-Token": ADMIN_TOKEN},
-            timeout=10,
-        )
-        assert response.status_code == 201, response.text
-        return response.json()  # type: ignore[no-any-return]
+        _, created = create_key(self.gateway, tier=tier, scopes=scopes, name=name)
+        return created
 
     def headers(self, key: dict[str, object]) -> dict[str, str]:
         return {"Authorization": f"Bearer {key['api_key']}"}

@@ -6,10 +6,10 @@ import time
 
 import httpx
 import pytest
-from _tiny_repo import build_tiny_repository
-from conftest import ADMIN_TOKEN, tiny_request
 
 from serving.launcher import TritonPorts, TritonServer
+from tests.support.gateway_procs import ADMIN_TOKEN, tiny_request
+from tests.support.tiny_repo import build_tiny_repository
 
 pytestmark = pytest.mark.integration
 

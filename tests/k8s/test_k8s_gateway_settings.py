@@ -9,16 +9,12 @@ from __future__ import annotations
 
 import base64
 import os
-import sys
 
 import pytest
-from k8s_checks import REPO, containers, find, rendered
 
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from gateway.server import build_parser  # noqa: E402
-from gateway.settings import GatewaySettings  # noqa: E402
+from gateway.server import build_parser
+from gateway.settings import GatewaySettings
+from tests.support.k8s_render import containers, find, rendered
 
 
 def _gateway_container() -> dict:
@@ -28,15 +24,18 @@ def _gateway_container() -> dict:
 
 
 def _resolved_env(docs: list[dict], container: dict) -> dict[str, str]:
-    """The container's env as the kubelet would set it (literal values and secretKeyRefs)."""
+    """The container's env as the kubelet would set it (literal values, secretKeyRefs, configMapKeyRefs)."""
     env = {}
     for e in container["env"]:
         if "value" in e:
             env[e["name"]] = e["value"]
-        else:
+        elif "secretKeyRef" in e["valueFrom"]:
             ref = e["valueFrom"]["secretKeyRef"]
             secret = find(docs, "Secret", ref["name"])
             env[e["name"]] = base64.b64decode(secret["data"][ref["key"]]).decode()
+        else:
+            ref = e["valueFrom"]["configMapKeyRef"]
+            env[e["name"]] = find(docs, "ConfigMap", ref["name"])["data"][ref["key"]]
     return env
 
 
@@ -61,10 +60,16 @@ def test_gateway_settings_load_from_the_manifest_env(monkeypatch: pytest.MonkeyP
     assert settings.triton_http_url == "triton:8000"
     assert settings.redis_url.get_secret_value() == "redis://redis:6379/0"
     assert str(settings.keys_db) == "/var/lib/gateway/keys.sqlite"
+    assert settings.grpc_port == 8081 and settings.triton_grpc_url == "triton:8001"
+    assert settings.ready_models == ("image_classifier", "text_embedding")
+    # Several workers need Redis; the manifest's count is what the gateway will run.
+    assert settings.worker_count() == 2
     assert settings.admin_token.get_secret_value() and settings.jwt_secret.get_secret_value()
 
 
-def test_container_port_is_the_one_the_gateway_binds() -> None:
+def test_container_ports_are_the_ones_the_gateway_binds() -> None:
     c = _gateway_container()
     args = build_parser().parse_args(c["args"])
-    assert [p["containerPort"] for p in c["ports"]] == [args.port]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"http": args.port,
+                                                                   "grpc": int(env["GATEWAY_GRPC_PORT"])}

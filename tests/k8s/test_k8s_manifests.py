@@ -1,6 +1,7 @@
 """The rendered manifests validate against the Kubernetes schema and hold the platform's invariants.
 
-Every kustomization (the CPU base and the GPU overlays) is rendered with k8s/render.py and each
+Every kustomization (the CPU base and the GPU overlays) is rendered by the real kustomize
+(``kubectl kustomize``, as ``kubectl apply -k`` renders it) and each
 check in k8s_checks runs over all of its documents. The second half breaks a copy of the manifests
 in one way per check and asserts the check notices, so no check passes vacuously.
 """
@@ -13,20 +14,21 @@ from typing import Any
 
 import pytest
 import yaml
-from k8s_checks import (
-    CHECKS,
+
+from tests.support.k8s_checks import CHECKS
+from tests.support.k8s_render import (
     GPU_KUSTOMIZATIONS,
     K8S,
     KUSTOMIZATIONS,
     REPO,
-    check_cpu_only,
-    check_gpu,
+    RenderError,
     containers,
     find,
     pod_spec,
-    render_module,
+    render,
     rendered,
 )
+from tests.support.k8s_workload_checks import check_cpu_only, check_gpu
 
 Docs = list[dict[str, Any]]
 
@@ -51,8 +53,10 @@ def test_kustomizations_render_the_expected_objects() -> None:
     assert kinds == sorted([
         "ConfigMap", "Deployment", "HorizontalPodAutoscaler", "Namespace", "NetworkPolicy",
         "PodDisruptionBudget", "PrometheusRule", "ScaledObject", "Secret", "Service", "ServiceMonitor",
+        "StatefulSet",
     ])
-    assert {d["metadata"]["name"] for d in rendered("base") if d["kind"] == "Deployment"} == {"triton", "gateway", "redis"}
+    assert {d["metadata"]["name"] for d in rendered("base") if d["kind"] == "Deployment"} == {"triton", "gateway"}
+    assert {d["metadata"]["name"] for d in rendered("base") if d["kind"] == "StatefulSet"} == {"redis"}
 
 
 def test_pvc_overlay_replaces_the_sync_with_a_claim() -> None:
@@ -73,15 +77,28 @@ def test_s3_overlay_syncs_with_an_init_container() -> None:
     assert {"name": "model-repository", "mountPath": "/models"} in sync["volumeMounts"]
 
 
+#: files under k8s/ that are not manifests, each read by the test named beside it
+NOT_MANIFESTS = {
+    "checkov-accepted.yaml": "test_k8s_checkov.py",
+    "monitoring/alert-tests.yaml": "test_k8s_monitoring.py",
+}
+
+
 def test_every_manifest_file_is_rendered_by_some_kustomization() -> None:
-    """No orphan YAML: a file the kustomizations do not reach would be validated by nobody."""
+    """No orphan YAML or JSON: a file the kustomizations do not reach would be validated by nobody."""
     reached: set[str] = set()
     for kustomization in KUSTOMIZATIONS:
         k = yaml.safe_load((K8S / kustomization / "kustomization.yaml").read_text())
         reached.update(str((K8S / kustomization / r).resolve()) for r in k.get("resources", []))
         reached.update(str((K8S / kustomization / p["path"]).resolve()) for p in k.get("patches", []))
-    files = {str(p.resolve()) for p in K8S.rglob("*.yaml") if p.name != "kustomization.yaml"}
+        for generator in k.get("configMapGenerator", []):
+            reached.update(str((K8S / kustomization / f.split("=")[-1]).resolve()) for f in generator.get("files", []))
+    reached.update(str((K8S / name).resolve()) for name in NOT_MANIFESTS)
+    files = {str(p.resolve()) for pattern in ("*.yaml", "*.json") for p in K8S.rglob(pattern)
+             if p.name != "kustomization.yaml" and "schemas" not in p.parts}
     assert files - reached == set()
+    for name, test in NOT_MANIFESTS.items():
+        assert (K8S / name).is_file() and name in (REPO / "tests/k8s" / test).read_text(), name
 
 
 def test_no_secret_values_are_tracked_by_git() -> None:
@@ -91,20 +108,25 @@ def test_no_secret_values_are_tracked_by_git() -> None:
     assert "k8s/base/secrets/gateway.env.example" in tracked
 
 
-def test_real_render_demands_the_secret_files(tmp_path: Any) -> None:
-    """Without the env files `kubectl apply -k` fails; so does our render without example_secrets."""
+def test_real_render_demands_the_secret_files() -> None:
+    """Without the env files `kubectl apply -k` fails: no placeholder Secret can overwrite a real one."""
     if (K8S / "base/secrets/gateway.env").exists():
         pytest.skip("a local gateway.env exists")
-    with pytest.raises(render_module.RenderError, match="gateway.env is missing"):
-        render_module.render(K8S / "base")
+    with pytest.raises(RenderError, match="gateway.env"):
+        render(K8S / "base")
 
 
 # --- each check can fail ---------------------------------------------------------------------
 
 
-def _container(docs: Docs, deployment: str, name: str, *, init: bool = False) -> dict[str, Any]:
+def _workload(docs: Docs, name: str) -> dict[str, Any]:
+    (w,) = [d for d in docs if d["kind"] in ("Deployment", "StatefulSet") and d["metadata"]["name"] == name]
+    return w
+
+
+def _container(docs: Docs, workload: str, name: str, *, init: bool = False) -> dict[str, Any]:
     kind = "initContainers" if init else "containers"
-    return next(c for k, c in containers(find(docs, "Deployment", deployment)) if k == kind and c["name"] == name)
+    return next(c for k, c in containers(_workload(docs, workload)) if k == kind and c["name"] == name)
 
 
 def _break_schema(docs: Docs) -> None:
@@ -128,7 +150,7 @@ def _drop_limits(docs: Docs) -> None:
 
 
 def _request_over_limit(docs: Docs) -> None:
-    _container(docs, "gateway", "gateway")["resources"]["requests"]["memory"] = "1Gi"
+    _container(docs, "gateway", "gateway")["resources"]["requests"]["memory"] = "2Gi"
 
 
 def _latest_tag(docs: Docs) -> None:
@@ -136,7 +158,7 @@ def _latest_tag(docs: Docs) -> None:
 
 
 def _no_tag(docs: Docs) -> None:
-    _container(docs, "gateway", "gateway")["image"] = "ghcr.io/example/triton-platform-gateway"
+    _container(docs, "gateway", "gateway")["image"] = "registry.internal/triton-platform-gateway"
 
 
 def _triton_load_balancer(docs: Docs) -> None:
@@ -177,7 +199,7 @@ def _writable_root(docs: Docs) -> None:
 
 
 def _root_pod(docs: Docs) -> None:
-    pod_spec(find(docs, "Deployment", "redis"))["securityContext"].pop("runAsNonRoot")
+    pod_spec(_workload(docs, "redis"))["securityContext"].pop("runAsNonRoot")
 
 
 def _pdb_misses(docs: Docs) -> None:
@@ -247,13 +269,57 @@ def _p99_from_triton(docs: Docs) -> None:
             rule["expr"] = rule["expr"].replace("gateway_request_duration_seconds_bucket", "nv_inference_request_duration_us")
 
 
+def _placeholder_registry(docs: Docs) -> None:
+    _container(docs, "gateway", "gateway")["image"] = "ghcr.io/example/triton-platform-gateway:0.1.0"
+
+
+def _stale_image_tag(docs: Docs) -> None:
+    _container(docs, "triton", "triton")["image"] = "registry.internal/triton-platform-triton:0.0.9"
+
+
+def _redis_without_aof(docs: Docs) -> None:
+    args = _container(docs, "redis", "redis")["args"]
+    args[args.index("--appendonly") + 1] = "no"
+
+
+def _redis_on_empty_dir(docs: Docs) -> None:
+    redis = _workload(docs, "redis")
+    redis["spec"].pop("volumeClaimTemplates")
+    pod_spec(redis)["volumes"] = [{"name": "data", "emptyDir": {}}]
+
+
+def _grpc_port_mismatch(docs: Docs) -> None:
+    env = _container(docs, "gateway", "gateway")["env"]
+    next(e for e in env if e["name"] == "GATEWAY_GRPC_PORT")["value"] = "9000"
+
+
+def _grpc_closed_by_policy(docs: Docs) -> None:
+    find(docs, "NetworkPolicy", "gateway-ingress")["spec"]["ingress"][0]["ports"].pop()
+
+
+def _too_many_workers(docs: Docs) -> None:
+    env = _container(docs, "gateway", "gateway")["env"]
+    next(e for e in env if e["name"] == "GATEWAY_WORKERS")["value"] = "8"
+
+
+def _gateway_ready_models_literal(docs: Docs) -> None:
+    env = _container(docs, "gateway", "gateway")["env"]
+    entry = next(e for e in env if e["name"] == "GATEWAY_READY_MODELS")
+    entry.pop("valueFrom")
+    entry["value"] = "image_classifier"
+
+
+def _triton_server_readiness_only(docs: Docs) -> None:
+    _container(docs, "triton", "triton")["readinessProbe"] = {"httpGet": {"path": "/v2/health/ready", "port": "http"}}
+
+
 BREAKAGES: list[tuple[str, Callable[[Docs], None], str]] = [
     ("schema", _break_schema, "Additional properties"),
     ("schema", _break_crd_schema, "is not of type 'string'"),
     ("probes", _drop_readiness, "no readinessProbe"),
     ("probes", _probe_on_init, "init container model-sync has a livenessProbe"),
     ("resources", _drop_limits, "no cpu limit"),
-    ("resources", _request_over_limit, "memory request 1Gi over limit"),
+    ("resources", _request_over_limit, "memory request 2Gi over limit"),
     ("images_pinned", _latest_tag, "moving tag 'latest'"),
     ("images_pinned", _no_tag, "has no tag"),
     ("exposure", _triton_load_balancer, "Service/triton"),
@@ -276,6 +342,15 @@ BREAKAGES: list[tuple[str, Callable[[Docs], None], str]] = [
     ("namespace", _other_namespace, "Service/redis is in namespace 'default'"),
     ("triton", _poll_mode, "--model-control-mode=explicit"),
     ("triton", _short_startup, "startupProbe allows under 5 minutes"),
+    ("triton", _triton_server_readiness_only, "does not run /opt/triton-platform/model_readiness.py"),
+    ("gateway", _grpc_port_mismatch, "is not its grpc container port"),
+    ("gateway", _grpc_closed_by_policy, "opens [8080], the gateway listens on [8080, 8081]"),
+    ("gateway", _too_many_workers, "GATEWAY_WORKERS=8 does not fit"),
+    ("gateway", _gateway_ready_models_literal, "GATEWAY_READY_MODELS does not come from ConfigMap served-models"),
+    ("redis", _redis_without_aof, "without AOF persistence"),
+    ("redis", _redis_on_empty_dir, "is not on a PersistentVolumeClaim"),
+    ("images_from_kustomization", _placeholder_registry, "names a placeholder registry"),
+    ("images_from_kustomization", _stale_image_tag, "is not tagged 0.1.0"),
     ("gateway", _literal_secret, "GATEWAY_JWT_SECRET does not come from a Secret"),
     ("observability", _average_queue_time, "not request-weighted"),
     ("observability", _average_value_metric, "metricType Value"),

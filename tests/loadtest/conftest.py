@@ -7,22 +7,18 @@ build (hashed, usually already up to date) and serve just those, from the same t
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from builders.pipeline import BuildOptions, build
-from loadtest.bench import gateway_available, gateway_server
+from loadtest.bench.servers import gateway_server
 from serving.launcher import TritonPorts, TritonServer
+from tests.support.repository import TEST_REPOSITORY
 
 #: what the scenarios and the bench smoke call: the classifier tensors and the JPEG ensemble
 LOADTEST_MODELS = ("efficientnet_lite0", "image_preprocess", "image_postprocess", "image_classifier")
-#: the same repository (and override) as tests/conftest.py's ``model_repository``
-TEST_REPOSITORY = Path(
-    os.environ.get("TEST_MODEL_REPOSITORY", Path(__file__).resolve().parents[2] / ".build" / "test-model-repository")
-)
 
 
 @pytest.fixture(scope="session")
@@ -43,11 +39,9 @@ def gateway(loadtest_triton: TritonServer, tmp_path_factory: pytest.TempPathFact
 
     Yields ``{"url", "key", "free_key"}``.
     """
-    if not gateway_available():
-        pytest.skip("the gateway package is not importable here yet")
-    from gateway.keys import KeyStore
+    from gateway.keys_sqlite import SqliteKeyStore
 
     workdir = tmp_path_factory.mktemp("gateway")
     with gateway_server(loadtest_triton.http_url, workdir) as (url, key):
-        _, free_key = KeyStore(Path(workdir) / "gateway_keys.sqlite3").create("loadtest-free", ["*"], "free")
+        _, free_key = SqliteKeyStore(Path(workdir) / "gateway_keys.sqlite3").create("loadtest-free", ["*"], "free")
         yield {"url": url, "key": key, "free_key": free_key}

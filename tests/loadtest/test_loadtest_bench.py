@@ -10,14 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from loadtest.bench import (
-    ALL_CONFIGS,
-    BenchSettings,
-    build_parser,
-    gateway_available,
-    run_bench,
-    settings_from_args,
-)
+from loadtest.bench import ALL_CONFIGS, BenchSettings, build_parser, run_bench, settings_from_args
+from loadtest.bench.gateway_overhead import run_overhead
+from serving.launcher import TritonServer
 
 pytestmark = pytest.mark.integration
 
@@ -25,29 +20,46 @@ pytestmark = pytest.mark.integration
 def test_cli_quick_settings() -> None:
     settings = settings_from_args(build_parser().parse_args(["--quick", "--concurrency", "1,2", "--configs", "raw,naive"]))
     assert settings.quick and settings.concurrency == (1, 2) and settings.configs == ("raw", "naive")
-    assert settings.duration_s < 5
+    assert settings.duration_s < 5 and settings.naive_threads == 0
+    assert settings_from_args(build_parser().parse_args(["--naive-threads", "1"])).naive_threads == 1
 
 
 def test_bench_quick_writes_table_json_and_png(loadtest_repository: Path, tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     settings = BenchSettings.quick_settings(repository=loadtest_repository, out_dir=tmp_path, concurrency=(1, 2),
-                                            duration_s=1.0, warmup_s=0.3, raw_batches=(1, 4))
+                                            duration_s=1.0, warmup_s=0.3, raw_batches=(1, 4), naive_threads=1)
     document = run_bench(settings)
     out = capsys.readouterr().out
     assert "Side-by-side benchmark" in out and "Ratios" in out
 
-    expected = set(ALL_CONFIGS) - ({"gateway"} if not gateway_available() else set())
     saved = json.loads((tmp_path / "bench.json").read_text())
     assert saved["results"] == json.loads(json.dumps(document["results"]))
-    assert {r["config"] for r in saved["results"]} == expected
+    assert {r["config"] for r in saved["results"]} == set(ALL_CONFIGS)
     for row in saved["results"]:
         assert row["errors"] == 0, row
+        # Every load point stands beside the load generator's own capacity at the same settings.
+        assert row["config"] == "raw" or row["capacity"] > 0, row
         # One eager forward can outlast a quick window on a busy machine; the sanity request above
         # already proved the naive server answers.
         assert row["requests"] > 0 or row["config"] == "naive", row
     # Every server answered the same photograph with the same class.
     assert len(set(saved["sanity_top1"].values())) == 1
-    assert saved["machine"]["usable_cpus"] >= 1 and saved["settings_line"]
+    assert saved["machine"]["usable_cpus"] >= 1 and "naive server torch threads 1;" in saved["settings_line"]
     assert "efficiency_direct" in saved["ratios"] and "1" in saved["ratios"]["per_concurrency"]
     png = tmp_path / "bench.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_refuses_an_unknown_configuration(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--configs", "triton-batching,gatway"])
+    assert "unknown configuration(s) gatway" in capsys.readouterr().err
+
+
+def test_gateway_overhead_on_the_load_generator(loadtest_triton: TritonServer, gateway: dict[str, str],
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    result = run_overhead(loadtest_triton.http_url, gateway["url"], gateway["key"], "efficientnet_lite0",
+                          concurrency=2, duration_s=1.0, rounds=1)
+    assert result.direct.requests > 0 and result.gateway.requests > 0
+    assert result.direct.errors == 0 and result.gateway.errors == 0, result.gateway.error_summary()
+    assert result.capacity > 0 and result.direct.name == "direct" and result.gateway.name == "gateway"

@@ -1,8 +1,8 @@
 """Fixtures for the fault tests: real Triton, real gateway subprocesses, real redis-server.
 
 Everything binds 127.0.0.1 on free ports and is stopped at the end of its scope. The processes are
-started with the same helpers as the gateway's own tests (``tests/_gateway_procs.py``) and the same
-tiny repository (``tests/gateway/_tiny_repo.py``: ``tiny_linear`` answers in about a millisecond,
+started with the same helpers as the gateway's own tests (``tests/support/gateway_procs.py``) and the same
+tiny repository (``tests/support/tiny_repo.py``: ``tiny_linear`` answers in about a millisecond,
 ``slow_echo`` sleeps ``DELAY_MS`` first).
 
 - ``rel_triton``: a Triton of our own serving the tiny repository (module scope, so a test that
@@ -13,18 +13,14 @@ tiny repository (``tests/gateway/_tiny_repo.py``: ``tiny_linear`` answers in abo
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
-from _gateway_procs import ADMIN_TOKEN, GatewayProcess, start_gateway
 
 from serving.launcher import TritonPorts, TritonServer
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gateway"))
-from _tiny_repo import build_tiny_repository  # noqa: E402  (the gateway tests' repository, shared)
+from tests.support.gateway_procs import GatewayProcess, create_key, start_gateway
+from tests.support.tiny_repo import build_tiny_repository
 
 #: tiers the fault tests use, on top of the shared test tiers
 RELIABILITY_TIERS = {
@@ -64,21 +60,6 @@ def gateways(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayFactor
     yield factory
     for gateway in started:
         gateway.stop()
-
-
-def create_key(
-    gateway: GatewayProcess, tier: str = "unlimited", scopes: list[str] | None = None, name: str = "rel"
-) -> tuple[dict[str, str], dict[str, object]]:
-    """Create an API key through the admin API; returns ``(auth headers, created key document)``."""
-    response = httpx.post(
-        f"{gateway.url}/admin/keys",
-        json={"name": name, "scopes": scopes or ["*"], "tier": tier},
-        headers={"X-Admin-Token": ADMIN_TOKEN},
-        timeout=10,
-    )
-    assert response.status_code == 201, response.text
-    created = response.json()
-    return {"Authorization": f"Bearer {created['api_key']}"}, created
 
 
 @pytest.fixture

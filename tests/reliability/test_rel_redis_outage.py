@@ -3,7 +3,8 @@
 Two gateways share one real redis-server: one fails open, one fails closed. Each takes a closed
 loop of clients with a key on the ``limited`` tier (10/s, burst 5), so while Redis works most
 requests are 429 and about 10/s are admitted. Phases (seconds): normal, Redis frozen, thawed, Redis
-stopped, Redis started again on the same port. While Redis is gone the fail-open gateway admits
+stopped, Redis started again on the same port from its append-only file (as deployed: API keys live
+in Redis, so a Redis that forgot them would turn every request into a 401). While Redis is gone the fail-open gateway admits
 everything (200s, no 429) and the fail-closed one refuses everything with 503 + Retry-After;
 neither crashes, neither answers any other status; once Redis is back both limit again (429s).
 """
@@ -17,10 +18,11 @@ import signal
 import time
 from collections import Counter
 
+import httpx
 import pytest
-from _gateway_procs import RedisProcess
-from _load import Sample, closed_loop
-from conftest import create_key
+
+from loadtest.loadgen import HttpTarget, Sample, closed_loop
+from tests.support.gateway_procs import RedisProcess, create_key
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +38,7 @@ NO_HANG_S = 2.0  # generous: the limiter bounds a Redis call at 2 x redis_timeou
 
 @pytest.fixture
 def redis_server(tmp_path) -> RedisProcess:  # type: ignore[no-untyped-def]
-    server = RedisProcess(tmp_path).start()
+    server = RedisProcess(tmp_path, persistent=True).start()
     yield server
     server.stop()
 
@@ -52,16 +54,23 @@ def test_redis_outage_policies_hold_and_limits_resume(rel_triton, gateways, redi
     fail_closed = gateways(rel_triton.http_url, redis_failure_policy="closed", **common)
     auth_open, _ = create_key(fail_open, tier="limited")
     auth_closed, _ = create_key(fail_closed, tier="limited")
+    # Each gateway looks its key up once while Redis works: a fail-open gateway keeps serving a key it
+    # has seen when Redis hangs, but one it never looked up cannot be authenticated (503). On a busy
+    # machine the load's first answers can come after Redis is frozen, so the lookup is made here.
+    for gateway, auth in ((fail_open, auth_open), (fail_closed, auth_closed)):
+        answer = httpx.post(gateway.url + "/v2/models/tiny_linear/infer", content=BODY, timeout=60,
+                            headers={**auth, "Content-Type": "application/json"})
+        assert answer.status_code == 200, answer.text
 
     async def scenario() -> tuple[list[Sample], list[Sample], dict[str, float]]:
         stop = asyncio.Event()
         url = "/v2/models/tiny_linear/infer"
-        loads = [
-            asyncio.create_task(
-                closed_loop(gw.url + url, BODY, auth, concurrency=2, duration_s=60, stop=stop)
-            )
+        targets = [
+            HttpTarget(url=gw.url + url, requests=((BODY, {"Content-Type": "application/json"}),), headers=auth,
+                       timeout_s=15)
             for gw, auth in ((fail_open, auth_open), (fail_closed, auth_closed))
         ]
+        loads = [asyncio.create_task(closed_loop(t, concurrency=2, duration_s=60, stop=stop)) for t in targets]
         marks = {"start": time.monotonic()}
         await asyncio.sleep(PHASE_S)
         assert redis_server.process is not None
@@ -74,13 +83,13 @@ def test_redis_outage_policies_hold_and_limits_resume(rel_triton, gateways, redi
         marks["stopped"] = time.monotonic()  # a fault's mark goes before it, a recovery's after it
         await asyncio.to_thread(redis_server.stop)  # gone: connections refused
         await asyncio.sleep(PHASE_S)
-        await asyncio.to_thread(redis_server.start)  # same port, empty (no persistence)
+        await asyncio.to_thread(redis_server.start)  # same port, same data (append-only file)
         marks["restarted"] = time.monotonic()
         await asyncio.sleep(PHASE_S + 1)
         marks["end"] = time.monotonic()
         stop.set()
         opened, closed = await asyncio.gather(*loads)
-        return opened, closed, marks
+        return list(opened), list(closed), marks
 
     opened, closed, marks = asyncio.run(scenario())
     phases = [
@@ -116,7 +125,7 @@ def test_redis_outage_policies_hold_and_limits_resume(rel_triton, gateways, redi
             )
 
     for gateway in (fail_open, fail_closed):
-        assert gateway.process.poll() is None, "a gateway died when Redis went away"
+        assert gateway.process.running(), "a gateway died when Redis went away"
     assert {s.status for s in opened} <= {200, 429}, "fail-open answered something else than 200/429"
     assert {s.status for s in closed} <= {200, 429, 503}, (
         "fail-closed answered something else than 200/429/503"

@@ -19,20 +19,20 @@ import select
 import socket
 import sqlite3
 import time
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
 import jwt
 import psutil
 import pytest
-from _gateway_procs import ADMIN_TOKEN, tiny_request
-from conftest import create_key
 
 from gateway.app import PUBLIC_PATHS, PUBLIC_PREFIXES
+from tests.support.gateway_procs import ADMIN_TOKEN, METRICS_HEADERS, METRICS_TOKEN, create_key, tiny_request
 
 pytestmark = pytest.mark.integration
 
-JWT_SECRET = "rel-jwt-secret-0b8f3c2a9d4e7f61"
+JWT_SECRET = "rel-jwt-secret-0b8f3c2a9d4e7f61-5a2c"  # 32+ bytes, as RFC 7518 asks for HS256
 LIMIT = 64 * 1024
 
 
@@ -79,7 +79,7 @@ def test_no_route_serves_without_valid_credentials(sec_gateway) -> None:  # type
     )
     now = int(time.time())
     forged = jwt.encode(
-        {"sub": "mallory", "exp": now + 600, "models": "*"}, "not-the-secret", algorithm="HS256"
+        {"sub": "mallory", "exp": now + 600, "models": "*"}, "not-the-secret-but-long-enough-for-hs256", algorithm="HS256"
     )
     expired = jwt.encode({"sub": "alice", "exp": now - 600, "models": "*"}, JWT_SECRET, algorithm="HS256")
     none_alg = jwt.encode({"sub": "mallory", "exp": now + 600, "models": "*"}, None, algorithm="none")
@@ -129,8 +129,9 @@ def test_keys_are_hashed_at_rest(sec_gateway) -> None:  # type: ignore[no-untype
     keys.append(str(rotated["api_key"]))
     db = sec_gateway.env["GATEWAY_KEYS_DB"]
     files = [f for f in (db, db + "-wal", db + "-shm") if os.path.exists(f)]
-    blob = b"".join(open(f, "rb").read() for f in files)
-    secrets = [k.encode() for k in keys] + [k.rsplit("_", 1)[1].encode() for k in keys]
+    blob = b"".join(Path(f).read_bytes() for f in files)
+    # gk_<id>_<secret>, and the secret itself may hold "_": split off the first two parts only.
+    secrets = [k.encode() for k in keys] + [k.split("_", 2)[2].encode() for k in keys]
     found = [s for s in secrets if s in blob]
     with sqlite3.connect(db) as conn:
         hashes = {row[0] for row in conn.execute("SELECT key_hash FROM api_keys")}
@@ -208,18 +209,21 @@ def test_secrets_never_appear_in_logs(rel_triton, sec_gateway) -> None:  # type:
             ).status_code,
             client.get(sec_gateway.url + "/v1/stats", headers=headers).status_code,
             client.get(sec_gateway.url + "/metrics").status_code,
+            client.get(sec_gateway.url + "/metrics", headers=headers).status_code,
+            client.get(sec_gateway.url + "/metrics", headers=METRICS_HEADERS).status_code,
         ]
-        metrics = client.get(sec_gateway.url + "/metrics").text
-    assert statuses == [200, 200, 200, 401, 200, 200, 200, 200], statuses
+        metrics = client.get(sec_gateway.url + "/metrics", headers=METRICS_HEADERS).text
+    assert statuses == [200, 200, 200, 401, 200, 200, 200, 401, 401, 200], statuses
     time.sleep(0.3)  # let the access log reach the file
     logs = {"gateway": sec_gateway.log(), "triton": rel_triton.log_tail(400), "metrics": metrics}
     secrets = {
         "api key": key,
-        "key secret": key.rsplit("_", 1)[1],
+        "key secret": key.split("_", 2)[2],  # the secret may hold "_"
         "wrong key": wrong,
         "JWT": token,
         "JWT secret": JWT_SECRET,
         "admin token": ADMIN_TOKEN,
+        "metrics token": METRICS_TOKEN,
     }
     leaked = [
         f"{what} in {where}"

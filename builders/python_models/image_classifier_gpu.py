@@ -1,0 +1,213 @@
+"""Triton Python model: encoded images -> top-k ImageNet classes, every step on the GPU, one process.
+
+    IMAGE (uint8 bytes of one JPEG/PNG/... per row) -> header checks -> nvJPEG batch decode
+        -> resize / crop / normalise (one batch, FP16) -> classifier (CUDA graph, channels_last)
+        -> softmax + top-k -> SCORES, CLASS_IDS (and LABELS, where strings can be sent)
+
+Why one model and not an ensemble of three Python models: each Python model is its own process, so
+an ensemble hands tensors across processes (CUDA IPC) and puts three CUDA contexts on one GPU,
+which time-slice rather than overlap (the prototype saw two processes on one GPU collapse to 205
+images/s). Here the decoded batch never leaves the GPU and the classifier plus the top-k run as one
+captured graph per batch size.
+
+The input is ``UINT8 [-1]`` with ragged batching, not ``BYTES``: the embedded Triton 2.51 Python stub
+cannot exchange strings under numpy 2 (a BYTES input kills the stub; string outputs arrive empty),
+while numeric tensors cross by DLPack under numpy 1 and 2. A request row holds one encoded image;
+a request of several rows pads them to one length with zeros (decoders ignore bytes after the image).
+``LABELS`` (BYTES) is produced only when asked for and only where the stub's numpy interop works
+(numpy 1, or a Triton whose stub supports numpy 2); elsewhere asking for it fails with a message
+that says so, and ``CLASS_IDS`` index the ``labels.txt`` shipped in the version folder.
+
+The steps overlap inside one ``execute()``: the batch is cut into chunks of ``pipeline_chunk`` images;
+nvJPEG decodes chunk k+1 (host parsing and the hardware decoder, on torchvision's own stream) while
+the resize and the classifier's graph of chunk k run on the runner's stream, and each chunk's top-k
+is copied back without waiting. The host waits for the GPU once per execution. Measured serially on
+the H200 at batch 64 (``benchmarks/h200``): headers 0.65 ms, decode 3.80, resize 2.11, classifier
+and top-k 3.43, copy back 0.20; pipelined, decode hides behind the GPU's work of the chunk before.
+The graphs are captured only up to the chunk size (small graphs: quick to capture, little memory).
+
+The classifier is another entry of the same repository (parameter ``classifier``), a TorchScript
+``model.pt`` or an AOTInductor ``model.pt2``; its newest version is loaded. Parameters: ``size``,
+``resize``, ``mean``, ``std`` (the CPU pipeline's), ``top_k``, ``precision``, ``channels_last``,
+``cuda_graphs``, ``batch_sizes`` (as the pytorch backend), ``pipeline_chunk`` (images per chunk,
+default :data:`DEFAULT_CHUNK`; 0: the whole batch at once, no overlap).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import torch
+import torch.utils.dlpack
+import triton_python_backend_utils as pb_utils
+from batch_runner import BatchRunner, InputSpec, TorchModule, capture_sizes
+from gpu_images import (
+    DEFAULT_CHUNK,
+    DecodeLimits,
+    ImageError,
+    ImageHeader,
+    Preprocessing,
+    decode_chunks,
+    host_bytes,
+    preprocess_into,
+    read_header,
+)
+
+
+def _floats(raw: str) -> tuple[float, float, float]:
+    a, b, c = (float(v) for v in raw.split(","))
+    return a, b, c
+
+
+def _classifier_file(repository: str, name: str) -> str:
+    entry = os.path.join(repository, name)
+    versions = sorted(int(v) for v in os.listdir(entry) if v.isdigit())
+    if not versions:
+        raise pb_utils.TritonModelException(f"classifier entry {name!r} has no version in {repository}")
+    folder = os.path.join(entry, str(versions[-1]))
+    for filename in ("model.pt2", "model.pt"):
+        if os.path.exists(os.path.join(folder, filename)):
+            return os.path.join(folder, filename)
+    raise pb_utils.TritonModelException(f"classifier entry {name!r} has no model.pt or model.pt2")
+
+
+def _strings_work() -> bool:
+    """Whether this stub exchanges numpy arrays correctly (it does not under numpy 2 in Triton 2.51)."""
+    probe = pb_utils.Tensor.from_dlpack("probe", torch.utils.dlpack.to_dlpack(torch.arange(4, dtype=torch.float32)))
+    try:
+        return [float(v) for v in probe.as_numpy().reshape(-1)] == [0.0, 1.0, 2.0, 3.0]
+    except Exception:
+        return False
+
+
+class _TopK:
+    """Classifier, softmax and top-k: what each CUDA graph captures."""
+
+    def __init__(self, classifier: TorchModule, k: int) -> None:
+        self.classifier, self.k = classifier, k
+
+    def __call__(self, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        (logits,) = self.classifier(pixels)
+        scores, ids = torch.softmax(logits.float(), dim=-1).topk(self.k, dim=-1)
+        return scores, ids.to(torch.int64)
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict[str, str]) -> None:
+        config = json.loads(args["model_config"])
+        params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
+        self.p = Preprocessing(int(params.get("size", 224)), int(params.get("resize", 256)),
+                               _floats(params.get("mean", "0.5,0.5,0.5")), _floats(params.get("std", "0.5,0.5,0.5")))
+        self.k = int(params.get("top_k", 5))
+        self.limits = DecodeLimits(int(params.get("max_source_pixels", DecodeLimits.max_source_pixels)),
+                                   float(params.get("max_aspect_ratio", DecodeLimits.max_aspect_ratio)),
+                                   int(params.get("max_resized_pixels", DecodeLimits.max_resized_pixels)))
+        gpu_kind = args.get("model_instance_kind", "CPU").upper() == "GPU"
+        use_cuda = torch.cuda.is_available() and (gpu_kind or params.get("device", "auto") == "cuda")
+        self.device = torch.device("cuda", int(args.get("model_instance_device_id", "0") or 0)) if use_cuda else torch.device("cpu")
+        if use_cuda:
+            torch.cuda.set_device(self.device)
+            # The host only parses headers and queues GPU work: ATen's OpenMP threads would only add
+            # barriers waiting for descheduled threads on a busy host (see batch_runner.py).
+            torch.set_num_threads(1)
+        dtype = torch.float16 if use_cuda and params.get("precision", "fp16") == "fp16" else torch.float32
+        repository = os.path.dirname(os.path.normpath(args["model_repository"]))
+        classifier = TorchModule(_classifier_file(repository, params["classifier"]), self.device, dtype,
+                                 use_cuda and params.get("channels_last", "true") == "true", [torch.float32])
+        self.max_batch = int(config["max_batch_size"])
+        chunk = int(params.get("pipeline_chunk", DEFAULT_CHUNK))
+        # One run takes at most a chunk: the graphs only need to go that far.
+        self.chunk = min(chunk, self.max_batch) if chunk > 0 and use_cuda else self.max_batch
+        listed = [int(s) for s in params.get("batch_sizes", "").split(",") if s.strip()]
+        sizes = capture_sizes(self.chunk, sizes=listed) if listed else capture_sizes(self.chunk)
+        self.runner = BatchRunner(_TopK(classifier, self.k), [InputSpec((3, self.p.size, self.p.size), dtype)],
+                                  self.device, sizes if use_cuda else (self.chunk,),
+                                  cuda_graphs=use_cuda and params.get("cuda_graphs", "true") == "true")
+        with open(os.path.join(args["model_repository"], args["model_version"], "labels.txt"), encoding="utf-8") as handle:
+            # Class names ship with underscores (tiger_cat); users read "tiger cat".
+            self.labels = [line.strip().replace("_", " ") for line in handle if line.strip()]
+        self.strings = _strings_work()
+
+    def _images(self, request: Any) -> tuple[list[torch.Tensor], list[ImageHeader]]:
+        tensor = pb_utils.get_input_tensor_by_name(request, "IMAGE")
+        if tensor is None:
+            raise ImageError("missing input 'IMAGE'")
+        if not tensor.is_cpu():
+            raise ImageError("IMAGE must be sent in host memory (HTTP, gRPC or system shared memory)")
+        rows = torch.utils.dlpack.from_dlpack(tensor.to_dlpack())
+        if rows.dtype != torch.uint8 or rows.dim() != 2 or rows.shape[0] == 0 or rows.shape[1] == 0:
+            raise ImageError(f"IMAGE must be UINT8 [images, bytes] holding encoded images; got {rows.dtype} {list(rows.shape)}")
+        encoded = [rows[r] for r in range(rows.shape[0])]
+        return encoded, [read_header(host_bytes(e), self.p, self.limits) for e in encoded]
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        responses: list[Any] = [None] * len(requests)
+        owners: list[int] = []  # request index of each image
+        encoded: list[torch.Tensor] = []
+        headers: list[ImageHeader] = []
+        for index, request in enumerate(requests):
+            try:
+                images, found = self._images(request)
+            except ImageError as exc:
+                responses[index] = self._error(str(exc))
+                continue
+            owners += [index] * len(images)
+            encoded += images
+            headers += found
+        rows: list[int] = []  # image index of each row of the outputs
+        chunks: list[tuple[list[torch.Tensor], list[torch.Tensor]]] = []  # (decoded images, host outputs)
+        # Each chunk's decode blocks the host while the GPU still runs the chunk before.
+        for live, decoded in decode_chunks(encoded, headers, self.device, self.chunk, lambda i: responses[owners[i]] is not None):
+            for i, error in zip(live, decoded.errors, strict=True):
+                if error is not None and responses[owners[i]] is None:
+                    responses[owners[i]] = self._error(error)
+            kept = [(i, image) for i, image in zip(live, decoded.images, strict=True)
+                    if image is not None and responses[owners[i]] is None]
+            if not kept:
+                continue
+            images = [image for _, image in kept]
+            outputs = self.runner.run(len(images), lambda batch, images=images: preprocess_into(images, batch[0], self.p))  # type: ignore[misc]
+            # The decoded images stay referenced until the stream is done with them (they were
+            # allocated on another stream; freed earlier, their memory could be handed out again).
+            chunks.append((images, self.runner.to_host(outputs, wait=False)))
+            rows += [i for i, _ in kept]
+        self.runner.synchronize()
+        if chunks:
+            scores, ids = (torch.cat([c[1][j] for c in chunks]) if len(chunks) > 1 else chunks[0][1][j] for j in range(2))
+            # A request fails whole: drop the rows of one whose later image failed after its first ran.
+            good = [r for r, i in enumerate(rows) if responses[owners[i]] is None]
+            if len(good) < len(rows):
+                keep = torch.tensor(good, dtype=torch.long)
+                scores, ids = scores.index_select(0, keep), ids.index_select(0, keep)
+            if good:
+                self._respond(requests, responses, [owners[rows[r]] for r in good], scores, ids)
+        return responses
+
+    def _respond(self, requests: list[Any], responses: list[Any], owners: list[int], scores: torch.Tensor, ids: torch.Tensor) -> None:
+        rows: dict[int, list[int]] = {}
+        for row, owner in enumerate(owners):
+            rows.setdefault(owner, []).append(row)
+        for owner, members in rows.items():
+            first, last = members[0], members[-1] + 1
+            outputs = [pb_utils.Tensor.from_dlpack("SCORES", torch.utils.dlpack.to_dlpack(scores[first:last].contiguous())),
+                       pb_utils.Tensor.from_dlpack("CLASS_IDS", torch.utils.dlpack.to_dlpack(ids[first:last].contiguous()))]
+            if "LABELS" in requests[owner].requested_output_names():
+                if not self.strings:
+                    responses[owner] = self._error(
+                        "LABELS (strings) cannot be sent by this Triton's Python stub under numpy 2; ask for "
+                        "SCORES and CLASS_IDS (CLASS_IDS index labels.txt)")
+                    continue
+                import numpy as np  # only for strings, which have no DLPack form
+
+                names = [[self.labels[int(c)] for c in line] for line in ids[first:last].tolist()]
+                outputs.append(pb_utils.Tensor("LABELS", np.array(names, dtype=np.object_)))
+            responses[owner] = pb_utils.InferenceResponse(output_tensors=outputs)
+
+    def _error(self, message: str) -> Any:
+        return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, pb_utils.TritonError.INVALID_ARG))
+
+    def finalize(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)

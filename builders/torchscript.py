@@ -1,0 +1,148 @@
+"""The TorchScript flavour of a PyTorch model: a ``pytorch_libtorch`` entry ``<model>_torchscript``.
+
+    spec -> torch.jit.trace -> parity vs the eager module -> <model>_torchscript (model.pt)
+
+Built like every artifact: its inputs are hashed (the spec's files, this module, the serving options),
+an unchanged entry is not rebuilt, the trace is checked against the eager module on the spec's real
+sample inputs, and a build report lies beside ``model.pt``. Tensor names follow libtorch's positional
+convention (``INPUT__0`` ..., ``OUTPUT__0`` ...), which both the NGC container's native libtorch
+backend and the Python-based ``pytorch`` backend (``serving/backends/pytorch``) accept as they are.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from builders import repository as repo
+from builders.errors import BuildError, ParityError
+from builders.export import torch_reference
+from builders.parity import compare
+from builders.pipeline import inputs_hash
+from builders.registry import get_spec
+from builders.report import BuildReport, file_sha256
+from builders.spec import BatchingPolicy, ModelSpec, TensorSpec
+from builders.triton_config import model_config
+
+__all__ = ["TorchScriptOptions", "build_torchscript", "torchscript_name"]
+
+
+def torchscript_name(source: str) -> str:
+    return f"{source}_torchscript"
+
+
+@dataclass(frozen=True)
+class TorchScriptOptions:
+    """How the entry is served.
+
+    Attributes:
+        gpu: instance group ``KIND_GPU`` (FP16 on CUDA in our backend) instead of ``KIND_CPU``.
+        precision: ``fp16`` or ``fp32``: what the backend computes in on a GPU (CPU is always FP32).
+        device: the backend's ``device`` parameter: ``auto`` follows the instance kind, ``cuda`` runs
+            a ``KIND_CPU`` instance on the GPU. On the embedded server use ``gpu=False,
+            device="cuda"``: its Python backend answered ``KIND_GPU`` instances with empty output
+            buffers on the H200 box (``binary_data_size: 0``), while a CPU instance that computes on
+            CUDA itself returns correct tensors. The NGC native backend reads only the instance kind.
+            A ``KIND_GPU`` entry also lets inputs that arrive in GPU memory (CUDA shared memory) stay
+            there (``FORCE_CPU_ONLY_INPUT_TENSORS: no``).
+        name: the entry's name; ``<source>_torchscript`` by default.
+        batching: the entry's dynamic batching; the spec's when ``None`` (a GPU takes larger batches).
+    """
+
+    gpu: bool = False
+    precision: str = "fp16"
+    device: str = "auto"
+    name: str | None = None
+    batching: BatchingPolicy | None = None
+
+    def __post_init__(self) -> None:
+        if self.precision not in ("fp16", "fp32"):
+            raise BuildError(f"TorchScript precision must be fp16 or fp32, not {self.precision!r}")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise BuildError(f"TorchScript device must be auto, cpu or cuda, not {self.device!r}")
+
+
+def _positional(tensors: Sequence[TensorSpec], prefix: str) -> list[TensorSpec]:
+    return [replace(t, name=f"{prefix}__{i}") for i, t in enumerate(tensors)]
+
+
+def _hash(spec: ModelSpec, options: TorchScriptOptions) -> str:
+    digest = hashlib.sha256()
+    for part in (inputs_hash(spec), file_sha256(Path(__file__)), repr(options)):
+        digest.update(part.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def build_torchscript(repository: Path, source: str, options: TorchScriptOptions = TorchScriptOptions(),
+                      *, force: bool = False) -> BuildReport:
+    """Trace ``source``'s module, check it, and publish it as ``<source>_torchscript`` (unless current).
+
+    Args:
+        repository: the Triton model repository to publish into.
+        source: a registry name whose spec is a PyTorch model (:class:`ModelSpec`).
+
+    Returns:
+        The entry's build report (``skipped`` when it was already current).
+
+    Raises:
+        BuildError: ``source`` is not a PyTorch model.
+        ParityError: the traced module disagrees with the eager one beyond the spec's tolerance.
+    """
+    import torch
+
+    spec = get_spec(source)
+    if not isinstance(spec, ModelSpec):
+        raise BuildError(f"{source} is not a PyTorch model, so it has no TorchScript flavour")
+    name = options.name or torchscript_name(source)
+    digest = _hash(spec, options)
+    previous = repo.latest_report(repository, name)
+    if not force and previous is not None and previous.inputs_hash == digest:
+        previous.skipped = True
+        return previous
+
+    started = time.perf_counter()
+    module, weights = spec.load()
+    feeds = spec.sample_inputs()
+    reference = torch_reference(module, spec, feeds)
+    args = tuple(torch.from_numpy(feeds[t.name]) for t in spec.inputs)
+    # Not frozen: freezing folds weights into graph constants, which ``.half()`` in the backend
+    # could then no longer convert.
+    with torch.no_grad():
+        traced = torch.jit.trace(module, args, check_trace=False)
+        out = traced(*args)
+    outs = out if isinstance(out, tuple | list) else (out,)
+    candidate = [o.detach().numpy() for o in outs]
+    parity = {
+        o.name: compare(ref, cand, classes=o.name == spec.class_output)
+        for o, ref, cand in zip(spec.outputs, reference, candidate, strict=True)
+    }
+    failures = [f"{n}: {p}" for n, result in parity.items() for p in result.failures(spec.tolerance)]
+    if failures:
+        raise ParityError(f"{name}: TorchScript trace is outside tolerance: " + "; ".join(failures))
+
+    inputs, outputs = _positional(spec.inputs, "INPUT"), _positional(spec.outputs, "OUTPUT")
+    config = model_config(
+        name, platform="pytorch_libtorch", inputs=inputs, outputs=outputs, batching=options.batching or spec.batching,
+        parameters={"precision": options.precision, "intra_op_thread_count": "0", "device": options.device,
+                    **({"FORCE_CPU_ONLY_INPUT_TENSORS": "no"} if options.gpu else {})},
+        gpu=options.gpu,
+    )
+    config.default_model_filename = "model.pt"
+    report = BuildReport(
+        model=name, family=spec.family, version=(repo.latest_version(repository, name) or 0) + 1,
+        precision=options.precision if options.gpu or options.device == "cuda" else "fp32", inputs_hash=digest,
+        weights=weights.__dict__, timings_s={"trace": time.perf_counter() - started},
+        parity={n: r.as_dict() for n, r in parity.items()},
+        notes=[f"TorchScript trace of {source}; inputs {[t.name for t in inputs]}, outputs {[t.name for t in outputs]}; "
+               f"parity vs the eager module on {len(reference[0])} real samples"],
+    )
+    with tempfile.TemporaryDirectory(prefix=f"build-{name}-") as tmp:
+        path = Path(tmp) / "model.pt"
+        torch.jit.save(traced, str(path))
+        repo.publish(repository, config, {"model.pt": path}, report)
+    return report

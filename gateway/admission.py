@@ -1,0 +1,234 @@
+"""Admission control: whether one request may reach Triton, decided before it costs anything.
+
+The order is the contract (each step creates no state for a request a later step would refuse,
+and nothing per model exists before the model is known):
+
+1. the name's spelling (400): reserved Triton paths and names no model can have never go further;
+2. the credential's scope (403): an out-of-scope caller learns nothing and drains no bucket;
+3. the caller's limit across all models (429): one bucket per key, whatever names it sends;
+4. the name is a model Triton serves (404), from the cached repository index (:mod:`gateway.catalog`):
+   only now may per-model state (buckets, counters, labels) be made for it;
+5. the caller's limit for this model (429);
+6. the tier's share of the model's in-flight bound (429 + Retry-After): under overload the lower
+   tiers, whose share is smaller, are shed first while the rest of the bound stays free for higher
+   ones.
+
+A generation job (:mod:`gateway.job_runner`) passes steps 1-5 when it is submitted (:meth:`check`)
+and takes step 6 only when a worker runs it (:meth:`slot`), with the job's own deadline.
+
+An admitted request holds a :class:`Ticket`: the Triton model, the priority its tier maps to, and
+its deadline, whose remainder travels to Triton as the request timeout.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from gateway.catalog import ModelCatalog, check_model_name
+from gateway.context import RequestContext
+from gateway.errors import ModelNotFound, Overloaded, PermissionDenied, RateLimited, UpstreamTimeout
+from gateway.ratelimit import Decision, RateLimiter
+from gateway.settings import GatewaySettings
+from gateway.stats import LatencyTracker
+
+__all__ = ["AdmissionControl", "Ticket", "key_bucket", "model_bucket"]
+
+
+def key_bucket(client_id: str) -> str:
+    """The rate-limit bucket of a client across every model (``*`` is no model name)."""
+    return f"{client_id}:*"
+
+
+def model_bucket(client_id: str, model: str) -> str:
+    """The rate-limit bucket of a client for one model."""
+    return f"{client_id}:{model}"
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """An admitted request.
+
+    Attributes:
+        model: the Triton model.
+        priority: Triton's request priority for the caller's tier (1 is served first).
+        deadline: ``time.monotonic()`` by which the answer must be back.
+    """
+
+    model: str
+    priority: int
+    deadline: float
+
+    def remaining_s(self) -> float:
+        """Seconds left before the deadline.
+
+        Raises:
+            UpstreamTimeout: the deadline has passed (the request is not sent at all).
+        """
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise UpstreamTimeout(f"the request's deadline passed before it reached model '{self.model}'")
+        return left
+
+
+def _tighter(a: Decision, b: Decision | None) -> Decision:
+    return a if b is None or a.remaining <= b.remaining else b
+
+
+class AdmissionControl:
+    """Admits requests in the order the module docstring gives, and counts them in flight.
+
+    Args:
+        settings: tiers, in-flight bound, deadline.
+        catalog: the known model names.
+        limiter: the rate limiter (in process or Redis).
+        tracker: rejection counters and the in-flight gauge.
+    """
+
+    def __init__(
+        self, settings: GatewaySettings, catalog: ModelCatalog, limiter: RateLimiter, tracker: LatencyTracker
+    ) -> None:
+        self.settings = settings
+        self.catalog = catalog
+        self.limiter = limiter
+        self.tracker = tracker
+        self._in_flight: dict[str, int] = {}
+
+    def in_flight(self, model: str) -> int:
+        """Requests for ``model`` admitted and not yet answered."""
+        return self._in_flight.get(model, 0)
+
+    def check_scope(self, ctx: RequestContext, name: str, field: str = "model") -> str:
+        """Steps 1-2 only (for metadata and readiness, which take no rate-limit token).
+
+        Returns:
+            The Triton model behind ``name`` (not yet checked to exist).
+        """
+        model = self.catalog.alias(check_model_name(name, field))
+        principal = ctx.principal
+        if principal is None:  # routes are behind the auth middleware; this is a wiring bug
+            raise RuntimeError("admission without an authenticated principal")
+        if not principal.allows(model):
+            self.tracker.reject("scope")
+            raise PermissionDenied(f"this credential is not allowed to use model '{name}'", field=field)
+        return model
+
+    async def known(self, name: str, model: str) -> None:
+        """Step 4: refuse a model Triton does not serve (404 naming the name the client sent)."""
+        if model not in await self.catalog.known(model):
+            self.tracker.reject("unknown_model")
+            raise ModelNotFound(name)
+
+    @asynccontextmanager
+    async def admit(self, ctx: RequestContext, name: str, field: str = "model") -> AsyncIterator[Ticket]:
+        """Let one request for ``name`` through, or refuse it before it reaches Triton (steps 1-6).
+
+        Args:
+            ctx: the request's context (``principal`` set by authentication).
+            name: the model name the client sent (a Triton model or an alias).
+            field: the request field that carried it, for errors.
+
+        Yields:
+            The request's :class:`Ticket`; its in-flight slot is held until the block exits.
+
+        Raises:
+            BadRequest: the name cannot be a model name.
+            PermissionDenied: the caller's scopes do not include the model.
+            RateLimited: the caller's bucket across all models, or for this model, is empty.
+            ModelNotFound: Triton does not serve the model.
+            Overloaded: the tier's share of the model's in-flight bound is taken.
+            RateLimiterUnavailable: Redis is down and the policy is closed.
+        """
+        model = await self.check(ctx, name, field)
+        async with self.slot(ctx, model) as ticket:
+            yield ticket
+
+    async def check(self, ctx: RequestContext, name: str, field: str = "model") -> str:
+        """Steps 1-5: name, scope, the caller's rate limits and that Triton serves the model.
+
+        A generation job passes these when it is submitted and takes its in-flight slot
+        (:meth:`slot`) only when a worker runs it.
+
+        Returns:
+            The Triton model behind ``name``.
+
+        Raises:
+            See :meth:`admit` (all but ``Overloaded``).
+        """
+        model = self.check_scope(ctx, name, field)
+        principal = ctx.principal
+        assert principal is not None
+        tier = self.settings.tier_limit(principal.tier)
+        key_decision = None
+        key_limit = tier.key_limit()
+        if key_limit is not None:
+            key_decision = await self.limiter.hit(key_bucket(principal.client_id), key_limit)
+            if not key_decision.allowed:
+                ctx.rate = key_decision
+                self.tracker.reject("rate_limit")
+                raise RateLimited(
+                    f"rate limit across all models exceeded (tier '{principal.tier}': "
+                    f"{key_limit.per_minute:g}/min, burst {key_limit.burst})",
+                    retry_after_s=key_decision.retry_after_s,
+                    headers=key_decision.headers(),
+                )
+        await self.known(name, model)
+        model_limit = tier.model_limit()
+        if model_limit is not None:
+            decision = await self.limiter.hit(model_bucket(principal.client_id, model), model_limit)
+            ctx.rate = _tighter(decision, key_decision)
+            if not decision.allowed:
+                self.tracker.reject("rate_limit")
+                raise RateLimited(
+                    f"rate limit for model '{model}' exceeded (tier '{principal.tier}': "
+                    f"{model_limit.per_minute:g}/min, burst {model_limit.burst})",
+                    retry_after_s=decision.retry_after_s,
+                    headers=decision.headers(),
+                )
+        else:
+            ctx.rate = key_decision  # None for an unlimited tier: no RateLimit headers
+        return model
+
+    @asynccontextmanager
+    async def slot(self, ctx: RequestContext, model: str, timeout_s: float | None = None) -> AsyncIterator[Ticket]:
+        """Step 6: the tier's share of ``model``'s in-flight bound, held until the block exits.
+
+        Args:
+            ctx: the request's context (its principal's tier sets the share and the priority).
+            model: a Triton model that passed :meth:`check`.
+            timeout_s: the deadline from now (default ``upstream_timeout_s``; jobs have their own).
+
+        Raises:
+            Overloaded: the tier's share is taken.
+        """
+        principal = ctx.principal
+        if principal is None:
+            raise RuntimeError("admission without an authenticated principal")
+        tier = self.settings.tier_limit(principal.tier)
+        bound = self.settings.max_in_flight_per_model
+        share = max(1, math.floor(bound * tier.in_flight_share + 1e-9))
+        running = self._in_flight.get(model, 0)
+        if running >= share:
+            # 429 rather than 503: load shedding the client should back off from, not an outage.
+            self.tracker.reject("in_flight")
+            held = "" if share == bound else f" (tier '{principal.tier}' may use {share} of {bound})"
+            raise Overloaded(
+                f"model '{model}' already has {running} requests in flight{held}; retry shortly",
+                retry_after_s=self.settings.retry_after_s,
+            )
+        self._in_flight[model] = running + 1
+        self.tracker.in_flight.labels(model).inc()
+        ctx.model = model
+        ctx.admitted = True
+        try:
+            yield Ticket(
+                model=model,
+                priority=tier.priority,
+                deadline=time.monotonic() + (self.settings.upstream_timeout_s if timeout_s is None else timeout_s),
+            )
+        finally:
+            self._in_flight[model] -= 1
+            self.tracker.in_flight.labels(model).dec()

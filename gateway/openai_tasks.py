@@ -1,0 +1,365 @@
+"""The OpenAI-compatible tasks: model listing, embeddings, image generation.
+
+Protocol-neutral like :mod:`gateway.service` (no FastAPI, no REST models): the routes in
+:mod:`gateway.routes.openai` translate HTTP to these calls. Admission (name, scope, rate limits,
+in-flight share, deadline and priority: :mod:`gateway.admission`) and the Triton backend are the
+service's; what a model is and allows comes from its card
+(:mod:`gateway.model_cards`); request limits from :mod:`serving.limits`.
+
+- Listing: Triton's READY models in the caller's scope, without internal pipeline steps (their card
+  says ``visibility: internal``), plus configured aliases of listed models.
+- Embeddings: strings or token-id arrays of the model's own vocabulary (WordPiece for MiniLM), split
+  into the encoder's batch size and run under one admission; ``usage`` is the tokenizer's count;
+  ``dimensions`` is honoured only where the card lists it (a Matryoshka-trained model), then the
+  vectors are truncated and re-normalised; elsewhere it is refused, since a truncated vector of a
+  model not trained for it is not an embedding.
+- Images: ``n`` pipeline runs (seeds ``seed``, ``seed + 1``, ...) under one admission, encoded as
+  PNG, JPEG or WebP off the event loop; now (:meth:`OpenAITasks.generate_images`), or as a job
+  (:mod:`gateway.job_runner`) that passed admission when it was submitted and takes only its
+  in-flight slot when it runs (:meth:`OpenAITasks.run_image_job`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import math
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+import numpy as np
+
+from gateway.admission import Ticket
+from gateway.context import RequestContext
+from gateway.errors import BadRequest, InferenceInputError, ModelNotFound
+from gateway.model_cards import ModelCards
+from gateway.service import InferenceService
+from gateway.triton import Tensor
+from serving.limits import DEFAULT_LIMITS, RequestLimits
+from serving.model_card import ModelCard, Task
+
+__all__ = ["IMAGE_FORMATS", "Embeddings", "ImageRequest", "OpenAITasks", "PublicModel"]
+
+#: output_format -> (Pillow format, media type)
+IMAGE_FORMATS = {"png": ("PNG", "image/png"), "jpeg": ("JPEG", "image/jpeg"), "webp": ("WEBP", "image/webp")}
+
+
+@dataclass(frozen=True)
+class PublicModel:
+    """A model a client can call, as ``/v1/models`` lists it."""
+
+    id: str
+    created: int
+    task: Task | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageRequest:
+    """One image-generation request, as the synchronous route and the job store hand it over.
+
+    Attributes:
+        prompt, negative_prompt: the texts (checked against the limits by the tasks).
+        model: the public model name; ``None`` is the configured diffusion model.
+        n: images, image ``k`` with seed ``seed + k``.
+        width, height: pixels.
+        output_format: ``png``, ``jpeg`` or ``webp``.
+        steps: denoising steps.
+        guidance: the classifier-free guidance scale.
+        seed: the seed of the first image.
+        scheduler: ``default`` (the checkpoint's own) or a name of ``serving.limits``' schedulers.
+    """
+
+    prompt: str
+    model: str | None = None
+    n: int = 1
+    width: int = DEFAULT_LIMITS.image_generation.default_side
+    height: int = DEFAULT_LIMITS.image_generation.default_side
+    output_format: str = "png"
+    negative_prompt: str = ""
+    steps: int = DEFAULT_LIMITS.image_generation.default_steps
+    guidance: float = DEFAULT_LIMITS.image_generation.default_guidance
+    seed: int = 0
+    scheduler: str = "default"
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-able dict (what a job stores)."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ImageRequest:
+        """The request a job stored; fields it lacks take their defaults, unknown ones are ignored."""
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+
+
+@dataclass(frozen=True)
+class Embeddings:
+    """Unit-length vectors (float32 [n, d]) and the tokens the encoder saw."""
+
+    vectors: np.ndarray
+    tokens: int
+
+
+class OpenAITasks:
+    """The tasks behind the OpenAI-compatible routes.
+
+    Args:
+        service: admission and the Triton backend.
+        cards: model cards (what each model is and allows).
+        limits: request limits.
+    """
+
+    def __init__(self, service: InferenceService, cards: ModelCards, limits: RequestLimits = DEFAULT_LIMITS) -> None:
+        self.service = service
+        self.cards = cards
+        self.limits = limits
+
+    # -- models -----------------------------------------------------------------------------
+
+    async def models(self, ctx: RequestContext) -> list[PublicModel]:
+        """What the caller can call: READY, in scope, not a pipeline step; aliases of those too."""
+        settings = self.service.settings
+        index = await self.service.backend.repository_index(timeout_s=settings.triton_health_timeout_s * 4)
+        principal = ctx.principal
+        listed: dict[str, PublicModel] = {}
+        for entry in index:
+            name = str(entry.get("name", ""))
+            if entry.get("state") != "READY" or name in listed or principal is None or not principal.allows(name):
+                continue
+            card = await self.cards.get(name)
+            if not card.internal:
+                listed[name] = PublicModel(name, card.created, card.task)
+        for alias, target in settings.model_aliases.items():
+            if target in listed and alias not in listed:
+                listed[alias] = PublicModel(alias, listed[target].created, listed[target].task)
+        return sorted(listed.values(), key=lambda m: m.id)
+
+    async def model(self, ctx: RequestContext, model: str) -> PublicModel:
+        """One listed model.
+
+        Raises:
+            ModelNotFound: not listed for this caller (unknown, out of scope, not ready or internal).
+        """
+        for entry in await self.models(ctx):
+            if entry.id == model:
+                return entry
+        raise ModelNotFound(model, f"model '{model}' does not exist or this credential cannot use it")
+
+    async def _card(self, ctx: RequestContext, model: str, task: Task, default: str) -> tuple[str, ModelCard]:
+        """The Triton model behind ``model`` and its card, checked to serve ``task`` for this caller.
+
+        The name is checked, then the scope, then that Triton serves it, before its card is read:
+        an unknown name makes no card-cache entry.
+        """
+        admission = self.service.admission
+        triton_model = admission.check_scope(ctx, model)
+        await admission.known(model, triton_model)
+        card = await self.cards.get(triton_model)
+        # An entry built before cards existed has none: the configured model keeps working.
+        if card.task is not task and not (card.task is None and triton_model == default):
+            raise ModelNotFound(model, f"model '{model}' does not serve {task.value} (try '{default}')")
+        return triton_model, card
+
+    # -- embeddings --------------------------------------------------------------------------
+
+    def _tensors(self, inputs: Sequence[str] | Sequence[Sequence[int]]) -> list[Tensor]:
+        """``inputs`` checked and split into the encoder's batch size, as TEXT or TOKEN_IDS tensors."""
+        limits = self.limits.embeddings
+        if not inputs:
+            raise BadRequest("input must hold at least one string or token array", field="input")
+        if len(inputs) > limits.max_inputs:
+            raise BadRequest(f"input holds {len(inputs)} items; at most {limits.max_inputs} per request",
+                             field="input")
+        size = limits.batch_size
+        if all(isinstance(item, str) for item in inputs):
+            encoded = [_text(item, index, limits.max_text_chars, limits.max_text_bytes)  # type: ignore[arg-type]
+                       for index, item in enumerate(inputs)]
+            return [Tensor("TEXT", np.array([[t] for t in encoded[i : i + size]], dtype=np.object_))
+                    for i in range(0, len(encoded), size)]
+        rows = [_token_row(item, index, limits.max_token_ids) for index, item in enumerate(inputs)]  # type: ignore[arg-type]
+        tensors = []
+        for start in range(0, len(rows), size):
+            chunk = rows[start : start + size]
+            padded = np.full((len(chunk), max(len(r) for r in chunk)), -1, dtype=np.int64)  # -1: the model's padding
+            for row, ids in enumerate(chunk):
+                padded[row, : len(ids)] = ids
+            tensors.append(Tensor("TOKEN_IDS", padded))
+        return tensors
+
+    async def embed(self, ctx: RequestContext, model: str, inputs: Sequence[str] | Sequence[Sequence[int]],
+                    dimensions: int | None = None) -> Embeddings:
+        """Embeddings of strings or token arrays, in order.
+
+        Raises:
+            BadRequest: a malformed input (``input.N``) or ``dimensions`` the model cannot give.
+            ModelNotFound: no such model, or not an embedding model.
+        """
+        settings = self.service.settings
+        triton_model, card = await self._card(ctx, model, Task.EMBEDDINGS, settings.embedding_model)
+        if dimensions is not None and dimensions != card.dimensions and not card.allows_dimensions(dimensions):
+            shorter = f"; it was trained to be shortened to {list(card.matryoshka)}" if card.matryoshka else (
+                " and was not trained to be shortened (Matryoshka), so a truncated vector would not be an embedding")
+            raise BadRequest(f"dimensions={dimensions} is not available for model '{model}': it returns "
+                             f"{card.dimensions or 'fixed-length'}-dimensional vectors{shorter}", field="dimensions")
+        chunks = self._tensors(inputs)
+        # The tokenizer's own count; entries built before TOKENS existed report none (usage 0 then).
+        counted = "TOKENS" in await self.cards.outputs(triton_model)
+        try:
+            outputs = await self._run(ctx, [[t] for t in chunks], ["EMBEDDING", "TOKENS"] if counted else ["EMBEDDING"],
+                                      self.service.admission.admit(ctx, triton_model))
+        except InferenceInputError as exc:  # e.g. a token id outside the vocabulary
+            raise InferenceInputError(f"input was refused by model '{model}': {exc.detail}", field="input") from exc
+        vectors = np.concatenate([o["EMBEDDING"] for o in outputs]).astype(np.float32, copy=False)
+        tokens = int(sum(int(o["TOKENS"].sum()) for o in outputs)) if counted else 0
+        ctx.usage.inputs, ctx.usage.tokens = len(vectors), tokens
+        if dimensions is not None and dimensions < vectors.shape[1]:
+            vectors = vectors[:, :dimensions]
+            vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        return Embeddings(vectors, tokens)
+
+    async def _run(self, ctx: RequestContext, requests: Sequence[Sequence[Tensor]], outputs: Sequence[str],
+                   admission: AbstractAsyncContextManager[Ticket]) -> list[dict[str, np.ndarray]]:
+        """Run several requests of one client request concurrently, under one admission and one deadline."""
+        service = self.service
+        async with admission as ticket:
+            with ctx.usage.upstream():
+                try:
+                    async with asyncio.TaskGroup() as group:  # one failure cancels the others
+                        routes = [service.traffic.route(ticket.model) for _ in requests]
+                        tasks = [group.create_task(service.routed(ticket.model, route, service.backend.infer(
+                            route.model, inputs, outputs, timeout_s=ticket.remaining_s(),
+                            version=route.version, priority=ticket.priority)))
+                            for route, inputs in zip(routes, requests, strict=True)]
+                except ExceptionGroup as failed:
+                    raise failed.exceptions[0] from None  # the first failure is the answer; the rest were cancelled
+        return [task.result() for task in tasks]
+
+    # -- images ------------------------------------------------------------------------------
+
+    def _image_requests(self, request: ImageRequest) -> list[list[Tensor]]:
+        """``request`` checked against the limits, as one Triton request per image.
+
+        Raises:
+            BadRequest: a parameter out of range (the field is named).
+        """
+        limits = self.limits.image_generation
+        n, seed = request.n, request.seed
+        if not request.prompt.strip():
+            raise BadRequest("prompt must not be empty", field="prompt")
+        if not 1 <= n <= limits.max_images:
+            raise BadRequest(f"n must be between 1 and {limits.max_images}", field="n")
+        for name, side in (("width", request.width), ("height", request.height)):
+            problem = limits.side_problem(name, side)
+            if problem is not None:
+                raise BadRequest(problem, field="size")
+        if not limits.min_steps <= request.steps <= limits.max_steps:
+            raise BadRequest(f"steps must be between {limits.min_steps} and {limits.max_steps}", field="steps")
+        guidance = request.guidance
+        if not (math.isfinite(guidance) and limits.min_guidance <= guidance <= limits.max_guidance):
+            raise BadRequest(f"guidance_scale must be between {limits.min_guidance:g} and {limits.max_guidance:g}",
+                             field="guidance_scale")
+        if not limits.min_seed <= seed <= limits.max_seed - (n - 1):
+            raise BadRequest(f"seed must be between {limits.min_seed} and {limits.max_seed - (n - 1)}", field="seed")
+        scheduler_problem = limits.scheduler_problem(request.scheduler)
+        if scheduler_problem is not None:
+            raise BadRequest(scheduler_problem, field="scheduler")
+        if request.output_format not in IMAGE_FORMATS:
+            raise BadRequest(f"output_format must be one of {', '.join(IMAGE_FORMATS)}", field="output_format")
+        texts = {name: _text(value, 0, limits.max_prompt_chars, limits.max_prompt_bytes, field=name, empty_ok=True)
+                 for name, value in (("prompt", request.prompt), ("negative_prompt", request.negative_prompt))}
+        # One request per image, each of batch 1 ([1, 1] per input) and always with every input: the
+        # pipeline's dynamic batcher merges concurrent requests (these n and other clients') into one
+        # denoising loop, and it merges only requests that send the same inputs.
+        return [[
+            Tensor("PROMPT", np.array([[texts["prompt"]]], dtype=np.object_)),
+            Tensor("NEGATIVE_PROMPT", np.array([[texts["negative_prompt"]]], dtype=np.object_)),
+            Tensor("STEPS", np.array([[request.steps]], dtype=np.int32)),
+            Tensor("GUIDANCE", np.array([[guidance]], dtype=np.float32)),
+            Tensor("HEIGHT", np.array([[request.height]], dtype=np.int32)),
+            Tensor("WIDTH", np.array([[request.width]], dtype=np.int32)),
+            Tensor("SEED", np.array([[seed + k]], dtype=np.int64)),
+            Tensor("SCHEDULER", np.array([[request.scheduler.encode()]], dtype=np.object_)),
+        ] for k in range(n)]
+
+    async def image_model(self, ctx: RequestContext, request: ImageRequest) -> str:
+        """The Triton model ``request`` runs on, after checking the request and the caller's scope.
+
+        Raises:
+            BadRequest: a parameter out of range (the field is named).
+            PermissionDenied: the model is out of the caller's scope.
+            ModelNotFound: no such model, or not an image-generation model.
+        """
+        self._image_requests(request)
+        default = self.service.settings.image_generation_model
+        triton_model, _ = await self._card(ctx, request.model or default, Task.IMAGE_GENERATION, default)
+        return triton_model
+
+    async def generate_images(self, ctx: RequestContext, request: ImageRequest) -> list[bytes]:
+        """``request.n`` encoded images for ``request.prompt`` (seeds ``seed``..``seed + n - 1``), now.
+
+        Raises:
+            BadRequest: a parameter out of range (the field is named).
+            ModelNotFound: no such model, or not an image-generation model.
+            RateLimited, Overloaded: see :meth:`gateway.admission.AdmissionControl.admit`.
+        """
+        triton_model = await self.image_model(ctx, request)
+        return await self._images(ctx, request, self.service.admission.admit(ctx, triton_model))
+
+    async def run_image_job(self, ctx: RequestContext, triton_model: str, request: ImageRequest,
+                            timeout_s: float) -> list[bytes]:
+        """Run an image-generation job that passed admission when it was submitted.
+
+        It takes only the in-flight slot (the tier's share) here, with the job's own deadline,
+        which travels to Triton as each request's timeout.
+
+        Raises:
+            Overloaded: the tier's share of the model is taken (the job should wait and retry).
+            GatewayError: as :meth:`generate_images` once admitted.
+        """
+        return await self._images(ctx, request, self.service.admission.slot(ctx, triton_model, timeout_s))
+
+    async def _images(self, ctx: RequestContext, request: ImageRequest,
+                      admission: AbstractAsyncContextManager[Ticket]) -> list[bytes]:
+        requests = self._image_requests(request)
+        outputs = await self._run(ctx, requests, ["IMAGE"], admission)
+        ctx.usage.images = request.n
+        # Encoding is CPU work: keep it off the event loop. IMAGE is [1, height, width, 3].
+        return [await asyncio.to_thread(_encode_image, o["IMAGE"][0], request.output_format) for o in outputs]
+
+
+def _text(value: str, index: int, max_chars: int, max_bytes: int, *, field: str = "",
+          empty_ok: bool = False) -> bytes:
+    where = field or f"input.{index}"
+    shown = field or f"input[{index}]"
+    if not value and not empty_ok:
+        raise BadRequest(f"{shown} is empty", field=where)
+    if len(value) > max_chars:
+        raise BadRequest(f"{shown} is {len(value)} characters; at most {max_chars}", field=where)
+    try:
+        data = value.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate ("\ud800") is not Unicode text
+        raise BadRequest(f"{shown} is not valid Unicode text (a lone surrogate at character {exc.start})",
+                         field=where) from exc
+    if len(data) > max_bytes:
+        raise BadRequest(f"{shown} is {len(data)} UTF-8 bytes; at most {max_bytes}", field=where)
+    return data
+
+
+def _token_row(ids: Sequence[int], index: int, max_ids: int) -> list[int]:
+    if isinstance(ids, str) or not ids:
+        raise BadRequest(f"input[{index}] must be a non-empty array of token ids (or every item a string)",
+                         field=f"input.{index}")
+    if len(ids) > max_ids:
+        raise BadRequest(f"input[{index}] holds {len(ids)} token ids; at most {max_ids}", field=f"input.{index}")
+    if any(type(i) is not int or i < 0 or i > 2**62 for i in ids):
+        raise BadRequest(f"input[{index}] must hold non-negative integer token ids", field=f"input.{index}")
+    return list(ids)
+
+
+def _encode_image(image: np.ndarray, output_format: str) -> bytes:
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(np.asarray(image, dtype=np.uint8)).save(buffer, format=IMAGE_FORMATS[output_format][0])
+    return buffer.getvalue()

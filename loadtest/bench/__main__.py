@@ -1,0 +1,5 @@
+"""``python -m loadtest.bench``."""
+
+from loadtest.bench.cli import main
+
+raise SystemExit(main())

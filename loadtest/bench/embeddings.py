@@ -1,0 +1,398 @@
+"""Embeddings that batch: Triton's ``text_embedding`` against sentence-transformers' ``encode``.
+
+    python -m loadtest.bench.embeddings                       # CPU: concurrency 16, 3 alternating rounds
+    python -m loadtest.bench.embeddings --buckets none 16,32,64,128 32,128 --no-ragged   # the batching study
+
+Every configuration receives the same requests: one text per request, :func:`loadtest.payloads.
+mixed_length_texts` round robin (12 to 250 tokens, mostly short), from the platform's load generator
+(:mod:`loadtest.loadgen`) in a closed loop. Configurations:
+
+- ``sentence-transformers``: :mod:`loadtest.naive_server` ``--task embeddings``: FastAPI calling
+  ``SentenceTransformer.encode`` once per request (``--st-device``: cpu or cuda);
+- ``triton``: the ``text_embedding`` ensemble as the builders publish it (ragged encoder inputs,
+  requests of a batch run in the groups of similar length that cost least, by the build's
+  ``ragged_run_cost``; :data:`~builders.families.text_embedding.GPU_RUN_COST` on CUDA);
+- ``triton cost=C`` (``--run-costs``): the same with another run cost;
+- ``triton buckets=E`` (``--buckets``): groups by the fixed length edges ``E`` instead (``none``: one
+  group, padded to the batch's longest);
+- ``triton no-ragged`` (``--no-ragged``): the encoder without ``allow_ragged_batch``, as before: the
+  dynamic batcher merges only requests of equal length.
+
+The encoder is the ONNX entry the builders publish (``--encoder onnx``, the onnxruntime backend, CPU)
+or its TorchScript trace (``--encoder torchscript --device cuda``, the ``pytorch`` backend: how the
+pipeline runs on a GPU host, see :mod:`loadtest.bench.gpu_embeddings`), same tensors, same raggedness.
+
+Rounds alternate between configurations (short rounds, each configuration in every round), so a
+neighbour's load on a shared machine falls on all of them alike; the load average is printed with the
+table. Before any load, every Triton configuration embeds every text and is compared with ``encode``
+of the same texts by the (first) baseline server, in one call: a configuration whose embeddings
+differ (cosine below ``--min-cosine``) fails the run, as does any request that fails under load. Percentiles come from
+:mod:`serving.quantiles`; the encoder's ``inference_count`` / ``execution_count`` come from Triton's
+statistics. Results: the table on stdout, and ``embeddings.txt`` (the table), ``embeddings.json``
+(settings, machine, rows) and ``embeddings.png`` (throughput and P99) in ``--out``; ``--report-from
+embeddings.json`` draws the last two again from a saved run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from loadtest.bench.servers import naive_embedding_server
+from loadtest.loadgen import HttpTarget, LoadRun, LoadSpec, Target, TritonTarget, merge_runs, run
+from loadtest.payloads import mixed_length_texts
+from serving.console import Table, print_table
+from serving.launcher import TritonPorts, TritonServer
+
+__all__ = ["Row", "main", "prepare_repository"]
+
+ENSEMBLE, ENCODER, STEPS = "text_embedding", "minilm_encoder", ("text_tokenizer", "text_pooling")
+DEFAULT_REPOSITORY = Path(".build") / "bench-embeddings-repository"
+
+
+@dataclass(frozen=True)
+class Row:
+    config: str
+    texts_per_s: float
+    p50_ms: float
+    p99_ms: float
+    requests: int
+    errors: int
+    min_cosine: float | None  # vs sentence-transformers' encode, every text
+    inferences_per_execution: float | None  # the encoder's, from Triton's statistics
+
+
+def _variant_name(label: str) -> str:
+    return (label.replace("buckets=", "b").replace("cost=", "c").replace(",", "_").replace(" ", "")
+            .replace("-", "_"))
+
+
+def prepare_repository(source: Path, target: Path, variants: Sequence[tuple[str, bool, dict[str, str]]],
+                       threads: int = 0) -> dict[str, str]:
+    """Copy the built text pipeline into ``target`` and add one ensemble + encoder per variant.
+
+    Args:
+        variants: ``(label, ragged, parameters)``: the encoder's ragged flag and config parameters to set
+            (an empty value removes the parameter).
+        threads: the encoders' ONNX Runtime intra-op threads (0: the runtime's default, the cores).
+
+    Returns:
+        label -> ensemble name (``triton`` -> ``text_embedding``).
+    """
+    from builders.triton_config import read_config, write_config
+
+    if target.exists():
+        shutil.rmtree(target)
+    for name in (ENSEMBLE, ENCODER, *STEPS):
+        shutil.copytree(source / name, target / name, symlinks=True)
+    built = read_config(target / ENCODER / "config.pbtxt")
+    built.parameters["intra_op_thread_count"].string_value = str(threads)
+    write_config(built, target / ENCODER / "config.pbtxt")
+    names = {"triton": ENSEMBLE}
+    for label, ragged, parameters in variants:
+        suffix = "__" + _variant_name(label)
+        encoder = read_config(target / ENCODER / "config.pbtxt")
+        encoder.name = ENCODER + suffix
+        for message in encoder.input:
+            message.allow_ragged_batch = ragged
+        for key, value in parameters.items():
+            if value:
+                encoder.parameters[key].string_value = value
+            elif key in encoder.parameters:
+                del encoder.parameters[key]
+        shutil.copytree(target / ENCODER, target / encoder.name, ignore=shutil.ignore_patterns("config.pbtxt"))
+        write_config(encoder, target / encoder.name / "config.pbtxt")
+        ensemble = read_config(target / ENSEMBLE / "config.pbtxt")
+        ensemble.name = ENSEMBLE + suffix
+        for step in ensemble.ensemble_scheduling.step:
+            if step.model_name == ENCODER:
+                step.model_name = encoder.name
+        (target / ensemble.name).mkdir()
+        for version in (p for p in (target / ENSEMBLE).iterdir() if p.is_dir()):
+            shutil.copytree(version, target / ensemble.name / version.name)
+        write_config(ensemble, target / ensemble.name / "config.pbtxt")
+        names[label] = ensemble.name
+    return names
+
+
+def _embed_all(url: str, model: str, texts: Sequence[str], concurrency: int) -> np.ndarray:
+    """Every text through ``model``, one per request, ``concurrency`` in flight (so batches form).
+
+    Through the client's own ``async_infer`` pool: the HTTP client is not thread-safe.
+    """
+    import tritonclient.http as http
+
+    client = http.InferenceServerClient(url, concurrency=concurrency, network_timeout=300)
+    vectors = []
+    for start in range(0, len(texts), concurrency):
+        pending = []
+        for text in texts[start:start + concurrency]:
+            tensor = http.InferInput("TEXT", [1, 1], "BYTES")
+            tensor.set_data_from_numpy(np.array([[text.encode()]], dtype=object))
+            pending.append(client.async_infer(model, [tensor]))
+        vectors += [p.get_result().as_numpy("EMBEDDING")[0] for p in pending]
+    client.close()
+    return np.stack(vectors)
+
+
+def _st_embeddings(url: str, texts: Sequence[str]) -> np.ndarray:
+    """sentence-transformers' ``encode`` of every text, by the baseline server (one call)."""
+    request = urllib.request.Request(f"{url}/embed", data=json.dumps(list(texts)).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=600) as answer:
+        return np.frombuffer(answer.read(), dtype="<f4").reshape(len(texts), -1)
+
+
+def _encoder_counts(url: str, model: str) -> tuple[int, int]:
+    import tritonclient.http as http
+
+    stats = http.InferenceServerClient(url).get_inference_statistics(model)["model_stats"][0]
+    return int(stats["inference_count"]), int(stats["execution_count"])
+
+
+def _targets(args: argparse.Namespace, triton_url: str, st_urls: dict[str, str], ensembles: dict[str, str],
+             texts: Sequence[str]) -> dict[str, Target]:
+    targets: dict[str, Target] = {}
+    for device, url in st_urls.items():
+        targets[f"sentence-transformers ({device})"] = HttpTarget(
+            url=f"{url}/embed", name="sentence-transformers",
+            requests=tuple((json.dumps([t]).encode(), {"Content-Type": "application/json"}) for t in texts))
+    inputs = tuple({"TEXT": np.array([[t.encode()]], dtype=object)} for t in texts)
+    for label, model in ensembles.items():
+        targets[label] = TritonTarget(url=triton_url, model=model, inputs=inputs, outputs=("EMBEDDING",),
+                                      name=label)
+    return targets
+
+
+def _machine_load() -> float:
+    return os.getloadavg()[0]
+
+
+def _fitted_duration(args: argparse.Namespace, configurations: int) -> float:
+    """Seconds measured per configuration and round: ``--duration``, or less so that every round of
+    every configuration ends before ``args.deadline`` (a ``time.monotonic()`` value; None: no limit)."""
+    deadline = getattr(args, "deadline", None)
+    if deadline is None:
+        return float(args.duration)
+    left = deadline - time.monotonic() - 5.0  # reporting and stopping the servers
+    fitted = left / (configurations * args.rounds) - args.warmup
+    if fitted < args.duration:
+        print(f"{left:.0f} s left: {fitted:.1f} s per configuration and round instead of {args.duration:g}", flush=True)
+    return max(0.5, min(float(args.duration), fitted))
+
+
+def build_source(repository: Path, encoder: str, device: str = "cpu") -> Path:
+    """The text pipeline built into ``repository``, its encoder an ONNX or a TorchScript entry.
+
+    ``torchscript``: the encoder traced (FP32) and served by the ``pytorch`` backend on ``device``,
+    under the ONNX encoder's name and tensor names, ragged as the ONNX one is: how the pipeline runs
+    on a GPU host, which has no onnxruntime-gpu for its CUDA (see the README's known limits).
+    """
+    from builders.families.text_embedding import GPU_RUN_COST, RUN_COST, MiniLMEncoder, embedding_spec
+    from builders.pipeline import BuildOptions, build
+
+    if encoder == "onnx":
+        build([ENSEMBLE], BuildOptions(repository=repository, variants=False))
+        return repository
+    from builders.torchscript import TorchScriptOptions, build_torchscript
+    from builders.triton_config import read_config, write_config
+
+    build(list(STEPS), BuildOptions(repository=repository, variants=False))
+    name = ENCODER + "_torchscript"
+    build_torchscript(repository, ENCODER, TorchScriptOptions(precision="fp32", device=device, name=name))
+    spec = MiniLMEncoder()
+    config = read_config(repository / name / "config.pbtxt")
+    config.name = ENCODER
+    for message, tensor in zip(config.input, spec.inputs, strict=True):
+        message.name, message.allow_ragged_batch = tensor.name, tensor.name in spec.ragged_inputs
+    config.output[0].name = spec.outputs[0].name
+    config.parameters["ragged_run_cost"].string_value = str(GPU_RUN_COST if device == "cuda" else RUN_COST)
+    shutil.rmtree(repository / ENCODER, ignore_errors=True)
+    (repository / name).rename(repository / ENCODER)
+    write_config(config, repository / ENCODER / "config.pbtxt")
+    ensemble = embedding_spec().config
+    shutil.rmtree(repository / ENSEMBLE, ignore_errors=True)
+    (repository / ENSEMBLE / "1").mkdir(parents=True)
+    write_config(ensemble, repository / ENSEMBLE / "config.pbtxt")
+    return repository
+
+
+def run_bench(args: argparse.Namespace) -> list[Row]:
+    """Build (if needed), start the servers, check parity, run the alternating rounds; the table's rows."""
+    texts = mixed_length_texts(args.texts)
+    source = build_source(Path(args.repository), args.encoder, args.device)
+    variants: list[tuple[str, bool, dict[str, str]]] = [
+        *((f"triton cost={c}", True, {"ragged_run_cost": c}) for c in args.run_costs),
+        *((f"triton buckets={b}", True, {"ragged_run_cost": "", "ragged_length_buckets": "" if b == "none" else b})
+          for b in args.buckets)]
+    if args.no_ragged:
+        variants.append(("triton no-ragged", False, {}))
+    with tempfile.TemporaryDirectory(prefix="bench-embeddings-") as tmp, contextlib.ExitStack() as stack:
+        work = Path(tmp)
+        ensembles = prepare_repository(source, work / "repository", variants, args.threads)
+        # The baseline servers start while Triton does (each loads torch and the model: seconds that count
+        # against a budgeted run); each stack is entered by one thread only.
+        baselines = stack.enter_context(contextlib.ExitStack())
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            starting = pool.submit(lambda: {device: baselines.enter_context(
+                naive_embedding_server(device, work, args.threads)) for device in args.st_device})
+            triton = stack.enter_context(TritonServer(work / "repository", ports=TritonPorts.free(),
+                                                      python=args.stub_python, startup_timeout_s=300))
+            st_urls = starting.result()
+        # The parity reference: encode() of the first baseline server, every text in one call.
+        reference = _st_embeddings(next(iter(st_urls.values())), texts)
+        cosines: dict[str, float] = {}
+        for label, model in ensembles.items():
+            got = _embed_all(triton.http_url, model, texts, args.concurrency)
+            cosines[label] = float(np.min(np.sum(got * reference, axis=1)
+                                          / (np.linalg.norm(got, axis=1) * np.linalg.norm(reference, axis=1))))
+            print(f"{label}: {len(texts)} texts, min cosine vs sentence-transformers {cosines[label]:.6f}", flush=True)
+        targets = _targets(args, triton.http_url, st_urls, ensembles, texts)
+        duration = _fitted_duration(args, len(targets))
+        runs: dict[str, list[LoadRun]] = {label: [] for label in targets}
+        counts: dict[str, list[int]] = {label: [0, 0] for label in ensembles}
+        loads = [_machine_load()]
+        for number in range(args.rounds):
+            for label, target in targets.items():
+                encoder = ENCODER + ("" if label == "triton" else "__" + _variant_name(label))
+                before = _encoder_counts(triton.http_url, encoder) if label in ensembles else (0, 0)
+                spec = LoadSpec(target=target, concurrency=args.concurrency, duration_s=duration,
+                                warmup_s=args.warmup, name=label)
+                runs[label] += run([spec], args.processes)
+                if label in ensembles:
+                    after = _encoder_counts(triton.http_url, encoder)
+                    counts[label][0] += after[0] - before[0]
+                    counts[label][1] += after[1] - before[1]
+                loads.append(_machine_load())
+            print(f"round {number + 1}/{args.rounds} done (load average {loads[-1]:.1f})", flush=True)
+    rows = []
+    for label, label_runs in runs.items():
+        result = merge_runs(label_runs)
+        inferences, executions = counts.get(label, (0, 0))
+        rows.append(Row(label, result.throughput, result.p50_ms, result.p99_ms, result.requests, result.errors,
+                        cosines.get(label), inferences / executions if executions else None))
+    _report(args, rows, loads, duration, _machine(args, loads))
+    return rows
+
+
+def _machine(args: argparse.Namespace, loads: list[float]) -> str:
+    parts = [f"{os.cpu_count()} CPUs"]
+    if "cuda" in (args.device, *args.st_device):
+        import torch
+
+        parts.append(f"GPU {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else "no CUDA device")
+    parts.append(f"intra-op threads {args.threads or 'runtime default'}")
+    parts.append(f"1-minute load average {min(loads):.1f}-{max(loads):.1f} during the run (this benchmark's own "
+                 "processes included)")
+    if args.machine_note:
+        parts.append(args.machine_note)
+    return "; ".join(parts)
+
+
+def _report(args: argparse.Namespace, rows: list[Row], loads: list[float], duration: float, machine: str) -> None:
+    baseline = next((r.texts_per_s for r in rows if r.config.startswith("sentence-transformers")), 0.0)
+    encoder = f"{args.encoder} encoder on {args.device if args.encoder == 'torchscript' else 'cpu'}"
+    table = Table(f"Embeddings ({encoder}), one text per request, concurrency {args.concurrency}, {args.rounds} "
+                  f"alternating rounds of {args.warmup:g}+{duration:g} s",
+                  ("configuration", "texts/s", "vs ST", "P50 ms", "P99 ms", "requests", "errors",
+                   "min cosine vs ST", "encoder inferences/execution"))
+    for r in rows:
+        table.add_row(r.config, f"{r.texts_per_s:.1f}", f"{r.texts_per_s / baseline:.2f}x" if baseline else "-",
+                      f"{r.p50_ms:.1f}", f"{r.p99_ms:.1f}", str(r.requests), str(r.errors),
+                      f"{r.min_cosine:.6f}" if r.min_cosine is not None else "-",
+                      f"{r.inferences_per_execution:.2f}" if r.inferences_per_execution else "-")
+    table.caption = machine
+    print_table(table)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "embeddings.txt").write_text(table.plain() + "\n")
+    settings = {k: v for k, v in vars(args).items() if k not in ("func", "deadline")}
+    (out / "embeddings.json").write_text(json.dumps(
+        {"settings": {**settings, "measured_s_per_round": duration}, "machine": table.caption,
+         "load_average": loads, "rows": [asdict(r) for r in rows]}, indent=2) + "\n")
+    _plot(out / "embeddings.png", table.title, rows)
+
+
+def _plot(path: Path, title: str, rows: list[Row]) -> None:
+    """Throughput and P99 per configuration, side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [r.config.replace(" (", "\n(") for r in rows]
+    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    left.barh(labels, [r.texts_per_s for r in rows], color="tab:blue")
+    left.set_xlabel("texts/s (higher is better)")
+    right.barh(labels, [r.p99_ms for r in rows], color="tab:orange")
+    right.set_xlabel("P99 latency, ms (lower is better)")
+    right.set_yticklabels([])
+    for axis in (left, right):
+        axis.invert_yaxis()
+        axis.grid(axis="x", alpha=0.3)
+    figure.suptitle(title, fontsize=10)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m loadtest.bench.embeddings", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repository", default=str(DEFAULT_REPOSITORY), help="where text_embedding is built")
+    parser.add_argument("--out", default=".build/bench-embeddings")
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--duration", type=float, default=5.0, help="measured seconds per configuration per round")
+    parser.add_argument("--warmup", type=float, default=1.0)
+    parser.add_argument("--texts", type=int, default=256, help="distinct texts sent round robin")
+    parser.add_argument("--processes", type=int, default=1, help="load generator processes")
+    parser.add_argument("--st-device", nargs="+", default=["cpu"], help="sentence-transformers baselines (cpu, cuda)")
+    parser.add_argument("--buckets", nargs="*", default=[],
+                        help="extra Triton configurations grouping by these length edges ('none': one group)")
+    parser.add_argument("--run-costs", nargs="*", default=[],
+                        help="extra Triton configurations with these ragged_run_cost values")
+    parser.add_argument("--no-ragged", action="store_true", help="add Triton without ragged batching (before)")
+    parser.add_argument("--min-cosine", type=float, default=0.9999)
+    parser.add_argument("--encoder", choices=["onnx", "torchscript"], default="onnx",
+                        help="the encoder entry: ONNX (onnxruntime backend, CPU) or TorchScript (pytorch backend)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the TorchScript encoder runs")
+    parser.add_argument("--stub-python", help="interpreter whose environment Triton's Python models use")
+    parser.add_argument("--machine-note", default="", help="said of the machine in the table and embeddings.json")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="intra-op threads of both sides: PyTorch in the baseline, ONNX Runtime in Triton's "
+                             "encoder (0: each runtime's default, the physical cores). On a shared, busy machine "
+                             "1 avoids spinning thread pools stalling each other")
+    parser.add_argument("--report-from", type=Path, metavar="JSON",
+                        help="only draw the table and plot of a saved embeddings.json into --out")
+    parser.add_argument("--budget-s", type=float,
+                        help="finish within this many seconds: the measured seconds are cut to fit (0.5 s at least)")
+    args = parser.parse_args(argv)
+    args.deadline = time.monotonic() + args.budget_s if args.budget_s else None
+    if args.report_from:
+        saved = json.loads(args.report_from.read_text())
+        settings = argparse.Namespace(**{**saved["settings"], "out": args.out})
+        _report(settings, [Row(**r) for r in saved["rows"]], saved["load_average"],
+                saved["settings"]["measured_s_per_round"], saved["machine"])
+        return 0
+    rows = run_bench(args)
+    failed = [r for r in rows if r.errors or (r.min_cosine is not None and r.min_cosine < args.min_cosine)]
+    for r in failed:
+        print(f"FAILED: {r.config}: {r.errors} failed requests, min cosine {r.min_cosine}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

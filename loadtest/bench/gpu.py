@@ -1,0 +1,397 @@
+"""The GPU benchmark: every serving path of one GPU host side by side, in one run.
+
+    python -m loadtest.bench.gpu --out OUT_DIR [--quick]      # on the GPU host
+    loadtest/gpu_bench.sh run OUT_DIR                         # the same from a fresh checkout
+
+One Triton serves, all ``KIND_GPU``: the TorchScript classifier (FP16, channels_last, CUDA graphs,
+``max_batch_size`` 256), its twin with dynamic batching off, ``image_classifier_gpu`` (JPEG -> top-5
+on the GPU) and, where it builds, the AOTInductor flavour. Then, in this order:
+
+1. the in-process ceilings (:mod:`loadtest.bench.gpu_raw`): the classifier at every batch size up
+   to 256 (eager / channels_last / CUDA graph, and AOTInductor beside), and the JPEG pipeline's steps;
+2. a sweep per served entry (instance count x queue delay x preferred batch sizes, what Triton's
+   Model Analyzer does), each candidate loaded through Triton's model-control API; the best
+   throughput with P99 <= 20 ms is kept, loaded, and written into the entry's build report;
+3. the load points, each beside the load generator's capacity with the same client settings
+   (against an instant twin of the entry): the tensor path over HTTP (binary tensors), system and
+   CUDA shared memory; batching off; the JPEG path direct and through the gateway (KServe v2
+   passthrough, several gateway workers); the naive FastAPI + PyTorch server.
+
+A configuration that cannot run fails the run with its error. With ``--budget-s`` the run fits a
+time budget: the load points run in the order given (most important first) and before the sweep,
+which takes what is left; points and sweep candidates that would not fit are not started and are
+reported as not run, with that reason, in the table and the JSON. Writes ``bench.json``, ``bench.png``, ``bench.txt`` (the printed tables) and
+``machine.json`` to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from loadtest.bench.gpu_report import evaluate_targets, print_gpu_report, save_gpu_plot
+from loadtest.bench.gpu_setup import (
+    AOTI,
+    NOBATCH,
+    PIPELINE,
+    TENSOR,
+    Clock,
+    latest,
+    parse_points,
+    prepare_repository,
+    sweep,
+    unavailable,
+)
+from loadtest.bench.report import machine_description
+from loadtest.bench.servers import gateway_server, naive_server
+from loadtest.bench.settings import Result
+from loadtest.loadgen import (
+    LoadSpec,
+    Target,
+    TritonTarget,
+    instant_twin,
+    measure_capacity,
+    run_load,
+    twin_target,
+)
+from loadtest.loadgen.targets import HttpTarget
+from loadtest.payloads import image_tensors, jpeg_images
+from serving.launcher import TritonPorts, TritonServer
+
+__all__ = ["GpuBenchSettings", "main", "run_gpu_bench"]
+
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuBenchSettings:
+    """What one GPU run does; the defaults are the published run's."""
+
+    out_dir: Path
+    #: closed-loop concurrency of each configuration (the targets compare like with like: batching
+    #: on/off and the naive server at 32, the JPEG paths where P99 <= 20 ms can hold)
+    points: dict[str, tuple[int, ...]] = field(default_factory=lambda: {
+        "tensor http": (32, 128, 256), "tensor system-shm": (128, 256), "tensor cuda-shm": (128, 256),
+        "tensor aoti cuda-shm": (256,), "tensor no-batching": (32,), "naive": (32,),
+        "jpeg": (32, 64, 128, 256), "jpeg gateway": (32, 64, 128, 256)})
+    duration_s: float = 3.0
+    warmup_s: float = 1.0
+    capacity_s: float = 2.0
+    clients: int = 6
+    gateway_workers: int = 0  # 0: a quarter of the cores, at least 1
+    raw_batches: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+    raw_seconds: float = 0.4
+    sweep: bool = True
+    aoti: bool = True
+    #: seconds the whole run may take (0: no limit); what would not fit is reported as not run
+    budget_s: float = 0.0
+    quick: bool = False
+    #: ``cpu`` proves the machinery on a machine without a GPU (entries on KIND_CPU, no ceiling, no
+    #: CUDA shared memory): what the CI smoke runs; figures from it mean nothing
+    device: str = "cuda"
+
+    def workers(self) -> int:
+        """Gateway processes: as asked, else a quarter of the cores where the gateway can run several
+        (``gateway --workers``, state shared through Redis), else one."""
+        from gateway.settings import GatewaySettings
+
+        if self.gateway_workers:
+            return self.gateway_workers
+        return max(1, (os.cpu_count() or 4) // 4) if hasattr(GatewaySettings, "worker_count") else 1
+
+
+def _log(message: str) -> None:
+    print(f"[gpu-bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------------------------- targets
+
+def _tensor_inputs() -> tuple[dict[str, np.ndarray], ...]:
+    images = image_tensors()
+    return tuple({"INPUT__0": images[i:i + 1]} for i in range(len(images)))
+
+
+def _jpeg_inputs() -> tuple[dict[str, np.ndarray], ...]:
+    return tuple({"IMAGE": np.frombuffer(data, dtype=np.uint8).reshape(1, -1)} for data in jpeg_images())
+
+
+def _targets(triton: TritonServer, gateway: tuple[str, str] | None, naive: str | None,
+             aoti: bool, gpu: bool) -> dict[str, Target]:
+    url = triton.http_url
+    # Direct clients ask for the first priority level, as the gateway does for its best tier: without
+    # one a request lands on the lowest level, whose queue (64) overflows at these concurrencies.
+    tensor = TritonTarget(url=url, model=TENSOR, inputs=_tensor_inputs(), outputs=("OUTPUT__0",), name="tensor http",
+                          priority=1)
+    jpeg = TritonTarget(url=url, model=PIPELINE, inputs=_jpeg_inputs(), outputs=("SCORES", "CLASS_IDS"), name="jpeg",
+                        priority=1)
+    targets: dict[str, Target] = {
+        "tensor http": tensor,
+        "tensor system-shm": replace(tensor, shared_memory="system", name="tensor system-shm"),
+        "tensor cuda-shm": replace(tensor, shared_memory="cuda", name="tensor cuda-shm"),
+        "tensor no-batching": replace(tensor, model=NOBATCH, name="tensor no-batching"),
+        "jpeg": jpeg,
+    }
+    if not gpu:
+        del targets["tensor cuda-shm"]
+    if aoti:
+        targets["tensor aoti cuda-shm"] = replace(tensor, model=AOTI, shared_memory="cuda", name="tensor aoti cuda-shm")
+    if gateway is not None:
+        base, key = gateway
+        targets["jpeg gateway"] = replace(jpeg, url=base.removeprefix("http://"), headers={"Authorization": f"Bearer {key}"},
+                                          name="jpeg gateway")
+    if naive is not None:
+        images = image_tensors()
+        targets["naive"] = HttpTarget(url=f"{naive}/predict", name="naive", requests=tuple(
+            (images[i:i + 1].tobytes(), {"Content-Type": "application/octet-stream"}) for i in range(len(images))))
+    return targets
+
+
+def _sanity(triton: TritonServer, aoti: bool) -> dict[str, Any]:
+    """Before any load: the tensor entry agrees with PyTorch, the pipeline with the CPU pipeline's top-1."""
+    import tritonclient.http as http
+
+    from builders.export import torch_reference
+    from builders.registry import get_spec
+    from serving.image_preprocessing import preprocess_bytes
+
+    client = http.InferenceServerClient(triton.http_url, network_timeout=300)
+    spec = get_spec("efficientnet_lite0")
+    module, _ = spec.load()  # type: ignore[union-attr]
+    feeds = spec.sample_inputs()  # type: ignore[union-attr]
+    images, expected = feeds["input"], torch_reference(module, spec, feeds)[0]  # type: ignore[arg-type]
+    tensor = http.InferInput("INPUT__0", list(images.shape), "FP32")
+    tensor.set_data_from_numpy(images)
+    got = client.infer(TENSOR, [tensor]).as_numpy("OUTPUT__0")
+    top1: list[int] = []
+    for data in jpeg_images():
+        image = http.InferInput("IMAGE", [1, len(data)], "UINT8")
+        image.set_data_from_numpy(np.frombuffer(data, dtype=np.uint8).reshape(1, -1))
+        top1.append(int(client.infer(PIPELINE, [image], outputs=[http.InferRequestedOutput("CLASS_IDS")]).as_numpy("CLASS_IDS")[0][0]))
+    import torch
+
+    with torch.inference_mode():
+        cpu_top1 = module(torch.from_numpy(np.stack([preprocess_bytes(d) for d in jpeg_images()]))).argmax(1).tolist()
+    compiled = {}
+    if aoti:
+        tensor = http.InferInput("INPUT__0", list(images.shape), "FP32")
+        tensor.set_data_from_numpy(images)
+        served = client.infer(AOTI, [tensor]).as_numpy("OUTPUT__0")
+        compiled = {"aoti_top1_agreement": float((served.argmax(1) == expected.argmax(1)).mean()),
+                    "aoti_max_abs_error": float(np.abs(served - expected).max())}
+    report = {
+        **compiled,
+        "tensor_top1_agreement": float((got.argmax(1) == expected.argmax(1)).mean()),
+        "tensor_max_abs_error": float(np.abs(got - expected).max()),
+        "jpeg_top1": top1, "cpu_pipeline_top1": cpu_top1,
+        "jpeg_top1_agreement": float(np.mean([a == b for a, b in zip(top1, cpu_top1, strict=True)])),
+    }
+    client.close()
+    if report["tensor_top1_agreement"] < 1.0 or report.get("aoti_top1_agreement", 1.0) < 1.0:
+        raise RuntimeError(f"the served tensor entry disagrees with PyTorch: {report}")
+    return report
+
+
+# ----------------------------------------------------------------------------------- the run
+
+def _row(name: str, result: Any, capacity: float | None) -> Result:
+    return Result(config=name, concurrency=result.concurrency, requests=result.requests, errors=result.errors,
+                  duration_s=result.duration_s, throughput=result.throughput, p50_ms=result.p50_ms,
+                  p95_ms=result.p95_ms, p99_ms=result.p99_ms, mean_ms=result.mean_ms, capacity=capacity,
+                  capacity_used=result.throughput / capacity if capacity else None, error_rate=result.error_rate,
+                  error_messages=result.error_summary())
+
+
+def _points(settings: GpuBenchSettings, targets: dict[str, Target]) -> list[tuple[str, int]]:
+    """In the order of ``settings.points`` (a budgeted run measures the most important first); a
+    configuration named there that has no target here is kept, to be reported as not run."""
+    return [(name, c) for name, levels in settings.points.items() for c in levels]
+
+
+def _not_run(name: str, concurrency: int, reason: str) -> Result:
+    return Result(config=name, concurrency=concurrency, requests=0, errors=1, duration_s=0.0, throughput=0.0,
+                  p50_ms=0.0, p95_ms=0.0, p99_ms=0.0, mean_ms=0.0, error_rate=1.0, error_messages=f"not run: {reason}")
+
+
+def _point_cost(settings: GpuBenchSettings, capacity: bool) -> float:
+    """Seconds one load point takes (with its capacity run where that is not measured yet), each
+    run with the load generator's process start (about a second)."""
+    return settings.warmup_s + settings.duration_s + 1.0 + (settings.warmup_s + settings.capacity_s + 1.0 if capacity else 0.0)
+
+
+def _save(settings: GpuBenchSettings, document: dict[str, Any], results: list[Result]) -> None:
+    """bench.json as it stands: a run cut short still leaves every figure measured so far."""
+    document["results"] = [{**asdict(r), "error_rate": r.error_rate, "capacity_used": r.capacity_used} for r in results]
+    (settings.out_dir / "bench.json").write_text(json.dumps(document, indent=2, default=float) + "\n", encoding="utf-8")
+
+
+def run_gpu_bench(settings: GpuBenchSettings) -> dict[str, Any]:
+    """The whole run; writes the files and returns the JSON document."""
+    from loadtest.bench.gpu_raw import jpeg_profile, tensor_ceiling
+
+    settings.out_dir.mkdir(parents=True, exist_ok=True)
+    machine = machine_description()
+    (settings.out_dir / "machine.json").write_text(json.dumps(machine, indent=2) + "\n", encoding="utf-8")
+    started = time.perf_counter()
+    clock = Clock(settings.budget_s)
+    results: list[Result] = []
+    document: dict[str, Any] = {"settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(settings).items()},
+                                "machine": machine}
+    with contextlib.ExitStack() as stack:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpu-bench-")))
+        root = workdir / "repository"
+        _log("building the repository (TorchScript, pipeline, AOTInductor) ...")
+        document["build"] = prepare_repository(root, settings)
+        aoti = AOTI in document["build"]["entries"]
+        gpu = settings.device == "cuda"
+        model_file = latest(root, TENSOR) / "model.pt"
+        if gpu:
+            results += tensor_ceiling(model_file, image_tensors(), settings.raw_batches, settings.raw_seconds,
+                                      latest(root, AOTI) / "model.pt2" if aoti else None)
+            document["jpeg_profile"] = [jpeg_profile(model_file, jpeg_images(), b) for b in (64, 128)]
+            _save(settings, document, results)
+        _log("starting Triton ...")
+        triton = stack.enter_context(TritonServer(root, models=document["build"]["entries"], ports=TritonPorts.free(),
+                                                  startup_timeout_s=900))
+        document["sanity"] = _sanity(triton, aoti)
+        _log(f"sanity: {document['sanity']}")
+        _save(settings, document, results)
+        workers = settings.workers()
+        gateway = stack.enter_context(gateway_server(triton.http_url, workdir, workers=workers))
+        naive = stack.enter_context(naive_server(settings.device, "fp16" if gpu else "fp32", workdir))
+        targets = _targets(triton, gateway, naive, aoti, gpu)
+        points = _points(settings, targets)
+
+        def sweeps(reserve: float) -> None:
+            at = 64 if gpu else 8
+            document["sweep"] = []
+            for name, target in ((PIPELINE, targets["jpeg"]), (TENSOR, targets["tensor cuda-shm" if gpu else "tensor system-shm"])):
+                document["sweep"].append(sweep(triton, root, name, target, settings, at,
+                                               fits=lambda cost: clock.fits(cost, reserve)))
+                _save(settings, document, results)
+
+        # Unbudgeted, the sweep comes first and the points measure its choice; with a budget the points
+        # are the run's figures and come first (measuring the entries as built), the sweep takes what is left.
+        if settings.sweep and not settings.budget_s:
+            sweeps(reserve=0.0)
+        twins = {name: stack.enter_context(instant_twin(triton.http_url, name)) for name in (TENSOR, PIPELINE)}
+        capacities: dict[tuple[str, int], float] = {}
+        for name, concurrency in points:
+            if name not in targets:
+                results.append(_not_run(name, concurrency, unavailable(name, settings)))
+                continue
+            target = targets[name]
+            client = target.describe()
+            if not clock.fits(_point_cost(settings, (client, concurrency) not in capacities)):
+                results.append(_not_run(name, concurrency, f"the run's time budget of {settings.budget_s:g} s was spent"))
+                _log(f"{name} at concurrency {concurrency}: not run, the time budget is spent")
+                continue
+            spec = LoadSpec(target=target, concurrency=concurrency, duration_s=settings.duration_s,
+                            warmup_s=settings.warmup_s, name=name)
+            if (client, concurrency) not in capacities:
+                twin = twins[PIPELINE] if "jpeg" in name else twins[TENSOR]
+                if isinstance(target, TritonTarget):
+                    capacity_target: Target = twin_target(target, twin, triton.http_url)
+                else:  # the naive server's client: the same POSTs, to the twin as KServe v2 requests
+                    capacity_target = twin_target(targets["tensor http"], twin, triton.http_url)  # type: ignore[arg-type]
+                _log(f"capacity of {client} at {concurrency}")
+                capacities[(client, concurrency)] = measure_capacity(
+                    replace(spec, duration_s=settings.capacity_s), capacity_target, settings.clients).throughput
+            _log(f"{name} at concurrency {concurrency}")
+            results.append(_row(name, run_load(spec, settings.clients), capacities[(client, concurrency)]))
+            _log(f"  {results[-1].throughput:,.0f}/s, P99 {results[-1].p99_ms:.1f} ms, errors {results[-1].errors}")
+            _save(settings, document, results)
+        if settings.sweep and settings.budget_s:
+            sweeps(reserve=5.0)  # the report is drawn after it
+        document["clients"] = {name: t.describe() for name, t in targets.items()}
+        document["gateway_workers"] = workers
+        for name in (PIPELINE, TENSOR):
+            document.setdefault("build_reports", {})[name] = json.loads(
+                (latest(root, name) / "build_report.json").read_text(encoding="utf-8"))
+    document["wall_s"] = time.perf_counter() - started
+    document["results"] = [{**asdict(r), "error_rate": r.error_rate, "capacity_used": r.capacity_used} for r in results]
+    document["targets"] = evaluate_targets(results)
+    print_gpu_report(results, document, settings.out_dir / "bench.txt")
+    document["files"] = {"json": "bench.json", "png": save_gpu_plot(results, document, settings.out_dir / "bench.png").name,
+                         "table": "bench.txt", "machine": "machine.json"}
+    (settings.out_dir / "bench.json").write_text(json.dumps(document, indent=2, default=float) + "\n", encoding="utf-8")
+    return document
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m loadtest.bench.gpu", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True, help="folder for bench.json, bench.png, bench.txt, machine.json")
+    parser.add_argument("--quick", action="store_true", help="seconds per point, a smaller sweep (proves the machinery)")
+    parser.add_argument("--concurrency", help="comma separated, the same for every configuration (default: per "
+                        "configuration, see GpuBenchSettings.points)")
+    parser.add_argument("--points", type=parse_points, help='per configuration, e.g. "jpeg=32,64;tensor http=32" (others then do not run)')
+    parser.add_argument("--raw-batches", help="batch sizes of the in-process ceiling (default 1,2,4,...,256)")
+    parser.add_argument("--duration", type=float, help="measured seconds per point (default 3)")
+    parser.add_argument("--warmup", type=float, help="unmeasured seconds before each point (default 1)")
+    parser.add_argument("--capacity-duration", type=float, help="measured seconds of each capacity point (default 2)")
+    parser.add_argument("--report-from", type=Path, help="no run: print the tables and draw the plot of a saved bench.json "
+                        "(a run cut short saves one after every point) into --out")
+    parser.add_argument("--clients", type=int, help="load-generator processes (default 6)")
+    parser.add_argument("--gateway-workers", type=int, help="gateway worker processes (default: a quarter of the cores)")
+    parser.add_argument("--no-sweep", action="store_true", help="serve the built configs without the sweep")
+    parser.add_argument("--no-aoti", action="store_true", help="skip the AOTInductor build and its rows")
+    parser.add_argument("--budget-s", type=float, help="seconds the whole run may take: points in the order of --points, "
+                        "what would not fit is reported as not run (default: no limit)")
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
+                        help="cpu: prove the machinery where there is no GPU (the figures mean nothing)")
+    return parser
+
+
+def report_from(saved: Path, out_dir: Path) -> dict[str, Any]:
+    """Tables, targets and plot of a saved ``bench.json``, written to ``out_dir``."""
+    document = json.loads(saved.read_text(encoding="utf-8"))
+    fields = {f for f in Result.__dataclass_fields__}
+    results = [Result(**{k: v for k, v in row.items() if k in fields}) for row in document["results"]]
+    for r in results:  # runs saved before capacity_used was a field
+        if r.capacity and r.capacity_used is None:
+            r.capacity_used = r.throughput / r.capacity
+    document["targets"] = evaluate_targets(results)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    print_gpu_report(results, document, out_dir / "bench.txt")
+    document["files"] = {"json": "bench.json", "png": save_gpu_plot(results, document, out_dir / "bench.png").name,
+                         "table": "bench.txt", "machine": "machine.json"}
+    (out_dir / "bench.json").write_text(json.dumps(document, indent=2, default=float) + "\n", encoding="utf-8")
+    return document
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.report_from:
+        report_from(args.report_from, args.out)
+        return 0
+    overrides: dict[str, Any] = {"out_dir": args.out, "sweep": not args.no_sweep, "aoti": not args.no_aoti,
+                                 "device": args.device}
+    if args.quick:
+        overrides.update(duration_s=1.5, warmup_s=0.5, capacity_s=1.0, raw_batches=(1, 64, 256), raw_seconds=0.2, quick=True)
+    if args.quick or args.concurrency:
+        levels = tuple(int(c) for c in (args.concurrency or "64").split(","))
+        overrides["points"] = {name: levels for name in GpuBenchSettings(out_dir=args.out).points}
+    if args.points:
+        overrides["points"] = args.points
+    if args.raw_batches:
+        overrides["raw_batches"] = tuple(int(b) for b in args.raw_batches.split(","))
+    for key, value in (("duration_s", args.duration), ("clients", args.clients), ("gateway_workers", args.gateway_workers),
+                       ("warmup_s", args.warmup), ("capacity_s", args.capacity_duration), ("budget_s", args.budget_s)):
+        if value is not None:
+            overrides[key] = value
+    document = run_gpu_bench(GpuBenchSettings(**overrides))
+    failed = [r for r in document["results"] if r["errors"]]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

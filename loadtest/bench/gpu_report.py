@@ -1,0 +1,179 @@
+"""The GPU benchmark's report: the issue's targets evaluated on one run, the tables, the plot.
+
+Targets (issue 16), each computed from rows of the same run:
+- JPEG -> top-5 through Triton: >= 5,000 images/s with P99 <= 20 ms (best ``jpeg`` row within the budget);
+- the same through the gateway: >= 0.8 of direct Triton's throughput and <= +3 ms P99, at the
+  concurrency of the direct row above;
+- tensor path with shared memory: >= 50% of the in-process ceiling (best of eager / channels_last /
+  CUDA graph at any batch size);
+- dynamic batching on vs off at concurrency 32: >= 5x (tensor path over HTTP).
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+from loadtest.bench.report import machine_line
+from loadtest.bench.settings import Result
+
+__all__ = ["evaluate_targets", "print_gpu_report", "save_gpu_plot"]
+
+_CEILING = ("raw eager", "raw channels_last", "raw cuda-graph")
+
+
+def _best(rows: list[Result], config: str, p99_ms: float | None = None) -> Result | None:
+    found = [r for r in rows if r.config == config and r.requests > 0 and r.errors == 0
+             and (p99_ms is None or r.p99_ms <= p99_ms)]
+    return max(found, key=lambda r: r.throughput) if found else None
+
+
+def _at(rows: list[Result], config: str, concurrency: int) -> Result | None:
+    return next((r for r in rows if r.config == config and r.concurrency == concurrency), None)
+
+
+def evaluate_targets(rows: list[Result]) -> dict[str, Any]:
+    """Each target with its figure, its bar and whether it was met (``None``: not measured)."""
+    targets: dict[str, Any] = {}
+    ceiling = max((r for r in rows if r.config in _CEILING), key=lambda r: r.throughput, default=None)
+    jpeg = _best(rows, "jpeg", 20.0) or _best(rows, "jpeg")
+    targets["jpeg_direct"] = {
+        "goal": ">= 5,000 images/s with P99 <= 20 ms",
+        "figure": None if jpeg is None else {"images_per_s": jpeg.throughput, "p99_ms": jpeg.p99_ms, "concurrency": jpeg.concurrency},
+        "met": None if jpeg is None else jpeg.throughput >= 5000 and jpeg.p99_ms <= 20.0,
+    }
+    gateway = None if jpeg is None else _at(rows, "jpeg gateway", jpeg.concurrency)
+    targets["jpeg_gateway"] = {
+        "goal": ">= 0.8 of direct throughput, <= +3 ms P99 (same concurrency)",
+        "figure": None if gateway is None or jpeg is None else {
+            "ratio": gateway.throughput / jpeg.throughput if jpeg.throughput else 0.0,
+            "p99_overhead_ms": gateway.p99_ms - jpeg.p99_ms, "images_per_s": gateway.throughput,
+            "concurrency": gateway.concurrency},
+        "met": None if gateway is None or jpeg is None or not jpeg.throughput else
+        gateway.throughput / jpeg.throughput >= 0.8 and gateway.p99_ms - jpeg.p99_ms <= 3.0,
+    }
+    shm = max((r for r in (_best(rows, "tensor system-shm"), _best(rows, "tensor cuda-shm")) if r), key=lambda r: r.throughput,
+              default=None)
+    targets["tensor_shm_vs_ceiling"] = {
+        "goal": ">= 50% of the in-process ceiling",
+        "figure": None if shm is None or ceiling is None else {
+            "share": shm.throughput / ceiling.throughput, "images_per_s": shm.throughput, "config": shm.config,
+            "ceiling_images_per_s": ceiling.throughput, "ceiling": f"{ceiling.config} at batch {ceiling.batch}"},
+        "met": None if shm is None or ceiling is None else shm.throughput >= 0.5 * ceiling.throughput,
+    }
+    on, off = _at(rows, "tensor http", 32), _at(rows, "tensor no-batching", 32)
+    targets["batching_on_off_32"] = {
+        "goal": ">= 5x at concurrency 32",
+        "figure": None if on is None or off is None or not off.throughput else {
+            "ratio": on.throughput / off.throughput, "p99_on_ms": on.p99_ms, "p99_off_ms": off.p99_ms},
+        "met": None if on is None or off is None or not off.throughput else on.throughput / off.throughput >= 5,
+    }
+    naive = _at(rows, "naive", 32)
+    if on is not None and naive is not None and naive.throughput:
+        targets["platform_vs_naive_32"] = {"goal": "(reported)", "figure": {
+            "ratio": on.throughput / naive.throughput, "p99_platform_ms": on.p99_ms, "p99_naive_ms": naive.p99_ms}, "met": None}
+    return targets
+
+
+def _tables(rows: list[Result], document: dict[str, Any]) -> list[Any]:
+    from rich.table import Table
+
+    machine = document["machine"]
+    served = Table(title=f"GPU benchmark: {machine_line(machine)}")
+    for column in ("config", "concurrency", "images/s", "P50 ms", "P95 ms", "P99 ms", "errors", "client capacity/s",
+                   "capacity used"):
+        served.add_column(column, justify="left" if column == "config" else "right")
+    for r in rows:
+        if r.config.startswith("raw"):
+            continue
+        served.add_row(r.config, str(r.concurrency), f"{r.throughput:,.0f}", f"{r.p50_ms:.1f}", f"{r.p95_ms:.1f}",
+                       f"{r.p99_ms:.1f}", str(r.errors), "-" if r.capacity is None else f"{r.capacity:,.0f}",
+                       "-" if r.capacity_used is None else f"{r.capacity_used:.0%}")
+    raw = Table(title="In-process ceiling (images/s; batch already on the GPU)")
+    modes = sorted({r.config for r in rows if r.config.startswith("raw")}, key=lambda c: (c not in _CEILING, c))
+    raw.add_column("batch", justify="right")
+    for mode in modes:
+        raw.add_column(mode.removeprefix("raw "), justify="right")
+    for batch in sorted({r.batch for r in rows if r.config.startswith("raw")}):
+        cells = []
+        for mode in modes:
+            found = next((r for r in rows if r.config == mode and r.batch == batch), None)
+            cells.append("-" if found is None else f"{found.throughput:,.0f}")
+        raw.add_row(str(batch), *cells)
+    goals = Table(title="Targets (issue 16), this run")
+    for column in ("target", "goal", "figure", "met"):
+        goals.add_column(column)
+    for name, target in document["targets"].items():
+        figure = target["figure"]
+        text = "-" if figure is None else ", ".join(
+            f"{k} {v:,.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in figure.items())
+        goals.add_row(name, target["goal"], text, {True: "yes", False: "NO", None: "-"}[target["met"]])
+    return [served, raw, goals] if modes else [served, goals]
+
+
+def print_gpu_report(rows: list[Result], document: dict[str, Any], path: Path) -> None:
+    """Print the tables (and the profile, the sweep, the errors) and save the same text to ``path``."""
+    from rich.console import Console
+
+    buffer = io.StringIO()
+    for console in (Console(width=170), Console(file=buffer, width=170)):
+        for table in _tables(rows, document):
+            console.print(table)
+        for profile in document.get("jpeg_profile", []):
+            steps = ", ".join(f"{k} {v:.2f}" for k, v in profile["ms_per_batch"].items())
+            pipelined = (f"; pipelined in chunks of {profile['chunk']}: {profile['pipelined_ms_per_batch']:.2f} ms, "
+                         f"{profile['pipelined_images_per_s']:,.0f} images/s") if "pipelined_ms_per_batch" in profile else ""
+            console.print(f"JPEG pipeline in process, batch {profile['batch']} (ms per batch): {steps}; "
+                          f"{profile['serial_images_per_s']:,.0f} images/s serial{pipelined}")
+        for choice in document.get("sweep", []):
+            console.print(f"sweep {choice['entry']} at concurrency {choice['concurrency']}: chosen {choice['chosen']} "
+                          f"from {len(choice['candidates'])} candidates ({choice['rule']})")
+            for row in choice["candidates"]:
+                figures = (f"{row['throughput']:,.0f}/s, P99 {row['p99_ms']:.1f} ms, errors {row['errors']}"
+                           if row.get("measured", True) else f"not measured ({row.get('reason', '')})")
+                console.print(f"    {row['instances']} instance(s), delay {row['max_queue_delay_us']} us, preferred "
+                              f"{row['preferred_batch_sizes']}: {figures}")
+        if "aoti_error" in document.get("build", {}):
+            console.print(f"[red]AOTInductor build failed: {document['build']['aoti_error'][:500]}[/red]", soft_wrap=True)
+        console.print(f"sanity: {document.get('sanity')}", soft_wrap=True)
+        for r in rows:
+            if r.error_messages:
+                console.print(f"[red]{r.config} at concurrency {r.concurrency}: {r.error_messages}[/red]", soft_wrap=True)
+    path.write_text(buffer.getvalue(), encoding="utf-8")
+
+
+def save_gpu_plot(rows: list[Result], document: dict[str, Any], path: Path) -> Path:
+    """P99 and P50 latency against throughput per served configuration; the ceiling as a line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(12, 7))
+    configs = [c for c in dict.fromkeys(r.config for r in rows) if not c.startswith("raw")]
+    for index, config in enumerate(configs):
+        points = sorted((r for r in rows if r.config == config and r.requests > 0), key=lambda r: r.concurrency)
+        if not points:
+            continue
+        colour = plt.get_cmap("tab10")(index % 10)
+        ax.plot([r.throughput for r in points], [r.p99_ms for r in points], "-o", color=colour, label=f"{config} P99")
+        ax.plot([r.throughput for r in points], [r.p50_ms for r in points], "--", color=colour, alpha=0.5)
+        for r in points:
+            ax.annotate(f"c={r.concurrency}", (r.throughput, r.p99_ms), textcoords="offset points", xytext=(3, 3), fontsize=7)
+    ceiling = max((r for r in rows if r.config in _CEILING), key=lambda r: r.throughput, default=None)
+    if ceiling is not None:
+        ax.axvline(ceiling.throughput, color="black", linestyle=":",
+                   label=f"in-process ceiling {ceiling.throughput:,.0f}/s ({ceiling.config}, batch {ceiling.batch})")
+    ax.axhline(20.0, color="grey", linestyle="-.", linewidth=0.8, label="P99 budget 20 ms")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("throughput (images/s)")
+    ax.set_ylabel("latency (ms): P99 solid, P50 dashed")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left")
+    ax.set_title(f"GPU serving paths: {machine_line(document['machine'])}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,111 @@
+"""The servers the side-by-side benchmark compares with Triton: the gateway and the naive baseline.
+
+Both run as child processes on reserved ports (:mod:`serving.processes`, :mod:`serving.ports`); one
+that does not start fails the benchmark with its log, never a silently skipped configuration.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+from loadtest.bench.settings import DEFAULT_MODEL
+from serving.ports import reserve_port
+from serving.processes import ManagedProcess, ProcessStartError, child_env, python_module
+
+__all__ = ["gateway_server", "naive_embedding_server", "naive_server"]
+
+_BENCH_TIER = "loadtest-bench"
+
+
+@contextlib.contextmanager
+def naive_server(device: str, precision: str, workdir: Path, model: str = DEFAULT_MODEL,
+                 threads: int = 0) -> Iterator[str]:
+    """Start :mod:`loadtest.naive_server` on a reserved port (``threads`` > 0: that many torch intra-op
+    threads, else PyTorch's default); yields its base URL."""
+    port = reserve_port()
+    command = python_module("loadtest.naive_server", "--host", "127.0.0.1", "--port", str(port),
+                            "--model", model, "--device", device, "--precision", precision, "--threads", str(threads))
+    with ManagedProcess(command, name="naive server", log_path=workdir / "naive_server.log", env=child_env()) as process:
+        process.wait_http(f"http://127.0.0.1:{port}/healthz", 300, expect=b'"ok"')
+        yield f"http://127.0.0.1:{port}"
+
+
+@contextlib.contextmanager
+def naive_embedding_server(device: str, workdir: Path, threads: int = 0) -> Iterator[str]:
+    """Start :mod:`loadtest.naive_server` serving sentence-transformers' ``encode``; yields its base URL."""
+    port = reserve_port()
+    command = python_module("loadtest.naive_server", "--host", "127.0.0.1", "--port", str(port),
+                            "--task", "embeddings", "--device", device, "--threads", str(threads))
+    with ManagedProcess(command, name="sentence-transformers server", log_path=workdir / f"naive_embeddings_{device}.log",
+                        env=child_env()) as process:
+        process.wait_http(f"http://127.0.0.1:{port}/healthz", 300, expect=b'"ok"')
+        yield f"http://127.0.0.1:{port}"
+
+
+@contextlib.contextmanager
+def redis_server(workdir: Path) -> Iterator[str]:
+    """A ``redis-server`` (from ``PATH``, or ``$REDIS_SERVER``) on a reserved 127.0.0.1 port, no
+    persistence; yields its URL. Several gateway workers share keys and limits through it."""
+    binary = os.environ.get("REDIS_SERVER") or shutil.which("redis-server")
+    if binary is None:
+        raise ProcessStartError("several gateway workers need redis-server: install it (apt-get install redis-server) "
+                                "or point REDIS_SERVER at one")
+    port = reserve_port()
+    command = [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no", "--dir", str(workdir)]
+    with ManagedProcess(command, name="redis-server", log_path=workdir / "redis.log") as process:
+        process.wait_until(lambda: _accepts(port), 30, what="accepting connections")
+        yield f"redis://127.0.0.1:{port}/0"
+
+
+def _accepts(port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+        return True
+    return False
+
+
+@contextlib.contextmanager
+def gateway_server(triton_http_url: str, workdir: Path, workers: int = 1) -> Iterator[tuple[str, str]]:
+    """Start the real gateway as a subprocess with a fresh API key; yields ``(base URL, key)``.
+
+    The key's tier has limits far above the offered load, so the benchmark measures the gateway's
+    cost, not its rate limiter; the in-flight bound is raised above the largest concurrency.
+    ``workers`` > 1 runs that many gateway processes on one port, sharing state through a Redis
+    started for the run (``gateway --workers``).
+    """
+    with contextlib.ExitStack() as stack:
+        extra = {
+            "GATEWAY_TIER_LIMITS": json.dumps({_BENCH_TIER: {"per_minute": 1e9, "burst": 1_000_000},
+                                               "free": {"per_minute": 10, "burst": 5}}),
+            "GATEWAY_MAX_IN_FLIGHT_PER_MODEL": "4096",
+            "GATEWAY_LOG_LEVEL": "warning",
+        }
+        keys_db = workdir / "gateway_keys.sqlite3"
+        options: list[str] = ["--keys-db", str(keys_db)]
+        if workers > 1:
+            extra["GATEWAY_REDIS_URL"] = stack.enter_context(redis_server(workdir))
+            options += ["--workers", str(workers)]
+        _, key = _create_key(keys_db, extra.get("GATEWAY_REDIS_URL"))
+        port = reserve_port()
+        command = python_module("gateway", "--host", "127.0.0.1", "--port", str(port), "--triton-url", triton_http_url,
+                                *options, "--log-level", "warning")
+        process = stack.enter_context(ManagedProcess(command, name="gateway", log_path=workdir / "gateway.log",
+                                                     env=child_env(extra)))
+        process.wait_http(f"http://127.0.0.1:{port}/healthz", 120)
+        yield f"http://127.0.0.1:{port}", key
+
+
+def _create_key(keys_db: Path, redis_url: str | None) -> tuple[str, str]:
+    """A high-limit key in the store the gateway reads: SQLite alone, or Redis for several workers."""
+    if redis_url is None:
+        from gateway.keys_sqlite import SqliteKeyStore
+
+        return SqliteKeyStore(keys_db).create("loadtest-bench", ["*"], _BENCH_TIER)
+    from gateway.redis_state import RedisKeyStore  # the store of gateway --workers
+
+    return RedisKeyStore(redis_url).create("loadtest-bench", ["*"], _BENCH_TIER)

@@ -1,0 +1,80 @@
+"""What a run of the side-by-side benchmark does (:class:`BenchSettings`) and what it reports per point."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ALL_CONFIGS", "BenchSettings", "Result"]
+
+ALL_CONFIGS: tuple[str, ...] = ("triton-batching", "triton-no-batching", "gateway", "naive", "raw")
+DEFAULT_MODEL = "efficientnet_lite0"
+DEFAULT_OUT = Path("reports/bench")
+DEFAULT_BUILD_REPOSITORY = Path(".build/bench-repository")
+NOBATCH_SUFFIX = "_nobatch"
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchSettings:
+    """What one benchmark run does.
+
+    Args:
+        device: ``cpu`` (ONNX entry through the onnxruntime backend) or ``cuda`` (TorchScript entry
+            through the pytorch backend, FP16, ``KIND_GPU``).
+        concurrency: closed-loop in-flight requests, one sweep point each.
+        duration_s / warmup_s: measured window and the unmeasured lead-in of each point.
+        raw_batches: batch sizes tried for the raw runtime; the best is the ceiling.
+        configs: which of :data:`ALL_CONFIGS` to run.
+        repository: a model repository holding the model entry; built into
+            ``.build/bench-repository`` when ``None``.
+        clients: load-generator processes (each point's concurrency is split over them); 1 is in process.
+        protocol: how the Triton configurations are called: ``http`` (binary tensors) or ``grpc``.
+        shared_memory: ``system`` puts the Triton configurations' tensors in shared memory.
+        naive_threads: the naive server's torch intra-op threads; 0 keeps PyTorch's default (one per
+            physical core), which on a busy shared host makes every forward wait for all of them.
+    """
+
+    device: str = "cpu"
+    model: str = DEFAULT_MODEL
+    concurrency: tuple[int, ...] = (1, 8, 32)
+    duration_s: float = 10.0
+    warmup_s: float = 2.0
+    raw_batches: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+    configs: tuple[str, ...] = ALL_CONFIGS
+    repository: Path | None = None
+    out_dir: Path = DEFAULT_OUT
+    clients: int = 1
+    protocol: str = "http"
+    shared_memory: str | None = None
+    naive_threads: int = 0
+    quick: bool = False
+
+    @classmethod
+    def quick_settings(cls, **overrides: Any) -> BenchSettings:
+        """A few seconds per configuration: proves the machinery, measures nothing."""
+        base: dict[str, Any] = dict(concurrency=(1, 4), duration_s=1.5, warmup_s=0.5, raw_batches=(1, 8), quick=True)
+        base.update(overrides)
+        return cls(**base)
+
+
+@dataclass
+class Result:
+    """One sweep point of one configuration (raw: one batch size)."""
+
+    config: str
+    concurrency: int
+    requests: int
+    errors: int
+    duration_s: float
+    throughput: float  # requests/s (raw: images/s)
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    mean_ms: float
+    batch: int = 1
+    note: str = ""
+    capacity: float | None = None  # the load generator's own requests/s with the same settings
+    capacity_used: float | None = None  # throughput / capacity: near 1, the client was the limit
+    error_rate: float = 0.0
+    error_messages: str = ""

@@ -1,0 +1,208 @@
+"""One run of the side-by-side benchmark: start the servers, check each answers, sweep, report.
+
+Every configuration receives identical requests (one real photograph as an FP32 [1, 3, 224, 224]
+tensor per request, 12 photos round robin) from the platform's load generator
+(:mod:`loadtest.loadgen`) at each concurrency, and every point is printed beside the load
+generator's own capacity at the same settings, measured against an instant twin of the model in
+the same Triton. A configuration that cannot start fails the run with its error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import tempfile
+import urllib.error
+import urllib.request
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from loadtest.bench.plot import save_plot
+from loadtest.bench.raw import raw_ceiling
+from loadtest.bench.report import compute_ratios, machine_description, print_report
+from loadtest.bench.repository import prepare_repository, tensor_names
+from loadtest.bench.servers import gateway_server, naive_server
+from loadtest.bench.settings import ALL_CONFIGS, BenchSettings, Result
+from loadtest.loadgen import HttpTarget, LoadResult, LoadSpec, Target, TritonTarget, instant_twin, run_load
+from loadtest.loadgen.capacity import measure_capacity, twin_target
+from loadtest.payloads import image_tensors, v2_binary_request
+from serving.launcher import TritonPorts, TritonServer
+
+__all__ = ["run_bench"]
+
+_TRITON_CONFIGS = ("triton-batching", "triton-no-batching", "gateway")
+
+
+def _settings_line(settings: BenchSettings, entry: str, clients: dict[str, str]) -> str:
+    precision = "FP16 TorchScript on CUDA via the pytorch backend" if settings.device == "cuda" else "FP32 ONNX via onnxruntime backend"
+    described = "; ".join(f"{name}: {text}" for name, text in clients.items())
+    return (
+        f"model {entry} ({precision}); payload FP32 [1,3,224,224], 12 real photos round-robin; "
+        f"closed loop, concurrency {list(settings.concurrency)}, {settings.warmup_s:g}s warm-up + {settings.duration_s:g}s "
+        f"measured per point, {settings.clients} client process(es); {described}; client capacity: the same client "
+        f"against an instant twin of the model in the same Triton; 1 Triton instance, intra-op threads = runtime "
+        f"default (physical cores), inter-op 1; naive server torch threads "
+        f"{settings.naive_threads or 'default (physical cores)'}; raw batches {list(settings.raw_batches)}"
+    )
+
+
+def _row(config: str, result: LoadResult, capacity: float) -> Result:
+    return Result(config=config, concurrency=result.concurrency, requests=result.requests, errors=result.errors,
+                  duration_s=result.duration_s, throughput=result.throughput, p50_ms=result.p50_ms,
+                  p95_ms=result.p95_ms, p99_ms=result.p99_ms, mean_ms=result.mean_ms, capacity=capacity,
+                  capacity_used=result.with_capacity(capacity).capacity_used, error_rate=result.error_rate,
+                  error_messages=result.error_summary())
+
+
+def _top1(target: Target, output_name: str) -> int:
+    """One request before the load: the answer must decode to 1000 logits; returns its top-1 class."""
+    if isinstance(target, HttpTarget):
+        body, headers = target.requests[0]
+        request = urllib.request.Request(target.url, data=body, headers={**headers, **target.headers}, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=120) as response:
+                logits = np.frombuffer(response.read(), dtype=np.float32)
+        except urllib.error.HTTPError as exc:
+            raise RuntimeError(f"{target.name}: {target.url} answered {exc.code}: {exc.read()[:500]!r}") from exc
+    else:
+        assert isinstance(target, TritonTarget)
+        import tritonclient.grpc as grpc_client
+        import tritonclient.http as http_client
+
+        module: Any = grpc_client if target.protocol == "grpc" else http_client
+        client = module.InferenceServerClient(target.url)
+        tensors = []
+        for name, array in target.inputs[0].items():
+            tensor = module.InferInput(name, list(array.shape), "FP32")
+            tensor.set_data_from_numpy(array)
+            tensors.append(tensor)
+        try:
+            answer = client.infer(target.model, tensors, headers=dict(target.headers) or None)
+        except Exception as exc:  # tritonclient's own errors: the configuration cannot run
+            raise RuntimeError(f"{target.name}: {target.url} failed the first request: {exc}") from exc
+        finally:
+            client.close()
+        logits = np.asarray(answer.as_numpy(output_name))
+    if logits.size != 1000:
+        raise RuntimeError(f"{target.name}: expected 1000 logits, got {logits.size}")
+    return int(np.argmax(logits))
+
+
+def _targets(settings: BenchSettings, configs: list[str], stack: contextlib.ExitStack, workdir: Path,
+             triton: TritonServer, entry: str, nobatch: str, images: np.ndarray,
+             input_name: str, output_name: str) -> dict[str, Target]:
+    inputs = tuple({input_name: images[i:i + 1]} for i in range(len(images)))
+    url = triton.grpc_url if settings.protocol == "grpc" else triton.http_url
+    direct = TritonTarget(url=url, model=entry, inputs=inputs, outputs=(output_name,), protocol=settings.protocol,
+                          shared_memory=settings.shared_memory, name="triton-batching")
+    targets: dict[str, Target] = {}
+    if "triton-batching" in configs:
+        targets["triton-batching"] = direct
+    if "triton-no-batching" in configs:
+        targets["triton-no-batching"] = replace(direct, model=nobatch, name="triton-no-batching")
+    if "gateway" in configs:  # the gateway speaks HTTP; its tensors travel in the body
+        base, key = stack.enter_context(gateway_server(triton.http_url, workdir))
+        targets["gateway"] = TritonTarget(url=base.removeprefix("http://"), model=entry, inputs=inputs,
+                                          outputs=(output_name,), headers={"Authorization": f"Bearer {key}"},
+                                          name="gateway")
+    if "naive" in configs:
+        precision = "fp16" if settings.device == "cuda" else "fp32"
+        base = stack.enter_context(naive_server(settings.device, precision, workdir, settings.model,
+                                                         settings.naive_threads))
+        targets["naive"] = HttpTarget(url=f"{base}/predict", name="naive", requests=tuple(
+            (images[i:i + 1].tobytes(), {"Content-Type": "application/octet-stream"}) for i in range(len(images))))
+    return targets
+
+
+def _capacity_target(target: Target, twin: str, triton: TritonServer, images: np.ndarray, input_name: str,
+                     output_name: str) -> Target:
+    if isinstance(target, TritonTarget):
+        return twin_target(target, twin, triton.grpc_url if target.protocol == "grpc" else triton.http_url)
+    # The naive server's client: the same aiohttp POSTs of the same tensors, as KServe v2 requests.
+    encoded = [v2_binary_request({input_name: images[i:i + 1]}, [output_name]) for i in range(len(images))]
+    requests = tuple((request.body, request.headers) for request in encoded)
+    return HttpTarget(url=f"http://{triton.http_url}/v2/models/{twin}/infer", requests=tuple(requests),
+                      name=f"{target.name} (capacity)")
+
+
+def run_bench(settings: BenchSettings) -> dict[str, Any]:
+    """Run every configured configuration side by side and write ``bench.json`` / ``bench.png``.
+
+    Returns:
+        The JSON document (settings, machine, results, ratios, files).
+
+    Raises:
+        ValueError: an unknown configuration.
+        serving.processes.ProcessStartError, RuntimeError, ImportError: a configuration could not run.
+    """
+    unknown = [c for c in settings.configs if c not in ALL_CONFIGS]
+    if unknown:
+        raise ValueError(f"unknown configuration(s) {', '.join(unknown)}; known: {', '.join(ALL_CONFIGS)}")
+    settings.out_dir.mkdir(parents=True, exist_ok=True)
+    machine = machine_description()
+    configs = list(settings.configs)
+    images = image_tensors()
+    results: list[Result] = []
+    clients: dict[str, str] = {}
+    with contextlib.ExitStack() as stack:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-")))
+        repo = workdir / "repository"
+        entry, nobatch = prepare_repository(settings, repo)
+        input_name, output_name = tensor_names(repo, entry)
+        load_configs = [c for c in configs if c != "raw"]
+        targets: dict[str, Target] = {}
+        if load_configs:
+            models = [entry, nobatch] if set(_TRITON_CONFIGS) & set(load_configs) else [entry]
+            triton = stack.enter_context(TritonServer(repo, models=models, ports=TritonPorts.free()))
+            targets = _targets(settings, load_configs, stack, workdir, triton, entry, nobatch, images,
+                               input_name, output_name)
+            twin = stack.enter_context(instant_twin(triton.http_url, entry))
+            capacity_targets = {name: _capacity_target(t, twin, triton, images, input_name, output_name)
+                                for name, t in targets.items()}
+            clients = {name: t.describe() for name, t in targets.items()}
+        sanity = {name: _top1(target, output_name) for name, target in targets.items()}
+        raw_runs: list[list[Result]] = []
+        if "raw" in configs:  # measured before and after the load sweep; the ceiling is the better run
+            raw_runs.append(raw_ceiling(settings, repo, entry, images))
+        # Concurrency-major order: every configuration sees each load level at about the same time,
+        # so drift from other work on the machine spreads over all of them.
+        for concurrency in settings.concurrency:
+            capacities: dict[str, float] = {}  # one capacity per distinct client at this concurrency
+            for name, target in targets.items():
+                spec = LoadSpec(target=target, concurrency=concurrency, duration_s=settings.duration_s,
+                                warmup_s=settings.warmup_s, name=name)
+                kind = clients[name]
+                if kind not in capacities:
+                    print(f"[bench] client capacity ({kind}) concurrency={concurrency} ...", file=sys.stderr, flush=True)
+                    capacities[kind] = measure_capacity(spec, capacity_targets[name], settings.clients).throughput
+                print(f"[bench] {name} concurrency={concurrency} ...", file=sys.stderr, flush=True)
+                results.append(_row(name, run_load(spec, settings.clients), capacities[kind]))
+        if "raw" in configs:
+            raw_runs.append(raw_ceiling(settings, repo, entry, images))
+            for first, second in zip(*raw_runs, strict=True):
+                best = max(first, second, key=lambda r: r.throughput)
+                best.note += f" (best of 2 runs: {first.throughput:,.1f} before, {second.throughput:,.1f} after the sweep)"
+                results.append(best)
+
+    settings_line = _settings_line(settings, entry, clients)
+    ratios = compute_ratios(results, settings.concurrency)
+    print_report(results, ratios, machine, settings_line)
+    png = save_plot(results, ratios, machine, settings_line, settings.out_dir / "bench.png")
+    document = {
+        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(settings).items()},
+        "settings_line": settings_line,
+        "command": " ".join([Path(sys.executable).name, "-m", "loadtest.bench", *sys.argv[1:]]) if sys.argv else "",
+        "machine": machine,
+        "model_entry": entry,
+        "clients": clients,
+        "sanity_top1": sanity,
+        "results": [asdict(r) for r in results],
+        "ratios": ratios,
+        "files": {"json": str(settings.out_dir / "bench.json"), "png": str(png)},
+    }
+    (settings.out_dir / "bench.json").write_text(json.dumps(document, indent=2, default=float) + "\n", encoding="utf-8")
+    return document

@@ -1,0 +1,350 @@
+"""Quality of service by tier, measured: premium latency and free-tier shedding under overload.
+
+``python -m loadtest.qos`` (or ``inferctl bench qos``) serves a model with a fixed service time from
+the real Triton binary, puts two real gateways in front of it, and drives both tiers at once with
+the platform's load generator (:mod:`loadtest.loadgen`):
+
+1. saturation: premium-only closed loops at growing concurrency find where throughput stops
+   growing (the saturating concurrency ``C``);
+2. ``premium alone``: the premium share of the overload, with nothing else running (its latency
+   when the model is not overloaded);
+3. ``priorities off`` and ``priorities on``: ``load x C`` requests in flight (default 2x), a
+   ``premium_fraction`` of them premium, the rest free tier, through a gateway whose tiers all
+   share one priority and the whole in-flight bound (off), and through one with the default tier
+   policy (on: premium at Triton priority 1 with the whole bound, free at priority 3 with half of it).
+
+Both gateways bound in-flight requests per model at ``load x C`` (``--max-in-flight``), the model's
+configs carry the builders' queue policies and priority levels, and clients honour Retry-After
+(as the OpenAI SDKs do) unless ``--impolite``. The table gives premium P50/P99 and throughput, the
+free tier's throughput and the share of its requests shed with 429 (and timed out with 504); a
+plot and a JSON document go to ``--out``. Figures are measured, never asserted: compare the rows of
+one run, the machine is shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from builders.spec import BatchingPolicy, TensorSpec
+from builders.triton_config import model_config, write_config
+from loadtest.loadgen import HttpTarget, LoadResult, LoadSpec, run, run_load
+from serving.console import Table, make_console, print_table
+from serving.launcher import TritonPorts, TritonServer
+from serving.ports import reserve_port
+from serving.processes import ManagedProcess, child_env, python_module
+
+__all__ = ["DEFAULT_SETTINGS", "QosSettings", "build_parser", "main", "run_qos"]
+
+MODEL = "qos_work"
+_MODEL_FILE = Path(__file__).with_name("qos_model.py")
+_REQUEST = json.dumps({"inputs": [{"name": "X", "shape": [1], "datatype": "INT32", "data": [1]}]}).encode()
+_UNLIMITED = {"per_minute": 1e9, "burst": 1_000_000}
+
+
+@dataclass(frozen=True, kw_only=True)
+class QosSettings:
+    """What the QoS benchmark runs.
+
+    Args:
+        service_ms: how long the model holds an instance per request.
+        instances: model instances (requests served at once).
+        load: offered concurrency as a multiple of the saturating concurrency.
+        premium_fraction: share of the offered concurrency that is premium.
+        max_in_flight: the gateways' bound per model (0: ``load x C``).
+        warmup_s, duration_s: per measured run.
+        sweep_s: per step of the saturation sweep.
+        polite: clients wait Retry-After after a 429/503.
+        processes: load-generator processes.
+        out_dir: where qos.json and qos.png go.
+    """
+
+    service_ms: float = 40.0
+    instances: int = 4
+    load: float = 2.0
+    premium_fraction: float = 0.25
+    max_in_flight: int = 0
+    warmup_s: float = 3.0
+    duration_s: float = 20.0
+    sweep_s: float = 4.0
+    polite: bool = True
+    processes: int = 1
+    out_dir: Path = Path("qos-results")
+
+
+DEFAULT_SETTINGS = QosSettings()
+
+
+def prepare_repository(root: Path, settings: QosSettings) -> Path:
+    """The benchmark's model, configured as the builders configure every model (queue policies, priorities)."""
+    entry = root / MODEL
+    (entry / "1").mkdir(parents=True, exist_ok=True)
+    shutil.copy2(_MODEL_FILE, entry / "1" / "model.py")
+    config = model_config(
+        MODEL,
+        backend="python",
+        inputs=[TensorSpec("X", "int32", (1,))],
+        outputs=[TensorSpec("Y", "int32", (1,))],
+        batching=BatchingPolicy(max_batch_size=0, instance_count=settings.instances),
+        parameters={"service_ms": f"{settings.service_ms:g}"},
+        warmup=False,
+    )
+    write_config(config, entry / "config.pbtxt")
+    return root
+
+
+def tier_policies(priorities: bool) -> dict[str, dict[str, Any]]:
+    """The two tiers, as the default tier policy has them (on) or with one priority and share (off)."""
+    if priorities:
+        return {
+            "premium": {**_UNLIMITED, "priority": 1, "in_flight_share": 1.0},
+            "free": {**_UNLIMITED, "priority": 3, "in_flight_share": 0.5},
+        }
+    return {tier: {**_UNLIMITED, "priority": 3, "in_flight_share": 1.0} for tier in ("premium", "free")}
+
+
+@contextlib.contextmanager
+def gateway(triton_http_url: str, workdir: Path, *, priorities: bool, max_in_flight: int) -> Iterator[
+    tuple[str, dict[str, str]]
+]:
+    """A real gateway with a premium and a free key; yields ``(base URL, {tier: api key})``."""
+    from gateway.keys_sqlite import SqliteKeyStore
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    keys_db = workdir / "keys.sqlite3"
+    store = SqliteKeyStore(keys_db)
+    keys = {tier: store.create(f"qos-{tier}", ["*"], tier)[1] for tier in ("premium", "free")}
+    port = reserve_port()
+    env = child_env({
+        "GATEWAY_TIER_LIMITS": json.dumps(tier_policies(priorities)),
+        "GATEWAY_MAX_IN_FLIGHT_PER_MODEL": str(max_in_flight),
+        "GATEWAY_TRITON_STATS_INTERVAL_S": "0",
+        "GATEWAY_LOG_LEVEL": "warning",
+    })
+    command = python_module("gateway", "--host", "127.0.0.1", "--port", str(port), "--triton-url", triton_http_url,
+                            "--keys-db", str(keys_db), "--log-level", "warning")
+    with ManagedProcess(command, name="gateway", log_path=workdir / "gateway.log", env=env) as process:
+        process.wait_http(f"http://127.0.0.1:{port}/healthz", 120)
+        yield f"http://127.0.0.1:{port}", keys
+
+
+def _target(base_url: str, key: str, name: str) -> HttpTarget:
+    return HttpTarget(
+        url=f"{base_url}/v2/models/{MODEL}/infer",
+        requests=((_REQUEST, {"Content-Type": "application/json"}),),
+        headers={"Authorization": f"Bearer {key}"},
+        name=name,
+        timeout_s=120.0,
+    )
+
+
+def find_saturation(base_url: str, key: str, settings: QosSettings) -> tuple[int, list[LoadResult]]:
+    """The smallest concurrency whose throughput is within 10% of the best seen, and the sweep."""
+    sweep: list[LoadResult] = []
+    concurrency = 1
+    while True:
+        spec = LoadSpec(target=_target(base_url, key, "premium"), concurrency=concurrency,
+                        duration_s=settings.sweep_s, warmup_s=1.0, name=f"sweep c={concurrency}")
+        sweep.append(run_load(spec, settings.processes))
+        best = max(r.throughput for r in sweep)
+        # Stop once doubling the concurrency bought less than 10% (and we are past the instance count).
+        if len(sweep) > 1 and concurrency > settings.instances and sweep[-1].throughput < 1.1 * sweep[-2].throughput:
+            break
+        if concurrency >= 64 * settings.instances:
+            break
+        concurrency *= 2
+    saturating = min(r.concurrency for r in sweep if r.throughput >= 0.9 * best)
+    return saturating, sweep
+
+
+@dataclass(frozen=True)
+class TierFigures:
+    """One tier's figures in one run."""
+
+    tier: str
+    concurrency: int
+    throughput: float
+    p50_ms: float
+    p99_ms: float
+    requests: int
+    shed: int
+    timed_out: int
+    other_errors: int
+
+    @property
+    def total(self) -> int:
+        return self.requests + self.shed + self.timed_out + self.other_errors
+
+    @property
+    def shed_rate(self) -> float:
+        return self.shed / self.total if self.total else math.nan
+
+    @property
+    def timeout_rate(self) -> float:
+        return self.timed_out / self.total if self.total else math.nan
+
+
+def _figures(tier: str, result: LoadResult) -> TierFigures:
+    shed = result.statuses.get(429, 0)
+    timed_out = result.statuses.get(504, 0)
+    return TierFigures(tier, result.concurrency, result.throughput, result.p50_ms, result.p99_ms, result.requests,
+                       shed, timed_out, result.errors - shed - timed_out)
+
+
+def _mixed(base_url: str, keys: dict[str, str], premium: int, free: int, settings: QosSettings) -> list[TierFigures]:
+    specs = [LoadSpec(target=_target(base_url, keys[tier], tier), concurrency=n, duration_s=settings.duration_s,
+                      warmup_s=settings.warmup_s, honour_retry_after=settings.polite, name=tier)
+             for tier, n in (("premium", premium), ("free", free)) if n > 0]
+    return [_figures(r.spec.label, r.result()) for r in run(specs, settings.processes)]
+
+
+def run_qos(settings: QosSettings) -> dict[str, Any]:
+    """Run the benchmark; returns the JSON document it also writes (with the table and plot paths)."""
+    console = make_console(stderr=True)
+    out = settings.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="qos-") as tmp:
+        work = Path(tmp)
+        repository = prepare_repository(work / "repository", settings)
+        console.print(f"starting Triton ({MODEL}: {settings.instances} instances x {settings.service_ms:g} ms)")
+        with TritonServer(repository, ports=TritonPorts.free()) as triton:
+            with gateway(triton.http_url, work / "off", priorities=False, max_in_flight=4096) as (url, keys):
+                console.print("finding the saturating concurrency (premium only, priorities off)")
+                saturating, sweep = find_saturation(url, keys["premium"], settings)
+            offered = max(2, round(settings.load * saturating))
+            premium = max(1, round(settings.premium_fraction * offered))
+            free = max(1, offered - premium)
+            bound = settings.max_in_flight or offered
+            runs: dict[str, list[TierFigures]] = {}
+            for label, priorities, tiers in (("premium alone", True, (premium, 0)),
+                                             ("priorities off", False, (premium, free)),
+                                             ("priorities on", True, (premium, free))):
+                console.print(f"{label}: premium x{tiers[0]}, free x{tiers[1]}, in-flight bound {bound}")
+                with gateway(triton.http_url, work / label.replace(" ", "-"), priorities=priorities,
+                             max_in_flight=bound) as (url, keys):
+                    runs[label] = _mixed(url, keys, *tiers, settings)
+    document = {
+        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(settings).items()},
+        "capacity_rps": settings.instances * 1000.0 / settings.service_ms,
+        "saturating_concurrency": saturating,
+        "offered": {"premium": premium, "free": free, "in_flight_bound": bound},
+        "sweep": [{"concurrency": r.concurrency, "throughput": r.throughput, "p99_ms": r.p99_ms} for r in sweep],
+        "runs": {label: [asdict(f) | {"shed_rate": f.shed_rate, "timeout_rate": f.timeout_rate} for f in figures]
+                 for label, figures in runs.items()},
+    }
+    table = report_table(runs, document)
+    print_table(table)
+    document["table"] = table.as_records()
+    json_path = out / "qos.json"
+    json_path.write_text(json.dumps(document, indent=2))
+    document["files"] = {"json": str(json_path), "png": str(save_plot(runs, document, out / "qos.png"))}
+    return document
+
+
+def _ms(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.1f}"
+
+
+def _pct(value: float) -> str:
+    return "-" if math.isnan(value) else f"{100 * value:.1f}%"
+
+
+def report_table(runs: dict[str, list[TierFigures]], document: dict[str, Any]) -> Table:
+    offered = document["offered"]
+    table = Table(
+        title=f"QoS at {document['settings']['load']:g}x the saturating concurrency "
+        f"(C={document['saturating_concurrency']}: premium x{offered['premium']}, free x{offered['free']})",
+        columns=["run", "premium req/s", "premium P50 ms", "premium P99 ms", "free req/s", "free shed (429)",
+                 "free timed out (504)", "free P99 ms", "other errors"],
+        caption=f"model {MODEL}: fixed service time {document['settings']['service_ms']} ms, "
+        f"{document['settings']['instances']} instances (capacity {document['capacity_rps']:.0f} req/s); "
+        f"gateway in-flight bound {offered['in_flight_bound']}; clients "
+        f"{'honour' if document['settings']['polite'] else 'ignore'} Retry-After",
+    )
+    for label, figures in runs.items():
+        by_tier = {f.tier: f for f in figures}
+        p, f = by_tier.get("premium"), by_tier.get("free")
+        table.add_row(
+            label,
+            f"{p.throughput:.1f}" if p else "-", _ms(p.p50_ms) if p else "-", _ms(p.p99_ms) if p else "-",
+            f"{f.throughput:.1f}" if f else "-", _pct(f.shed_rate) if f else "-", _pct(f.timeout_rate) if f else "-",
+            _ms(f.p99_ms) if f else "-", sum(x.other_errors for x in figures),
+        )
+    return table
+
+
+def save_plot(runs: dict[str, list[TierFigures]], document: dict[str, Any], path: Path) -> Path:
+    """Premium P50/P99 per run beside the free tier's shed rate."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = list(runs)
+    premium = [next((f for f in runs[k] if f.tier == "premium"), None) for k in labels]
+    free = [next((f for f in runs[k] if f.tier == "free"), None) for k in labels]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    xs = range(len(labels))
+    left.bar([x - 0.2 for x in xs], [p.p50_ms if p else 0 for p in premium], width=0.4, label="P50")
+    left.bar([x + 0.2 for x in xs], [p.p99_ms if p else 0 for p in premium], width=0.4, label="P99")
+    left.set_xticks(list(xs), labels)
+    left.set_ylabel("premium latency (ms)")
+    left.legend()
+    right.bar(list(xs), [100 * f.shed_rate if f else 0 for f in free], color="tab:red")
+    right.set_xticks(list(xs), labels)
+    right.set_ylabel("free-tier requests shed with 429 (%)")
+    fig.suptitle(f"QoS at {document['settings']['load']:g}x saturation "
+                 f"(C={document['saturating_concurrency']}, capacity {document['capacity_rps']:.0f} req/s)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = DEFAULT_SETTINGS
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.qos",
+        description="Quality of service by tier: premium P50/P99 and free-tier shed rate at a multiple of the "
+        "saturating load, with tier priorities off and on, side by side (real Triton, real gateways, the "
+        "platform's load generator). Prints a table, writes qos.json and qos.png.",
+    )
+    parser.add_argument("--service-ms", type=float, default=d.service_ms, help="model service time per request")
+    parser.add_argument("--instances", type=int, default=d.instances, help="model instances")
+    parser.add_argument("--load", type=float, default=d.load, help="offered concurrency / saturating concurrency")
+    parser.add_argument("--premium-fraction", type=float, default=d.premium_fraction,
+                        help="share of the offered concurrency that is premium")
+    parser.add_argument("--max-in-flight", type=int, default=d.max_in_flight,
+                        help="gateway in-flight bound per model (default: the offered concurrency)")
+    parser.add_argument("--duration", type=float, default=d.duration_s, help="seconds measured per run")
+    parser.add_argument("--warmup", type=float, default=d.warmup_s, help="seconds of warm-up per run")
+    parser.add_argument("--sweep-seconds", type=float, default=d.sweep_s, help="seconds per saturation step")
+    parser.add_argument("--impolite", action="store_true", help="clients resend at once after a 429")
+    parser.add_argument("--processes", type=int, default=d.processes, help="load-generator processes")
+    parser.add_argument("--out", type=Path, default=d.out_dir, help="folder for qos.json and qos.png")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    settings = replace(
+        DEFAULT_SETTINGS, service_ms=args.service_ms, instances=args.instances, load=args.load,
+        premium_fraction=args.premium_fraction, max_in_flight=args.max_in_flight, duration_s=args.duration,
+        warmup_s=args.warmup, sweep_s=args.sweep_seconds, polite=not args.impolite, processes=args.processes,
+        out_dir=args.out,
+    )
+    document = run_qos(settings)
+    print(f"wrote {document['files']['json']} and {document['files']['png']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,312 @@
+"""Rolling a gated candidate out as version N+1, and rolling it back, step by step.
+
+    pin production (gateway on N, ensembles on N) -> publish N+1, marked unfinished (the entry's configuration on disk serves N only) -> load N and N+1
+    -> smoke test N+1 -> canary (a share of the model's and of its ensembles' traffic, watched in
+    Triton's statistics) -> shift (gateway and ensembles on N+1) -> commit (N+1 marked finished)
+    -> retire N
+
+Every step is recorded as it ends (``ok``, and ``error`` where it failed) and the record is written
+after each, so a promoter that dies leaves its trail. Version N+1 carries the repository's
+unfinished marker until the commit: until then nothing takes it for production (see
+:mod:`builders.repository`).
+
+A failure before the commit rolls back. The rollback steps run each on its own: one that fails (the
+gateway cannot be reached) does not stop the others, and the decision is then
+``rollback-incomplete`` with the failed steps named in the record. The next promotion of the model
+finishes what an earlier attempt left (:func:`recover`). Steps after the commit (unloading N, the
+canary copies, the weights) are clean-up: a failure there is recorded and the version stays promoted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from builders import repository as repo
+from builders.report import REPORT_NAME, BuildReport
+from builders.triton_config import read_config
+from promote.dependents import Dependent
+from promote.evaluation import EvaluationData, compare, infer_batch
+from promote.gates import PromotionPolicy
+from promote.gateway_traffic import GatewayTraffic, model_target
+from promote.records import PromotionRecord
+from promote.triton_control import TritonControl
+
+__all__ = ["PromotionTarget", "Rollout", "RolloutFailed", "StepObserver"]
+
+#: called with each recorded step (a dict: ``step``, ``at``, ``ok``, details) once it is written
+StepObserver = Callable[[dict[str, Any]], None]
+_POLL_S = 0.2
+
+
+class RolloutFailed(Exception):
+    """Version N+1 was found unfit (smoke test, canary): the rollout rolls back."""
+
+
+@dataclass(frozen=True)
+class PromotionTarget:
+    """Where production lives: the served repository, its Triton, and optionally the gateway."""
+
+    repository: Path
+    triton_url: str
+    records_dir: Path
+    gateway: GatewayTraffic | None = None
+
+
+@dataclass
+class Rollout:
+    """One model's move from version ``production`` to ``new`` on one Triton (and gateway)."""
+
+    model: str
+    production: int
+    new: int
+    target: PromotionTarget
+    triton: TritonControl
+    record: PromotionRecord
+    policy: PromotionPolicy
+    dependents: list[Dependent] = field(default_factory=list)
+    log: Callable[[str], None] = print
+    observer: StepObserver | None = None
+    #: what the forward steps have begun to change (all of it, for a recovery: nobody knows)
+    touched: set[str] = field(default_factory=set)
+
+    def touch_everything(self) -> None:
+        self.touched |= {"gateway", "triton", "repository"}
+
+    # -- recording -------------------------------------------------------------------------------
+
+    def _saved(self, entry: dict[str, Any]) -> None:
+        self.record.write(self.target.records_dir)
+        if self.observer is not None:
+            self.observer(entry)
+
+    def _attempt(self, name: str, action: Callable[[], Any], **details: Any) -> bool:
+        """Run one step and record how it went; ``False`` when it raised (the error is recorded)."""
+        try:
+            action()
+        except Exception as exc:
+            self.log(f"{self.model}: {name}: FAILED ({type(exc).__name__}: {exc})")
+            self._saved(self.record.step(name, ok=False, error=f"{type(exc).__name__}: {exc}", **details))
+            return False
+        self._saved(self.record.step(name, ok=True, **details))
+        return True
+
+    def _must(self, name: str, action: Callable[[], Any], **details: Any) -> None:
+        """A forward step: recorded, and its failure stops the rollout (its exception propagates)."""
+        try:
+            action()
+        except Exception as exc:
+            self._saved(self.record.step(name, ok=False, error=f"{type(exc).__name__}: {exc}", **details))
+            raise
+        self._saved(self.record.step(name, ok=True, **details))
+
+    @property
+    def gateway(self) -> GatewayTraffic | None:
+        return self.target.gateway
+
+    # -- forward ---------------------------------------------------------------------------------
+
+    def pin_production(self) -> None:
+        """Traffic and ensembles on N before N+1 can be loaded."""
+        self.touched |= {"gateway", "triton"}
+        if self.gateway is not None:
+            gateway = self.gateway
+            self._must("gateway: traffic pinned to N", lambda: gateway.split(self.model, {self.production: 1.0}),
+                       version=self.production)
+        for dependent in self.dependents:
+            config = dependent.pinned(self.model, self.production)
+            self._must(f"ensemble {dependent.name} pinned to N", partial(self.triton.load_config, config),
+                       version=self.production)
+
+    def publish(self, candidate_dir: Path, report: BuildReport) -> None:
+        """Copy the candidate's version folder (every file, sub-folders too) as N+1, marked unfinished."""
+        files = {str(p.relative_to(candidate_dir)): p for p in sorted(candidate_dir.rglob("*"))
+                 if p.is_file() and p.name not in (REPORT_NAME, repo.UNFINISHED)}
+        config = read_config(self.target.repository / self.model / "config.pbtxt")
+        report.version = self.new
+
+        self.touched.add("repository")
+
+        def write() -> None:
+            repo.publish(self.target.repository, config, files, report, unfinished=True)
+
+        self._must("published unfinished", write, version=self.new, files=sorted(files))
+
+    def load_side_by_side(self) -> None:
+        self._must("loaded side by side", lambda: self.triton.serve_versions(
+            self.target.repository, self.model, [self.production, self.new]), versions=[self.production, self.new])
+
+    def smoke_test(self, data: EvaluationData) -> None:
+        """N+1, loaded under the production name, must pass the family's evaluation against N."""
+        url = self.target.triton_url
+        try:
+            outcome = compare(data, infer_batch(url, self.model, str(self.production), data),
+                              infer_batch(url, self.model, str(self.new), data))
+        except Exception as exc:
+            self._saved(self.record.step("smoke test", ok=False, error=f"{type(exc).__name__}: {exc}"))
+            raise RolloutFailed(f"smoke test: version {self.new} did not answer: {exc}") from exc
+        self._saved(self.record.step("smoke test", ok=outcome.passed, error=outcome.reason or None, **outcome.figures))
+        if not outcome.passed:
+            raise RolloutFailed(f"smoke test: {outcome.reason}")
+
+    def canary(self) -> None:
+        """A share of the model's traffic, and of each ensemble's, on N+1, watched in Triton's statistics."""
+        if self.gateway is None:
+            self._saved(self.record.step("canary skipped", ok=True, reason="no gateway to route a share of traffic"))
+            return
+        gateway, share, new = self.gateway, self.policy.canary_share, self.new
+        for dependent in self.dependents:
+            config, files = dependent.canary(self.model, new)
+            self._must(f"canary copy {dependent.canary_name} loaded", partial(self.triton.load_files, config, files),
+                       version=new)
+        routes = {self.model: (str(self.production), str(new))}
+        routes |= {d.name: (str(d.version), model_target(d.canary_name)) for d in self.dependents}
+
+        def route() -> None:
+            for model, (production, canary) in routes.items():
+                gateway.split(model, {production: 1 - share, canary: share})
+
+        self._must("canary", route, share=share, seconds=self.policy.canary_duration_s,
+                   ensembles=[d.name for d in self.dependents])
+        watch = _CanaryWatch(gateway, routes)
+        self.log(f"{self.model}: canary: {share:.0%} of traffic on version {new} (and through "
+                 f"{len(self.dependents)} ensemble copies) for at least {self.policy.canary_duration_s:g} s")
+        verdict = watch.wait(self.policy)
+        self._saved(self.record.step("canary watched", ok=verdict.passed, error=verdict.reason or None,
+                                     **verdict.figures))
+        if not verdict.passed:
+            raise RolloutFailed(f"canary: {verdict.reason}")
+
+    def shift(self) -> None:
+        """All traffic to N+1: the model's weights, then each ensemble (pinned to N+1, its canary share back)."""
+        gateway = self.gateway
+        if gateway is not None:
+            self._must("gateway: traffic on N+1", lambda: gateway.split(self.model, {self.new: 1.0}), version=self.new)
+        for dependent in self.dependents:
+            config = dependent.pinned(self.model, self.new)
+            self._must(f"ensemble {dependent.name} pinned to N+1", partial(self.triton.load_config, config),
+                       version=self.new)
+            if gateway is not None:
+                self._must(f"gateway: {dependent.name} unpinned", partial(gateway.clear, dependent.name))
+
+    def commit(self) -> None:
+        self._must("committed", lambda: repo.mark_finished(self.target.repository, self.model, self.new),
+                   version=self.new)
+
+    def retire(self) -> list[str]:
+        """Clean-up after the commit: N and the canary copies unloaded, ensembles back to their
+        repository configuration, weights cleared. Returns the steps that failed."""
+        self._settle()
+        steps: list[tuple[str, Callable[[], Any]]] = [
+            (f"canary copy {d.canary_name} unloaded", partial(self._unload, d.canary_name)) for d in self.dependents]
+        steps.append(("N unloaded", lambda: self.triton.serve_versions(self.target.repository, self.model, [self.new])))
+        steps += [(f"ensemble {d.name} back to its repository configuration",
+                   partial(self.triton.load_config, d.config)) for d in self.dependents]
+        if self.gateway is not None:
+            gateway = self.gateway
+            steps.append(("gateway weights cleared", lambda: gateway.clear(self.model)))
+        return [name for name, action in steps if not self._attempt(f"retire: {name}", action)]
+
+    # -- backward --------------------------------------------------------------------------------
+
+    def rollback(self) -> list[str]:
+        """Put back on N whatever the forward steps began to change; every step runs whatever the
+        others did. Returns the steps that failed."""
+        steps: list[tuple[str, Callable[[], Any]]] = []
+        gateway = self.gateway if "gateway" in self.touched else None
+        if gateway is not None:
+            steps.append(("gateway traffic back on N", lambda: gateway.split(self.model, {self.production: 1.0})))
+            steps += [(f"gateway: {d.name} unpinned", partial(gateway.clear, d.name)) for d in self.dependents]
+            steps.append(("weights settled", self._settle))
+        if "triton" in self.touched:
+            for d in self.dependents:
+                steps.append((f"ensemble {d.name} pinned to N",
+                              partial(self.triton.load_config, d.pinned(self.model, self.production))))
+                steps.append((f"canary copy {d.canary_name} unloaded", partial(self._unload, d.canary_name)))
+            steps.append(("N+1 unloaded", lambda: self.triton.serve_versions(
+                self.target.repository, self.model, [self.production])))
+        if "repository" in self.touched:
+            steps.append(("N+1 removed from the repository", self._remove_new))
+        if gateway is not None:
+            steps.append(("gateway weights cleared", lambda: gateway.clear(self.model)))
+        return [name for name, action in steps if not self._attempt(f"rollback: {name}", action)]
+
+    def _remove_new(self) -> None:
+        repo.discard_version(self.target.repository, self.model, self.new)
+
+    def _unload(self, name: str) -> None:
+        if self.triton.is_ready(name):
+            self.triton.unload(name)
+
+    def _settle(self) -> None:
+        # Replicas that share weights through Redis apply a change within their sync interval; what
+        # the old weights named must stay loaded until then.
+        if self.gateway is not None and self.policy.settle_s > 0:
+            time.sleep(self.policy.settle_s)
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    passed: bool
+    reason: str
+    figures: dict[str, Any]
+
+
+class _CanaryWatch:
+    """What the gateway routed to production and to the canary, per model, from when the watch was made.
+
+    The gateway counts each routed request's outcome (see ``gateway.traffic``); Triton's own
+    statistics cannot serve here, since its Python-based backends report a request they answered
+    with an error as a success.
+    """
+
+    def __init__(self, gateway: GatewayTraffic, routes: dict[str, tuple[str, str]]) -> None:
+        self.gateway = gateway
+        self.routes = routes  # model -> (production target, canary target)
+        self.start = self._counts()
+        self.started_at = time.monotonic()
+
+    def _counts(self) -> dict[str, tuple[int, int]]:
+        """``production`` and ``canary``: (answered, failed), summed over the models."""
+        totals = {"production": [0, 0], "canary": [0, 0]}
+        for model, targets in self.routes.items():
+            outcomes = self.gateway.outcomes(model)
+            for side, target in zip(("production", "canary"), targets, strict=True):
+                answered, failed = outcomes.get(target, (0, 0))
+                totals[side][0] += answered
+                totals[side][1] += failed
+        return {side: (a, f) for side, (a, f) in totals.items()}
+
+    def _since(self) -> dict[str, tuple[int, int]]:
+        now = self._counts()
+        return {side: (now[side][0] - self.start[side][0], now[side][1] - self.start[side][1]) for side in now}
+
+    def wait(self, policy: PromotionPolicy) -> _Verdict:
+        """Wait for the canary's duration and its minimum of requests (at most ``canary_timeout_s``),
+        then compare the canary's error rate with production's in the same window."""
+        while True:
+            elapsed = time.monotonic() - self.started_at
+            since = self._since()
+            total = sum(since["canary"])
+            if elapsed >= policy.canary_timeout_s or (
+                    elapsed >= policy.canary_duration_s and total >= policy.min_canary_requests):
+                break
+            time.sleep(_POLL_S)
+        failed, (prod_answered, prod_failed) = since["canary"][1], since["production"]
+        prod_total = prod_answered + prod_failed
+        rate = failed / total if total else 0.0
+        prod_rate = prod_failed / prod_total if prod_total else 0.0
+        figures = {"seconds": round(elapsed, 2), "canary_requests": total, "canary_failed": failed,
+                   "canary_error_rate": rate, "production_requests": prod_total, "production_failed": prod_failed,
+                   "production_error_rate": prod_rate}
+        if total < policy.min_canary_requests:
+            return _Verdict(False, f"the canary saw {total} requests in {elapsed:.0f} s; it needs "
+                                   f"{policy.min_canary_requests}", figures)
+        if rate > prod_rate + policy.max_canary_error_rate:
+            return _Verdict(False, f"{failed} of {total} canary requests failed (error rate {rate:.3f}; production "
+                                   f"{prod_rate:.3f}, allowed {policy.max_canary_error_rate:.3f} more)", figures)
+        return _Verdict(True, "", figures)

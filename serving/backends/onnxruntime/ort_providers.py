@@ -1,0 +1,69 @@
+"""Which onnxruntime execution providers a model instance asks for (the ``onnxruntime`` backend).
+
+Apart from ``model.py`` so it can be read and tested without Triton; the launcher copies it beside
+``model.py``. The config is the model config as Triton hands it to the backend (JSON, proto field
+names), and it is read the way Triton's native onnxruntime backend reads it:
+``optimization { execution_accelerators { gpu_execution_accelerator: [{ name: "tensorrt",
+parameters { key: "precision_mode" value: "FP16" } }] } }``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+__all__ = ["Provider", "execution_providers", "tensorrt_request"]
+
+
+class _Tensor(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def dims(self) -> tuple[int, ...]: ...
+
+
+Provider = str | tuple[str, dict[str, str]]
+
+
+def tensorrt_request(config: Mapping[str, Any]) -> Mapping[str, str] | None:
+    """The parameters of the config's ``tensorrt`` GPU execution accelerator, or None if it asks for none."""
+    accelerators = config.get("optimization", {}).get("execution_accelerators", {})
+    for accelerator in accelerators.get("gpu_execution_accelerator", []):
+        if accelerator.get("name") == "tensorrt":
+            return dict(accelerator.get("parameters", {}))
+    return None
+
+
+def _profile(inputs: Sequence[_Tensor], batch: int) -> str:
+    return ",".join(f"{t.name}:" + "x".join(str(d) for d in (batch, *t.dims)) for t in inputs)
+
+
+def execution_providers(config: Mapping[str, Any], inputs: Sequence[_Tensor], kind: str, device_id: int,
+                        available: Sequence[str]) -> list[Provider]:
+    """The providers to ask onnxruntime for, best first; the CPU provider always ends the list."""
+    if kind.upper() != "GPU" or "CUDAExecutionProvider" not in available:
+        return ["CPUExecutionProvider"]
+    providers: list[Provider] = []
+    tensorrt = tensorrt_request(config)
+    if tensorrt is not None and "TensorrtExecutionProvider" in available:
+        options = {"device_id": str(device_id),
+                   "trt_fp16_enable": str(tensorrt.get("precision_mode", "FP32").upper() == "FP16"),
+                   "trt_engine_cache_enable": tensorrt.get("trt_engine_cache_enable", "false"),
+                   "trt_engine_cache_path": tensorrt.get("trt_engine_cache_path", "")}
+        if "max_workspace_size_bytes" in tensorrt:
+            options["trt_max_workspace_size"] = tensorrt["max_workspace_size_bytes"]
+        max_batch = int(config.get("max_batch_size", 0))
+        if max_batch > 0 and all(-1 not in t.dims for t in inputs):
+            # One profile for every batch size the dynamic batcher can form: without it the provider
+            # builds a new engine for each new batch size, under traffic.
+            preferred = config.get("dynamic_batching", {}).get("preferred_batch_size") or [max_batch]
+            options.update(trt_profile_min_shapes=_profile(inputs, 1),
+                           trt_profile_opt_shapes=_profile(inputs, min(max(int(b) for b in preferred), max_batch)),
+                           trt_profile_max_shapes=_profile(inputs, max_batch))
+        providers.append(("TensorrtExecutionProvider", {k: v for k, v in options.items() if v != ""}))
+    providers.append(("CUDAExecutionProvider", {"device_id": str(device_id)}))
+    providers.append("CPUExecutionProvider")
+    return providers
+
+

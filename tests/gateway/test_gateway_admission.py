@@ -1,0 +1,147 @@
+"""Admission against the real gateway, Triton and Redis: bounded state per client, reserved paths, admin input.
+
+- A flood of made-up model names is refused (404) and leaves no rate-limit bucket (counted in
+  Redis, where every bucket is a key) and no metric label behind.
+- A key's limit across all models holds while each per-model bucket still has room.
+- Triton's own routes under ``/v2/models/`` (``stats``) are not reachable as model names.
+- Traffic weights are finite and bounded, and only READY versions can be pinned.
+"""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import pytest
+import redis
+
+from serving.launcher import TritonServer
+from tests.support.gateway_procs import ADMIN_TOKEN, METRICS_HEADERS, GatewayProcess, create_key, tiny_request
+from tests.support.tiny_repo import SLOW_MODEL, TINY_MODEL
+
+pytestmark = pytest.mark.integration
+
+_ADMIN = {"X-Admin-Token": ADMIN_TOKEN}
+# every API answers in its own error shape; the tests ask for the one that names the field
+_PROBLEM = {"Accept": "application/problem+json"}
+_TIERS = {
+    "wide": {"per_minute": 6_000_000, "burst": 100_000},
+    # room for 5 requests per model, but only 6 across all of them
+    "capped": {"per_minute": 1, "burst": 5, "key_per_minute": 1, "key_burst": 6},
+}
+
+
+@pytest.fixture(scope="module")
+def redis_gateway(gateway_factory, tiny_triton: TritonServer, redis_url: str) -> GatewayProcess:  # type: ignore[no-untyped-def]
+    return gateway_factory(tiny_triton.http_url, redis_url=redis_url, tier_limits=_TIERS)
+
+
+def _key(gateway: GatewayProcess, tier: str) -> dict[str, str]:
+    response = httpx.post(gateway.url + "/admin/keys", json={"name": tier, "tier": tier}, headers=_ADMIN)
+    assert response.status_code == 201, response.text
+    return {"Authorization": f"Bearer {response.json()['api_key']}", **_PROBLEM}
+
+
+def _model_labels(metrics: str) -> set[str]:
+    return set(re.findall(r'model="([^"]*)"', metrics))
+
+
+def test_unknown_name_flood_leaves_no_buckets_or_labels(redis_gateway, redis_url) -> None:  # type: ignore[no-untyped-def]
+    auth = _key(redis_gateway, "wide")
+    store = redis.Redis.from_url(redis_url)
+    with redis_gateway.client(headers=auth) as client:
+        assert client.post(f"/v2/models/{TINY_MODEL}/infer", json=tiny_request()).status_code == 200
+        labels = _model_labels(client.get("/metrics", headers=METRICS_HEADERS).text)
+        statuses = set()
+        for i in range(150):
+            name = f"made_up_{i}"
+            statuses.add(client.post(f"/v2/models/{name}/infer", json=tiny_request()).status_code)
+            statuses.add(client.get(f"/v2/models/{name}").status_code)
+            statuses.add(client.get(f"/v2/models/{name}/ready").status_code)
+            statuses.add(client.post("/v1/embeddings", json={"model": name, "input": "x"}).status_code)
+        metrics = client.get("/metrics", headers=METRICS_HEADERS).text
+        # The admin's view: every model and client the gateway keeps figures for.
+        stats = client.get("/v1/stats", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}).text
+        # A bucket lives in Redis until it is full again (about a second here): one request just
+        # made shows the scan sees live buckets, and the flood made none.
+        assert client.post(f"/v2/models/{TINY_MODEL}/infer", json=tiny_request()).status_code == 200
+        buckets = {key.decode() for key in store.scan_iter("gw:rl:*")}
+    assert statuses == {404}
+    assert any(key.endswith(f":{TINY_MODEL}") for key in buckets) and not any("made_up" in k for k in buckets)
+    assert TINY_MODEL in labels and _model_labels(metrics) == labels  # a real scrape, not a 401 body
+    assert "made_up" not in metrics and "made_up" not in stats
+
+
+def test_a_key_limit_spans_models(redis_gateway) -> None:  # type: ignore[no-untyped-def]
+    auth = _key(redis_gateway, "capped")
+    slow = {"inputs": [{"name": "DELAY_MS", "shape": [1], "datatype": "INT32", "data": [1]}]}
+    statuses = []
+    with redis_gateway.client(headers=auth) as client:
+        for i in range(8):  # alternate: 4 per model at most, under each model's burst of 5
+            model, body = (TINY_MODEL, tiny_request()) if i % 2 == 0 else (SLOW_MODEL, slow)
+            response = client.post(f"/v2/models/{model}/infer", json=body)
+            statuses.append(response.status_code)
+        refused = response
+    assert statuses == [200] * 6 + [429] * 2
+    problem = refused.json()
+    assert "across all models" in problem["detail"] and int(refused.headers["Retry-After"]) >= 1
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/v2/models/stats"),
+        ("GET", "/v2/models/stats/ready"),
+        ("POST", "/v2/models/stats/infer"),
+        ("GET", "/v2/models/ready"),
+        ("POST", "/v1/embeddings"),
+    ],
+)
+def test_reserved_triton_paths_are_not_model_names(gateway, admin, method: str, path: str) -> None:  # type: ignore[no-untyped-def]
+    auth = {**admin.headers(admin.create_key()), **_PROBLEM}
+    body = {"model": "stats", "input": "x"} if path == "/v1/embeddings" else tiny_request()
+    response = httpx.request(method, gateway.url + path, headers=auth, json=body if method == "POST" else None)
+    assert response.status_code == 400, response.text
+    problem = response.json()
+    assert problem["field"] == "model" and "reserved" in problem["detail"]
+    assert "model_stats" not in response.text  # Triton's statistics never leak through
+
+
+def test_traffic_weights_and_versions_are_validated(gateway) -> None:  # type: ignore[no-untyped-def]
+    url = gateway.url + f"/admin/traffic/{TINY_MODEL}"
+
+    def put(body: object, target: str = url) -> httpx.Response:
+        content = body if isinstance(body, str) else None
+        return httpx.put(target, json=None if content else body, content=content,
+                         headers={**_ADMIN, "Content-Type": "application/json"})
+
+    for weights, field in (
+        ({"1": 1e308}, "versions.1"),
+        ({"1": -1}, "versions.1"),
+        ('{"versions": {"1": NaN}}', "versions.1"),
+        ('{"versions": {"1": Infinity}}', "versions.1"),
+    ):
+        response = put(weights if isinstance(weights, str) else {"versions": weights})
+        assert response.status_code == 422 and response.json()["field"] == field, response.text
+    for weights, field in (({"1": 0}, "versions"), ({"latest": 1}, "versions"), ({"\u0661": 1}, "versions")):
+        response = put({"versions": weights})
+        assert response.status_code == 400 and response.json()["field"] == field, response.text
+    missing = put({"versions": {"1": 0.5, "7": 0.5}})
+    assert missing.status_code == 409 and missing.json()["field"] == "versions.7", missing.text
+    assert put({"versions": {"1": 1}}, gateway.url + "/admin/traffic/no_such_model").status_code == 404
+    assert put({"versions": {"1": 1}}, gateway.url + "/admin/traffic/stats").status_code == 400
+    assert httpx.get(gateway.url + "/admin/traffic", headers=_ADMIN).json()["models"] == {}  # nothing half-applied
+    pinned = put({"versions": {"1": 3}})
+    assert pinned.status_code == 200 and pinned.json()["models"] == {TINY_MODEL: {"1": 1.0}}
+    # A share sent to another model (a canary pipeline) needs that model READY too, and a valid name.
+    absent = put({"versions": {"1": 1, "model:no_such_model": 1}})
+    assert absent.status_code == 409 and absent.json()["field"] == "versions.model:no_such_model", absent.text
+    assert put({"versions": {"1": 1, "model:stats": 1}}).status_code == 400
+    # What the weights routed, per target (the promoter's canary watch reads this).
+    tiny = tiny_request()
+    assert httpx.post(gateway.url + f"/v2/models/{TINY_MODEL}/infer", json=tiny,
+                      headers=create_key(gateway)[0]).status_code == 200
+    routed = httpx.get(url, headers=_ADMIN).json()
+    assert routed["weights"] == {"1": 1.0} and routed["outcomes"] == {"1": {"answered": 1, "failed": 0}}
+    assert httpx.delete(url, headers=_ADMIN).status_code == 204
+    assert httpx.get(url, headers=_ADMIN).json() == {"model": TINY_MODEL, "weights": {}, "outcomes": {}}

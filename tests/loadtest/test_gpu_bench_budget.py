@@ -1,0 +1,90 @@
+"""The GPU benchmark's budget and ordering (``python -m loadtest.bench.gpu --budget-s``), without a GPU.
+
+Unit tests of the planning functions: points run in the order given, what does not fit is a row that
+says so (never a silent skip, never a figure), the sweep measures the loaded config first, and the
+report prints rows that were not run or not measured. The whole run is dry-run on the CPU by
+``loadtest/gpu_bench.sh all`` (see its header), not here: it takes minutes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from loadtest.bench.gpu import GpuBenchSettings, _not_run, _point_cost, _points, build_parser
+from loadtest.bench.gpu_report import evaluate_targets, print_gpu_report
+from loadtest.bench.gpu_setup import PIPELINE, TENSOR, Clock, _candidates
+from loadtest.bench.settings import Result
+from loadtest.loadgen.capacity import twin_config
+
+
+def _row(config: str, concurrency: int, throughput: float, p99_ms: float) -> Result:
+    return Result(config=config, concurrency=concurrency, requests=100, errors=0, duration_s=1.0, throughput=throughput,
+                  p50_ms=p99_ms / 2, p95_ms=p99_ms, p99_ms=p99_ms, mean_ms=p99_ms / 2, capacity=10 * throughput)
+
+
+def test_points_keep_the_given_order_and_unknown_names(tmp_path: Path) -> None:
+    settings = GpuBenchSettings(out_dir=tmp_path, points={"jpeg": (64, 32), "tensor http": (32,), "nonsense": (8,)})
+    assert _points(settings, {"jpeg": None, "tensor http": None}) == [  # type: ignore[dict-item]
+        ("jpeg", 64), ("jpeg", 32), ("tensor http", 32), ("nonsense", 8)]
+    assert _point_cost(settings, capacity=True) > _point_cost(settings, capacity=False) > settings.duration_s
+
+
+def test_budget_flag_and_clock() -> None:
+    args = build_parser().parse_args(["--out", "x", "--budget-s", "100", "--points", "jpeg=64;tensor http=32"])
+    assert args.budget_s == 100
+    clock = Clock(100.0)
+    assert clock.fits(50) and not clock.fits(50, reserve=60) and not clock.fits(101)
+    assert Clock(0).fits(1e9)  # no budget: everything fits
+
+
+def test_a_point_not_run_is_an_error_row_not_a_figure() -> None:
+    rows = [_row("jpeg", 64, 6000.0, 15.0), _not_run("jpeg gateway", 64, "the run's time budget of 100 s was spent")]
+    targets = evaluate_targets(rows)
+    assert targets["jpeg_direct"]["met"] is True
+    assert targets["jpeg_gateway"]["met"] is False  # a row that did not run counts as nothing
+    assert rows[1].errors == 1 and rows[1].throughput == 0 and "not run" in rows[1].error_messages
+
+
+def test_sweep_measures_the_built_config_first() -> None:
+    base = {"instance_group": [{"count": 1}], "max_batch_size": 128,
+            "dynamic_batching": {"max_queue_delay_microseconds": 1000, "preferred_batch_size": [32, 64, 128]}}
+    candidates = _candidates(PIPELINE, base, quick=False)
+    assert candidates[0] == {"instances": 1, "max_queue_delay_us": 1000, "preferred_batch_sizes": [32, 64, 128]}
+    assert candidates[1]["instances"] == 2 and len(candidates) == len({str(c) for c in candidates})
+    assert len(_candidates(TENSOR, base, quick=True)) == 2
+
+
+def test_report_prints_rows_not_run_and_candidates_not_measured(tmp_path: Path) -> None:
+    rows = [_row("jpeg", 64, 6000.0, 15.0), _not_run("naive", 32, "the run's time budget of 100 s was spent")]
+    document = {
+        "machine": {}, "targets": evaluate_targets(rows),
+        "jpeg_profile": [{"batch": 64, "ms_per_batch": {"decode": 3.8}, "serial_images_per_s": 6000.0, "chunk": 32,
+                          "pipelined_ms_per_batch": 6.0, "pipelined_images_per_s": 10666.0}],
+        "sweep": [{"entry": PIPELINE, "concurrency": 64, "chosen": {"instances": 1}, "rule": "best",
+                   "candidates": [{"instances": 1, "max_queue_delay_us": 1000, "preferred_batch_sizes": [], "measured": True,
+                                   "throughput": 6000.0, "p99_ms": 15.0, "errors": 0},
+                                  {"instances": 2, "max_queue_delay_us": 1000, "preferred_batch_sizes": [], "measured": False,
+                                   "reason": "the run's time budget would be spent"}]}],
+    }
+    print_gpu_report(rows, document, tmp_path / "bench.txt")
+    text = (tmp_path / "bench.txt").read_text()
+    assert "not measured (the run's time budget would be spent)" in text
+    assert "naive at concurrency 32: not run" in text and "pipelined in chunks of 32" in text
+
+
+def test_points_name_each_configuration_once() -> None:
+    args = build_parser().parse_args(["--out", "x", "--points", "jpeg=64,32;tensor http=32"])
+    assert args.points == {"jpeg": (64, 32), "tensor http": (32,)}
+    with pytest.raises(SystemExit):  # a second "jpeg=" would silently replace the first list
+        build_parser().parse_args(["--out", "x", "--points", "jpeg=64;tensor http=32;jpeg=96"])
+
+
+def test_the_instant_twin_keeps_the_batching_not_the_queue_policy() -> None:
+    config = {"max_batch_size": 64, "input": [], "output": [], "platform": "pytorch_libtorch",
+              "dynamic_batching": {"max_queue_delay_microseconds": 100, "preferred_batch_size": [32],
+                                   "priority_levels": 3, "default_queue_policy": {"max_queue_size": 64}}}
+    twin = twin_config(config, "m__instant")
+    assert twin["dynamic_batching"] == {"max_queue_delay_microseconds": 100, "preferred_batch_size": [32]}
+    assert "platform" not in twin and twin["backend"] == "python"

@@ -1,0 +1,189 @@
+"""Real processes for tests that drive the gateway: gateway subprocesses, redis-server, 127.0.0.1 only.
+
+Shared by every test folder that starts a gateway (gateway, reliability, promote), so they all start
+processes the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from serving.ports import reserve_port
+from serving.processes import ManagedProcess, child_env, python_module
+
+__all__ = [
+    "ADMIN_TOKEN",
+    "METRICS_HEADERS",
+    "METRICS_TOKEN",
+    "TEST_TIERS",
+    "GatewayProcess",
+    "RedisProcess",
+    "create_key",
+    "start_gateway",
+    "start_redis",
+    "tiny_request",
+]
+
+ROOT = Path(__file__).resolve().parents[2]
+ADMIN_TOKEN = "test-admin-token-5f1c9e0b7a"
+METRICS_TOKEN = "test-metrics-token-0c4d2a9e81"
+#: what Prometheus sends to /metrics
+METRICS_HEADERS = {"Authorization": f"Bearer {METRICS_TOKEN}"}
+#: tiers the tests use: "tiny" makes the shared-limit test independent of how long it takes
+#: (one token a minute), "unlimited" keeps the other tests clear of rate limiting.
+TEST_TIERS = {
+    "free": {"per_minute": 10, "burst": 5},
+    "tiny": {"per_minute": 1, "burst": 4},
+    "unlimited": {"per_minute": 60_000_000, "burst": 1_000_000},
+}
+_START_TIMEOUT_S = 30.0
+
+
+@dataclass
+class GatewayProcess:
+    """A real gateway subprocess (``python -m gateway``)."""
+
+    url: str
+    env: dict[str, str]
+    process: ManagedProcess = field(repr=False)
+
+    @property
+    def log_path(self) -> Path:
+        assert self.process.log_path is not None
+        return self.process.log_path
+
+    def log(self) -> str:
+        return "\n".join(self.process.log_lines())
+
+    @property
+    def grpc_url(self) -> str:
+        """``host:port`` of its KServe v2 gRPC entry (started with ``grpc_port=...``)."""
+        port = int(self.env.get("GATEWAY_GRPC_PORT", "0"))
+        if not port:
+            raise RuntimeError("this gateway was started without a gRPC entry (pass grpc_port=reserve_port())")
+        return f"127.0.0.1:{port}"
+
+    def client(self, **kwargs: object) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=10.0, **kwargs)  # type: ignore[arg-type]
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+def start_gateway(workdir: Path, triton_http_url: str, **settings: object) -> GatewayProcess:
+    """Start a gateway subprocess and wait until it answers ``/healthz``.
+
+    Args:
+        workdir: where its key database and log go.
+        triton_http_url: Triton's host:port.
+        settings: GatewaySettings fields (``tier_limits`` etc. as Python values).
+
+    Returns:
+        The running gateway.
+    """
+    port = reserve_port()
+    values: dict[str, object] = {
+        "host": "127.0.0.1",
+        "port": port,
+        "triton_http_url": triton_http_url,
+        "keys_db": workdir / "keys.sqlite3",
+        "admin_token": ADMIN_TOKEN,
+        "metrics_token": METRICS_TOKEN,
+        "tier_limits": TEST_TIERS,
+        "triton_stats_interval_s": 0.5,
+        "workers": 1,  # one process unless a test asks for more (automatic would be one per core with Redis)
+        "log_level": "info",
+    }
+    values.update(settings)
+    env = child_env(
+        {f"GATEWAY_{key.upper()}": json.dumps(value) if isinstance(value, dict | list) else str(value)
+         for key, value in values.items()}
+    )
+    process = ManagedProcess(python_module("gateway"), name="gateway", log_path=workdir / f"gateway-{port}.log",
+                             env=env, cwd=ROOT).start()
+    process.wait_http(f"http://127.0.0.1:{port}/healthz", _START_TIMEOUT_S)
+    return GatewayProcess(url=f"http://127.0.0.1:{port}", env=env, process=process)
+
+
+@dataclass
+class RedisProcess:
+    """A real ``redis-server`` on 127.0.0.1; can be stopped and started on its port.
+
+    ``persistent`` keeps an append-only file in ``workdir`` (as the deployment's Redis does), so a
+    restart keeps the API keys and canary weights the gateways store there; without it a restart
+    comes back empty.
+    """
+
+    workdir: Path
+    port: int = field(default_factory=reserve_port)
+    persistent: bool = False
+    process: ManagedProcess | None = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, timeout_s: float = 10.0) -> RedisProcess:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError(
+                "redis-server is not installed: run `./run test` (it installs it) or `apt-get install redis-server`"
+            )
+        command = [binary, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
+                   "--appendonly", "yes" if self.persistent else "no", "--appendfsync", "always",
+                   "--dir", str(self.workdir)]
+        self.process = ManagedProcess(command, name="redis-server").start()
+        import redis
+
+        client = redis.Redis.from_url(self.url, socket_timeout=0.5)
+
+        def answers() -> bool:
+            try:
+                return bool(client.ping())
+            except redis.RedisError:
+                return False
+
+        try:
+            self.process.wait_until(answers, timeout_s, what="answering PING")
+        finally:
+            client.close()
+        return self
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is not None:
+            process.stop()
+
+
+def start_redis(workdir: Path) -> RedisProcess:
+    """Start a real redis-server on a reserved port and wait until it answers PING."""
+    return RedisProcess(workdir).start()
+
+
+def tiny_request(rows: int = 1) -> dict[str, object]:
+    """A KServe v2 JSON body for ``tiny_linear``."""
+    return {
+        "inputs": [
+            {"name": "input", "shape": [rows, 4], "datatype": "FP32", "data": [1.0, 2.0, 3.0, 4.0] * rows}
+        ]
+    }
+
+
+def create_key(
+    gateway: GatewayProcess, tier: str = "unlimited", scopes: list[str] | None = None, name: str = "test"
+) -> tuple[dict[str, str], dict[str, object]]:
+    """Create an API key through the admin API; returns ``(auth headers, created key document)``."""
+    response = httpx.post(
+        f"{gateway.url}/admin/keys",
+        json={"name": name, "scopes": scopes or ["*"], "tier": tier},
+        headers={"X-Admin-Token": ADMIN_TOKEN},
+        timeout=10,
+    )
+    assert response.status_code == 201, response.text
+    created = response.json()
+    return {"Authorization": f"Bearer {created['api_key']}"}, created
