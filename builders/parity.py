@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from builders.spec import Tolerance
+from serving.backends.onnxruntime.ort_providers import avoid_saturating_int8
 
 __all__ = ["ParityResult", "compare", "run_onnx"]
 
@@ -69,8 +70,10 @@ def compare(reference: np.ndarray, candidate: np.ndarray, classes: bool = False)
 
 
 def run_onnx(path: Path, feeds: dict[str, np.ndarray], outputs: list[str] | None = None) -> list[np.ndarray]:
-    """Run an ONNX file once on the CPU with onnxruntime."""
+    """Run an ONNX file once on the CPU with onnxruntime, as the ``onnxruntime`` backend runs it on this host."""
     import onnxruntime as ort
 
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    options = ort.SessionOptions()
+    avoid_saturating_int8(options)
+    session = ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
     return list(session.run(outputs, feeds))

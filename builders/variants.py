@@ -1,14 +1,8 @@
-"""Precision variants of a built model: ``<model>_fp16`` / ``<model>_int8`` ONNX entries and their
-``<model>_trt_fp16`` / ``<model>_trt_int8`` TensorRT engines.
+"""Precision variants of a built model: ``<model>_fp16`` / ``<model>_int8`` ONNX entries, and through
+:mod:`builders.engine_entries` their ``<model>_trt_fp16`` / ``<model>_trt_int8`` TensorRT engines.
 
     FP32 ONNX -> precision.convert -> parity vs PyTorch and vs FP32 ONNX -> <model>_<p> (onnxruntime_onnx)
-                                   -> engine.build_engine -> <model>_trt_<p>: a tensorrt_plan entry when
-                                      the target Triton loads it, else an artifact beside the repository
-
-An engine becomes a Triton entry only when the target server (:mod:`builders.engine_target`: the NGC
-Triton release's TensorRT version, the GPU's compute capability, full TensorRT) can load it, as its
-``engine.json`` says; a TensorRT for RTX engine, or one built with another TensorRT, is kept under
-:func:`builders.engine_target.artifact_root` with its metadata, labelled with the runtime it needs.
+                                   -> engine_entries.build_engine_entry -> <model>_trt_<p>
 
 A variant keeps its parent's tensors (FP32 in, FP32 out), so it drops into the same ensemble or
 gateway route. Each is its own repository entry with its own build report (precision, parity vs the
@@ -23,28 +17,31 @@ never imports the pipeline.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
-from tritonclient.grpc import model_config_pb2 as mc
 
-from builders import engine
-from builders import engine_target as targets
 from builders import precision as precision_module
 from builders import repository as repo
 from builders.context import BuildContext, onnx_entry_config
 from builders.engine import EngineOptions
+from builders.engine_entries import (
+    build_engine_entry,
+    current_engine,
+    engine_hash,
+    engine_name,
+    usable_engine_target,
+)
 from builders.errors import ParityError
 from builders.export import onnx_files
 from builders.parity import ParityResult, compare, run_onnx
 from builders.precision import DEFAULT_FP32_OPS, PRECISIONS, PrecisionError, convert
+from builders.publication import Publication, current_report, digest_of
 from builders.report import BuildReport, file_sha256
 from builders.spec import ModelSpec, Tolerance
-from builders.triton_config import model_config
 
 __all__ = [
     "EngineOptions",
@@ -58,109 +55,15 @@ __all__ = [
     "variant_name",
 ]
 
-@dataclass
-class Publication:
-    """A built and verified entry waiting to be published, or (``config`` and ``artifact`` unset) one
-    already current. An ``artifact`` (an engine no Triton of the target loads) goes to
-    :func:`builders.engine_target.artifact_root`, never into the model repository."""
-
-    report: BuildReport
-    config: mc.ModelConfig | None = None
-    files: dict[str, Path] = field(default_factory=dict)
-    artifact: bool = False
-
-    def publish(self, repository: Path) -> BuildReport:
-        if self.artifact:
-            repo.publish_artifact(targets.artifact_root(repository), self.report.model, self.files, self.report)
-            # An entry of this name published as a Triton model before (an engine Triton cannot load)
-            # would fail to load under --load-model=*: it goes.
-            repo.remove_entry(repository, self.report.model)
-        elif self.config is not None:
-            repo.publish(repository, self.config, self.files, self.report)
-        return self.report
-
-
 def variant_name(model: str, precision: str) -> str:
     return f"{model}_{precision}"
-
-
-def engine_name(model: str, precision: str) -> str:
-    return f"{model}_trt_{precision}"
-
-
-def _digest(*parts: object) -> str:
-    digest = hashlib.sha256()
-    for part in parts:
-        digest.update(repr(part).encode())
-        digest.update(b"\0")
-    return digest.hexdigest()
 
 
 def variant_hash(spec: ModelSpec, parent_hash: str, precision: str) -> str:
     """The parent's hash plus what makes this variant (precision, tolerance, conversion code)."""
     code = (file_sha256(Path(precision_module.__file__)), file_sha256(Path(__file__)))
-    return _digest(parent_hash, precision, spec.variant_tolerance(precision), DEFAULT_FP32_OPS,
+    return digest_of(parent_hash, precision, spec.variant_tolerance(precision), DEFAULT_FP32_OPS,
                    spec.int8_op_types, spec.int8_keep_float, spec.int8_calibrations, spec.fp16_keep_float, code)
-
-
-def engine_hash(variant_digest: str, trt: engine.TensorRT, options: EngineOptions, capability: str,
-                axis_ranges: Mapping[str, object] | None = None) -> str:
-    """The variant's hash plus what makes the engine (TensorRT flavour/version, target, builder level)
-    and where it is published (the target Triton release decides entry or artifact)."""
-    return _digest(variant_digest, trt.flavour, trt.version, capability, options.optimization_level,
-                   sorted((axis_ranges or {}).items()), file_sha256(Path(engine.__file__)),
-                   options.triton_release or targets.DEFAULT_NGC_RELEASE, file_sha256(Path(targets.__file__)))
-
-
-def _usable_engine_target(spec: ModelSpec, engines: EngineOptions | None,
-                          notify: Callable[[str], None]) -> tuple[engine.TensorRT, str] | None:
-    """The engine target to build for, or None (no engines asked, no TensorRT, or a spec that cannot have one)."""
-    if engines is None:
-        return None
-    try:
-        target = _engine_target(engines)
-    except engine.EngineUnavailable as exc:
-        notify(str(exc))
-        return None
-    gap = _engine_gap(spec)
-    if gap is not None:
-        notify(gap)
-        return None
-    return target
-
-
-def _engine_gap(spec: ModelSpec) -> str | None:
-    """Why ``spec`` gets no engine (dynamic non-batch axes without a profile range), or None."""
-    missing = [t.name for t in spec.inputs if -1 in t.dims and t.name not in spec.engine_axis_ranges]
-    if missing:
-        return (f"{spec.name}: TensorRT engines skipped: inputs {', '.join(missing)} have dynamic non-batch axes "
-                "and the spec gives no engine_axis_ranges for them")
-    return None
-
-
-def _engine_target(options: EngineOptions) -> tuple[engine.TensorRT, str]:
-    """The installed TensorRT and the compute capability it would build for.
-
-    Raises:
-        EngineUnavailable: no TensorRT flavour, or full TensorRT without a visible GPU.
-    """
-    trt = engine.load_tensorrt()
-    if trt.flavour == "tensorrt":
-        return trt, engine._local_compute_capability()
-    return trt, options.compute_capability or engine.DEFAULT_COMPUTE_CAPABILITY
-
-
-def _current(repository: Path, name: str, digest: str) -> BuildReport | None:
-    previous = repo.latest_report(repository, name)
-    if previous is not None and previous.inputs_hash == digest:
-        previous.skipped = True
-        return previous
-    return None
-
-
-def _current_engine(repository: Path, name: str, digest: str) -> BuildReport | None:
-    """An up-to-date engine: a Triton entry of the repository, or an artifact beside it."""
-    return _current(repository, name, digest) or _current(targets.artifact_root(repository), name, digest)
 
 
 def up_to_date_variants(spec: ModelSpec, parent_hash: str, repository: Path,
@@ -172,15 +75,15 @@ def up_to_date_variants(spec: ModelSpec, parent_hash: str, repository: Path,
     are skipped, and ``notify`` says why.
     """
     reports = []
-    target = _usable_engine_target(spec, engines, notify)
+    target = usable_engine_target(spec, engines, notify)
     for precision in spec.variants:
         digest = variant_hash(spec, parent_hash, precision)
-        current = _current(repository, variant_name(spec.name, precision), digest)
+        current = current_report(repository, variant_name(spec.name, precision), digest)
         if current is None:
             return None
         reports.append(current)
         if engines is not None and target is not None:
-            built = _current_engine(repository, engine_name(spec.name, precision),
+            built = current_engine(repository, engine_name(spec.name, precision),
                              engine_hash(digest, target[0], engines, target[1], spec.engine_axis_ranges))
             if built is None:
                 return None
@@ -226,13 +129,13 @@ def build_variants(ctx: BuildContext) -> list[Publication]:
     fp32_outputs = run_onnx(ctx.fp32_onnx, dict(ctx.feeds), [o.name for o in spec.outputs])
     fp32_parity = {out.name: compare(ref, cand, classes=out.name == spec.class_output)
                    for out, ref, cand in zip(spec.outputs, ctx.reference, fp32_outputs, strict=True)}
-    target = _usable_engine_target(spec, ctx.engines, ctx.notify)
+    target = usable_engine_target(spec, ctx.engines, ctx.notify)
 
     pending: list[Publication] = []
     for precision in spec.variants:
         name = variant_name(spec.name, precision)
         digest = variant_hash(spec, ctx.parent_hash, precision)
-        current = None if ctx.force else _current(ctx.repository, name, digest)
+        current = None if ctx.force else current_report(ctx.repository, name, digest)
         if current is None:
             # A folder per variant: an external data file beside its graph keeps the name it is published with.
             onnx_path = ctx.workdir / name / "model.onnx"
@@ -246,10 +149,10 @@ def build_variants(ctx: BuildContext) -> list[Publication]:
             trt, capability = target
             trt_name = engine_name(spec.name, precision)
             trt_digest = engine_hash(digest, trt, ctx.engines, capability, spec.engine_axis_ranges)
-            built = None if ctx.force else _current_engine(ctx.repository, trt_name, trt_digest)
+            built = None if ctx.force else current_engine(ctx.repository, trt_name, trt_digest)
             if built is None:
                 ctx.status(f"{trt_name}: building {trt.flavour} engine for compute capability {capability}")
-                pending.append(_build_engine_entry(ctx, precision, trt_digest, onnx_path, variant.report, capability))
+                pending.append(build_engine_entry(ctx, precision, trt_digest, onnx_path, variant.report, capability))
             else:
                 pending.append(Publication(built))
     return pending
@@ -360,45 +263,3 @@ def _calibrate(ctx: BuildContext, name: str, onnx_path: Path,
     for _, _, other in ranked:
         other.unlink(missing_ok=True)
     return best, studies
-
-
-def _build_engine_entry(ctx: BuildContext, precision: str, digest: str, onnx_path: Path, variant: BuildReport,
-                        capability: str) -> Publication:
-    spec, options, repository = ctx.spec, ctx.engines, ctx.repository
-    assert options is not None
-    name = engine_name(spec.name, precision)
-    out = ctx.workdir / name
-    preferred = max(spec.batching.preferred_batch_sizes, default=spec.batching.max_batch_size)
-    profile = engine.EngineProfile(spec.batching.max_batch_size, preferred, spec.engine_axis_ranges)
-    meta = engine.build_engine(onnx_path, out, profile, precision, replace(options, compute_capability=capability),
-                               input_hash=file_sha256(onnx_path))
-    target = targets.ServingTarget.ngc(capability, options.triton_release or targets.DEFAULT_NGC_RELEASE)
-    refusal = target.refusal(meta, out / engine.ENGINE_NAME)
-    where = targets.artifact_root(repository) if refusal else repository
-    report = BuildReport(
-        model=name, family=spec.family, version=(repo.latest_version(where, name) or 0) + 1,
-        precision=precision, inputs_hash=digest, weights=dict(variant.weights),
-        timings_s={"engine_build": meta.build_seconds},
-        notes=[
-            f"TensorRT engine ({meta.flavour} {meta.tensorrt_version}, compute capability "
-            f"{meta.compute_capability}, strongly typed, profile batch 1..{meta.max_batch_size}) from "
-            f"{variant.model} v{variant.version}; metadata in {engine.METADATA_NAME} (runtime: {meta.runtime})",
-            f"engine parity not measured here (no GPU); the ONNX it was built from passed parity as {variant.model}",
-        ],
-    )
-    report.add_artifact("engine_metadata", out / engine.METADATA_NAME)
-    files = {engine.ENGINE_NAME: out / engine.ENGINE_NAME, engine.METADATA_NAME: out / engine.METADATA_NAME}
-    if refusal is not None:
-        report.notes.append(f"not a Triton entry: {target.name} cannot load it ({refusal}); kept as an artifact "
-                            f"for the {meta.runtime} runtime in {where.name}/")
-        if meta.flavour != "tensorrt":
-            report.notes.append("Triton's tensorrt_plan backend needs an engine built by full TensorRT of its own "
-                                "version on the GPU host (same command there: inferctl build --engines)")
-        ctx.notify(f"{name}: kept as an artifact, not a Triton entry: {refusal}")
-        return Publication(report, None, files, artifact=True)
-    report.notes.append(f"platform tensorrt_plan for {target.name}; the embedded CPU Triton cannot load it "
-                        "(inferctl up leaves it out)")
-    config = model_config(name, platform="tensorrt_plan", inputs=spec.inputs, outputs=spec.outputs,
-                          batching=spec.batching, gpu=True)
-    config.default_model_filename = engine.ENGINE_NAME
-    return Publication(report, config, files)

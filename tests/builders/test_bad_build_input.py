@@ -96,7 +96,8 @@ def test_unparsable_variant_stops_the_build_and_publishes_nothing(served: Path) 
     with pytest.raises(EngineBuildError) as caught:
         build_specs([_Determinant()], _options(served, engines=True))
     message = str(caught.value)
-    assert f"TensorRT ({trt.flavour} {trt.version}) cannot parse tiny_determinant_int8.onnx" in message
+    assert message.startswith("tiny_determinant_trt_int8 from tiny_determinant_int8: "), message
+    assert f"TensorRT ({trt.flavour} {trt.version}) cannot parse model.onnx" in message
     assert "op Det" in message
     # Neither the FP32 parent nor its verified INT8 variant went in: nothing is half-applied.
     assert tree_hash(served) == before

@@ -203,8 +203,10 @@ async def test_mixed_length_requests_share_encoder_executions(client, triton) ->
     assert set(samples.correct.tolist()) == {1}
     change = wait_for_counts(client, ENCODER, before, len(samples.status))
     assert change.inferences == len(samples.status) and change.failures == 0
-    # Several mixed-length requests per execution, not one execution per request.
-    assert change.executions * 1.5 <= change.inferences, change
+    # Without ragged batching every execution would hold exactly one request. How many merge depends on
+    # how busy the machine is (a 2-core CI runner merged 1.4 per execution, an idle one more), so the
+    # claim is that mixed lengths merge at all, not how often.
+    assert change.executions < change.inferences, change
     # And merging does not change an embedding: each text embeds as it does alone.
     alone = np.concatenate([_embed(client, [t]) for t in texts[:8]])
     together = np.concatenate([p.get_result().as_numpy("EMBEDDING") for p in

@@ -28,6 +28,13 @@ def test_points_run_in_priority_order() -> None:
         ("768x768", 25, 1, True),  # the first request after a change of size
         ("768x768", 50, 1, False), ("512x512", 25, 8, False), ("768x768", 50, 4, False), ("768x768", 50, 8, False),
     ]
+    assert points[2].came_from == (512, 512)  # its first timed call comes right after one at the first size
+
+
+def test_a_switch_to_the_first_size_is_refused() -> None:
+    # It would run after that size's points: its "first request" would find everything warm.
+    with pytest.raises(ValueError, match="must be a size other than the first"):
+        plan([(768, 768, 50), (512, 512, 25)], [1, 4], (768, 768, 25))
 
 
 def test_a_point_not_run_is_a_row_and_no_target() -> None:

@@ -65,3 +65,46 @@ def test_without_tensorrt_or_cuda_the_instance_falls_back() -> None:
     assert cuda_only == [("CUDAExecutionProvider", {"device_id": "0"}), "CPUExecutionProvider"]
     assert execution_providers(config, inputs, "GPU", 0, ["CPUExecutionProvider"]) == ["CPUExecutionProvider"]
     assert execution_providers(config, inputs, "CPU", 0, GPU_RUNTIME) == ["CPUExecutionProvider"]
+
+
+def test_int8_kernels_saturate_on_x86_without_vnni() -> None:
+    from serving.backends.onnxruntime.ort_providers import int8_kernels_saturate
+
+    assert int8_kernels_saturate("x86_64", {"avx2", "fma"})  # AVX2 only: VPMADDUBSW sums into int16
+    assert int8_kernels_saturate("x86_64", {"avx2", "avx512f", "avx512bw"})  # AVX-512 without VNNI: the same
+    assert not int8_kernels_saturate("x86_64", {"avx2", "avx512_vnni"})
+    assert not int8_kernels_saturate("x86_64", {"avx2", "avx_vnni"})
+    assert int8_kernels_saturate("x86_64", set())  # features unknown: take the safe path
+    assert not int8_kernels_saturate("aarch64", set())
+
+
+def test_saturating_hosts_run_qdq_graphs_as_float_math() -> None:
+    """The session option is one onnxruntime knows: on such a host a Q/DQ graph's answer is the float
+    simulation of its INT8 math (checked against numpy's), not the saturated one."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from serving.backends.onnxruntime.ort_providers import DISABLE_QDQ_FUSION
+
+    # y = MatMul(DQ(Q(x)), DQ(W)) with u8 activations near 255 and s8 weights near 127: every pair of
+    # products sums past int16 (2 * 255 * 127 > 32767) in a VPMADDUBSW kernel.
+    weights = np.full((64, 4), 127, dtype=np.int8)
+    graph = helper.make_graph(
+        [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+         helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+         helper.make_node("DequantizeLinear", ["w", "ws"], ["wd"]),
+         helper.make_node("MatMul", ["xd", "wd"], ["y"])],
+        "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [numpy_helper.from_array(np.array(1.0, np.float32), "xs"), numpy_helper.from_array(np.array(0, np.uint8), "xz"),
+         numpy_helper.from_array(weights, "w"), numpy_helper.from_array(np.array(1.0, np.float32), "ws")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    options = ort.SessionOptions()
+    options.add_session_config_entry(DISABLE_QDQ_FUSION, "1")
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    x = np.full((1, 64), 255.0, dtype=np.float32)
+    np.testing.assert_array_equal(session.run(None, {"x": x})[0], x @ weights.astype(np.float32))
+    onnx.checker.check_model(model)

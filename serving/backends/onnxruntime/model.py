@@ -16,6 +16,8 @@ copied beside this file); what is ONNX Runtime's lives here:
   (``optimization { execution_accelerators { gpu_execution_accelerator: [{ name: "tensorrt" }] } }``)
   and onnxruntime has it. The provider each model got is written to Triton's log; without a CUDA
   provider a ``KIND_GPU`` instance falls back to the CPU and says so there.
+- On an x86-64 CPU without VNNI, INT8 (Q/DQ) graphs run as float math: onnxruntime's fused INT8
+  kernels saturate there (``ort_providers.int8_kernels_saturate``).
 """
 
 from __future__ import annotations
@@ -28,10 +30,14 @@ import onnxruntime as ort
 
 if TYPE_CHECKING:
     from serving.backends.batching_core import BatchingModel
-    from serving.backends.onnxruntime.ort_providers import execution_providers, tensorrt_request
+    from serving.backends.onnxruntime.ort_providers import (
+        avoid_saturating_int8,
+        execution_providers,
+        tensorrt_request,
+    )
 else:  # Triton imports this file with its folder (holding copies of both modules) on sys.path
     from batching_core import BatchingModel
-    from ort_providers import execution_providers, tensorrt_request
+    from ort_providers import avoid_saturating_int8, execution_providers, tensorrt_request
 
 class TritonPythonModel(BatchingModel):
     """One ONNX Runtime session per model instance."""
@@ -45,6 +51,9 @@ class TritonPythonModel(BatchingModel):
         options.intra_op_num_threads = int(self.parameter("intra_op_thread_count", "0"))
         options.inter_op_num_threads = int(self.parameter("inter_op_thread_count", "0"))
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        if avoid_saturating_int8(options):
+            self.log("info", "this CPU has no VNNI: INT8 (Q/DQ) graphs run as float math, since onnxruntime's "
+                             "fused INT8 kernels saturate here")
         kind = args.get("model_instance_kind", "CPU")
         available = ort.get_available_providers()
         providers = execution_providers(self.config, self.inputs, kind, int(args.get("model_instance_device_id") or 0),

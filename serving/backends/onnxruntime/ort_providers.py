@@ -9,10 +9,16 @@ parameters { key: "precision_mode" value: "FP16" } }] } }``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import platform
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-__all__ = ["Provider", "execution_providers", "tensorrt_request"]
+__all__ = ["Provider", "avoid_saturating_int8", "execution_providers", "int8_kernels_saturate", "tensorrt_request"]
+
+#: onnxruntime's session option that runs a Q/DQ graph as float math instead of fused INT8 kernels
+DISABLE_QDQ_FUSION = "session.disable_quant_qdq"
+#: x86 CPU flags with an int8 dot product that accumulates in 32 bits
+_VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8"})
 
 
 class _Tensor(Protocol):
@@ -67,3 +73,44 @@ def execution_providers(config: Mapping[str, Any], inputs: Sequence[_Tensor], ki
     return providers
 
 
+
+
+def int8_kernels_saturate(machine: str | None = None, cpu_flags: Iterable[str] | None = None) -> bool:
+    """Whether onnxruntime's fused INT8 CPU kernels can give wrong answers on this host.
+
+    On x86-64 without VNNI, onnxruntime multiplies u8 activations by s8 weights with VPMADDUBSW, which
+    adds each pair of products into a saturating int16 (onnxruntime's quantization guide warns of it).
+    Measured on such a CPU (AMD EPYC, AVX2 only), ``efficientnet_lite0_int8`` against FP32 on held-out
+    photos: min cosine 0.53, top-1 agreement 0.33 with the fused kernels; 0.974 and 0.75 with the same
+    Q/DQ graph run as float math, which is what a VNNI CPU and TensorRT compute.
+
+    Args:
+        machine: ``platform.machine()`` by default.
+        cpu_flags: the CPU's feature flags; read from ``/proc/cpuinfo`` by default (unreadable: none,
+            so an x86-64 host of unknown features is taken to saturate: correct answers first).
+    """
+    if (machine or platform.machine()).lower() not in ("x86_64", "amd64"):
+        return False
+    flags = set(cpu_flags) if cpu_flags is not None else _cpu_flags()
+    return not flags & _VNNI_FLAGS
+
+
+def avoid_saturating_int8(options: Any) -> bool:
+    """Make an ``onnxruntime.SessionOptions`` run Q/DQ graphs as float math where the fused INT8
+    kernels would saturate (:func:`int8_kernels_saturate`); True when it did. Graphs without Q/DQ
+    nodes are not affected; on such hosts the fused kernels were not faster than FP32 either."""
+    if not int8_kernels_saturate():
+        return False
+    options.add_session_config_entry(DISABLE_QDQ_FUSION, "1")
+    return True
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
