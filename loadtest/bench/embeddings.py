@@ -55,7 +55,7 @@ from loadtest.bench.servers import naive_embedding_server
 from loadtest.loadgen import HttpTarget, LoadRun, LoadSpec, Target, TritonTarget, merge_runs, run
 from loadtest.payloads import mixed_length_texts
 from serving.console import Table, print_table
-from serving.launcher import TritonPorts, TritonServer
+from serving.launcher import TritonPorts, TritonServer, TritonStartError
 
 __all__ = ["Row", "main", "prepare_repository"]
 
@@ -230,6 +230,23 @@ def build_source(repository: Path, encoder: str, device: str = "cpu") -> Path:
     return repository
 
 
+def _start_triton(repository: Path, ports: TritonPorts, python: str | None) -> TritonServer:
+    """Triton on ``ports``; once more on fresh ports if one was taken meanwhile (seen once on a GPU host,
+    cause not found: what listened then is printed for the next person to look)."""
+    server = TritonServer(repository, ports=ports, python=python, startup_timeout_s=300)
+    try:
+        return server.start()
+    except TritonStartError as exc:
+        if "already in use" not in str(exc):
+            raise
+        import subprocess
+
+        listing = subprocess.run(["ss", "-tanp"], capture_output=True, text=True, check=False).stdout
+        print(f"{exc}; listening and connected sockets then:\n{listing}", flush=True)
+        server = TritonServer(repository, ports=TritonPorts.free(), python=python, startup_timeout_s=300)
+        return server.start()
+
+
 def run_bench(args: argparse.Namespace) -> list[Row]:
     """Build (if needed), start the servers, check parity, run the alternating rounds; the table's rows."""
     texts = mixed_length_texts(args.texts)
@@ -243,14 +260,16 @@ def run_bench(args: argparse.Namespace) -> list[Row]:
     with tempfile.TemporaryDirectory(prefix="bench-embeddings-") as tmp, contextlib.ExitStack() as stack:
         work = Path(tmp)
         ensembles = prepare_repository(source, work / "repository", variants, args.threads)
-        # The baseline servers start while Triton does (each loads torch and the model: seconds that count
-        # against a budgeted run); each stack is entered by one thread only.
+        # Ports first, in this thread, then the baseline servers start while Triton does (each loads
+        # torch and the model: seconds that count against a budgeted run); each stack is entered by
+        # one thread only.
+        ports = TritonPorts.free()
         baselines = stack.enter_context(contextlib.ExitStack())
         with ThreadPoolExecutor(max_workers=1) as pool:
             starting = pool.submit(lambda: {device: baselines.enter_context(
                 naive_embedding_server(device, work, args.threads)) for device in args.st_device})
-            triton = stack.enter_context(TritonServer(work / "repository", ports=TritonPorts.free(),
-                                                      python=args.stub_python, startup_timeout_s=300))
+            triton = _start_triton(work / "repository", ports, args.stub_python)
+            stack.callback(triton.stop)
             st_urls = starting.result()
         # The parity reference: encode() of the first baseline server, every text in one call.
         reference = _st_embeddings(next(iter(st_urls.values())), texts)

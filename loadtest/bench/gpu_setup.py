@@ -192,6 +192,6 @@ def sweep(triton: TritonServer, root: Path, name: str, target: Target, settings:
     report.setdefault("notes", []).append(f"serving sweep on {machine_description().get('gpu', 'this GPU')}: "
                                           f"{json.dumps(choice['chosen'])} ({choice['rule']}, concurrency {concurrency}, "
                                           f"{len(measured)} of {len(rows)} candidates measured)")
-    report["sweep", "unavailable"] = choice
+    report["sweep"] = choice
     report_path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return choice
