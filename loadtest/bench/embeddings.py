@@ -275,7 +275,12 @@ def run_bench(args: argparse.Namespace) -> list[Row]:
         reference = _st_embeddings(next(iter(st_urls.values())), texts)
         cosines: dict[str, float] = {}
         for label, model in ensembles.items():
-            got = _embed_all(triton.http_url, model, texts, args.concurrency)
+            try:
+                got = _embed_all(triton.http_url, model, texts, args.concurrency)
+            except Exception:
+                # The models answer a client with no internals; Triton's log has the cause.
+                print("Triton's log, last 60 lines:\n" + "\n".join(list(triton.iter_log())[-60:]), flush=True)
+                raise
             cosines[label] = float(np.min(np.sum(got * reference, axis=1)
                                           / (np.linalg.norm(got, axis=1) * np.linalg.norm(reference, axis=1))))
             print(f"{label}: {len(texts)} texts, min cosine vs sentence-transformers {cosines[label]:.6f}", flush=True)
