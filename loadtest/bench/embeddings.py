@@ -51,11 +51,12 @@ from pathlib import Path
 
 import numpy as np
 
-from loadtest.bench.servers import naive_embedding_server
+from loadtest.bench.plot import save_bar_plot
+from loadtest.bench.servers import naive_embedding_server, start_triton
 from loadtest.loadgen import HttpTarget, LoadRun, LoadSpec, Target, TritonTarget, merge_runs, run
 from loadtest.payloads import mixed_length_texts
 from serving.console import Table, print_table
-from serving.launcher import TritonPorts, TritonServer, TritonStartError
+from serving.launcher import TritonPorts
 
 __all__ = ["Row", "main", "prepare_repository"]
 
@@ -230,23 +231,6 @@ def build_source(repository: Path, encoder: str, device: str = "cpu") -> Path:
     return repository
 
 
-def _start_triton(repository: Path, ports: TritonPorts, python: str | None) -> TritonServer:
-    """Triton on ``ports``; once more on fresh ports if one was taken meanwhile (seen once on a GPU host,
-    cause not found: what listened then is printed for the next person to look)."""
-    server = TritonServer(repository, ports=ports, python=python, startup_timeout_s=300)
-    try:
-        return server.start()
-    except TritonStartError as exc:
-        if "already in use" not in str(exc):
-            raise
-        import subprocess
-
-        listing = subprocess.run(["ss", "-tanp"], capture_output=True, text=True, check=False).stdout
-        print(f"{exc}; listening and connected sockets then:\n{listing}", flush=True)
-        server = TritonServer(repository, ports=TritonPorts.free(), python=python, startup_timeout_s=300)
-        return server.start()
-
-
 def run_bench(args: argparse.Namespace) -> list[Row]:
     """Build (if needed), start the servers, check parity, run the alternating rounds; the table's rows."""
     texts = mixed_length_texts(args.texts)
@@ -268,7 +252,7 @@ def run_bench(args: argparse.Namespace) -> list[Row]:
         with ThreadPoolExecutor(max_workers=1) as pool:
             starting = pool.submit(lambda: {device: baselines.enter_context(
                 naive_embedding_server(device, work, args.threads)) for device in args.st_device})
-            triton = _start_triton(work / "repository", ports, args.stub_python)
+            triton = start_triton(work / "repository", ports, args.stub_python)
             stack.callback(triton.stop)
             st_urls = starting.result()
         # The parity reference: encode() of the first baseline server, every text in one call.
@@ -347,30 +331,7 @@ def _report(args: argparse.Namespace, rows: list[Row], loads: list[float], durat
     (out / "embeddings.json").write_text(json.dumps(
         {"settings": {**settings, "measured_s_per_round": duration}, "machine": table.caption,
          "load_average": loads, "rows": [asdict(r) for r in rows]}, indent=2) + "\n")
-    _plot(out / "embeddings.png", table.title, rows)
-
-
-def _plot(path: Path, title: str, rows: list[Row]) -> None:
-    """Throughput and P99 per configuration, side by side."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    labels = [r.config.replace(" (", "\n(") for r in rows]
-    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
-    left.barh(labels, [r.texts_per_s for r in rows], color="tab:blue")
-    left.set_xlabel("texts/s (higher is better)")
-    right.barh(labels, [r.p99_ms for r in rows], color="tab:orange")
-    right.set_xlabel("P99 latency, ms (lower is better)")
-    right.set_yticklabels([])
-    for axis in (left, right):
-        axis.invert_yaxis()
-        axis.grid(axis="x", alpha=0.3)
-    figure.suptitle(title, fontsize=10)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    save_bar_plot(out / "embeddings.png", table.title, rows)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,14 +1,15 @@
-"""The benchmark's plot: latency against throughput, one line per configuration."""
+"""The benchmarks' plots: latency against throughput per configuration, or bars side by side."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from loadtest.bench.report import machine_line
 from loadtest.bench.settings import Result
 
-__all__ = ["save_plot"]
+__all__ = ["save_bar_plot", "save_plot"]
 
 
 def save_plot(results: list[Result], ratios: dict[str, Any], machine: dict[str, Any], settings_line: str, path: Path) -> Path:
@@ -47,3 +48,26 @@ def save_plot(results: list[Result], ratios: dict[str, Any], machine: dict[str, 
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def save_bar_plot(path: Path, title: str, rows: Sequence[Any]) -> None:
+    """Throughput (``texts_per_s``) and P99 (``p99_ms``) per configuration (``config``), side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [r.config.replace(" (", "\n(") for r in rows]
+    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    left.barh(labels, [r.texts_per_s for r in rows], color="tab:blue")
+    left.set_xlabel("texts/s (higher is better)")
+    right.barh(labels, [r.p99_ms for r in rows], color="tab:orange")
+    right.set_xlabel("P99 latency, ms (lower is better)")
+    right.set_yticklabels([])
+    for axis in (left, right):
+        axis.invert_yaxis()
+        axis.grid(axis="x", alpha=0.3)
+    figure.suptitle(title, fontsize=10)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)

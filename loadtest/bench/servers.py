@@ -15,10 +15,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from loadtest.bench.settings import DEFAULT_MODEL
+from serving.launcher import TritonPorts, TritonServer, TritonStartError
 from serving.ports import reserve_port
 from serving.processes import ManagedProcess, ProcessStartError, child_env, python_module
 
-__all__ = ["gateway_server", "naive_embedding_server", "naive_server"]
+__all__ = ["gateway_server", "naive_embedding_server", "naive_server", "start_triton"]
 
 _BENCH_TIER = "loadtest-bench"
 
@@ -109,3 +110,20 @@ def _create_key(keys_db: Path, redis_url: str | None) -> tuple[str, str]:
     from gateway.redis_state import RedisKeyStore  # the store of gateway --workers
 
     return RedisKeyStore(redis_url).create("loadtest-bench", ["*"], _BENCH_TIER)
+
+
+def start_triton(repository: Path, ports: TritonPorts, python: str | None) -> TritonServer:
+    """Triton on ``ports``; once more on fresh ports if one was taken meanwhile (seen once on a GPU host,
+    cause not found: what listened then is printed for the next person to look)."""
+    server = TritonServer(repository, ports=ports, python=python, startup_timeout_s=300)
+    try:
+        return server.start()
+    except TritonStartError as exc:
+        if "already in use" not in str(exc):
+            raise
+        import subprocess
+
+        listing = subprocess.run(["ss", "-tanp"], capture_output=True, text=True, check=False).stdout
+        print(f"{exc}; listening and connected sockets then:\n{listing}", flush=True)
+        server = TritonServer(repository, ports=TritonPorts.free(), python=python, startup_timeout_s=300)
+        return server.start()
