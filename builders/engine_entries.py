@@ -35,11 +35,11 @@ def engine_name(model: str, precision: str) -> str:
 
 def engine_hash(variant_digest: str, trt: engine.TensorRT, options: EngineOptions, capability: str,
                 axis_ranges: Mapping[str, object] | None = None) -> str:
-    """The variant's hash plus what makes the engine (TensorRT flavour/version, target, builder level)
-    and where it is published (the target Triton release decides entry or artifact)."""
+    """The variant's hash plus what makes the engine (TensorRT flavour/version, target, builder level,
+    this module's code) and where it is published (the target Triton release decides entry or artifact)."""
+    code = (file_sha256(Path(engine.__file__)), file_sha256(Path(targets.__file__)), file_sha256(Path(__file__)))
     return digest_of(variant_digest, trt.flavour, trt.version, capability, options.optimization_level,
-                   sorted((axis_ranges or {}).items()), file_sha256(Path(engine.__file__)),
-                   options.triton_release or targets.DEFAULT_NGC_RELEASE, file_sha256(Path(targets.__file__)))
+                     sorted((axis_ranges or {}).items()), options.triton_release or targets.DEFAULT_NGC_RELEASE, code)
 
 
 def usable_engine_target(spec: ModelSpec, engines: EngineOptions | None,

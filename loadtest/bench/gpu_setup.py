@@ -144,7 +144,7 @@ def _load_variant(client: Any, name: str, base: dict[str, Any], candidate: dict[
     client.load_model(name, config=json.dumps(config))
 
 
-def _until_answering(target: Target, settings: GpuBenchSettings, limit_s: float = 90.0) -> None:
+def _until_answering(target: Target, limit_s: float = 90.0) -> None:
     """Send one request at a time until one is answered (at most ``limit_s``)."""
     deadline = time.perf_counter() + limit_s
     while time.perf_counter() < deadline:
@@ -183,7 +183,7 @@ def sweep(triton: TritonServer, root: Path, name: str, target: Target, settings:
             loaded = candidate
             # A reloaded entry's first requests wait for its lazy start (nvJPEG, allocator): measured
             # at once, one run answered nothing in the window and showed 0/s without an error.
-            _until_answering(target, settings)
+            _until_answering(target)
         result = run_load(LoadSpec(target=target, concurrency=concurrency, duration_s=settings.capacity_s,
                                    warmup_s=settings.warmup_s, name=f"sweep {name}"), settings.clients)
         rows.append({**candidate, "measured": True, "throughput": result.throughput, "p99_ms": result.p99_ms,

@@ -98,7 +98,7 @@ def int8_kernels_saturate(machine: str | None = None, cpu_flags: Iterable[str] |
 def avoid_saturating_int8(options: Any) -> bool:
     """Make an ``onnxruntime.SessionOptions`` run Q/DQ graphs as float math where the fused INT8
     kernels would saturate (:func:`int8_kernels_saturate`); True when it did. Graphs without Q/DQ
-    nodes are not affected; on such hosts the fused kernels were not faster than FP32 either."""
+    nodes are not affected. Correct answers cost speed there: INT8 then runs slower than FP32."""
     if not int8_kernels_saturate():
         return False
     options.add_session_config_entry(DISABLE_QDQ_FUSION, "1")
