@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Protocol
 
 from gateway.latency import BucketEntry
+from gateway.redis_series import read_client_hashes
 
 __all__ = ["EncodedEntry", "RedisSketchStore", "SketchStore", "SqliteSketchStore", "StatsStoreError"]
 
@@ -126,26 +127,11 @@ class RedisSketchStore:
 
     async def read(self, buckets: range, client: str | None, exclude_process: str) -> list[EncodedEntry]:
         try:
-            if client is None:
-                pipe = self._redis.pipeline(transaction=False)
-                for bucket in buckets:
-                    pipe.smembers(self._clients_key(bucket))
-                members = await pipe.execute()
-                wanted = [
-                    (bucket, (c.decode() if isinstance(c, bytes) else c))
-                    for bucket, clients in zip(buckets, members, strict=True)
-                    for c in sorted(clients)
-                ]
-            else:
-                wanted = [(bucket, client) for bucket in buckets]
-            pipe = self._redis.pipeline(transaction=False)
-            for bucket, owner in wanted:
-                pipe.hgetall(self._series_key(bucket, owner))
-            hashes = await pipe.execute()
+            series = await read_client_hashes(self._redis, buckets, client, self._clients_key, self._series_key)
         except Exception as exc:  # any Redis/socket failure
             raise StatsStoreError(f"Redis: {type(exc).__name__}: {exc}") from exc
         out = []
-        for (_, owner), fields in zip(wanted, hashes, strict=True):
+        for _, owner, fields in series:
             for field, value in fields.items():
                 process, model = _split_field(field)
                 if model and process != exclude_process:

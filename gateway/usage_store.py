@@ -25,6 +25,7 @@ import sqlite3
 import time
 from pathlib import Path
 
+from gateway.redis_series import read_client_hashes
 from gateway.usage import METRICS, UsageRow, UsageStoreError
 
 __all__ = ["BATCH_MEMORY_S", "RedisUsageStore", "SqliteUsageStore", "days_between"]
@@ -108,26 +109,12 @@ class RedisUsageStore:
     async def read(self, first_day: str, last_day: str, client: str | None) -> list[UsageRow]:
         days = days_between(first_day, last_day)
         try:
-            if client is None:
-                pipe = self._redis.pipeline(transaction=False)
-                for day in days:
-                    pipe.smembers(f"{self._prefix}{day}:clients")
-                members = await pipe.execute()
-                wanted = [
-                    (day, c.decode() if isinstance(c, bytes) else c)
-                    for day, clients in zip(days, members, strict=True)
-                    for c in sorted(clients)
-                ]
-            else:
-                wanted = [(day, client) for day in days]
-            pipe = self._redis.pipeline(transaction=False)
-            for day, owner in wanted:
-                pipe.hgetall(f"{self._prefix}{day}:{owner}")
-            hashes = await pipe.execute()
+            series = await read_client_hashes(self._redis, days, client, lambda day: f"{self._prefix}{day}:clients",
+                                              lambda day, owner: f"{self._prefix}{day}:{owner}")
         except Exception as exc:  # any Redis/socket failure
             raise UsageStoreError(f"Redis: {type(exc).__name__}: {exc}") from exc
         rows: dict[tuple[str, str, str], UsageRow] = {}
-        for (day, owner), counts in zip(wanted, hashes, strict=True):
+        for day, owner, counts in series:
             for raw_field, raw_value in counts.items():
                 text = raw_field.decode() if isinstance(raw_field, bytes) else raw_field
                 model, _, metric = text.rpartition(":")
