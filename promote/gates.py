@@ -31,6 +31,8 @@ class PromotionPolicy:
     :mod:`builders.evaluation`). Ratios are fractions (0.25 = 25 %).
 
     Attributes:
+        load_warmup_s: sent before each measured round of the latency gate, not measured (the
+            round's connections, the first batch shapes a version sees).
         canary_duration_s: the canary lasts at least this long ...
         min_canary_requests: ... and until version N+1 has answered this many requests (a canary
             nobody called proves nothing), but at most ``canary_timeout_s``: then it fails.
@@ -42,6 +44,7 @@ class PromotionPolicy:
     max_p99_regression: float = 0.5
     max_throughput_drop: float = 0.3
     load_concurrency: int = 8
+    load_warmup_s: float = 0.5
     load_duration_s: float = 3.0
     load_rounds: int = 2
     canary_share: float = 0.1
@@ -102,7 +105,7 @@ def latency_gate(url: str, production: tuple[str, str], candidate: tuple[str, st
     for _ in range(policy.load_rounds):
         for label, (model, version) in (("production", production), ("candidate", candidate)):
             runs[label].append(run_load(url, model, request, version=version, concurrency=policy.load_concurrency,
-                                        duration_s=policy.load_duration_s))
+                                        duration_s=policy.load_duration_s, warmup_s=policy.load_warmup_s))
 
     def median(label: str, attr: str) -> float:
         return statistics.median(getattr(r, attr) for r in runs[label])
@@ -113,8 +116,8 @@ def latency_gate(url: str, production: tuple[str, str], candidate: tuple[str, st
                 "error_summary": "; ".join(sorted({r.error_summary() for r in runs[label] if r.errors}))}
         for label in runs
     }
-    figures["settings"] = {"concurrency": policy.load_concurrency, "duration_s": policy.load_duration_s,
-                           "rounds": policy.load_rounds}
+    figures["settings"] = {"concurrency": policy.load_concurrency, "warmup_s": policy.load_warmup_s,
+                           "duration_s": policy.load_duration_s, "rounds": policy.load_rounds}
     prod, cand = figures["production"], figures["candidate"]
     problems = []
     if cand["errors"]:

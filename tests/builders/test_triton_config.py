@@ -9,7 +9,7 @@ import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.utils import triton_to_np_dtype
 
-from builders.triton_config import data_type, is_tensorrt, read_config, write_config
+from builders.triton_config import apply_queue_policy, data_type, is_tensorrt, read_config, write_config
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "float64", "int64", "int32", "int8", "uint8", "bool"])
@@ -56,5 +56,26 @@ def test_every_generated_model_has_priority_levels_and_a_bounded_rejecting_queue
         for level, policy in [*policies.items(), (0, batcher.default_queue_policy)]:
             assert policy.timeout_action == mc.ModelQueuePolicy.REJECT, (config.name, level)
             assert 0 < policy.max_queue_size and 0 < policy.default_timeout_microseconds, (config.name, level)
+        # With queue policies one instance can leave a queued request waiting 500 ms (apply_queue_policy).
+        assert config.instance_group and all(g.count >= limits.min_instances for g in config.instance_group), config.name
         checked.append(config.name)
     assert {"efficientnet_lite0", "image_preprocess", "minilm_encoder", "text_tokenizer"} <= set(checked)
+
+
+def test_the_queue_policy_raises_every_instance_group_to_the_minimum_and_keeps_larger_ones() -> None:
+    from serving.limits import QueueLimits
+
+    config = mc.ModelConfig(name="m", max_batch_size=8, instance_group=[
+        mc.ModelInstanceGroup(kind=mc.ModelInstanceGroup.KIND_CPU, count=1),
+        mc.ModelInstanceGroup(kind=mc.ModelInstanceGroup.KIND_GPU, count=4),
+    ])
+    apply_queue_policy(config, QueueLimits(min_instances=3))
+    assert [g.count for g in config.instance_group] == [3, 4]
+    assert config.dynamic_batching.priority_levels > 0  # the reason for the minimum
+
+
+def test_a_queue_minimum_below_one_instance_is_refused() -> None:
+    from serving.limits import QueueLimits
+
+    with pytest.raises(ValueError, match="min_instances"):
+        QueueLimits(min_instances=0)

@@ -9,7 +9,10 @@ Batching, request validation and per-request errors are the shared core's (``bat
 copied beside this file); what is ONNX Runtime's lives here:
 
 - Thread counts come from the config parameters ``intra_op_thread_count`` and
-  ``inter_op_thread_count``, the keys the native backend reads.
+  ``inter_op_thread_count``, the keys the native backend reads (0: every core, per instance). The
+  intra-op pool's threads sleep when idle instead of spinning (parameter ``allow_spinning``: ``"1"``
+  spins, onnxruntime's own default): with spinning, instances oversubscribe the cores and starve
+  Triton's own threads.
 - Execution providers: a ``KIND_CPU`` instance runs on the CPU provider. A ``KIND_GPU`` instance runs
   on onnxruntime-gpu's CUDA provider (the ``gpu`` extra), preceded by the TensorRT provider when the
   config asks for it the way the native backend reads it
@@ -39,6 +42,10 @@ else:  # Triton imports this file with its folder (holding copies of both module
     from batching_core import BatchingModel
     from ort_providers import avoid_saturating_int8, execution_providers, tensorrt_request
 
+#: onnxruntime's session option for the intra-op pool's busy-waiting ("1" spins, "0" sleeps)
+SPINNING = "session.intra_op.allow_spinning"
+
+
 class TritonPythonModel(BatchingModel):
     """One ONNX Runtime session per model instance."""
 
@@ -51,6 +58,12 @@ class TritonPythonModel(BatchingModel):
         options.intra_op_num_threads = int(self.parameter("intra_op_thread_count", "0"))
         options.inter_op_num_threads = int(self.parameter("inter_op_thread_count", "0"))
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        # onnxruntime's idle pool threads spin for more work by default. Between two runs here the
+        # request goes back through Triton, so they spin on cores Triton's own threads need, and with
+        # queue policies that starvation costs Triton's batcher its wake-up (500 ms stalls; see
+        # builders.triton_config.apply_queue_policy). Measured on 2 cores, efficientnet_lite0, one
+        # instance: P99 518 ms at concurrency 1 spinning, 19 ms not (benchmarks/cpu/batcher_wakeup).
+        options.add_session_config_entry(SPINNING, self.parameter("allow_spinning", "0"))
         if avoid_saturating_int8(options):
             self.log("info", "this CPU has no VNNI: INT8 (Q/DQ) graphs run as float math, since onnxruntime's "
                              "fused INT8 kernels saturate here")
