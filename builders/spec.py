@@ -46,12 +46,17 @@ class TensorSpec:
 
 @dataclass(frozen=True)
 class BatchingPolicy:
-    """Dynamic batching, chosen per model: the queue delay trades latency for batch size."""
+    """Dynamic batching, chosen per model: the queue delay trades latency for batch size.
+
+    ``instance_count`` None gives the platform's default, ``serving.limits.QueueLimits.min_instances``
+    (two: ``builders.triton_config.model_config`` says why one is a poor default); a count given is
+    kept, one included.
+    """
 
     max_batch_size: int
     preferred_batch_sizes: tuple[int, ...] = ()
     max_queue_delay_us: int = 0
-    instance_count: int = 1
+    instance_count: int | None = None
 
 
 @dataclass(frozen=True)

@@ -55,10 +55,23 @@ def model_config(
     """Config for a model served by one backend (onnxruntime, python, tensorrt, pytorch).
 
     Args:
+        batching: its ``instance_count``, when None, is ``QueueLimits.min_instances`` (two). Every
+            model gets priority levels and bounded queues (:func:`apply_queue_policy`), and those turn
+            off the dynamic batcher's payload prefetching; without it Triton's batcher can miss the
+            wake-up of an instance that finishes (``dynamic_batch_scheduler.cc``,
+            ``WaitForPayloadSlotAvailable``: the instance notifies before it counts as waiting again,
+            and nothing notifies once it does), and a queued request waits for the next arrival or
+            the batcher's 500 ms default wait. Measured with ``efficientnet_lite0`` on a 2-core CPU
+            (``benchmarks/cpu/batcher_wakeup``): one instance whose onnxruntime threads spin, P99
+            518-608 ms at concurrency 1-8; one instance whose threads sleep (the onnxruntime backend's
+            default), P99 19-133 ms but still a 576 ms request at concurrency 4; two instances, no
+            request over 273 ms. While one instance runs the other is waiting, so a queued request
+            waits at most for one execution.
         warmup: add a zero-input warmup request of batch 1, so the first user request does not pay
             for session initialisation. Only for numeric inputs (Triton cannot synthesise strings).
         versions_kept: serve the newest N versions (``version_policy.latest``).
     """
+    instances = DEFAULT_LIMITS.queue.min_instances if batching.instance_count is None else batching.instance_count
     inputs, outputs = list(inputs), list(outputs)
     config = mc.ModelConfig(
         name=name,
@@ -71,7 +84,7 @@ def model_config(
         instance_group=[
             mc.ModelInstanceGroup(
                 kind=mc.ModelInstanceGroup.KIND_GPU if gpu else mc.ModelInstanceGroup.KIND_CPU,
-                count=batching.instance_count,
+                count=instances,
             )
         ],
     )
@@ -96,25 +109,14 @@ def model_config(
 
 
 def apply_queue_policy(config: mc.ModelConfig, limits: QueueLimits = DEFAULT_LIMITS.queue) -> mc.ModelConfig:
-    """Give ``config``'s scheduler priority levels and a bounded, rejecting queue per level, and
-    every instance group at least ``limits.min_instances`` instances.
+    """Give ``config``'s scheduler priority levels and a bounded, rejecting queue per level.
 
     The levels and policies are ``serving.limits``' (the gateway maps tiers to the levels). Each
     level's queue is bounded and rejects a request that waited past its timeout (a request's own
     ``timeout`` may shorten it), so work nobody waits for any more is dropped, not run. A model that
     does not batch (``max_batch_size`` 0) gets the scheduler too: without it Triton ignores a
-    request's timeout and priority; with it, it only queues.
-
-    Why the instances: priority levels or any queue policy turn off the dynamic batcher's payload
-    prefetching, and without it Triton's batcher can miss the wake-up of an instance that finishes
-    (``dynamic_batch_scheduler.cc``, ``WaitForPayloadSlotAvailable``: the finishing instance notifies
-    before it is counted as waiting again, and nothing notifies once it is). A request queued then
-    waits for the next arrival or the batcher's 500 ms default wait. Measured with
-    ``efficientnet_lite0`` on a 2-core CPU (``benchmarks/cpu/batcher_wakeup``): one instance whose
-    onnxruntime threads spin, P99 518-608 ms at concurrency 1-8; one instance whose threads sleep
-    (the onnxruntime backend's default), P99 19-133 ms but still a 576 ms request at concurrency 4;
-    two instances, no request over 273 ms. A second instance is a waiting consumer while the first
-    runs, so a queued request waits at most for one execution.
+    request's timeout and priority; with it, it only queues. With these queues a model wants two
+    instances or more (:func:`model_config` says why).
 
     Args:
         config: a model config (not an ensemble: ensembles have no queue of their own).
@@ -136,8 +138,6 @@ def apply_queue_policy(config: mc.ModelConfig, limits: QueueLimits = DEFAULT_LIM
         ))
     # A level without an entry falls back to the default policy: bounded too.
     batcher.default_queue_policy.CopyFrom(batcher.priority_queue_policy[limits.default_priority_level])
-    for group in config.instance_group:
-        group.count = max(group.count, limits.min_instances)
     return config
 
 

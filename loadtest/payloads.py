@@ -116,18 +116,28 @@ _V2_DATATYPES = {np.dtype(np.float32): "FP32", np.dtype(np.float16): "FP16", np.
                  np.dtype(np.int32): "INT32", np.dtype(np.uint8): "UINT8"}
 
 
+def _binary(array: np.ndarray) -> tuple[str, bytes]:
+    """An input's datatype and its bytes in the binary extension (BYTES: each element length-prefixed)."""
+    if array.dtype == np.object_:
+        from tritonclient.utils import serialize_byte_tensor
+
+        return "BYTES", bytes(serialize_byte_tensor(array).item())
+    return _V2_DATATYPES[array.dtype], np.ascontiguousarray(array).tobytes()
+
+
 def v2_binary_request(inputs: dict[str, np.ndarray], outputs: list[str]) -> V2Request:
     """Encode ``inputs`` in the binary tensor extension, asking for ``outputs`` as binary too."""
+    encoded = {name: _binary(a) for name, a in inputs.items()}
     header = {
         "inputs": [
-            {"name": name, "shape": list(a.shape), "datatype": _V2_DATATYPES[a.dtype],
-             "parameters": {"binary_data_size": a.nbytes}}
+            {"name": name, "shape": list(a.shape), "datatype": encoded[name][0],
+             "parameters": {"binary_data_size": len(encoded[name][1])}}
             for name, a in inputs.items()
         ],
         "outputs": [{"name": name, "parameters": {"binary_data": True}} for name in outputs],
     }
     head = json.dumps(header, separators=(",", ":")).encode()
-    body = head + b"".join(np.ascontiguousarray(a).tobytes() for a in inputs.values())
+    body = head + b"".join(data for _, data in encoded.values())
     return V2Request(body, {"Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(len(head))})
 
 

@@ -292,9 +292,9 @@ class QueueLimits:
         priority_levels: levels of every dynamic batcher (1 = served first).
         default_priority_level: the level of a request without a ``priority`` parameter.
         levels: the queue policy of level ``i + 1`` at index ``i``.
-        min_instances: instances per instance group of a model with these queues: with one,
-            Triton's batcher can sleep 500 ms before it hands a queued request to the instance
-            that just finished (``builders.triton_config.apply_queue_policy`` says why).
+        min_instances: instances the builders give a model with these queues unless its spec names
+            a count: with one, Triton's batcher can sleep 500 ms before it hands a queued request
+            to the instance that just finished (``builders.triton_config.model_config`` says why).
     """
 
     priority_levels: int = DEFAULT_PRIORITY_LEVELS

@@ -96,8 +96,7 @@ GPU_CLASSIFIER = "efficientnet_lite0_torchscript"
 #: count x queue delay x preferred sizes on the serving GPU and writes its choice into the build report.
 #: Preferred sizes are whole pipeline chunks (``gpu_images.DEFAULT_CHUNK``); the delay is about half a
 #: chunk's execution: at 5,000 images/s and P99 <= 20 ms a batch is a few dozen images every few ms.
-GPU_BATCHING = BatchingPolicy(max_batch_size=128, preferred_batch_sizes=(32, 64, 128), max_queue_delay_us=1000,
-                              instance_count=1)
+GPU_BATCHING = BatchingPolicy(max_batch_size=128, preferred_batch_sizes=(32, 64, 128), max_queue_delay_us=1000)
 
 
 def gpu_classifier_spec(preprocessing: Preprocessing, classifier: str = GPU_CLASSIFIER,

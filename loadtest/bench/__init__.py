@@ -16,10 +16,19 @@ tensor per request, from the platform's closed-loop load generator at a fixed co
 - ``raw``: the runtime with no server at its best batch (ONNX Runtime on CPU, TorchScript on CUDA):
   the ceiling that gives the platform's efficiency ratio. Its throughput counts images per second.
 
+Two more, not in the default set, send the photographs (and their mirror images) as JPEG files:
+
+- ``gateway-jpeg``: the gateway in front of the ``image_classifier`` ensemble (decode, resize and
+  normalise, the classifier, top 5), KServe v2 binary with a BYTES input; the repository must hold
+  the ensemble and its steps (``inferctl up`` builds them);
+- ``naive-jpeg``: the naive server's ``/classify``: the same decode and preprocessing function, the
+  forward and the top 5 in one handler.
+
 Every point is printed beside the load generator's own capacity with the same settings (against an
 instant twin of the model), so a figure limited by the client shows as such. Thread settings are the
 same everywhere: ONNX Runtime and PyTorch use their default intra-op thread count (the physical
-cores) and one inter-op thread; one Triton model instance; one naive server worker. Results: a
+cores) and one inter-op thread; the entry's own Triton instance count (the builders give two); one
+naive server worker. Results: a
 table on stdout, ``bench.json``, ``bench.png`` (latency against throughput, with the machine and
 the settings) in ``--out``.
 

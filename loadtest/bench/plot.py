@@ -20,7 +20,8 @@ def save_plot(results: list[Result], ratios: dict[str, Any], machine: dict[str, 
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(11, 7))
-    colours = {"triton-batching": "tab:green", "triton-no-batching": "tab:orange", "gateway": "tab:blue", "naive": "tab:red"}
+    colours = {"triton-batching": "tab:green", "triton-no-batching": "tab:orange", "gateway": "tab:blue", "naive": "tab:red",
+               "gateway-jpeg": "tab:purple", "naive-jpeg": "tab:brown"}
     for config, colour in colours.items():
         rows = sorted((r for r in results if r.config == config and r.requests > 0), key=lambda r: r.concurrency)
         if not rows:

@@ -64,7 +64,8 @@ def _at(results: list[Result], config: str, concurrency: int) -> Result | None:
 
 
 def compute_ratios(results: list[Result], concurrency: Sequence[int]) -> dict[str, Any]:
-    """The goal figures: batching on/off, platform/naive, gateway/direct and platform/raw."""
+    """The goal figures: batching on/off, platform/naive (tensors, and JPEG through the gateway),
+    gateway/direct and platform/raw."""
     ratios: dict[str, Any] = {"per_concurrency": {}}
     for c in concurrency:
         row: dict[str, Any] = {}
@@ -81,6 +82,13 @@ def compute_ratios(results: list[Result], concurrency: Sequence[int]) -> dict[st
                 row[f"{label}_vs_naive_goal_met"] = (
                     row[f"{label}_vs_naive_throughput_x"] >= 3 and platform_result.p99_ms <= naive.p99_ms
                 )
+        jpeg, naive_jpeg = _at(results, "gateway-jpeg", c), _at(results, "naive-jpeg", c)
+        if jpeg and naive_jpeg and naive_jpeg.throughput > 0:
+            row["jpeg_gateway_vs_naive_throughput_x"] = jpeg.throughput / naive_jpeg.throughput
+            row["jpeg_gateway_vs_naive_p99_delta_ms"] = jpeg.p99_ms - naive_jpeg.p99_ms
+            row["jpeg_gateway_vs_naive_goal_met"] = (
+                row["jpeg_gateway_vs_naive_throughput_x"] >= 3 and jpeg.p99_ms <= naive_jpeg.p99_ms
+            )
         if gw and on and on.throughput > 0:
             row["gateway_vs_direct_throughput_x"] = gw.throughput / on.throughput
             row["gateway_p99_overhead_ms"] = gw.p99_ms - on.p99_ms
@@ -121,7 +129,7 @@ def print_report(results: list[Result], ratios: dict[str, Any], machine: dict[st
             console.print(f"[red]{r.config} at concurrency {r.concurrency}: {r.error_messages}[/red]", soft_wrap=True)
     ratio_table = Table(title="Ratios (same machine, same run)")
     for column in ("concurrency", "batching on/off", "P99 on-off ms", "platform/naive", "P99 platform-naive ms",
-                   "gateway/direct", "gateway P99 overhead ms"):
+                   "gateway/direct", "gateway P99 overhead ms", "JPEG gateway/naive", "P99 JPEG gateway-naive ms"):
         ratio_table.add_column(column, justify="right")
 
     def fmt(value: float | None, spec: str) -> str:
@@ -132,6 +140,8 @@ def print_report(results: list[Result], ratios: dict[str, Any], machine: dict[st
             c, fmt(row.get("batching_throughput_x"), ".2f") + "x", fmt(row.get("batching_p99_delta_ms"), "+.1f"),
             fmt(row.get("platform_vs_naive_throughput_x"), ".2f") + "x", fmt(row.get("platform_vs_naive_p99_delta_ms"), "+.1f"),
             fmt(row.get("gateway_vs_direct_throughput_x"), ".2f") + "x", fmt(row.get("gateway_p99_overhead_ms"), "+.1f"),
+            fmt(row.get("jpeg_gateway_vs_naive_throughput_x"), ".2f") + "x",
+            fmt(row.get("jpeg_gateway_vs_naive_p99_delta_ms"), "+.1f"),
         )
     console.print(ratio_table)
     if "raw_best_images_per_s" in ratios:

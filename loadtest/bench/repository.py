@@ -7,7 +7,7 @@ from pathlib import Path
 
 from loadtest.bench.settings import DEFAULT_BUILD_REPOSITORY, NOBATCH_SUFFIX, BenchSettings
 
-__all__ = ["model_file", "prepare_repository", "tensor_names"]
+__all__ = ["copy_pipeline", "model_file", "prepare_repository", "tensor_names"]
 
 
 def _entry_name(settings: BenchSettings) -> str:
@@ -49,6 +49,31 @@ def prepare_repository(settings: BenchSettings, target: Path) -> tuple[str, str]
         shutil.copytree(version, target / nobatch_name / version.name, dirs_exist_ok=True)
     write_config(config, target / nobatch_name / "config.pbtxt")
     return name, nobatch_name
+
+
+def copy_pipeline(settings: BenchSettings, target: Path, pipeline: str) -> list[str]:
+    """Copy the ensemble ``pipeline`` and its steps (the entry under test among them) into ``target``.
+
+    Returns:
+        The names copied, the ensemble first.
+
+    Raises:
+        RuntimeError: the source repository has no such ensemble.
+    """
+    from builders.triton_config import read_config
+
+    source_repo = settings.repository or DEFAULT_BUILD_REPOSITORY
+    if not (source_repo / pipeline / "config.pbtxt").exists():
+        raise RuntimeError(f"the JPEG configurations need {pipeline} in {source_repo}: build the default models "
+                           "(inferctl build) or pass --repository with a built repository")
+    steps = [step.model_name for step in read_config(source_repo / pipeline / "config.pbtxt").ensemble_scheduling.step]
+    if _entry_name(settings) not in steps:
+        raise RuntimeError(f"{pipeline} in {source_repo} runs {', '.join(steps)}, not {_entry_name(settings)}: "
+                           "the JPEG and tensor configurations would compare different models")
+    names = [pipeline, *steps]
+    for name in names:
+        shutil.copytree(source_repo / name, target / name, symlinks=True, dirs_exist_ok=True)
+    return names
 
 
 def model_file(repository: Path, name: str) -> Path:

@@ -6,9 +6,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ALL_CONFIGS", "BenchSettings", "Result"]
+__all__ = ["ALL_CONFIGS", "DEFAULT_CONFIGS", "JPEG_CONFIGS", "PIPELINE", "BenchSettings", "Result"]
 
-ALL_CONFIGS: tuple[str, ...] = ("triton-batching", "triton-no-batching", "gateway", "naive", "raw")
+DEFAULT_CONFIGS: tuple[str, ...] = ("triton-batching", "triton-no-batching", "gateway", "naive", "raw")
+#: the JPEG path: photos as JPEG bytes through the gateway to the ``image_classifier`` ensemble (KServe v2
+#: binary, BYTES), and the naive server's ``/classify`` (decode, preprocess, forward, top 5 in one handler)
+JPEG_CONFIGS: tuple[str, ...] = ("gateway-jpeg", "naive-jpeg")
+ALL_CONFIGS: tuple[str, ...] = DEFAULT_CONFIGS + JPEG_CONFIGS
+#: the CPU pipeline the JPEG configurations call through the gateway
+PIPELINE = "image_classifier"
 DEFAULT_MODEL = "efficientnet_lite0"
 DEFAULT_OUT = Path("reports/bench")
 DEFAULT_BUILD_REPOSITORY = Path(".build/bench-repository")
@@ -25,9 +31,10 @@ class BenchSettings:
         concurrency: closed-loop in-flight requests, one sweep point each.
         duration_s / warmup_s: measured window and the unmeasured lead-in of each point.
         raw_batches: batch sizes tried for the raw runtime; the best is the ceiling.
-        configs: which of :data:`ALL_CONFIGS` to run.
+        configs: which of :data:`ALL_CONFIGS` to run (default :data:`DEFAULT_CONFIGS`).
         repository: a model repository holding the model entry; built into
-            ``.build/bench-repository`` when ``None``.
+            ``.build/bench-repository`` when ``None``. The JPEG configurations need
+            ``image_classifier`` and its steps there too (``inferctl up`` builds them).
         clients: load-generator processes (each point's concurrency is split over them); 1 is in process.
         protocol: how the Triton configurations are called: ``http`` (binary tensors) or ``grpc``.
         shared_memory: ``system`` puts the Triton configurations' tensors in shared memory.
@@ -41,7 +48,7 @@ class BenchSettings:
     duration_s: float = 10.0
     warmup_s: float = 2.0
     raw_batches: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
-    configs: tuple[str, ...] = ALL_CONFIGS
+    configs: tuple[str, ...] = DEFAULT_CONFIGS
     repository: Path | None = None
     out_dir: Path = DEFAULT_OUT
     clients: int = 1

@@ -21,30 +21,33 @@ from typing import Any
 
 import numpy as np
 
+from builders.triton_config import read_config
 from loadtest.bench.plot import save_plot
 from loadtest.bench.raw import raw_ceiling
 from loadtest.bench.report import compute_ratios, machine_description, print_report
-from loadtest.bench.repository import prepare_repository, tensor_names
+from loadtest.bench.repository import copy_pipeline, prepare_repository, tensor_names
 from loadtest.bench.servers import gateway_server, naive_server
-from loadtest.bench.settings import ALL_CONFIGS, BenchSettings, Result
+from loadtest.bench.settings import ALL_CONFIGS, JPEG_CONFIGS, PIPELINE, BenchSettings, Result
 from loadtest.loadgen import HttpTarget, LoadResult, LoadSpec, Target, TritonTarget, instant_twin, run_load
 from loadtest.loadgen.capacity import measure_capacity, twin_target
-from loadtest.payloads import image_tensors, v2_binary_request
+from loadtest.payloads import image_tensors, jpeg_images, v2_binary_request
 from serving.launcher import TritonPorts, TritonServer
 
 __all__ = ["run_bench"]
 
 _TRITON_CONFIGS = ("triton-batching", "triton-no-batching", "gateway")
+_JPEG_OUTPUTS = ("SCORES", "CLASS_IDS")
 
 
-def _settings_line(settings: BenchSettings, entry: str, clients: dict[str, str]) -> str:
+def _settings_line(settings: BenchSettings, entry: str, clients: dict[str, str], instances: int) -> str:
     precision = "FP16 TorchScript on CUDA via the pytorch backend" if settings.device == "cuda" else "FP32 ONNX via onnxruntime backend"
     described = "; ".join(f"{name}: {text}" for name, text in clients.items())
     return (
-        f"model {entry} ({precision}); payload FP32 [1,3,224,224], 12 real photos round-robin; "
+        f"model {entry} ({precision}); payload FP32 [1,3,224,224], 12 real photos round-robin"
+        f"{'; JPEG configurations: the photos and their mirror images as JPEG (at most 512 px, quality 90)' if set(JPEG_CONFIGS) & set(settings.configs) else ''}; "
         f"closed loop, concurrency {list(settings.concurrency)}, {settings.warmup_s:g}s warm-up + {settings.duration_s:g}s "
         f"measured per point, {settings.clients} client process(es); {described}; client capacity: the same client "
-        f"against an instant twin of the model in the same Triton; 1 Triton instance, intra-op threads = runtime "
+        f"against an instant twin of the model in the same Triton; {instances} Triton instance(s), intra-op threads = runtime "
         f"default (physical cores), inter-op 1; naive server torch threads "
         f"{settings.naive_threads or 'default (physical cores)'}; raw batches {list(settings.raw_batches)}"
     )
@@ -59,37 +62,46 @@ def _row(config: str, result: LoadResult, capacity: float) -> Result:
 
 
 def _top1(target: Target, output_name: str) -> int:
-    """One request before the load: the answer must decode to 1000 logits; returns its top-1 class."""
+    """One request before the load; returns its top-1 class. A tensor answer must decode to 1000
+    logits, a JPEG answer (the pipeline's or the naive server's) must name five classes."""
+    jpeg = target.name in JPEG_CONFIGS
     if isinstance(target, HttpTarget):
         body, headers = target.requests[0]
         request = urllib.request.Request(target.url, data=body, headers={**headers, **target.headers}, method="POST")
         try:
             with urllib.request.urlopen(request, timeout=120) as response:
-                logits = np.frombuffer(response.read(), dtype=np.float32)
+                answer = response.read()
         except urllib.error.HTTPError as exc:
             raise RuntimeError(f"{target.name}: {target.url} answered {exc.code}: {exc.read()[:500]!r}") from exc
+        values = np.asarray(json.loads(answer)["class_ids"]) if jpeg else np.frombuffer(answer, dtype=np.float32)
     else:
         assert isinstance(target, TritonTarget)
         import tritonclient.grpc as grpc_client
         import tritonclient.http as http_client
+        from tritonclient.utils import np_to_triton_dtype
 
         module: Any = grpc_client if target.protocol == "grpc" else http_client
         client = module.InferenceServerClient(target.url)
         tensors = []
         for name, array in target.inputs[0].items():
-            tensor = module.InferInput(name, list(array.shape), "FP32")
+            tensor = module.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
             tensor.set_data_from_numpy(array)
             tensors.append(tensor)
         try:
-            answer = client.infer(target.model, tensors, headers=dict(target.headers) or None)
+            result = client.infer(target.model, tensors, headers=dict(target.headers) or None)
         except Exception as exc:  # tritonclient's own errors: the configuration cannot run
             raise RuntimeError(f"{target.name}: {target.url} failed the first request: {exc}") from exc
         finally:
             client.close()
-        logits = np.asarray(answer.as_numpy(output_name))
-    if logits.size != 1000:
-        raise RuntimeError(f"{target.name}: expected 1000 logits, got {logits.size}")
-    return int(np.argmax(logits))
+        values = np.asarray(result.as_numpy("CLASS_IDS" if jpeg else output_name))
+    expected = 5 if jpeg else 1000
+    if values.size != expected:
+        raise RuntimeError(f"{target.name}: expected {expected} {'class ids' if jpeg else 'logits'}, got {values.size}")
+    return int(values.flat[0]) if jpeg else int(np.argmax(values))
+
+
+def _jpeg_inputs() -> tuple[dict[str, np.ndarray], ...]:
+    return tuple({"IMAGE": np.array([[data]], dtype=np.object_)} for data in jpeg_images())
 
 
 def _targets(settings: BenchSettings, configs: list[str], stack: contextlib.ExitStack, workdir: Path,
@@ -99,33 +111,55 @@ def _targets(settings: BenchSettings, configs: list[str], stack: contextlib.Exit
     url = triton.grpc_url if settings.protocol == "grpc" else triton.http_url
     direct = TritonTarget(url=url, model=entry, inputs=inputs, outputs=(output_name,), protocol=settings.protocol,
                           shared_memory=settings.shared_memory, name="triton-batching")
+    servers: dict[str, Any] = {}  # one gateway and one naive server, whichever configurations use them
+
+    def gateway() -> tuple[str, dict[str, str]]:
+        if "gateway" not in servers:
+            base, key = stack.enter_context(gateway_server(triton.http_url, workdir))
+            servers["gateway"] = (base.removeprefix("http://"), {"Authorization": f"Bearer {key}"})
+        return servers["gateway"]  # type: ignore[no-any-return]
+
+    def naive() -> str:
+        if "naive" not in servers:
+            precision = "fp16" if settings.device == "cuda" else "fp32"
+            servers["naive"] = stack.enter_context(naive_server(settings.device, precision, workdir, settings.model,
+                                                                settings.naive_threads))
+        return servers["naive"]  # type: ignore[no-any-return]
+
     targets: dict[str, Target] = {}
     if "triton-batching" in configs:
         targets["triton-batching"] = direct
     if "triton-no-batching" in configs:
         targets["triton-no-batching"] = replace(direct, model=nobatch, name="triton-no-batching")
     if "gateway" in configs:  # the gateway speaks HTTP; its tensors travel in the body
-        base, key = stack.enter_context(gateway_server(triton.http_url, workdir))
-        targets["gateway"] = TritonTarget(url=base.removeprefix("http://"), model=entry, inputs=inputs,
-                                          outputs=(output_name,), headers={"Authorization": f"Bearer {key}"},
-                                          name="gateway")
+        address, auth = gateway()
+        targets["gateway"] = TritonTarget(url=address, model=entry, inputs=inputs, outputs=(output_name,),
+                                          headers=auth, name="gateway")
     if "naive" in configs:
-        precision = "fp16" if settings.device == "cuda" else "fp32"
-        base = stack.enter_context(naive_server(settings.device, precision, workdir, settings.model,
-                                                         settings.naive_threads))
-        targets["naive"] = HttpTarget(url=f"{base}/predict", name="naive", requests=tuple(
+        targets["naive"] = HttpTarget(url=f"{naive()}/predict", name="naive", requests=tuple(
             (images[i:i + 1].tobytes(), {"Content-Type": "application/octet-stream"}) for i in range(len(images))))
+    if "gateway-jpeg" in configs:
+        address, auth = gateway()
+        targets["gateway-jpeg"] = TritonTarget(url=address, model=PIPELINE, inputs=_jpeg_inputs(),
+                                               outputs=_JPEG_OUTPUTS, headers=auth, name="gateway-jpeg")
+    if "naive-jpeg" in configs:
+        targets["naive-jpeg"] = HttpTarget(url=f"{naive()}/classify", name="naive-jpeg", requests=tuple(
+            (data, {"Content-Type": "image/jpeg"}) for data in jpeg_images()))
     return targets
 
 
-def _capacity_target(target: Target, twin: str, triton: TritonServer, images: np.ndarray, input_name: str,
-                     output_name: str) -> Target:
+def _capacity_target(target: Target, twins: dict[str, str], triton: TritonServer, images: np.ndarray,
+                     input_name: str, output_name: str, entry: str) -> Target:
     if isinstance(target, TritonTarget):
-        return twin_target(target, twin, triton.grpc_url if target.protocol == "grpc" else triton.http_url)
-    # The naive server's client: the same aiohttp POSTs of the same tensors, as KServe v2 requests.
-    encoded = [v2_binary_request({input_name: images[i:i + 1]}, [output_name]) for i in range(len(images))]
+        return twin_target(target, twins[target.model], triton.grpc_url if target.protocol == "grpc" else triton.http_url)
+    # The naive server's client: the same aiohttp POSTs of the same payloads, as KServe v2 requests.
+    if target.name == "naive-jpeg":
+        model, encoded = PIPELINE, [v2_binary_request(i, list(_JPEG_OUTPUTS)) for i in _jpeg_inputs()]
+    else:
+        model = entry
+        encoded = [v2_binary_request({input_name: images[i:i + 1]}, [output_name]) for i in range(len(images))]
     requests = tuple((request.body, request.headers) for request in encoded)
-    return HttpTarget(url=f"http://{triton.http_url}/v2/models/{twin}/infer", requests=tuple(requests),
+    return HttpTarget(url=f"http://{triton.http_url}/v2/models/{twins[model]}/infer", requests=tuple(requests),
                       name=f"{target.name} (capacity)")
 
 
@@ -153,15 +187,19 @@ def run_bench(settings: BenchSettings) -> dict[str, Any]:
         repo = workdir / "repository"
         entry, nobatch = prepare_repository(settings, repo)
         input_name, output_name = tensor_names(repo, entry)
+        instances = sum(group.count for group in read_config(repo / entry / "config.pbtxt").instance_group)
         load_configs = [c for c in configs if c != "raw"]
         targets: dict[str, Target] = {}
         if load_configs:
             models = [entry, nobatch] if set(_TRITON_CONFIGS) & set(load_configs) else [entry]
+            if set(JPEG_CONFIGS) & set(load_configs):
+                models += [m for m in copy_pipeline(settings, repo, PIPELINE) if m not in models]
             triton = stack.enter_context(TritonServer(repo, models=models, ports=TritonPorts.free()))
             targets = _targets(settings, load_configs, stack, workdir, triton, entry, nobatch, images,
                                input_name, output_name)
-            twin = stack.enter_context(instant_twin(triton.http_url, entry))
-            capacity_targets = {name: _capacity_target(t, twin, triton, images, input_name, output_name)
+            twinned = [entry] + ([PIPELINE] if set(JPEG_CONFIGS) & set(load_configs) else [])
+            twins = {model: stack.enter_context(instant_twin(triton.http_url, model)) for model in twinned}
+            capacity_targets = {name: _capacity_target(t, twins, triton, images, input_name, output_name, entry)
                                 for name, t in targets.items()}
             clients = {name: t.describe() for name, t in targets.items()}
         sanity = {name: _top1(target, output_name) for name, target in targets.items()}
@@ -188,7 +226,7 @@ def run_bench(settings: BenchSettings) -> dict[str, Any]:
                 best.note += f" (best of 2 runs: {first.throughput:,.1f} before, {second.throughput:,.1f} after the sweep)"
                 results.append(best)
 
-    settings_line = _settings_line(settings, entry, clients)
+    settings_line = _settings_line(settings, entry, clients, instances)
     ratios = compute_ratios(results, settings.concurrency)
     print_report(results, ratios, machine, settings_line)
     png = save_plot(results, ratios, machine, settings_line, settings.out_dir / "bench.png")

@@ -103,6 +103,13 @@ class HttpTarget:
             yield send
 
 
+def _payload_bytes(array: np.ndarray) -> int:
+    """What an input carries: its bytes, or for BYTES tensors the bytes of its elements."""
+    if array.dtype == np.object_:
+        return sum(len(item) for item in array.flat)
+    return int(array.nbytes)
+
+
 @dataclass(frozen=True, kw_only=True)
 class TritonTarget:
     """Inference requests for one model through tritonclient's asyncio clients.
@@ -152,8 +159,9 @@ class TritonTarget:
             payload = "protobuf tensors"
         else:
             payload = "KServe v2 binary tensors" if self.binary else "KServe v2 JSON"
-        size = sum(a.nbytes for a in self.inputs[0].values())
-        return f"{client}, {payload}, {len(self.inputs)} requests of {size:,} input bytes"
+        sizes = [sum(_payload_bytes(a) for a in request.values()) for request in self.inputs]
+        span = f"{min(sizes):,}" if min(sizes) == max(sizes) else f"{min(sizes):,}-{max(sizes):,}"
+        return f"{client}, {payload}, {len(self.inputs)} requests of {span} input bytes"
 
     @contextlib.asynccontextmanager
     async def connect(self, concurrency: int) -> AsyncIterator[Send]:

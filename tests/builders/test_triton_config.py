@@ -9,7 +9,7 @@ import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.utils import triton_to_np_dtype
 
-from builders.triton_config import apply_queue_policy, data_type, is_tensorrt, read_config, write_config
+from builders.triton_config import data_type, is_tensorrt, read_config, write_config
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "float64", "int64", "int32", "int8", "uint8", "bool"])
@@ -62,16 +62,21 @@ def test_every_generated_model_has_priority_levels_and_a_bounded_rejecting_queue
     assert {"efficientnet_lite0", "image_preprocess", "minilm_encoder", "text_tokenizer"} <= set(checked)
 
 
-def test_the_queue_policy_raises_every_instance_group_to_the_minimum_and_keeps_larger_ones() -> None:
-    from serving.limits import QueueLimits
+def test_a_model_gets_the_queue_minimum_of_instances_unless_its_spec_names_a_count() -> None:
+    from builders.spec import BatchingPolicy, TensorSpec
+    from builders.triton_config import model_config
+    from serving.limits import DEFAULT_LIMITS
 
-    config = mc.ModelConfig(name="m", max_batch_size=8, instance_group=[
-        mc.ModelInstanceGroup(kind=mc.ModelInstanceGroup.KIND_CPU, count=1),
-        mc.ModelInstanceGroup(kind=mc.ModelInstanceGroup.KIND_GPU, count=4),
-    ])
-    apply_queue_policy(config, QueueLimits(min_instances=3))
-    assert [g.count for g in config.instance_group] == [3, 4]
-    assert config.dynamic_batching.priority_levels > 0  # the reason for the minimum
+    def counts(batching: BatchingPolicy) -> list[int]:
+        config = model_config("m", inputs=[TensorSpec("x", "float32", (4,))], outputs=[TensorSpec("y", "float32", (4,))],
+                              batching=batching, backend="python")
+        assert config.dynamic_batching.priority_levels > 0  # the queues that make one instance a poor default
+        return [g.count for g in config.instance_group]
+
+    assert counts(BatchingPolicy(max_batch_size=8)) == [DEFAULT_LIMITS.queue.min_instances]
+    assert counts(BatchingPolicy(max_batch_size=0)) == [DEFAULT_LIMITS.queue.min_instances]
+    assert counts(BatchingPolicy(max_batch_size=8, instance_count=1)) == [1]
+    assert counts(BatchingPolicy(max_batch_size=8, instance_count=3)) == [3]
 
 
 def test_a_queue_minimum_below_one_instance_is_refused() -> None:

@@ -28,6 +28,7 @@ from onnx import TensorProto, helper, numpy_helper
 from tritonclient.grpc import model_config_pb2 as mc
 
 from builders.triton_config import apply_queue_policy
+from serving.limits import DEFAULT_LIMITS
 
 __all__ = ["TINY_MODEL", "SLOW_MODEL", "TINY_WEIGHT", "TINY_BIAS", "build_tiny_repository", "release_slow", "slow_executions"]
 
@@ -104,7 +105,8 @@ def build_tiny_repository(root: Path) -> Path:
     config = mc.ModelConfig(name=TINY_MODEL, platform="onnxruntime_onnx", max_batch_size=8)
     config.input.add(name="input", data_type=mc.TYPE_FP32, dims=[4])
     config.output.add(name="output", data_type=mc.TYPE_FP32, dims=[2])
-    config.instance_group.add(count=1, kind=mc.ModelInstanceGroup.KIND_CPU)
+    # As the builders configure a model (serving.limits.QueueLimits.min_instances says why).
+    config.instance_group.add(count=DEFAULT_LIMITS.queue.min_instances, kind=mc.ModelInstanceGroup.KIND_CPU)
     config.dynamic_batching.max_queue_delay_microseconds = 100
     for key in ("intra_op_thread_count", "inter_op_thread_count"):
         config.parameters[key].string_value = "1"

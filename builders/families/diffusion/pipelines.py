@@ -79,7 +79,12 @@ def _entry(name: str, checkpoint: Checkpoint, runtime_parameters: dict[str, str]
         name, backend="python",
         inputs=[t for t, _ in _INPUTS],
         outputs=[TensorSpec("IMAGE", "uint8", (-1, -1, 3))],
-        batching=BatchingPolicy(max_batch_size=limits.pipeline_batch, max_queue_delay_us=QUEUE_DELAY_US),
+        # One pipeline: a second would hold a second copy of the networks (the torch runtime's are
+        # in process, several GB for SD 1.5) and split concurrent requests that one loop batches. The
+        # batcher's missed wake-up with one instance (triton_config.model_config) costs at most
+        # 500 ms, against generations of seconds; the networks it calls keep two instances.
+        batching=BatchingPolicy(max_batch_size=limits.pipeline_batch, max_queue_delay_us=QUEUE_DELAY_US,
+                                instance_count=1),
         parameters={
             **runtime_parameters,
             "latent_channels": str(unet["in_channels"]),
