@@ -150,8 +150,9 @@ def _targets(settings: BenchSettings, configs: list[str], stack: contextlib.Exit
 
 def _capacity_target(target: Target, twins: dict[str, str], triton: TritonServer, images: np.ndarray,
                      input_name: str, output_name: str, entry: str) -> Target:
-    if isinstance(target, TritonTarget):
-        return twin_target(target, twins[target.model], triton.grpc_url if target.protocol == "grpc" else triton.http_url)
+    if isinstance(target, TritonTarget):  # the entry's twin stands for its no-batching copy too: same interface
+        twin = twins[PIPELINE] if target.model == PIPELINE else twins[entry]
+        return twin_target(target, twin, triton.grpc_url if target.protocol == "grpc" else triton.http_url)
     # The naive server's client: the same aiohttp POSTs of the same payloads, as KServe v2 requests.
     if target.name == "naive-jpeg":
         model, encoded = PIPELINE, [v2_binary_request(i, list(_JPEG_OUTPUTS)) for i in _jpeg_inputs()]
