@@ -72,7 +72,6 @@ from serving.launcher import TritonPorts, TritonServer
 __all__ = ["GpuBenchSettings", "main", "run_gpu_bench"]
 
 
-
 @dataclass(frozen=True, kw_only=True)
 class GpuBenchSettings:
     """What one GPU run does; the defaults are the published run's."""

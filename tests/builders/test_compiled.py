@@ -43,9 +43,9 @@ def test_gpu_compiled_entry_matches_pytorch(compiled_triton: TritonServer) -> No
     report = BuildReport.read(sorted(p for p in entry.iterdir() if p.is_dir())[-1] / "build_report.json")
     assert report.parity["logits"]["top1_agreement"] == 1.0 and "compile" in report.timings_s
     images, expected = sample_reference("efficientnet_lite0")
-    client = http.InferenceServerClient(compiled_triton.http_url)
     tensor = http.InferInput("INPUT__0", list(images.shape), "FP32")
     tensor.set_data_from_numpy(images)
-    got = client.infer(NAME, [tensor]).as_numpy("OUTPUT__0")
+    with http.InferenceServerClient(compiled_triton.http_url) as client:
+        got = client.infer(NAME, [tensor]).as_numpy("OUTPUT__0")
     assert (got.argmax(1) == expected.argmax(1)).all()
     assert np.abs(got - expected).max() < 0.1  # the FP16 variant's tolerance

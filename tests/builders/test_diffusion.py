@@ -12,7 +12,9 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -41,8 +43,10 @@ TYPES = {"PROMPT": ("BYTES", object), "NEGATIVE_PROMPT": ("BYTES", object), "STE
 
 
 @pytest.fixture(scope="module")
-def client(sd_triton: TritonServer) -> http.InferenceServerClient:
-    return http.InferenceServerClient(sd_triton.http_url, network_timeout=300.0, connection_timeout=300.0)
+def client(sd_triton: TritonServer) -> Iterator[http.InferenceServerClient]:
+    client = http.InferenceServerClient(sd_triton.http_url, network_timeout=300.0, connection_timeout=300.0)
+    yield client
+    client.close()
 
 
 @pytest.fixture(scope="module")
@@ -141,8 +145,7 @@ def test_rows_of_one_request_share_one_loop(client, diffusers_pipe, sd_triton: T
 def test_concurrent_requests_are_batched_into_one_loop(client, sd_triton: TritonServer) -> None:
     # A long generation holds the only instance; requests sent meanwhile queue, and Triton's dynamic
     # batcher hands them to one execute(), which runs them in one loop.
-    statistics = http.InferenceServerClient(sd_triton.http_url)
-    before = statistics.get_inference_statistics(TORCH_PIPELINE)["model_stats"][0]
+    before = _statistics(sd_triton)
     seen = len(list(sd_triton.iter_log()))
     rows = {"PROMPT": "a cat", "STEPS": 2, "GUIDANCE": 7.5, "HEIGHT": 64, "WIDTH": 64, "SCHEDULER": "euler"}
     results: dict[int, np.ndarray] = {}
@@ -187,7 +190,7 @@ def test_concurrent_requests_are_batched_into_one_loop(client, sd_triton: Triton
     deadline = time.monotonic() + 60
     while True:
         loops = [line for line in list(sd_triton.iter_log())[seen:] if f"{TORCH_PIPELINE}: loop rows=" in line]
-        after = statistics.get_inference_statistics(TORCH_PIPELINE)["model_stats"][0]
+        after = _statistics(sd_triton)
         requests = int(after["inference_count"]) - int(before["inference_count"])
         executions = int(after["execution_count"]) - int(before["execution_count"])
         if (requests >= 4 and len(loops) >= 2) or time.monotonic() > deadline:
@@ -198,6 +201,12 @@ def test_concurrent_requests_are_batched_into_one_loop(client, sd_triton: Triton
     # Batched or alone, a seed makes the same image.
     alone = _generate(client, TORCH_PIPELINE, **{**rows, "SEED": 2})
     assert np.abs(alone.astype(np.int16) - results[2]).max() <= PIXEL_TOLERANCE
+
+
+def _statistics(server: TritonServer) -> dict[str, Any]:
+    """Triton's inference statistics of the torch pipeline."""
+    with http.InferenceServerClient(server.http_url) as client:
+        return client.get_inference_statistics(TORCH_PIPELINE)["model_stats"][0]  # type: ignore[no-any-return]
 
 
 def _pending(server: TritonServer) -> int:

@@ -84,9 +84,9 @@ def test_triton_loads_and_answers_with_external_data(repository: Path) -> None:
     with torch.inference_mode():
         expected = spec.load()[0](torch.from_numpy(x)).numpy()
     with TritonServer(repository, models=["external_mlp", "external_mlp_fp16"], ports=TritonPorts.free()) as server:
-        client = http.InferenceServerClient(server.http_url)
-        for name, tolerance in (("external_mlp", 1e-5), ("external_mlp_fp16", 1e-2)):
-            tensor = http.InferInput("x", list(x.shape), "FP32")
-            tensor.set_data_from_numpy(x)
-            y = client.infer(name, [tensor]).as_numpy("y")
-            np.testing.assert_allclose(y, expected, atol=tolerance)
+        with http.InferenceServerClient(server.http_url) as client:
+            for name, tolerance in (("external_mlp", 1e-5), ("external_mlp_fp16", 1e-2)):
+                tensor = http.InferInput("x", list(x.shape), "FP32")
+                tensor.set_data_from_numpy(x)
+                y = client.infer(name, [tensor]).as_numpy("y")
+                np.testing.assert_allclose(y, expected, atol=tolerance)

@@ -76,9 +76,9 @@ def _image(data: bytes) -> http.InferInput:
 
 
 def _classify(url: str, data: bytes) -> tuple[list[int], list[float]]:
-    client = http.InferenceServerClient(url)
     outputs = [http.InferRequestedOutput("CLASS_IDS"), http.InferRequestedOutput("SCORES")]
-    result = client.infer(PIPELINE, [_image(data)], outputs=outputs)
+    with http.InferenceServerClient(url) as client:  # closed: a socket left to the GC fails a later test
+        result = client.infer(PIPELINE, [_image(data)], outputs=outputs)
     return [int(c) for c in result.as_numpy("CLASS_IDS")[0]], [float(s) for s in result.as_numpy("SCORES")[0]]
 
 
@@ -117,8 +117,7 @@ def _check_bad_images_fail_alone(url: str, reference: list[tuple[list[int], list
     }
 
     def send_bad(data: bytes) -> str:
-        client = http.InferenceServerClient(url)
-        with pytest.raises(InferenceServerException) as info:
+        with http.InferenceServerClient(url) as client, pytest.raises(InferenceServerException) as info:
             client.infer(PIPELINE, [_image(data)], outputs=[http.InferRequestedOutput("CLASS_IDS")])
         return str(info.value)
 
@@ -131,11 +130,11 @@ def _check_bad_images_fail_alone(url: str, reference: list[tuple[list[int], list
         for future in goods:
             assert future.result()[0][0] == expected
     # A truncated JPEG is either refused alone or decoded as far as it goes (decoders differ): never 5xx.
-    client = http.InferenceServerClient(url)
-    try:
-        client.infer(PIPELINE, [_image(truncated)], outputs=[http.InferRequestedOutput("CLASS_IDS")])
-    except InferenceServerException as exc:
-        assert "400" in str(exc.status()) or "image" in str(exc).lower(), str(exc)
+    with http.InferenceServerClient(url) as client:
+        try:
+            client.infer(PIPELINE, [_image(truncated)], outputs=[http.InferRequestedOutput("CLASS_IDS")])
+        except InferenceServerException as exc:
+            assert "400" in str(exc.status()) or "image" in str(exc).lower(), str(exc)
     assert _classify(url, good)[0][0] == expected
 
 
@@ -144,11 +143,11 @@ def test_same_labels_as_the_cpu_pipeline(cpu_server: TritonServer, reference: li
 
 
 def test_labels_as_strings_where_the_stub_can_send_them(cpu_server: TritonServer) -> None:
-    client = http.InferenceServerClient(cpu_server.http_url)
     data = jpeg_images()[0]
     try:
-        result = client.infer(PIPELINE, [_image(data)], outputs=[http.InferRequestedOutput("LABELS"),
-                                                                 http.InferRequestedOutput("CLASS_IDS")])
+        with http.InferenceServerClient(cpu_server.http_url) as client:
+            result = client.infer(PIPELINE, [_image(data)], outputs=[http.InferRequestedOutput("LABELS"),
+                                                                     http.InferRequestedOutput("CLASS_IDS")])
     except InferenceServerException as exc:  # numpy 2 with the 2.51 stub: said plainly
         assert int(np.__version__.split(".")[0]) >= 2 and "numpy 2" in str(exc)
         return
@@ -168,8 +167,8 @@ def test_several_images_in_one_request(cpu_server: TritonServer, reference: list
         row[: len(data)] = np.frombuffer(data, dtype=np.uint8)
     tensor = http.InferInput("IMAGE", list(rows.shape), "UINT8")
     tensor.set_data_from_numpy(rows)
-    result = http.InferenceServerClient(cpu_server.http_url).infer(PIPELINE, [tensor],
-                                                                   outputs=[http.InferRequestedOutput("CLASS_IDS")])
+    with http.InferenceServerClient(cpu_server.http_url) as client:
+        result = client.infer(PIPELINE, [tensor], outputs=[http.InferRequestedOutput("CLASS_IDS")])
     assert [int(r[0]) for r in result.as_numpy("CLASS_IDS")] == [ref[0][0] for ref in reference[:3]]
 
 
@@ -184,8 +183,7 @@ def test_a_request_fails_whole_when_an_image_in_a_later_chunk_fails(
         row[: len(data)] = np.frombuffer(data, dtype=np.uint8)
     tensor = http.InferInput("IMAGE", list(rows.shape), "UINT8")
     tensor.set_data_from_numpy(rows)
-    client = http.InferenceServerClient(cpu_server.http_url)
-    with ThreadPoolExecutor(max_workers=4) as pool:
+    with http.InferenceServerClient(cpu_server.http_url) as client, ThreadPoolExecutor(max_workers=4) as pool:
         bad = pool.submit(lambda: client.infer(PIPELINE, [tensor], outputs=[http.InferRequestedOutput("CLASS_IDS")]))
         goods = [pool.submit(_classify, cpu_server.http_url, images[i]) for i in (3, 4, 5)]
         with pytest.raises(InferenceServerException, match="image"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -37,8 +38,10 @@ def sentence_transformer():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="module")
-def client(triton) -> http.InferenceServerClient:
-    return http.InferenceServerClient(triton.http_url, concurrency=8)
+def client(triton) -> Iterator[http.InferenceServerClient]:
+    client = http.InferenceServerClient(triton.http_url, concurrency=8)
+    yield client
+    client.close()
 
 
 def _embed(client: http.InferenceServerClient, texts: list[str], model: str = "text_embedding") -> np.ndarray:

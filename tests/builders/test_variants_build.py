@@ -98,12 +98,12 @@ def _chelsea(batch: int = 1) -> np.ndarray:
 @pytest.mark.integration
 @pytest.mark.parametrize("model", [f"{MODEL}_int8", f"{MODEL}_fp16"])
 def test_served_variant_labels_chelsea_as_a_cat(triton, model: str) -> None:
-    client = http.InferenceServerClient(triton.http_url)
-    assert client.is_model_ready(model)
-    pixels = _chelsea(batch=2)
-    tensor = http.InferInput("input", list(pixels.shape), "FP32")
-    tensor.set_data_from_numpy(pixels)
-    logits = client.infer(model, [tensor]).as_numpy("logits")
+    with http.InferenceServerClient(triton.http_url) as client:
+        assert client.is_model_ready(model)
+        pixels = _chelsea(batch=2)
+        tensor = http.InferInput("input", list(pixels.shape), "FP32")
+        tensor.set_data_from_numpy(pixels)
+        logits = client.infer(model, [tensor]).as_numpy("logits")
     assert logits.shape == (2, 1000) and logits.dtype == np.float32
     assert int(logits[0].argmax()) in CAT_CLASSES, np.argsort(logits[0])[::-1][:5]
     np.testing.assert_allclose(logits[0], logits[1], atol=1e-4)

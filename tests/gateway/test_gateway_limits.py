@@ -112,12 +112,12 @@ def test_more_inputs_than_the_encoder_batch_are_split_and_kept_in_order(client, 
     response = client.embeddings.create(model="text_embedding", input=texts, encoding_format="float")
     got = np.array([d.embedding for d in response.data], dtype=np.float32)
     assert [d.index for d in response.data] == list(range(count))
-    direct = http.InferenceServerClient(triton.http_url)
     alone = []
-    for text in texts:  # each text on its own, straight to Triton
-        tensor = http.InferInput("TEXT", [1, 1], "BYTES")
-        tensor.set_data_from_numpy(np.array([[text.encode()]], dtype=object))
-        alone.append(direct.infer("text_embedding", [tensor]).as_numpy("EMBEDDING")[0])
+    with http.InferenceServerClient(triton.http_url) as direct:
+        for text in texts:  # each text on its own, straight to Triton
+            tensor = http.InferInput("TEXT", [1, 1], "BYTES")
+            tensor.set_data_from_numpy(np.array([[text.encode()]], dtype=object))
+            alone.append(direct.infer("text_embedding", [tensor]).as_numpy("EMBEDDING")[0])
     # Batching pads texts to the longest in the batch (masked): the same vector up to float rounding.
     np.testing.assert_allclose(got, np.array(alone), atol=1e-5)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import io
+from collections.abc import Iterator
 
 import httpx
 import numpy as np
@@ -41,8 +42,10 @@ def client(text_gateway) -> openai.OpenAI:  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="module")
-def direct(triton) -> http.InferenceServerClient:  # type: ignore[no-untyped-def]
-    return http.InferenceServerClient(triton.http_url)
+def direct(triton) -> Iterator[http.InferenceServerClient]:  # type: ignore[no-untyped-def]
+    client = http.InferenceServerClient(triton.http_url)
+    yield client
+    client.close()
 
 
 def _triton_embed(direct: http.InferenceServerClient, texts: list[str], model: str = "text_embedding"

@@ -68,23 +68,24 @@ def test_readyz_names_an_unloaded_model_and_recovers(gateway_factory, own_triton
     assert ready.json()["models"] == [TINY_MODEL, SLOW_MODEL]
     assert _probe(own_triton, f"{TINY_MODEL},{SLOW_MODEL}").returncode == 0
 
-    client = triton_http.InferenceServerClient(own_triton.http_url)
-    client.unload_model(TINY_MODEL)
-    try:
-        down = httpx.get(gateway.url + "/readyz", timeout=30)
-        assert down.status_code == 503 and "Retry-After" in down.headers
-        assert f"{TINY_MODEL} (not READY in Triton)" in down.json()["detail"]
-        assert SLOW_MODEL not in down.json()["detail"]
-        probe = _probe(own_triton, f"{TINY_MODEL},{SLOW_MODEL}")
-        assert probe.returncode == 1 and f"{TINY_MODEL}: not READY" in probe.stderr
-        assert SLOW_MODEL not in probe.stderr
-    finally:
-        client.load_model(TINY_MODEL)
+    with triton_http.InferenceServerClient(own_triton.http_url) as client:
+        client.unload_model(TINY_MODEL)
+        try:
+            down = httpx.get(gateway.url + "/readyz", timeout=30)
+            assert down.status_code == 503 and "Retry-After" in down.headers
+            assert f"{TINY_MODEL} (not READY in Triton)" in down.json()["detail"]
+            assert SLOW_MODEL not in down.json()["detail"]
+            probe = _probe(own_triton, f"{TINY_MODEL},{SLOW_MODEL}")
+            assert probe.returncode == 1 and f"{TINY_MODEL}: not READY" in probe.stderr
+            assert SLOW_MODEL not in probe.stderr
+        finally:
+            client.load_model(TINY_MODEL)
     assert httpx.get(gateway.url + "/readyz", timeout=30).status_code == 200
 
 
 def test_readyz_names_a_ready_model_whose_inference_fails(gateway_factory, own_triton: TritonServer) -> None:  # type: ignore[no-untyped-def]
-    assert triton_http.InferenceServerClient(own_triton.http_url).is_model_ready(BROKEN_MODEL)
+    with triton_http.InferenceServerClient(own_triton.http_url) as client:
+        assert client.is_model_ready(BROKEN_MODEL)
     gateway = gateway_factory(own_triton.http_url, ready_models=[TINY_MODEL, BROKEN_MODEL])
     down = httpx.get(gateway.url + "/readyz", timeout=30)
     assert down.status_code == 503

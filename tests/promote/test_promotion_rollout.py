@@ -155,21 +155,19 @@ def _steps(record: PromotionRecord) -> dict[str, dict[str, object]]:
 
 def _ready_versions(url: str) -> list[int]:
     """Versions of the classifier the Triton at ``url`` serves."""
-    client = http.InferenceServerClient(url)
-    ready = sorted(int(m["version"]) for m in client.get_model_repository_index()
-                   if m["name"] == CLASSIFIER and m.get("state") == "READY")
-    client.close()
+    with http.InferenceServerClient(url) as client:
+        ready = sorted(int(m["version"]) for m in client.get_model_repository_index()
+                       if m["name"] == CLASSIFIER and m.get("state") == "READY")
     return ready
 
 
 def _triton_state(served: Served) -> tuple[list[int], list[int], bool]:
     """Versions of the classifier Triton serves, the ensemble's classifier step version, canary copy loaded."""
     ready = _ready_versions(served.url)
-    client = http.InferenceServerClient(served.url)
-    steps = client.get_model_config(ENSEMBLE)["ensemble_scheduling"]["step"]
+    with http.InferenceServerClient(served.url) as client:
+        steps = client.get_model_config(ENSEMBLE)["ensemble_scheduling"]["step"]
+        copy_loaded = client.is_model_ready(CANARY_COPY)
     pinned = [int(s.get("model_version", -1)) for s in steps if s["model_name"] == CLASSIFIER]
-    copy_loaded = client.is_model_ready(CANARY_COPY)
-    client.close()
     return ready, pinned, copy_loaded
 
 

@@ -125,36 +125,36 @@ def _send_together(url: str, backend: str, batches: list[np.ndarray], ragged: bo
 @pytest.mark.parametrize("backend", sorted(MODELS))
 def test_one_request_the_runtime_refuses_fails_alone(server: TritonServer, backend: str) -> None:
     model = MODELS[backend][0]
-    client = http.InferenceServerClient(server.http_url)
-    before = counts(client, model)
-    requests = [np.array([[0, 1]]), np.array([[2, 7]]), np.array([[3, 3]]), np.array([[-1, 2]])]
-    answers = _send_together(server.http_url, backend, requests)
+    with http.InferenceServerClient(server.http_url) as client:
+        before = counts(client, model)
+        requests = [np.array([[0, 1]]), np.array([[2, 7]]), np.array([[3, 3]]), np.array([[-1, 2]])]
+        answers = _send_together(server.http_url, backend, requests)
 
-    assert isinstance(answers[1], str), answers[1]
-    assert f"model '{model}' could not process this request" in answers[1]
-    assert not [leak for leak in LEAKS if leak in answers[1]], answers[1]
-    for indices, answer in zip(requests, answers, strict=True):
-        if indices.max() < len(TABLE):
-            assert isinstance(answer, np.ndarray), answer
-            np.testing.assert_array_equal(answer, TABLE[indices])
-    change = wait_for_counts(client, model, before, requests=len(requests))
-    # The merged batch failed in the runtime and was answered request by request, in one execution.
-    assert change.requests == len(requests) and change.executions < len(requests)
+        assert isinstance(answers[1], str), answers[1]
+        assert f"model '{model}' could not process this request" in answers[1]
+        assert not [leak for leak in LEAKS if leak in answers[1]], answers[1]
+        for indices, answer in zip(requests, answers, strict=True):
+            if indices.max() < len(TABLE):
+                assert isinstance(answer, np.ndarray), answer
+                np.testing.assert_array_equal(answer, TABLE[indices])
+        change = wait_for_counts(client, model, before, requests=len(requests))
+        # The merged batch failed in the runtime and was answered request by request, in one execution.
+        assert change.requests == len(requests) and change.executions < len(requests)
 
 
 @pytest.mark.parametrize("backend", sorted(MODELS))
 def test_a_good_batch_runs_once_and_is_split_back(server: TritonServer, backend: str) -> None:
     model = MODELS[backend][0]
-    client = http.InferenceServerClient(server.http_url)
-    before = counts(client, model)
-    requests = [np.array([[i % 4, (i + 1) % 4]] * rows) for i, rows in enumerate((1, 2, 1))]
-    answers = _send_together(server.http_url, backend, requests)
-    for indices, answer in zip(requests, answers, strict=True):
-        assert isinstance(answer, np.ndarray), answer
-        np.testing.assert_array_equal(answer, TABLE[indices])
-    change = wait_for_counts(client, model, before, requests=len(requests))
-    assert change.inferences == sum(len(r) for r in requests)
-    assert change.executions == 1
+    with http.InferenceServerClient(server.http_url) as client:
+        before = counts(client, model)
+        requests = [np.array([[i % 4, (i + 1) % 4]] * rows) for i, rows in enumerate((1, 2, 1))]
+        answers = _send_together(server.http_url, backend, requests)
+        for indices, answer in zip(requests, answers, strict=True):
+            assert isinstance(answer, np.ndarray), answer
+            np.testing.assert_array_equal(answer, TABLE[indices])
+        change = wait_for_counts(client, model, before, requests=len(requests))
+        assert change.inferences == sum(len(r) for r in requests)
+        assert change.executions == 1
 
 
 def test_the_onnxruntime_backend_logs_its_execution_provider(server: TritonServer) -> None:
@@ -167,16 +167,16 @@ def test_ragged_requests_of_different_lengths_share_one_execution(server: Triton
     """With ``allow_ragged_batch`` the batcher merges requests of three lengths; the core pads each length
     group to its longest, and every request gets its own length back, with its own values."""
     model = RAGGED[backend][0]
-    client = http.InferenceServerClient(server.http_url)
-    before = counts(client, model)
-    # BATCH rows in all, three lengths: padded to 2 and 5 apart (onnxruntime) or all to 5 (pytorch)
-    requests = [np.array([[3]]), np.array([[1, 2, 3, 0, 1]]), np.array([[2, 1]] * 2)]
-    answers = _send_together(server.http_url, backend, requests, ragged=True)
-    for indices, answer in zip(requests, answers, strict=True):
-        assert isinstance(answer, np.ndarray), answer
-        assert answer.shape == indices.shape
-        np.testing.assert_array_equal(answer, TABLE[indices])
-    change = wait_for_counts(client, model, before, requests=len(requests))
-    assert change.inferences == sum(len(r) for r in requests)
-    assert change.executions == 1, "requests of different lengths ran in one execution"
+    with http.InferenceServerClient(server.http_url) as client:
+        before = counts(client, model)
+        # BATCH rows in all, three lengths: padded to 2 and 5 apart (onnxruntime) or all to 5 (pytorch)
+        requests = [np.array([[3]]), np.array([[1, 2, 3, 0, 1]]), np.array([[2, 1]] * 2)]
+        answers = _send_together(server.http_url, backend, requests, ragged=True)
+        for indices, answer in zip(requests, answers, strict=True):
+            assert isinstance(answer, np.ndarray), answer
+            assert answer.shape == indices.shape
+            np.testing.assert_array_equal(answer, TABLE[indices])
+        change = wait_for_counts(client, model, before, requests=len(requests))
+        assert change.inferences == sum(len(r) for r in requests)
+        assert change.executions == 1, "requests of different lengths ran in one execution"
 

@@ -1,6 +1,7 @@
 """Hostile and unusual images through the served ``image_classifier`` ensemble (the real Triton).
 
-Each image is its own request, all sent at once, so they meet in the preprocessing model's batches:
+Each image is its own request, all sent at once to a Triton whose preprocessing model waits up to a
+second to fill a batch (the built entry otherwise), so they meet in its batches:
 every hostile one fails alone with a 4xx-class message naming the problem (no library message, path
 or traceback), every photograph beside them still gets its label, Triton is the same process
 afterwards, and the preprocessing stub did not grow by anything like a decoded bomb.
@@ -8,6 +9,7 @@ afterwards, and the preprocessing stub did not grow by anything like a decoded b
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -15,8 +17,11 @@ import pytest
 import tritonclient.http as http
 from tritonclient.utils import InferenceServerException
 
+from builders.triton_config import read_config, write_config
+from serving.launcher import TritonPorts, TritonServer
 from tests.support.images import AWKWARD, HOSTILE, encode, photo
 from tests.support.triton_stats import counts, wait_for_counts
+from tests.support.variant_repos import copy_entries
 
 pytestmark = pytest.mark.integration
 
@@ -40,8 +45,29 @@ def _preprocess_stubs(triton_pid: int) -> list[int]:
             if any("image_preprocess" in part for part in p.cmdline())]
 
 
-def test_every_bad_image_fails_alone_beside_good_ones(triton) -> None:
-    client = http.InferenceServerClient(triton.http_url, concurrency=24, network_timeout=120.0)
+PIPELINE_ENTRIES = ("image_classifier", "image_preprocess", "efficientnet_lite0", "image_postprocess")
+
+
+@pytest.fixture(scope="module")
+def pipeline_triton(model_repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
+    """The pipeline's built entries; the preprocessing batches requests that arrive within a second.
+    With its own short delay, two instances keep up with a burst of small images on an idle machine
+    and each would run alone."""
+    repository = copy_entries(model_repository, tmp_path_factory.mktemp("image-limits"), PIPELINE_ENTRIES)
+    path = repository / "image_preprocess" / "config.pbtxt"
+    config = read_config(path)
+    config.dynamic_batching.max_queue_delay_microseconds = 1_000_000
+    write_config(config, path)
+    with TritonServer(repository, models=list(PIPELINE_ENTRIES), ports=TritonPorts.free()) as server:
+        yield server
+
+
+def test_every_bad_image_fails_alone_beside_good_ones(pipeline_triton: TritonServer) -> None:
+    with http.InferenceServerClient(pipeline_triton.http_url, concurrency=24, network_timeout=120.0) as client:
+        _check_bad_images_fail_alone(pipeline_triton, client)
+
+
+def _check_bad_images_fail_alone(triton: TritonServer, client: http.InferenceServerClient) -> None:
     pid = triton.pid
     stubs = {stub: _peak_rss_kib(stub) for stub in _preprocess_stubs(pid)}
     assert stubs, "no preprocessing stub process found"

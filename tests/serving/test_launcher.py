@@ -83,9 +83,9 @@ def test_python_models_run_on_this_interpreter_and_environment(tmp_path: Path, m
     venv_bin = str(Path(sys.executable).parent)
     monkeypatch.setenv("PATH", os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if p != venv_bin))
     with TritonServer(tmp_path / "repo", models=["probe"], ports=TritonPorts.free()) as server:
-        client = http.InferenceServerClient(server.http_url)
         tensor = http.InferInput("X", [1], "FP32")
         tensor.set_data_from_numpy(np.zeros(1, np.float32))
-        facts = json.loads(client.infer("probe", [tensor]).as_numpy("FACTS")[0])
+        with http.InferenceServerClient(server.http_url) as client:
+            facts = json.loads(client.infer("probe", [tensor]).as_numpy("FACTS")[0])
     assert facts["version"] == platform.python_version()
     assert facts["numpy"] == np.__file__

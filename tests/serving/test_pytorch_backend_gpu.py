@@ -79,15 +79,15 @@ def test_cuda_shared_memory_input_matches_the_http_body(gpu_triton: TritonServer
 
     images, _ = reference
     batch = np.ascontiguousarray(images[:4])
-    client = http.InferenceServerClient(gpu_triton.http_url)
-    region = cudashm.create_shared_memory_region("test-input", batch.nbytes, 0)
-    try:
-        cudashm.set_shared_memory_region(region, [batch])
-        client.register_cuda_shared_memory("test-input", cudashm.get_raw_handle(region), 0, batch.nbytes)
-        tensor = http.InferInput("INPUT__0", list(batch.shape), "FP32")
-        tensor.set_shared_memory("test-input", batch.nbytes)
-        from_shm = client.infer(MODEL, [tensor]).as_numpy("OUTPUT__0")
-    finally:
-        client.unregister_cuda_shared_memory("test-input")
-        cudashm.destroy_shared_memory_region(region)
+    with http.InferenceServerClient(gpu_triton.http_url) as client:
+        region = cudashm.create_shared_memory_region("test-input", batch.nbytes, 0)
+        try:
+            cudashm.set_shared_memory_region(region, [batch])
+            client.register_cuda_shared_memory("test-input", cudashm.get_raw_handle(region), 0, batch.nbytes)
+            tensor = http.InferInput("INPUT__0", list(batch.shape), "FP32")
+            tensor.set_shared_memory("test-input", batch.nbytes)
+            from_shm = client.infer(MODEL, [tensor]).as_numpy("OUTPUT__0")
+        finally:
+            client.unregister_cuda_shared_memory("test-input")
+            cudashm.destroy_shared_memory_region(region)
     np.testing.assert_allclose(from_shm, infer(gpu_triton.http_url, batch), atol=1e-2, rtol=1e-2)

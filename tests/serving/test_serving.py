@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import re
 import urllib.request
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -36,8 +37,10 @@ def _classify(client: http.InferenceServerClient, payloads: list[bytes]) -> http
 
 
 @pytest.fixture(scope="module")
-def client(triton) -> http.InferenceServerClient:
-    return http.InferenceServerClient(triton.http_url, concurrency=16)
+def client(triton) -> Iterator[http.InferenceServerClient]:
+    client = http.InferenceServerClient(triton.http_url, concurrency=16)
+    yield client
+    client.close()
 
 
 def test_ensemble_labels_chelsea_as_a_cat_and_coffee_as_a_cup(client) -> None:

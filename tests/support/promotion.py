@@ -274,14 +274,13 @@ def expected_scores(triton_url: str, jpeg: bytes, version: int) -> tuple[float, 
     (:class:`DoubledLogits`), computed from the real preprocessing and classifier steps."""
     import tritonclient.http as http
 
-    client = http.InferenceServerClient(triton_url)
-    image = http.InferInput("IMAGE", [1, 1], "BYTES")
-    image.set_data_from_numpy(np.array([[jpeg]], dtype=np.object_))
-    pixels = client.infer("image_preprocess", [image]).as_numpy("PIXELS")
-    tensor = http.InferInput("input", list(pixels.shape), "FP32")
-    tensor.set_data_from_numpy(pixels)
-    logits = client.infer(CLASSIFIER, [tensor], model_version=str(version)).as_numpy("logits")[0].astype(np.float64)
-    client.close()
+    with http.InferenceServerClient(triton_url) as client:
+        image = http.InferInput("IMAGE", [1, 1], "BYTES")
+        image.set_data_from_numpy(np.array([[jpeg]], dtype=np.object_))
+        pixels = client.infer("image_preprocess", [image]).as_numpy("PIXELS")
+        tensor = http.InferInput("input", list(pixels.shape), "FP32")
+        tensor.set_data_from_numpy(pixels)
+        logits = client.infer(CLASSIFIER, [tensor], model_version=str(version)).as_numpy("logits")[0].astype(np.float64)
 
     def top(values: np.ndarray) -> float:
         exp = np.exp(values - values.max())

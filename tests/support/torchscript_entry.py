@@ -16,10 +16,10 @@ MODEL = torchscript_name("efficientnet_lite0")
 
 def infer(url: str, batch: np.ndarray) -> np.ndarray:
     """The entry's logits for ``batch`` (N x 3 x 224 x 224 FP32)."""
-    client = http.InferenceServerClient(url)
     tensor = http.InferInput("INPUT__0", list(batch.shape), "FP32")
     tensor.set_data_from_numpy(batch)
-    return client.infer(MODEL, [tensor]).as_numpy("OUTPUT__0")
+    with http.InferenceServerClient(url) as client:
+        return client.infer(MODEL, [tensor]).as_numpy("OUTPUT__0")
 
 
 def infer_in_batches(url: str, images: np.ndarray, max_batch_size: int) -> np.ndarray:
@@ -37,7 +37,8 @@ def infer_wrong_shape(url: str) -> str:
     bad = http.InferInput("INPUT__0", [1, 3, 112, 112], "FP32")
     bad.set_data_from_numpy(np.zeros((1, 3, 112, 112), dtype=np.float32))
     try:
-        http.InferenceServerClient(url).infer(MODEL, [bad])
+        with http.InferenceServerClient(url) as client:
+            client.infer(MODEL, [bad])
     except InferenceServerException as exc:
         return str(exc)
     raise AssertionError("a 112x112 input was answered; the entry takes 224x224")
