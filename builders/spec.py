@@ -48,7 +48,7 @@ class TensorSpec:
 class BatchingPolicy:
     """Dynamic batching, chosen per model: the queue delay trades latency for batch size.
 
-    ``instance_count`` None gives the platform's default, ``serving.limits.QueueLimits.min_instances``
+    ``instance_count`` None gives the platform's default, ``serving.limits.QueueLimits.default_instances``
     (two: ``builders.triton_config.model_config`` says why one is a poor default); a count given is
     kept, one included.
     """

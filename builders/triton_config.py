@@ -55,7 +55,7 @@ def model_config(
     """Config for a model served by one backend (onnxruntime, python, tensorrt, pytorch).
 
     Args:
-        batching: its ``instance_count``, when None, is ``QueueLimits.min_instances`` (two). Every
+        batching: its ``instance_count``, when None, is ``QueueLimits.default_instances`` (two). Every
             model gets priority levels and bounded queues (:func:`apply_queue_policy`), and those turn
             off the dynamic batcher's payload prefetching; without it Triton's batcher can miss the
             wake-up of an instance that finishes (``dynamic_batch_scheduler.cc``,
@@ -71,7 +71,7 @@ def model_config(
             for session initialisation. Only for numeric inputs (Triton cannot synthesise strings).
         versions_kept: serve the newest N versions (``version_policy.latest``).
     """
-    instances = DEFAULT_LIMITS.queue.min_instances if batching.instance_count is None else batching.instance_count
+    instances = DEFAULT_LIMITS.queue.default_instances if batching.instance_count is None else batching.instance_count
     inputs, outputs = list(inputs), list(outputs)
     config = mc.ModelConfig(
         name=name,

@@ -13,7 +13,7 @@ closed loops of the platform's load generator at each ``--concurrency`` (batch-1
   batcher's 500 ms default wait. Spinning threads starve the finishing instance's thread, so the
   race is lost often.
 - ``queues, 1 instance``: the same, the pool sleeping when idle (the onnxruntime backend's default).
-- ``queues, 2 instances``: what the builders write (``serving.limits.QueueLimits.min_instances``):
+- ``queues, 2 instances``: what the builders write (``serving.limits.QueueLimits.default_instances``):
   while one instance runs the other is waiting, so a stall lasts at most one execution.
 - ``no queues, 1 instance, spinning``: dynamic batching without priority levels or queue policies
   (prefetching on, no stall; also no tiers, no deadlines and no bounded queue).

@@ -292,7 +292,7 @@ class QueueLimits:
         priority_levels: levels of every dynamic batcher (1 = served first).
         default_priority_level: the level of a request without a ``priority`` parameter.
         levels: the queue policy of level ``i + 1`` at index ``i``.
-        min_instances: instances the builders give a model with these queues unless its spec names
+        default_instances: instances the builders give a model with these queues unless its spec names
             a count: with one, Triton's batcher can sleep 500 ms before it hands a queued request
             to the instance that just finished (``builders.triton_config.model_config`` says why).
     """
@@ -300,15 +300,15 @@ class QueueLimits:
     priority_levels: int = DEFAULT_PRIORITY_LEVELS
     default_priority_level: int = DEFAULT_PRIORITY_LEVEL
     levels: tuple[QueuePolicy, ...] = field(default_factory=_default_levels)
-    min_instances: int = 2
+    default_instances: int = 2
 
     def __post_init__(self) -> None:
         if len(self.levels) != self.priority_levels:
             raise ValueError(f"{len(self.levels)} queue policies for {self.priority_levels} priority levels")
         if not 1 <= self.default_priority_level <= self.priority_levels:
             raise ValueError(f"default_priority_level must be in 1..{self.priority_levels}")
-        if self.min_instances < 1:
-            raise ValueError("min_instances must be at least 1")
+        if self.default_instances < 1:
+            raise ValueError("default_instances must be at least 1")
 
     def policy(self, level: int) -> QueuePolicy:
         """The queue policy of priority ``level`` (1-based)."""

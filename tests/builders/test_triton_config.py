@@ -57,7 +57,7 @@ def test_every_generated_model_has_priority_levels_and_a_bounded_rejecting_queue
             assert policy.timeout_action == mc.ModelQueuePolicy.REJECT, (config.name, level)
             assert 0 < policy.max_queue_size and 0 < policy.default_timeout_microseconds, (config.name, level)
         # With queue policies one instance can leave a queued request waiting 500 ms (apply_queue_policy).
-        assert config.instance_group and all(g.count >= limits.min_instances for g in config.instance_group), config.name
+        assert config.instance_group and all(g.count >= limits.default_instances for g in config.instance_group), config.name
         checked.append(config.name)
     assert {"efficientnet_lite0", "image_preprocess", "minilm_encoder", "text_tokenizer"} <= set(checked)
 
@@ -73,8 +73,8 @@ def test_a_model_gets_the_queue_minimum_of_instances_unless_its_spec_names_a_cou
         assert config.dynamic_batching.priority_levels > 0  # the queues that make one instance a poor default
         return [g.count for g in config.instance_group]
 
-    assert counts(BatchingPolicy(max_batch_size=8)) == [DEFAULT_LIMITS.queue.min_instances]
-    assert counts(BatchingPolicy(max_batch_size=0)) == [DEFAULT_LIMITS.queue.min_instances]
+    assert counts(BatchingPolicy(max_batch_size=8)) == [DEFAULT_LIMITS.queue.default_instances]
+    assert counts(BatchingPolicy(max_batch_size=0)) == [DEFAULT_LIMITS.queue.default_instances]
     assert counts(BatchingPolicy(max_batch_size=8, instance_count=1)) == [1]
     assert counts(BatchingPolicy(max_batch_size=8, instance_count=3)) == [3]
 
@@ -82,5 +82,5 @@ def test_a_model_gets_the_queue_minimum_of_instances_unless_its_spec_names_a_cou
 def test_a_queue_minimum_below_one_instance_is_refused() -> None:
     from serving.limits import QueueLimits
 
-    with pytest.raises(ValueError, match="min_instances"):
-        QueueLimits(min_instances=0)
+    with pytest.raises(ValueError, match="default_instances"):
+        QueueLimits(default_instances=0)

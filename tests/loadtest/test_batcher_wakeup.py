@@ -29,9 +29,13 @@ def test_each_configuration_sets_instances_queues_and_spinning(model_repository:
 
 def test_the_copies_share_the_built_model_file(model_repository: Path, tmp_path: Path) -> None:
     names = prepare_repository(tmp_path, WakeupSettings(repository=model_repository))
-    source = model_repository / "efficientnet_lite0" / "1" / "model.onnx"
+    entry = model_repository / "efficientnet_lite0"
+    versions = [p.name for p in entry.iterdir() if p.is_dir() and p.name.isdigit()]
+    assert versions
     for name in names.values():
-        assert (tmp_path / name / "1" / "model.onnx").read_bytes() == source.read_bytes()
+        for version in versions:
+            copied = tmp_path / name / version / "model.onnx"
+            assert copied.read_bytes() == (entry / version / "model.onnx").read_bytes()
         assert read_config(tmp_path / name / "config.pbtxt").name == name
 
 

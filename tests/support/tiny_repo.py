@@ -105,8 +105,8 @@ def build_tiny_repository(root: Path) -> Path:
     config = mc.ModelConfig(name=TINY_MODEL, platform="onnxruntime_onnx", max_batch_size=8)
     config.input.add(name="input", data_type=mc.TYPE_FP32, dims=[4])
     config.output.add(name="output", data_type=mc.TYPE_FP32, dims=[2])
-    # As the builders configure a model (serving.limits.QueueLimits.min_instances says why).
-    config.instance_group.add(count=DEFAULT_LIMITS.queue.min_instances, kind=mc.ModelInstanceGroup.KIND_CPU)
+    # As the builders configure a model (serving.limits.QueueLimits.default_instances says why).
+    config.instance_group.add(count=DEFAULT_LIMITS.queue.default_instances, kind=mc.ModelInstanceGroup.KIND_CPU)
     config.dynamic_batching.max_queue_delay_microseconds = 100
     for key in ("intra_op_thread_count", "inter_op_thread_count"):
         config.parameters[key].string_value = "1"

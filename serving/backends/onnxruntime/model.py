@@ -61,7 +61,7 @@ class TritonPythonModel(BatchingModel):
         # onnxruntime's idle pool threads spin for more work by default. Between two runs here the
         # request goes back through Triton, so they spin on cores Triton's own threads need, and with
         # queue policies that starvation costs Triton's batcher its wake-up (500 ms stalls; see
-        # builders.triton_config.apply_queue_policy). Measured on 2 cores, efficientnet_lite0, one
+        # builders.triton_config.model_config). Measured on 2 cores, efficientnet_lite0, one
         # instance: P99 518 ms at concurrency 1 spinning, 19 ms not (benchmarks/cpu/batcher_wakeup).
         options.add_session_config_entry(SPINNING, self.parameter("allow_spinning", "0"))
         if avoid_saturating_int8(options):
