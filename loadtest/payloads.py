@@ -76,6 +76,7 @@ def mixed_length_texts(count: int = 256, seed: int = 0) -> tuple[str, ...]:
 
 
 @cache
+@cache  # encoded once per process: the benchmarks ask for the same files for requests, checks and capacity
 def jpeg_images(max_side: int = 512, quality: int = 90) -> tuple[bytes, ...]:
     """The sample photographs (and their mirror images) as JPEG files of at most ``max_side`` px."""
     from PIL import Image

@@ -111,39 +111,31 @@ def _targets(settings: BenchSettings, configs: list[str], stack: contextlib.Exit
     url = triton.grpc_url if settings.protocol == "grpc" else triton.http_url
     direct = TritonTarget(url=url, model=entry, inputs=inputs, outputs=(output_name,), protocol=settings.protocol,
                           shared_memory=settings.shared_memory, name="triton-batching")
-    servers: dict[str, Any] = {}  # one gateway and one naive server, whichever configurations use them
-
-    def gateway() -> tuple[str, dict[str, str]]:
-        if "gateway" not in servers:
-            base, key = stack.enter_context(gateway_server(triton.http_url, workdir))
-            servers["gateway"] = (base.removeprefix("http://"), {"Authorization": f"Bearer {key}"})
-        return servers["gateway"]  # type: ignore[no-any-return]
-
-    def naive() -> str:
-        if "naive" not in servers:
-            precision = "fp16" if settings.device == "cuda" else "fp32"
-            servers["naive"] = stack.enter_context(naive_server(settings.device, precision, workdir, settings.model,
-                                                                settings.naive_threads))
-        return servers["naive"]  # type: ignore[no-any-return]
-
+    # One gateway and one naive server, started where a configuration uses them.
+    address, auth, naive_base = "", {}, ""
+    if {"gateway", "gateway-jpeg"} & set(configs):
+        base, key = stack.enter_context(gateway_server(triton.http_url, workdir))
+        address, auth = base.removeprefix("http://"), {"Authorization": f"Bearer {key}"}
+    if {"naive", "naive-jpeg"} & set(configs):
+        precision = "fp16" if settings.device == "cuda" else "fp32"
+        naive_base = stack.enter_context(naive_server(settings.device, precision, workdir, settings.model,
+                                                      settings.naive_threads))
     targets: dict[str, Target] = {}
     if "triton-batching" in configs:
         targets["triton-batching"] = direct
     if "triton-no-batching" in configs:
         targets["triton-no-batching"] = replace(direct, model=nobatch, name="triton-no-batching")
     if "gateway" in configs:  # the gateway speaks HTTP; its tensors travel in the body
-        address, auth = gateway()
         targets["gateway"] = TritonTarget(url=address, model=entry, inputs=inputs, outputs=(output_name,),
                                           headers=auth, name="gateway")
     if "naive" in configs:
-        targets["naive"] = HttpTarget(url=f"{naive()}/predict", name="naive", requests=tuple(
+        targets["naive"] = HttpTarget(url=f"{naive_base}/predict", name="naive", requests=tuple(
             (images[i:i + 1].tobytes(), {"Content-Type": "application/octet-stream"}) for i in range(len(images))))
     if "gateway-jpeg" in configs:
-        address, auth = gateway()
         targets["gateway-jpeg"] = TritonTarget(url=address, model=PIPELINE, inputs=_jpeg_inputs(),
                                                outputs=_JPEG_OUTPUTS, headers=auth, name="gateway-jpeg")
     if "naive-jpeg" in configs:
-        targets["naive-jpeg"] = HttpTarget(url=f"{naive()}/classify", name="naive-jpeg", requests=tuple(
+        targets["naive-jpeg"] = HttpTarget(url=f"{naive_base}/classify", name="naive-jpeg", requests=tuple(
             (data, {"Content-Type": "image/jpeg"}) for data in jpeg_images()))
     return targets
 
