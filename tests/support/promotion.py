@@ -10,7 +10,6 @@ every answer a rollout test asserts on.
 from __future__ import annotations
 
 import io
-import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -25,6 +24,7 @@ from PIL import Image
 from builders.families.efficientnet import EfficientNetLite0
 from builders.pipeline import BuildOptions, build_specs
 from builders.spec import ModelSpec, WeightsInfo
+from tests.support.variant_repos import copy_entries
 
 __all__ = [
     "CLASSIFIER",
@@ -141,14 +141,6 @@ class CandidateBuilds:
             build_specs([spec()], BuildOptions(repository=repository, variants=False))
             self._built[spec] = repository
         return self._built[spec]
-
-
-def copy_entries(source: Path, destination: Path, names: list[str]) -> Path:
-    """A repository holding copies of ``names`` from ``source`` (built entries: real build outputs)."""
-    destination.mkdir(parents=True, exist_ok=True)
-    for name in names:
-        shutil.copytree(source / name, destination / name)
-    return destination
 
 
 def photo_jpeg(name: str = "chelsea") -> bytes:

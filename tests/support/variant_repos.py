@@ -1,15 +1,16 @@
-"""Helpers shared by tests/builders: private copies of built entries, and a tree hash."""
+"""Helpers for the tests that write to a repository: private copies of built entries, and a tree hash."""
 
 from __future__ import annotations
 
 import hashlib
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 
 EFFICIENTNET_ENTRIES = ("efficientnet_lite0", "efficientnet_lite0_fp16", "efficientnet_lite0_int8")
 
 
-def copy_entries(source: Path, target: Path, names: tuple[str, ...] = EFFICIENTNET_ENTRIES) -> Path:
+def copy_entries(source: Path, target: Path, names: Iterable[str] = EFFICIENTNET_ENTRIES) -> Path:
     """Copy built entries of the shared test repository into a private one (tests may write there)."""
     target.mkdir(parents=True, exist_ok=True)
     for name in names:
