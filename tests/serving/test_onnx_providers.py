@@ -1,4 +1,5 @@
-"""ONNX entries for a GPU host, and the execution providers the ``onnxruntime`` backend asks for.
+"""ONNX entries for a GPU host, and the execution providers and session options the ``onnxruntime``
+backend asks for.
 
 The configs are the builders' own (``builders.context.onnx_entry_config``), handed to the backend's
 provider choice as Triton hands them over (JSON with proto field names). Running on a real GPU with
@@ -8,13 +9,19 @@ onnxruntime-gpu is not tested here (no GPU on CI); the README says so.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from builders.context import onnx_entry_config
 from builders.families.efficientnet import EfficientNetLite0
-from serving.backends.onnxruntime.ort_providers import execution_providers, tensorrt_request
+from serving.backends.onnxruntime.ort_providers import (
+    SPINNING,
+    execution_providers,
+    session_options,
+    tensorrt_request,
+)
 
 GPU_RUNTIME = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
 
@@ -65,6 +72,23 @@ def test_without_tensorrt_or_cuda_the_instance_falls_back() -> None:
     assert cuda_only == [("CUDAExecutionProvider", {"device_id": "0"}), "CPUExecutionProvider"]
     assert execution_providers(config, inputs, "GPU", 0, ["CPUExecutionProvider"]) == ["CPUExecutionProvider"]
     assert execution_providers(config, inputs, "CPU", 0, GPU_RUNTIME) == ["CPUExecutionProvider"]
+
+
+def _parameter(config: dict) -> Callable[[str, str], str]:
+    """``BatchingModel.parameter`` on ``config`` (``batching_core`` needs pb_utils, so it is not imported)."""
+    return lambda key, default: config.get("parameters", {}).get(key, {}).get("string_value") or default
+
+
+def test_idle_intra_op_threads_sleep_unless_the_config_asks_for_spinning() -> None:
+    """Spinning idle threads starve Triton's batcher of its wake-up (500 ms stalls; README "Two instances
+    per model"): a built entry's session must not spin, and only ``allow_spinning: "1"`` turns it on."""
+    config = _as_triton_hands_it(onnx_entry_config(EfficientNetLite0(), "m", "fp32", gpu=False))
+    options = session_options(_parameter(config))
+    assert options.get_session_config_entry(SPINNING) == "0"
+    assert (options.intra_op_num_threads, options.inter_op_num_threads) == (0, 1)  # the entry's parameters
+    assert session_options(lambda key, default: default).get_session_config_entry(SPINNING) == "0"
+    config["parameters"]["allow_spinning"] = {"string_value": "1"}
+    assert session_options(_parameter(config)).get_session_config_entry(SPINNING) == "1"
 
 
 def test_int8_kernels_saturate_on_x86_without_vnni() -> None:

@@ -6,13 +6,14 @@ treats a folder ``backends/<name>/model.py`` as a backend called ``<name>``, so 
 container serves the very same repository with its native ONNX Runtime backend.
 
 Batching, request validation and per-request errors are the shared core's (``batching_core.py``,
-copied beside this file); what is ONNX Runtime's lives here:
+copied beside this file); what is ONNX Runtime's lives here and in ``ort_providers.py`` (also copied
+beside it, and testable without Triton):
 
-- Thread counts come from the config parameters ``intra_op_thread_count`` and
-  ``inter_op_thread_count``, the keys the native backend reads (0: every core, per instance). The
-  intra-op pool's threads sleep when idle instead of spinning (parameter ``allow_spinning``: ``"1"``
-  spins, onnxruntime's own default): with spinning, instances oversubscribe the cores and starve
-  Triton's own threads.
+- Session options (``ort_providers.session_options``): thread counts come from the config parameters
+  ``intra_op_thread_count`` and ``inter_op_thread_count``, the keys the native backend reads (0: every
+  core, per instance). The intra-op pool's threads sleep when idle instead of spinning (parameter
+  ``allow_spinning``: ``"1"`` spins, onnxruntime's own default): with spinning, instances
+  oversubscribe the cores and starve Triton's own threads.
 - Execution providers: a ``KIND_CPU`` instance runs on the CPU provider. A ``KIND_GPU`` instance runs
   on onnxruntime-gpu's CUDA provider (the ``gpu`` extra), preceded by the TensorRT provider when the
   config asks for it the way the native backend reads it
@@ -36,14 +37,12 @@ if TYPE_CHECKING:
     from serving.backends.onnxruntime.ort_providers import (
         avoid_saturating_int8,
         execution_providers,
+        session_options,
         tensorrt_request,
     )
 else:  # Triton imports this file with its folder (holding copies of both modules) on sys.path
     from batching_core import BatchingModel
-    from ort_providers import avoid_saturating_int8, execution_providers, tensorrt_request
-
-#: onnxruntime's session option for the intra-op pool's busy-waiting ("1" spins, "0" sleeps)
-SPINNING = "session.intra_op.allow_spinning"
+    from ort_providers import avoid_saturating_int8, execution_providers, session_options, tensorrt_request
 
 
 class TritonPythonModel(BatchingModel):
@@ -54,16 +53,7 @@ class TritonPythonModel(BatchingModel):
     def load(self, args: dict[str, str]) -> None:
         filename = self.config.get("default_model_filename") or "model.onnx"
         path = os.path.join(args["model_repository"], args["model_version"], filename)
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = int(self.parameter("intra_op_thread_count", "0"))
-        options.inter_op_num_threads = int(self.parameter("inter_op_thread_count", "0"))
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        # onnxruntime's idle pool threads spin for more work by default. Between two runs here the
-        # request goes back through Triton, so they spin on cores Triton's own threads need, and with
-        # queue policies that starvation costs Triton's batcher its wake-up (500 ms stalls; see
-        # builders.triton_config.model_config). Measured on 2 cores, efficientnet_lite0, one
-        # instance: P99 518 ms at concurrency 1 spinning, 19 ms not (benchmarks/cpu/batcher_wakeup).
-        options.add_session_config_entry(SPINNING, self.parameter("allow_spinning", "0"))
+        options = session_options(self.parameter)  # threads, and idle threads that sleep (not spin)
         if avoid_saturating_int8(options):
             self.log("info", "this CPU has no VNNI: INT8 (Q/DQ) graphs run as float math, since onnxruntime's "
                              "fused INT8 kernels saturate here")

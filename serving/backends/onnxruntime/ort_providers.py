@@ -1,4 +1,5 @@
-"""Which onnxruntime execution providers a model instance asks for (the ``onnxruntime`` backend).
+"""Which onnxruntime execution providers and session options a model instance asks for (the
+``onnxruntime`` backend).
 
 Apart from ``model.py`` so it can be read and tested without Triton; the launcher copies it beside
 ``model.py``. The config is the model config as Triton hands it to the backend (JSON, proto field
@@ -10,13 +11,19 @@ parameters { key: "precision_mode" value: "FP16" } }] } }``.
 from __future__ import annotations
 
 import platform
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
-__all__ = ["Provider", "avoid_saturating_int8", "execution_providers", "int8_kernels_saturate", "tensorrt_request"]
+if TYPE_CHECKING:
+    import onnxruntime
+
+__all__ = ["Provider", "avoid_saturating_int8", "execution_providers", "int8_kernels_saturate",
+           "session_options", "tensorrt_request"]
 
 #: onnxruntime's session option that runs a Q/DQ graph as float math instead of fused INT8 kernels
 DISABLE_QDQ_FUSION = "session.disable_quant_qdq"
+#: onnxruntime's session option for the intra-op pool's busy-waiting ("1" spins, "0" sleeps)
+SPINNING = "session.intra_op.allow_spinning"
 #: x86 CPU flags with an int8 dot product that accumulates in 32 bits
 _VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8"})
 
@@ -93,6 +100,25 @@ def int8_kernels_saturate(machine: str | None = None, cpu_flags: Iterable[str] |
         return False
     flags = set(cpu_flags) if cpu_flags is not None else _cpu_flags()
     return not flags & _VNNI_FLAGS
+
+
+def session_options(parameter: Callable[[str, str], str]) -> onnxruntime.SessionOptions:
+    """A model instance's ``onnxruntime.SessionOptions`` from its config parameters, read through
+    ``parameter(key, default)`` (the backend's ``BatchingModel.parameter``): thread counts
+    (``intra_op_thread_count``, ``inter_op_thread_count``; 0: every core) and ``allow_spinning``."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = int(parameter("intra_op_thread_count", "0"))
+    options.inter_op_num_threads = int(parameter("inter_op_thread_count", "0"))
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    # onnxruntime's idle pool threads spin for more work by default. Between two runs here the
+    # request goes back through Triton, so they spin on cores Triton's own threads need, and with
+    # queue policies that starvation costs Triton's batcher its wake-up (500 ms stalls; see
+    # builders.triton_config.model_config). Measured on 2 cores, efficientnet_lite0, one
+    # instance: P99 518 ms at concurrency 1 spinning, 19 ms not (benchmarks/cpu/batcher_wakeup).
+    options.add_session_config_entry(SPINNING, parameter("allow_spinning", "0"))
+    return options
 
 
 def avoid_saturating_int8(options: Any) -> bool:
