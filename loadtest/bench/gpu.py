@@ -81,7 +81,7 @@ class GpuBenchSettings:
     #: on/off and the naive server at 32, the JPEG paths where P99 <= 20 ms can hold)
     points: dict[str, tuple[int, ...]] = field(default_factory=lambda: {
         "tensor http": (32, 128, 256), "tensor system-shm": (128, 256), "tensor cuda-shm": (32, 128, 256),
-        "tensor aoti cuda-shm": (256,), "tensor no-batching": (32,), "tensor no-batching cuda-shm": (32,), "naive": (32,),
+        "tensor cuda-shm x8": (32, 64), "tensor aoti cuda-shm": (256,), "tensor no-batching": (32,), "tensor no-batching cuda-shm": (32,), "naive": (32,),
         "jpeg": (32, 64, 128, 256), "jpeg gateway": (32, 64, 128, 256)})
     duration_s: float = 3.0
     warmup_s: float = 1.0
@@ -115,9 +115,13 @@ def _log(message: str) -> None:
 
 # ----------------------------------------------------------------------------------- targets
 
-def _tensor_inputs() -> tuple[dict[str, np.ndarray], ...]:
+#: images per request where a configuration sends several (as perf_analyzer's ``-b``); the rest send one
+IMAGES_PER_REQUEST = {"tensor cuda-shm x8": 8}
+
+
+def _tensor_inputs(per_request: int = 1) -> tuple[dict[str, np.ndarray], ...]:
     images = image_tensors()
-    return tuple({"INPUT__0": images[i:i + 1]} for i in range(len(images)))
+    return tuple({"INPUT__0": images[np.arange(i, i + per_request) % len(images)]} for i in range(0, len(images), per_request))
 
 
 def _jpeg_inputs() -> tuple[dict[str, np.ndarray], ...]:
@@ -137,6 +141,7 @@ def _targets(triton: TritonServer, gateway: tuple[str, str] | None, naive: str |
         "tensor http": tensor,
         "tensor system-shm": replace(tensor, shared_memory="system", name="tensor system-shm"),
         "tensor cuda-shm": replace(tensor, shared_memory="cuda", name="tensor cuda-shm"),
+        "tensor cuda-shm x8": replace(tensor, inputs=_tensor_inputs(8), shared_memory="cuda", name="tensor cuda-shm x8"),
         "tensor no-batching": replace(tensor, model=NOBATCH, name="tensor no-batching"),
         # Batching on vs off where the transport is not the limit (over HTTP both move ~600 KB per image).
         "tensor no-batching cuda-shm": replace(tensor, model=NOBATCH, shared_memory="cuda",
@@ -144,7 +149,7 @@ def _targets(triton: TritonServer, gateway: tuple[str, str] | None, naive: str |
         "jpeg": jpeg,
     }
     if not gpu:
-        del targets["tensor cuda-shm"], targets["tensor no-batching cuda-shm"]
+        del targets["tensor cuda-shm"], targets["tensor cuda-shm x8"], targets["tensor no-batching cuda-shm"]
     if aoti:
         targets["tensor aoti cuda-shm"] = replace(tensor, model=AOTI, shared_memory="cuda", name="tensor aoti cuda-shm")
     if gateway is not None:
@@ -207,10 +212,13 @@ def _sanity(triton: TritonServer, aoti: bool) -> dict[str, Any]:
 # ----------------------------------------------------------------------------------- the run
 
 def _row(name: str, result: Any, capacity: float | None) -> Result:
+    """A load result as a table row: throughput and the client's capacity in images per second."""
+    per = IMAGES_PER_REQUEST.get(name, 1)
+    capacity = capacity * per if capacity else capacity
     return Result(config=name, concurrency=result.concurrency, requests=result.requests, errors=result.errors,
-                  duration_s=result.duration_s, throughput=result.throughput, p50_ms=result.p50_ms,
+                  duration_s=result.duration_s, throughput=result.throughput * per, p50_ms=result.p50_ms,
                   p95_ms=result.p95_ms, p99_ms=result.p99_ms, mean_ms=result.mean_ms, capacity=capacity,
-                  capacity_used=result.throughput / capacity if capacity else None, error_rate=result.error_rate,
+                  capacity_used=result.throughput * per / capacity if capacity else None, error_rate=result.error_rate,
                   error_messages=result.error_summary())
 
 

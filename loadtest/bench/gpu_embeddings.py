@@ -34,13 +34,13 @@ import argparse
 import os
 import subprocess
 import sys
-import sysconfig
 import tarfile
 import tempfile
 import time
-import zipfile
 from collections.abc import Sequence
 from pathlib import Path
+
+from loadtest.bench.carried import numpy1_interpreter, one, unpack_onto_path
 
 __all__ = ["main", "prepare"]
 
@@ -48,6 +48,7 @@ DEFAULT_PACK = Path(".whl") / "embeddings"
 NUMPY_1 = "numpy==1.26.4"
 SENTENCE_TRANSFORMERS = "sentence-transformers==6.3.0"
 MINILM_FILES = "minilm-files.tar.gz"
+HOW = f"python -m loadtest.bench.gpu_embeddings --prepare {DEFAULT_PACK}"
 
 
 def prepare(pack: Path, python_version: str = "3.12") -> None:
@@ -69,13 +70,6 @@ def prepare(pack: Path, python_version: str = "3.12") -> None:
         print(f"{path}  {path.stat().st_size / 1e6:.1f} MB")
 
 
-def _one(pack: Path, pattern: str) -> Path:
-    found = sorted(pack.glob(pattern))
-    if not found:
-        raise SystemExit(f"{pack}/{pattern} is missing: run python -m loadtest.bench.gpu_embeddings --prepare {pack}")
-    return found[-1]
-
-
 def _sentence_transformers(pack: Path, work: Path) -> None:
     """sentence-transformers importable here and in the baseline server (a child process)."""
     try:
@@ -83,36 +77,7 @@ def _sentence_transformers(pack: Path, work: Path) -> None:
 
         return
     except ImportError:
-        pass
-    site = work / "st-site"
-    zipfile.ZipFile(_one(pack, "sentence_transformers-*.whl")).extractall(site)
-    sys.path.insert(0, str(site))
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
-
-
-def _stub_python(pack: Path, work: Path) -> str | None:
-    """An interpreter for Triton's Python models with numpy 1.x (None: this one already has it)."""
-    import numpy
-
-    if int(numpy.__version__.split(".")[0]) < 2:
-        return None
-    env = work / "stub-env"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
-    python = env / "bin" / "python3"
-    purelib = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                  check=True, capture_output=True, text=True).stdout.strip())
-    zipfile.ZipFile(_one(pack, "numpy-1.*.whl")).extractall(purelib)
-    # After numpy 1.26: this interpreter's own packages (torch, tokenizers), .pth files included.
-    host = [*__import__("site").getsitepackages(), sysconfig.get_paths()["purelib"]]
-    lines = [f"import site; site.addsitedir({p!r})" for p in dict.fromkeys(host) if Path(p).is_dir()]
-    (purelib / "zz-host-packages.pth").write_text("\n".join(lines) + "\n")
-    check = subprocess.run([str(python), "-c", "import numpy, torch, tokenizers; print('models: numpy', "
-                            "numpy.__version__, 'torch', torch.__version__, 'tokenizers', tokenizers.__version__)"],
-                           capture_output=True, text=True)
-    print(check.stdout.strip() or check.stderr.strip()[-2000:], flush=True)
-    if check.returncode:
-        raise SystemExit("the Python models' environment (numpy 1.26 + this host's packages) does not import")
-    return str(python)
+        unpack_onto_path(one(pack, "sentence_transformers-*.whl", HOW), work / "st-site")
 
 
 def _minilm(pack: Path, work: Path) -> Path:
@@ -120,7 +85,7 @@ def _minilm(pack: Path, work: Path) -> Path:
     from builders.families.text_embedding import MODEL_DIR_ENV, write_random_weights
 
     folder = work / "minilm"
-    with tarfile.open(_one(pack, MINILM_FILES)) as tar:
+    with tarfile.open(one(pack, MINILM_FILES, HOW)) as tar:
         tar.extractall(folder, filter="data")
     write_random_weights(folder)
     os.environ[MODEL_DIR_ENV] = str(folder)
@@ -149,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="gpu-embeddings-") as tmp:
         work = Path(tmp)
         _sentence_transformers(args.pack, work)
-        stub = _stub_python(args.pack, work)
+        stub = numpy1_interpreter(args.pack, work, check="torch,tokenizers")
         _minilm(args.pack, work)
         print(f"setup: {time.monotonic() - started:.1f} s", flush=True)
         from loadtest.bench import embeddings

@@ -129,8 +129,11 @@ def _candidates(name: str, base: dict[str, Any], quick: bool) -> list[dict[str, 
     preferred = [int(s) for s in batching.get("preferred_batch_size", [])]
     built = {"instances": int(base["instance_group"][0].get("count", 1)), "max_queue_delay_us": delay,
              "preferred_batch_sizes": preferred}
-    # A second process beside the in-process pipeline; then whole queues as one batch.
-    grid: list[tuple[int, int, list[int]]] = [(2, delay, preferred), (1, 2000 if name == PIPELINE else 500, [])]
+    # Fewer and more processes than built (two by default: see builders.triton_config.model_config);
+    # then whole queues as one batch.
+    count = int(base["instance_group"][0].get("count", 1))
+    grid: list[tuple[int, int, list[int]]] = [(1, delay, preferred), (count + 1, delay, preferred),
+                                              (count, 2000 if name == PIPELINE else 500, [])]
     alternatives = [{"instances": i, "max_queue_delay_us": d, "preferred_batch_sizes": p} for i, d, p in grid]
     return [built] + [a for a in alternatives if a != built][: 1 if quick else None]
 

@@ -1,0 +1,64 @@
+"""Stable Diffusion through Triton on a GPU host, in one step (the diffusion step of ``gpu_bench.sh all``).
+
+    loadtest/diffusion_gpu.sh wheels .whl/diffusion                       # HERE, with pip and network
+    python -m loadtest.bench.gpu_diffusion --out DIR [diffusion_bench args]   # THERE
+
+Runs :mod:`loadtest.diffusion_bench`: the SD 1.5 configuration randomly initialised (the shapes and
+compute of the real model), built by the builders into ``stable_diffusion_torch`` (FP16) as a real
+checkpoint would be, served by the embedded Triton and called over gRPC by concurrent clients,
+against diffusers' own ``StableDiffusionPipeline`` (FP16) on the same GPU with the same seeds. By
+default 512x512 / 25 steps and 768x768 / 50 steps at 1, 4 and 8 concurrent requests, one round each
+(``--sizes``, ``--concurrency``, ``--rounds`` override). It writes ``bench.json``, ``bench.txt`` and
+``bench.png`` in ``--out``.
+
+The GPU host (``loadtest/gpu_bench.sh``: torch, transformers, numpy 2, no network) lacks two things,
+taken from carried packs:
+
+- diffusers, cut to what the run imports (``.whl/diffusion/``: ``diffusion_gpu.sh wheels``), unpacked
+  into a private folder on the path of this process and of Triton's Python models;
+- numpy 1.26 (``.whl/embeddings/``): the prompt is a string tensor, which Triton 2.51's Python stub
+  cannot take under numpy 2, so the Python models get an interpreter of their own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from loadtest.bench.carried import numpy1_interpreter, one, unpack_onto_path
+
+__all__ = ["main"]
+
+DEFAULTS = ["--preset", "sd15", "--sizes", "512x512:25,768x768:50", "--concurrency", "1,4,8", "--rounds", "1"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m loadtest.bench.gpu_diffusion", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--diffusers-pack", type=Path, default=Path(".whl") / "diffusion")
+    parser.add_argument("--numpy-pack", type=Path, default=Path(".whl") / "embeddings")
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    args, extra = parser.parse_known_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    with tempfile.TemporaryDirectory(prefix="gpu-diffusion-") as tmp:
+        work = Path(tmp)
+        try:
+            import diffusers  # noqa: F401
+        except ImportError:
+            unpack_onto_path(one(args.diffusers_pack, "diffusers-*.zip", f"loadtest/diffusion_gpu.sh wheels {args.diffusers_pack}"),
+                             work / "diffusers-site")
+        stub = numpy1_interpreter(args.numpy_pack, work, check="torch,transformers,diffusers")
+        from loadtest import diffusion_bench
+
+        # The caller's arguments come last: argparse keeps the last of a repeated option.
+        bench = ["--out", str(args.out), "--device", args.device, "--workdir", str(work / "sd"), *DEFAULTS, *extra]
+        if stub:
+            bench += ["--stub-python", stub]
+        return diffusion_bench.main(bench)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
