@@ -19,6 +19,7 @@ import subprocess
 import sys
 import sysconfig
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
 
 __all__ = ["numpy1_interpreter", "one", "unpack_onto_path"]
@@ -43,10 +44,15 @@ def unpack_onto_path(archive: Path, folder: Path) -> None:
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))
 
 
-def numpy1_interpreter(pack: Path, work: Path, check: str = "torch") -> str | None:
+def numpy1_interpreter(pack: Path, work: Path, check: str = "torch", also: Sequence[Path] = (),
+                       hide: Sequence[str] = ()) -> str | None:
     """An interpreter for Triton's Python models with numpy 1.x (``None``: this one already has it).
 
-    ``check`` names modules (comma separated) the models import, tried in the new interpreter.
+    ``check`` names modules (comma separated) the models import, tried in the new interpreter;
+    ``also``: folders put on its path before this host's packages (Triton starts the models' stubs
+    without this process's ``PYTHONPATH``); ``hide``: host packages built for numpy 2 that the models
+    only reach through optional imports (transformers imports scikit-learn, and so SciPy, where
+    they are installed): made unimportable there, so the optional paths are skipped.
     """
     import numpy
 
@@ -59,8 +65,10 @@ def numpy1_interpreter(pack: Path, work: Path, check: str = "torch") -> str | No
                                   check=True, capture_output=True, text=True).stdout.strip())
     zipfile.ZipFile(one(pack, "numpy-1.*.whl")).extractall(purelib)
     # After numpy 1.26: this interpreter's own packages (torch, tokenizers), .pth files included.
-    host = [*site.getsitepackages(), sysconfig.get_paths()["purelib"]]
+    host = [*(str(p) for p in also), *site.getsitepackages(), sysconfig.get_paths()["purelib"]]
     lines = [f"import site; site.addsitedir({p!r})" for p in dict.fromkeys(host) if Path(p).is_dir()]
+    if hide:  # a None entry in sys.modules: import fails and importlib.util.find_spec answers None
+        lines.append(f"import sys; sys.modules.update(dict.fromkeys({tuple(hide)!r}))")
     (purelib / "zz-host-packages.pth").write_text("\n".join(lines) + "\n")
     modules = ", ".join(["numpy", *check.split(",")])
     probe = subprocess.run([str(python), "-c", f"import {modules}; print('Python models: numpy', numpy.__version__)"],

@@ -45,12 +45,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     with tempfile.TemporaryDirectory(prefix="gpu-diffusion-") as tmp:
         work = Path(tmp)
+        also: list[Path] = []
         try:
             import diffusers  # noqa: F401
         except ImportError:
+            also.append(work / "diffusers-site")
             unpack_onto_path(one(args.diffusers_pack, "diffusers-*.zip", f"loadtest/diffusion_gpu.sh wheels {args.diffusers_pack}"),
-                             work / "diffusers-site")
-        stub = numpy1_interpreter(args.numpy_pack, work, check="torch,transformers,diffusers")
+                             also[0])
+        stub = numpy1_interpreter(args.numpy_pack, work, check="torch,transformers,diffusers", also=also,
+                                  hide=("sklearn", "scipy"))
         from loadtest import diffusion_bench
 
         # The caller's arguments come last: argparse keeps the last of a repeated option.
