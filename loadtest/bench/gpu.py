@@ -14,14 +14,15 @@ on the GPU) and, where it builds, the AOTInductor flavour. Then, in this order:
    throughput with P99 <= 20 ms is kept, loaded, and written into the entry's build report;
 3. the load points, each beside the load generator's capacity with the same client settings
    (against an instant twin of the entry): the tensor path over HTTP (binary tensors), system and
-   CUDA shared memory; batching off; the JPEG path direct and through the gateway (KServe v2
-   passthrough, several gateway workers); the naive FastAPI + PyTorch server.
+   CUDA shared memory (also with 8 images per request, as perf_analyzer's ``-b 8``); batching off;
+   the JPEG path direct and through the gateway (KServe v2 passthrough, several gateway workers);
+   the naive FastAPI + PyTorch server. Throughput is counted in images.
 
 A configuration that cannot run fails the run with its error. With ``--budget-s`` the run fits a
 time budget: the load points run in the order given (most important first) and before the sweep,
 which takes what is left; points and sweep candidates that would not fit are not started and are
-reported as not run, with that reason, in the table and the JSON. Writes ``bench.json``, ``bench.png``, ``bench.txt`` (the printed tables) and
-``machine.json`` to ``--out``.
+reported as not run, with that reason, in the table and the JSON. Writes ``bench.json``,
+``bench.png``, ``bench.txt`` (the printed tables) and ``machine.json`` to ``--out``.
 """
 
 from __future__ import annotations
