@@ -4,8 +4,9 @@ Used by the GPU steps of ``loadtest/gpu_bench.sh all`` that need more than the h
 
 - :func:`one`: the single file of a pack matching a pattern, or a message naming how to make it;
 - :func:`unpack_onto_path`: a pure-Python wheel (or a cut-down zip) unpacked into a private folder that is
-  put first on this process's path and on ``PYTHONPATH``, so child processes (Triton's Python models,
-  a baseline server) import it too;
+  put first on this process's path and on ``PYTHONPATH``, so child processes (a baseline server)
+  import it too; Triton's Python stub ignores ``PYTHONPATH``: pass the folder to
+  :func:`numpy1_interpreter` (``also``) for its models;
 - :func:`numpy1_interpreter`: Triton 2.51's Python stub cannot take string tensors (texts, prompts)
   under numpy 2; Triton's Python models then get an interpreter of their own (a virtual environment:
   numpy 1.26 from the pack, then this host's site-packages) while this process keeps numpy 2.
@@ -49,8 +50,8 @@ def numpy1_interpreter(pack: Path, work: Path, check: str = "torch", also: Seque
     """An interpreter for Triton's Python models with numpy 1.x (``None``: this one already has it).
 
     ``check`` names modules (comma separated) the models import, tried in the new interpreter;
-    ``also``: folders put on its path before this host's packages (Triton starts the models' stubs
-    without this process's ``PYTHONPATH``); ``hide``: host packages built for numpy 2 that the models
+    ``also``: folders put on its path before this host's packages (Triton's Python stub ignores
+    ``PYTHONPATH``); ``hide``: host packages built for numpy 2 that the models
     only reach through optional imports (transformers imports scikit-learn, and so SciPy, where
     they are installed): made unimportable there, so the optional paths are skipped.
     """
