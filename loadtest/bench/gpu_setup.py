@@ -127,11 +127,10 @@ def _candidates(name: str, base: dict[str, Any], quick: bool) -> list[dict[str, 
     batching = base.get("dynamic_batching", {})
     delay = int(batching.get("max_queue_delay_microseconds", 0))
     preferred = [int(s) for s in batching.get("preferred_batch_size", [])]
-    built = {"instances": int(base["instance_group"][0].get("count", 1)), "max_queue_delay_us": delay,
-             "preferred_batch_sizes": preferred}
+    count = int(base["instance_group"][0].get("count", 1))
+    built = {"instances": count, "max_queue_delay_us": delay, "preferred_batch_sizes": preferred}
     # Fewer and more processes than built (two by default: see builders.triton_config.model_config);
     # then whole queues as one batch.
-    count = int(base["instance_group"][0].get("count", 1))
     grid: list[tuple[int, int, list[int]]] = [(1, delay, preferred), (count + 1, delay, preferred),
                                               (count, 2000 if name == PIPELINE else 500, [])]
     alternatives = [{"instances": i, "max_queue_delay_us": d, "preferred_batch_sizes": p} for i, d, p in grid]
