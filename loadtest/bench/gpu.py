@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from loadtest.bench.gpu_report import evaluate_targets, print_gpu_report, save_gpu_plot
+from loadtest.bench.gpu_report import evaluate_targets, print_gpu_report, result_row, save_gpu_plot
 from loadtest.bench.gpu_setup import (
     AOTI,
     NOBATCH,
@@ -97,7 +97,7 @@ class GpuBenchSettings:
     budget_s: float = 0.0
     quick: bool = False
     #: ``cpu`` proves the machinery on a machine without a GPU (entries on KIND_CPU, no ceiling, no
-    #: CUDA shared memory): what the CI smoke runs; figures from it mean nothing
+    #: CUDA shared memory; the dry run in loadtest/gpu_bench.sh's header): its figures mean nothing
     device: str = "cuda"
 
     def workers(self) -> int:
@@ -142,7 +142,7 @@ def _targets(triton: TritonServer, gateway: tuple[str, str] | None, naive: str |
         "tensor http": tensor,
         "tensor system-shm": replace(tensor, shared_memory="system", name="tensor system-shm"),
         "tensor cuda-shm": replace(tensor, shared_memory="cuda", name="tensor cuda-shm"),
-        "tensor cuda-shm x8": replace(tensor, inputs=_tensor_inputs(8), shared_memory="cuda", name="tensor cuda-shm x8"),
+        "tensor cuda-shm x8": replace(tensor, inputs=_tensor_inputs(IMAGES_PER_REQUEST["tensor cuda-shm x8"]), shared_memory="cuda", name="tensor cuda-shm x8"),
         "tensor no-batching": replace(tensor, model=NOBATCH, name="tensor no-batching"),
         # Batching on vs off where the transport is not the limit (over HTTP both move ~600 KB per image).
         "tensor no-batching cuda-shm": replace(tensor, model=NOBATCH, shared_memory="cuda",
@@ -165,6 +165,14 @@ def _targets(triton: TritonServer, gateway: tuple[str, str] | None, naive: str |
     return targets
 
 
+def _infer_fp32(client: Any, model: str, batch: np.ndarray) -> np.ndarray:
+    import tritonclient.http as http
+
+    tensor = http.InferInput("INPUT__0", list(batch.shape), "FP32")
+    tensor.set_data_from_numpy(batch)
+    return client.infer(model, [tensor]).as_numpy("OUTPUT__0")  # type: ignore[no-any-return]
+
+
 def _sanity(triton: TritonServer, aoti: bool) -> dict[str, Any]:
     """Before any load: the tensor entry agrees with PyTorch, the pipeline with the CPU pipeline's top-1."""
     import tritonclient.http as http
@@ -178,9 +186,9 @@ def _sanity(triton: TritonServer, aoti: bool) -> dict[str, Any]:
     module, _ = spec.load()  # type: ignore[union-attr]
     feeds = spec.sample_inputs()  # type: ignore[union-attr]
     images, expected = feeds["input"], torch_reference(module, spec, feeds)[0]  # type: ignore[arg-type]
-    tensor = http.InferInput("INPUT__0", list(images.shape), "FP32")
-    tensor.set_data_from_numpy(images)
-    got = client.infer(TENSOR, [tensor]).as_numpy("OUTPUT__0")
+    # In batches the entry takes (16 on a CPU dry run, 256 on a GPU): the samples can outnumber it.
+    step = int(client.get_model_config(TENSOR)["max_batch_size"])
+    got = np.concatenate([_infer_fp32(client, TENSOR, images[i:i + step]) for i in range(0, len(images), step)])
     top1: list[int] = []
     for data in jpeg_images():
         image = http.InferInput("IMAGE", [1, len(data)], "UINT8")
@@ -192,9 +200,7 @@ def _sanity(triton: TritonServer, aoti: bool) -> dict[str, Any]:
         cpu_top1 = module(torch.from_numpy(np.stack([preprocess_bytes(d) for d in jpeg_images()]))).argmax(1).tolist()
     compiled = {}
     if aoti:
-        tensor = http.InferInput("INPUT__0", list(images.shape), "FP32")
-        tensor.set_data_from_numpy(images)
-        served = client.infer(AOTI, [tensor]).as_numpy("OUTPUT__0")
+        served = np.concatenate([_infer_fp32(client, AOTI, images[i:i + step]) for i in range(0, len(images), step)])
         compiled = {"aoti_top1_agreement": float((served.argmax(1) == expected.argmax(1)).mean()),
                     "aoti_max_abs_error": float(np.abs(served - expected).max())}
     report = {
@@ -211,17 +217,6 @@ def _sanity(triton: TritonServer, aoti: bool) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------------- the run
-
-def _row(name: str, result: Any, capacity: float | None) -> Result:
-    """A load result as a table row: throughput and the client's capacity in images per second."""
-    per = IMAGES_PER_REQUEST.get(name, 1)
-    capacity = capacity * per if capacity else capacity
-    return Result(config=name, concurrency=result.concurrency, requests=result.requests, errors=result.errors,
-                  duration_s=result.duration_s, throughput=result.throughput * per, p50_ms=result.p50_ms,
-                  p95_ms=result.p95_ms, p99_ms=result.p99_ms, mean_ms=result.mean_ms, capacity=capacity,
-                  capacity_used=result.throughput * per / capacity if capacity else None, error_rate=result.error_rate,
-                  error_messages=result.error_summary())
-
 
 def _points(settings: GpuBenchSettings, targets: dict[str, Target]) -> list[tuple[str, int]]:
     """In the order of ``settings.points`` (a budgeted run measures the most important first); a
@@ -319,7 +314,8 @@ def run_gpu_bench(settings: GpuBenchSettings) -> dict[str, Any]:
                 capacities[(client, concurrency)] = measure_capacity(
                     replace(spec, duration_s=settings.capacity_s), capacity_target, settings.clients).throughput
             _log(f"{name} at concurrency {concurrency}")
-            results.append(_row(name, run_load(spec, settings.clients), capacities[(client, concurrency)]))
+            results.append(result_row(name, run_load(spec, settings.clients), capacities[(client, concurrency)],
+                                      IMAGES_PER_REQUEST.get(name, 1)))
             _log(f"  {results[-1].throughput:,.0f}/s, P99 {results[-1].p99_ms:.1f} ms, errors {results[-1].errors}")
             _save(settings, document, results)
         if settings.sweep and settings.budget_s:

@@ -20,9 +20,20 @@ from typing import Any
 from loadtest.bench.report import machine_line
 from loadtest.bench.settings import Result
 
-__all__ = ["evaluate_targets", "print_gpu_report", "save_gpu_plot"]
+__all__ = ["evaluate_targets", "print_gpu_report", "result_row", "save_gpu_plot"]
 
 _CEILING = ("raw eager", "raw channels_last", "raw cuda-graph")
+
+
+def result_row(name: str, result: Any, capacity: float | None, per_request: int = 1) -> Result:
+    """A load result (``loadtest.loadgen``) as a table row: throughput and the client's capacity in
+    images per second, for requests of ``per_request`` images."""
+    capacity = capacity * per_request if capacity else capacity
+    return Result(config=name, concurrency=result.concurrency, requests=result.requests, errors=result.errors,
+                  duration_s=result.duration_s, throughput=result.throughput * per_request, p50_ms=result.p50_ms,
+                  p95_ms=result.p95_ms, p99_ms=result.p99_ms, mean_ms=result.mean_ms, capacity=capacity,
+                  capacity_used=result.throughput * per_request / capacity if capacity else None,
+                  error_rate=result.error_rate, error_messages=result.error_summary())
 
 
 def _best(rows: list[Result], config: str, p99_ms: float | None = None) -> Result | None:

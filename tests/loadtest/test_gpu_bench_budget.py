@@ -93,10 +93,10 @@ def test_the_instant_twin_keeps_the_batching_not_the_queue_policy() -> None:
 def test_a_request_of_8_images_counts_as_8_images() -> None:
     from types import SimpleNamespace
 
-    from loadtest.bench.gpu import _row as row_of
+    from loadtest.bench.gpu_report import result_row
 
     result = SimpleNamespace(concurrency=32, requests=100, errors=0, duration_s=1.0, throughput=100.0, p50_ms=1.0,
                              p95_ms=2.0, p99_ms=3.0, mean_ms=1.0, error_rate=0.0, error_summary=lambda: "")
-    batched = row_of("tensor cuda-shm x8", result, 200.0)
+    batched = result_row("tensor cuda-shm x8", result, 200.0, 8)
     assert (batched.throughput, batched.capacity, batched.capacity_used) == (800.0, 1600.0, 0.5)
-    assert row_of("tensor cuda-shm", result, 200.0).throughput == 100.0
+    assert result_row("tensor cuda-shm", result, 200.0).throughput == 100.0
