@@ -296,8 +296,7 @@ case "$verb" in
         shift || true
         setup && describe "$out"
         "$PY" -m pytest -p no:cacheprovider -o addopts="" -W ignore::pytest.PytestConfigWarning -m gpu -rA "$@" \
-            tests/serving/test_batch_runner.py tests/serving/test_gpu_images.py tests/serving/test_pytorch_backend_gpu.py \
-            tests/builders/test_image_classifier_gpu.py tests/builders/test_torchscript_devices.py tests/builders/test_compiled.py 2>&1 | tee "$out/gpu_tests.txt"
+            "${ALL_TESTS[@]}" tests/builders/test_compiled.py 2>&1 | tee "$out/gpu_tests.txt"
         ;;
     run)
         out=${1:?usage: loadtest/gpu_bench.sh run OUT_DIR [python -m loadtest.bench.gpu args]}

@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from loadtest.bench.gpu_report import evaluate_targets, print_gpu_report, result_row, save_gpu_plot
+from loadtest.bench.gpu_sanity import sanity
 from loadtest.bench.gpu_setup import (
     AOTI,
     NOBATCH,
@@ -165,57 +166,6 @@ def _targets(triton: TritonServer, gateway: tuple[str, str] | None, naive: str |
     return targets
 
 
-def _infer_fp32(client: Any, model: str, batch: np.ndarray) -> np.ndarray:
-    import tritonclient.http as http
-
-    tensor = http.InferInput("INPUT__0", list(batch.shape), "FP32")
-    tensor.set_data_from_numpy(batch)
-    return client.infer(model, [tensor]).as_numpy("OUTPUT__0")  # type: ignore[no-any-return]
-
-
-def _sanity(triton: TritonServer, aoti: bool) -> dict[str, Any]:
-    """Before any load: the tensor entry agrees with PyTorch, the pipeline with the CPU pipeline's top-1."""
-    import tritonclient.http as http
-
-    from builders.export import torch_reference
-    from builders.registry import get_spec
-    from serving.image_preprocessing import preprocess_bytes
-
-    client = http.InferenceServerClient(triton.http_url, network_timeout=300)
-    spec = get_spec("efficientnet_lite0")
-    module, _ = spec.load()  # type: ignore[union-attr]
-    feeds = spec.sample_inputs()  # type: ignore[union-attr]
-    images, expected = feeds["input"], torch_reference(module, spec, feeds)[0]  # type: ignore[arg-type]
-    # In batches the entry takes (16 on a CPU dry run, 256 on a GPU): the samples can outnumber it.
-    step = int(client.get_model_config(TENSOR)["max_batch_size"])
-    got = np.concatenate([_infer_fp32(client, TENSOR, images[i:i + step]) for i in range(0, len(images), step)])
-    top1: list[int] = []
-    for data in jpeg_images():
-        image = http.InferInput("IMAGE", [1, len(data)], "UINT8")
-        image.set_data_from_numpy(np.frombuffer(data, dtype=np.uint8).reshape(1, -1))
-        top1.append(int(client.infer(PIPELINE, [image], outputs=[http.InferRequestedOutput("CLASS_IDS")]).as_numpy("CLASS_IDS")[0][0]))
-    import torch
-
-    with torch.inference_mode():
-        cpu_top1 = module(torch.from_numpy(np.stack([preprocess_bytes(d) for d in jpeg_images()]))).argmax(1).tolist()
-    compiled = {}
-    if aoti:
-        served = np.concatenate([_infer_fp32(client, AOTI, images[i:i + step]) for i in range(0, len(images), step)])
-        compiled = {"aoti_top1_agreement": float((served.argmax(1) == expected.argmax(1)).mean()),
-                    "aoti_max_abs_error": float(np.abs(served - expected).max())}
-    report = {
-        **compiled,
-        "tensor_top1_agreement": float((got.argmax(1) == expected.argmax(1)).mean()),
-        "tensor_max_abs_error": float(np.abs(got - expected).max()),
-        "jpeg_top1": top1, "cpu_pipeline_top1": cpu_top1,
-        "jpeg_top1_agreement": float(np.mean([a == b for a, b in zip(top1, cpu_top1, strict=True)])),
-    }
-    client.close()
-    if report["tensor_top1_agreement"] < 1.0 or report.get("aoti_top1_agreement", 1.0) < 1.0:
-        raise RuntimeError(f"the served tensor entry disagrees with PyTorch: {report}")
-    return report
-
-
 # ----------------------------------------------------------------------------------- the run
 
 def _points(settings: GpuBenchSettings, targets: dict[str, Target]) -> list[tuple[str, int]]:
@@ -269,7 +219,7 @@ def run_gpu_bench(settings: GpuBenchSettings) -> dict[str, Any]:
         _log("starting Triton ...")
         triton = stack.enter_context(TritonServer(root, models=document["build"]["entries"], ports=TritonPorts.free(),
                                                   startup_timeout_s=900))
-        document["sanity"] = _sanity(triton, aoti)
+        document["sanity"] = sanity(triton, aoti)
         _log(f"sanity: {document['sanity']}")
         _save(settings, document, results)
         workers = settings.workers()

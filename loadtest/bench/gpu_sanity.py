@@ -1,0 +1,72 @@
+"""The GPU benchmark's sanity check, before any load: the served tensor entry (and the AOTInductor
+flavour, where built) agrees with PyTorch on the spec's sample images, and ``image_classifier_gpu``
+gives the CPU pipeline's top-1 on the sample JPEGs. A disagreement on the tensor entries stops the run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from loadtest.bench.gpu_setup import AOTI, PIPELINE, TENSOR
+from loadtest.payloads import jpeg_images
+from serving.launcher import TritonServer
+
+__all__ = ["sanity"]
+
+
+def _served(client: Any, model: str, images: np.ndarray, step: int) -> np.ndarray:
+    """``model``'s FP32 outputs for ``images``, sent in batches of at most ``step``."""
+    import tritonclient.http as http
+
+    outputs = []
+    for start in range(0, len(images), step):
+        batch = images[start:start + step]
+        tensor = http.InferInput("INPUT__0", list(batch.shape), "FP32")
+        tensor.set_data_from_numpy(batch)
+        outputs.append(client.infer(model, [tensor]).as_numpy("OUTPUT__0"))
+    return np.concatenate(outputs)
+
+
+def sanity(triton: TritonServer, aoti: bool) -> dict[str, Any]:
+    """Before any load: the tensor entry agrees with PyTorch, the pipeline with the CPU pipeline's top-1."""
+    import tritonclient.http as http
+
+    from builders.export import torch_reference
+    from builders.registry import get_spec
+    from serving.image_preprocessing import preprocess_bytes
+
+    client = http.InferenceServerClient(triton.http_url, network_timeout=300)
+    spec = get_spec("efficientnet_lite0")
+    module, _ = spec.load()  # type: ignore[union-attr]
+    feeds = spec.sample_inputs()  # type: ignore[union-attr]
+    images, expected = feeds["input"], torch_reference(module, spec, feeds)[0]  # type: ignore[arg-type]
+    # In batches the entry takes (16 on a CPU dry run, 256 on a GPU): the samples can outnumber it.
+    step = int(client.get_model_config(TENSOR)["max_batch_size"])
+    got = _served(client, TENSOR, images, step)
+    top1: list[int] = []
+    for data in jpeg_images():
+        image = http.InferInput("IMAGE", [1, len(data)], "UINT8")
+        image.set_data_from_numpy(np.frombuffer(data, dtype=np.uint8).reshape(1, -1))
+        top1.append(int(client.infer(PIPELINE, [image], outputs=[http.InferRequestedOutput("CLASS_IDS")]).as_numpy("CLASS_IDS")[0][0]))
+    import torch
+
+    with torch.inference_mode():
+        cpu_top1 = module(torch.from_numpy(np.stack([preprocess_bytes(d) for d in jpeg_images()]))).argmax(1).tolist()
+    compiled = {}
+    if aoti:
+        served = _served(client, AOTI, images, step)
+        compiled = {"aoti_top1_agreement": float((served.argmax(1) == expected.argmax(1)).mean()),
+                    "aoti_max_abs_error": float(np.abs(served - expected).max())}
+    report = {
+        **compiled,
+        "tensor_top1_agreement": float((got.argmax(1) == expected.argmax(1)).mean()),
+        "tensor_max_abs_error": float(np.abs(got - expected).max()),
+        "jpeg_top1": top1, "cpu_pipeline_top1": cpu_top1,
+        "jpeg_top1_agreement": float(np.mean([a == b for a, b in zip(top1, cpu_top1, strict=True)])),
+    }
+    client.close()
+    if report["tensor_top1_agreement"] < 1.0 or report.get("aoti_top1_agreement", 1.0) < 1.0:
+        raise RuntimeError(f"the served tensor entry disagrees with PyTorch: {report}")
+    return report
