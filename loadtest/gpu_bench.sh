@@ -9,9 +9,13 @@
 #                                          # direct Triton vs the gateway with 1 and --workers N processes)
 #   loadtest/gpu_bench.sh all OUT_DIR      # THERE: everything below in one budget (about 5.5 minutes on one
 #                                          # H200 with 16 cores), each step under its own time limit:
-#       1. gpu-tests   the tests marked gpu (not the AOTInductor one)         -> gpu_tests.txt
-#       2. aoti-test   the AOTInductor test (compiles on the GPU host)        -> appended to gpu_tests.txt
-#       3. bench       issue 16's benchmark, every configuration, in the order of ALL_POINTS, with
+#       1. gpu-tests   the tests marked gpu (not the compiled flavour's)      -> gpu_tests.txt
+#       2. compiled-test  the compiled flavour's test (builders/compiled.py: compiles on the GPU host; the
+#                      inductor flavour only, ALL_COMPILED_TESTS=all adds AOTInductor, whose packages
+#                      segfault at load on the H200 host's torch 2.11: benchmarks/h200/run4/aoti)
+#                                                                             -> appended to gpu_tests.txt
+#       3. bench       issue 16's benchmark, every configuration, in the order of ALL_POINTS, with the
+#                      compiled flavour ALL_COMPILED (default inductor; none: no compiled rows), with
 #                      --budget-s (what would not fit is reported as not run)  -> bench.json, bench.txt, bench.png
 #       4. scaling     the gateway scaling table, shortened                    -> scaling.json, scaling.txt
 #       5. embeddings  the embeddings GPU table, if this checkout has it:
@@ -24,7 +28,7 @@
 #     A failing or timed-out step is recorded with its error tail in machine.txt and the next step runs.
 #     OUT_DIR gets at most 11 files, flat: machine.txt (the machine and every step's status and time),
 #     gpu_tests.txt, bench.{json,txt,png}, scaling.{json,txt}, embeddings.{json|txt}, diffusion.{json,txt,png}. Which steps run and
-#     their limits (seconds) come from ALL_STEPS (default "gpu-tests=85 aoti-test=70 bench=125 scaling=50
+#     their limits (seconds) come from ALL_STEPS (default "gpu-tests=85 compiled-test=70 bench=125 scaling=50
 #     embeddings=75"; a step left out is recorded as skipped; seconds a step leaves unused go to the next);
 #     ALL_LIMIT_SCALE (1: a factor on every limit, for a dry run on a slow machine).
 #     A dry run on a machine without a GPU (the CPU fallbacks, tiny durations, the current environment):
@@ -116,7 +120,7 @@ describe() {
 # ------------------------------------------------------------------------------------------- all
 # Issue 16's configurations in order of importance (the targets first): a budgeted run measures as many
 # as fit and reports the rest as not run.
-ALL_POINTS="jpeg=16,32,64,96,128;jpeg gateway=32,64,96;tensor cuda-shm=256,64,32;tensor cuda-shm x8=32,64;tensor no-batching cuda-shm=32;tensor http=32,128;tensor no-batching=32;naive=32;tensor system-shm=128"
+ALL_POINTS="jpeg=16,32,64,96,128;jpeg gateway=32,64,96;tensor cuda-shm=256,64,32;tensor compiled cuda-shm=256,32;tensor cuda-shm x8=32,64;tensor no-batching cuda-shm=32;tensor http=32,128;tensor no-batching=32;naive=32;tensor system-shm=128"
 ALL_TESTS=(tests/serving/test_batch_runner.py tests/serving/test_gpu_images.py tests/serving/test_pytorch_backend_gpu.py
            tests/builders/test_image_classifier_gpu.py tests/builders/test_torchscript_devices.py)
 
@@ -150,12 +154,12 @@ step() {
     echo "[gpu_bench all] step $name: $verdict in ${took} s" >&2
 }
 
-ALL_ORDER="gpu-tests aoti-test bench scaling embeddings diffusion"
+ALL_ORDER="gpu-tests compiled-test bench scaling embeddings diffusion"
 
 # A step's cap in ALL_STEPS (0: the step does not run).
 cap_of() {
     local kv
-    for kv in ${ALL_STEPS:-gpu-tests=85 aoti-test=70 bench=125 scaling=50 embeddings=75}; do
+    for kv in ${ALL_STEPS:-gpu-tests=85 compiled-test=70 bench=125 scaling=50 embeddings=75}; do
         if [ "${kv%%=*}" = "$1" ]; then echo "${kv#*=}"; return; fi
     done
     echo 0
@@ -206,16 +210,19 @@ run_all() {
         cp "$scratch/gpu-tests.log" "$out/gpu_tests.txt"
     fi
 
-    if runs aoti-test; then
-        # O0: the wrapper's C++ compiles in a fraction of the time; the kernels are Triton's either way.
-        step aoti-test "$(limit aoti-test)" env AOT_INDUCTOR_COMPILE_WRAPPER_OPT_LEVEL=O0 "${pytest[@]}" tests/builders/test_compiled.py
-        { echo; echo "===== tests/builders/test_compiled.py (AOTInductor) ====="; cat "$scratch/aoti-test.log"; } >> "$out/gpu_tests.txt"
+    if runs compiled-test; then
+        local only=(-k "not aoti")
+        if [ "${ALL_COMPILED_TESTS:-}" = all ]; then only=(); fi
+        # O0: AOTInductor's wrapper C++ compiles in a fraction of the time; the kernels are Triton's either way.
+        step compiled-test "$(limit compiled-test)" env AOT_INDUCTOR_COMPILE_WRAPPER_OPT_LEVEL=O0 "${pytest[@]}" \
+            "${only[@]}" tests/builders/test_compiled.py
+        { echo; echo "===== tests/builders/test_compiled.py (compiled flavours) ====="; cat "$scratch/compiled-test.log"; } >> "$out/gpu_tests.txt"
     fi
 
     if runs bench; then
         local bench_limit
         bench_limit=$(limit bench)
-        step bench "$bench_limit" "$PY" -m loadtest.bench.gpu --out "$scratch/bench" --budget-s $((bench_limit - 15)) --no-aoti \
+        step bench "$bench_limit" "$PY" -m loadtest.bench.gpu --out "$scratch/bench" --budget-s $((bench_limit - 15)) --compiled "${ALL_COMPILED:-inductor}" \
             --clients 6 --duration 2 --warmup 0.5 --capacity-duration 1 --raw-batches 1,8,32,64,128,256 --points "$ALL_POINTS" \
             --device "${ALL_DEVICE:-cuda}" ${ALL_BENCH_ARGS:-}
         if [ -f "$scratch/bench/bench.json" ] && [ ! -f "$scratch/bench/bench.txt" ]; then  # cut short: draw what it saved

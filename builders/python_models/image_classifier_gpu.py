@@ -27,7 +27,8 @@ and top-k 3.43, copy back 0.20; pipelined, decode hides behind the GPU's work of
 The graphs are captured only up to the chunk size (small graphs: quick to capture, little memory).
 
 The classifier is another entry of the same repository (parameter ``classifier``), a TorchScript
-``model.pt`` or an AOTInductor ``model.pt2``; its newest version is loaded. Parameters: ``size``,
+``model.pt``, or a compiled flavour's ``exported.pt2`` or ``model.pt2`` (``builders/compiled.py``); its newest
+version is loaded. Parameters: ``size``,
 ``resize``, ``mean``, ``std`` (the CPU pipeline's), ``top_k``, ``precision``, ``channels_last``,
 ``cuda_graphs``, ``batch_sizes`` (as the pytorch backend), ``pipeline_chunk`` (images per chunk,
 default :data:`DEFAULT_CHUNK`; 0: the whole batch at once, no overlap).
@@ -42,7 +43,7 @@ from typing import Any
 import torch
 import torch.utils.dlpack
 import triton_python_backend_utils as pb_utils
-from batch_runner import BatchRunner, InputSpec, TorchModule, capture_sizes
+from batch_runner import MODULE_FILES, BatchRunner, InputSpec, TorchModule, capture_sizes, cpu_share
 from gpu_images import (
     DEFAULT_CHUNK,
     DecodeLimits,
@@ -67,10 +68,10 @@ def _classifier_file(repository: str, name: str) -> str:
     if not versions:
         raise pb_utils.TritonModelException(f"classifier entry {name!r} has no version in {repository}")
     folder = os.path.join(entry, str(versions[-1]))
-    for filename in ("model.pt2", "model.pt"):
+    for filename in MODULE_FILES:
         if os.path.exists(os.path.join(folder, filename)):
             return os.path.join(folder, filename)
-    raise pb_utils.TritonModelException(f"classifier entry {name!r} has no model.pt or model.pt2")
+    raise pb_utils.TritonModelException(f"classifier entry {name!r} has none of {', '.join(MODULE_FILES)}")
 
 
 def _strings_work() -> bool:
@@ -112,10 +113,13 @@ class TritonPythonModel:
             # The host only parses headers and queues GPU work: ATen's OpenMP threads would only add
             # barriers waiting for descheduled threads on a busy host (see batch_runner.py).
             torch.set_num_threads(1)
+        else:  # this instance's share of the cores, not every core (see cpu_share)
+            torch.set_num_threads(cpu_share(config))
         dtype = torch.float16 if use_cuda and params.get("precision", "fp16") == "fp16" else torch.float32
         repository = os.path.dirname(os.path.normpath(args["model_repository"]))
         classifier = TorchModule(_classifier_file(repository, params["classifier"]), self.device, dtype,
-                                 use_cuda and params.get("channels_last", "true") == "true", [torch.float32])
+                                 use_cuda and params.get("channels_last", "true") == "true", [torch.float32],
+                                 compile_threads=1)
         self.max_batch = int(config["max_batch_size"])
         chunk = int(params.get("pipeline_chunk", DEFAULT_CHUNK))
         # One run takes at most a chunk: the graphs only need to go that far.

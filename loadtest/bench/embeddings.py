@@ -53,6 +53,7 @@ import numpy as np
 
 from loadtest.bench.plot import save_bar_plot
 from loadtest.bench.servers import naive_embedding_server, start_triton
+from loadtest.bench.triton_split import model_counters
 from loadtest.loadgen import HttpTarget, LoadRun, LoadSpec, Target, TritonTarget, merge_runs, run
 from loadtest.payloads import mixed_length_texts
 from serving.console import Table, print_table
@@ -158,10 +159,8 @@ def _st_embeddings(url: str, texts: Sequence[str]) -> np.ndarray:
 
 
 def _encoder_counts(url: str, model: str) -> tuple[int, int]:
-    import tritonclient.http as http
-
-    stats = http.InferenceServerClient(url).get_inference_statistics(model)["model_stats"][0]
-    return int(stats["inference_count"]), int(stats["execution_count"])
+    counters = model_counters(url, model)
+    return counters["inferences"], counters["executions"]
 
 
 def _targets(args: argparse.Namespace, triton_url: str, st_urls: dict[str, str], ensembles: dict[str, str],

@@ -5,10 +5,10 @@
 
 One Triton serves, all ``KIND_GPU``: the TorchScript classifier (FP16, channels_last, CUDA graphs,
 ``max_batch_size`` 256), its twin with dynamic batching off, ``image_classifier_gpu`` (JPEG -> top-5
-on the GPU) and, where it builds, the AOTInductor flavour. Then, in this order:
+on the GPU) and, where it builds, a compiled flavour (``--compiled``). Then, in this order:
 
 1. the in-process ceilings (:mod:`loadtest.bench.gpu_raw`): the classifier at every batch size up
-   to 256 (eager / channels_last / CUDA graph, and AOTInductor beside), and the JPEG pipeline's steps;
+   to 256 (eager / channels_last / CUDA graph, and the compiled flavour beside), and the JPEG pipeline's steps;
 2. a sweep per served entry (instance count x queue delay x preferred batch sizes, what Triton's
    Model Analyzer does), each candidate loaded through Triton's model-control API; the best
    throughput with P99 <= 20 ms is kept, loaded, and written into the entry's build report;
@@ -41,14 +41,16 @@ from typing import Any
 
 import numpy as np
 
+from loadtest.bench.cpu_split import cpu_snapshot, cpu_split
 from loadtest.bench.gpu_report import evaluate_targets, print_gpu_report, result_row, save_gpu_plot
 from loadtest.bench.gpu_sanity import sanity
 from loadtest.bench.gpu_setup import (
-    AOTI,
     NOBATCH,
     PIPELINE,
     TENSOR,
     Clock,
+    compiled_entry,
+    compiled_file,
     latest,
     parse_points,
     prepare_repository,
@@ -58,6 +60,7 @@ from loadtest.bench.gpu_setup import (
 from loadtest.bench.report import machine_description
 from loadtest.bench.servers import gateway_server, naive_server
 from loadtest.bench.settings import Result
+from loadtest.bench.triton_split import model_counters, split
 from loadtest.loadgen import (
     LoadSpec,
     Target,
@@ -83,7 +86,7 @@ class GpuBenchSettings:
     #: on/off and the naive server at 32, the JPEG paths where P99 <= 20 ms can hold)
     points: dict[str, tuple[int, ...]] = field(default_factory=lambda: {
         "tensor http": (32, 128, 256), "tensor system-shm": (128, 256), "tensor cuda-shm": (32, 128, 256),
-        "tensor cuda-shm x8": (32, 64), "tensor aoti cuda-shm": (256,), "tensor no-batching": (32,), "tensor no-batching cuda-shm": (32,), "naive": (32,),
+        "tensor cuda-shm x8": (32, 64), "tensor compiled cuda-shm": (32, 256), "tensor no-batching": (32,), "tensor no-batching cuda-shm": (32,), "naive": (32,),
         "jpeg": (32, 64, 128, 256), "jpeg gateway": (32, 64, 128, 256)})
     duration_s: float = 3.0
     warmup_s: float = 1.0
@@ -93,7 +96,8 @@ class GpuBenchSettings:
     raw_batches: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
     raw_seconds: float = 0.4
     sweep: bool = True
-    aoti: bool = True
+    #: the compiled flavour built and served beside TorchScript (builders/compiled.py); "": none
+    compiled: str = "inductor"
     #: seconds the whole run may take (0: no limit); what would not fit is reported as not run
     budget_s: float = 0.0
     quick: bool = False
@@ -131,7 +135,7 @@ def _jpeg_inputs() -> tuple[dict[str, np.ndarray], ...]:
 
 
 def _targets(triton: TritonServer, gateway: tuple[str, str] | None, naive: str | None,
-             aoti: bool, gpu: bool) -> dict[str, Target]:
+             compiled: str, gpu: bool) -> dict[str, Target]:
     url = triton.http_url
     # Direct clients ask for the first priority level, as the gateway does for its best tier: without
     # one a request lands on the lowest level, whose queue (64) overflows at these concurrencies.
@@ -152,8 +156,9 @@ def _targets(triton: TritonServer, gateway: tuple[str, str] | None, naive: str |
     }
     if not gpu:
         del targets["tensor cuda-shm"], targets["tensor cuda-shm x8"], targets["tensor no-batching cuda-shm"]
-    if aoti:
-        targets["tensor aoti cuda-shm"] = replace(tensor, model=AOTI, shared_memory="cuda", name="tensor aoti cuda-shm")
+    if compiled:
+        shared = "cuda" if gpu else "system"
+        targets["tensor compiled cuda-shm"] = replace(tensor, model=compiled, shared_memory=shared, name="tensor compiled cuda-shm")
     if gateway is not None:
         base, key = gateway
         # The gateway sets the priority from the key's tier and refuses one a client sends.
@@ -206,26 +211,28 @@ def run_gpu_bench(settings: GpuBenchSettings) -> dict[str, Any]:
     with contextlib.ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpu-bench-")))
         root = workdir / "repository"
-        _log("building the repository (TorchScript, pipeline, AOTInductor) ...")
+        _log(f"building the repository (TorchScript, pipeline, compiled: {settings.compiled or 'none'}) ...")
         document["build"] = prepare_repository(root, settings)
-        aoti = AOTI in document["build"]["entries"]
+        compiled = compiled_entry(settings.compiled) if settings.compiled else ""
+        if compiled not in document["build"]["entries"]:
+            compiled = ""
         gpu = settings.device == "cuda"
         model_file = latest(root, TENSOR) / "model.pt"
         if gpu:
             results += tensor_ceiling(model_file, image_tensors(), settings.raw_batches, settings.raw_seconds,
-                                      latest(root, AOTI) / "model.pt2" if aoti else None)
+                                      compiled_file(root, settings.compiled) if compiled else None)
             document["jpeg_profile"] = [jpeg_profile(model_file, jpeg_images(), b) for b in (64, 128)]
             _save(settings, document, results)
         _log("starting Triton ...")
         triton = stack.enter_context(TritonServer(root, models=document["build"]["entries"], ports=TritonPorts.free(),
                                                   startup_timeout_s=900))
-        document["sanity"] = sanity(triton, aoti)
+        document["sanity"] = sanity(triton, compiled)
         _log(f"sanity: {document['sanity']}")
         _save(settings, document, results)
         workers = settings.workers()
         gateway = stack.enter_context(gateway_server(triton.http_url, workdir, workers=workers))
         naive = stack.enter_context(naive_server(settings.device, "fp16" if gpu else "fp32", workdir))
-        targets = _targets(triton, gateway, naive, aoti, gpu)
+        targets = _targets(triton, gateway, naive, compiled, gpu)
         points = _points(settings, targets)
 
         def sweeps(reserve: float) -> None:
@@ -264,8 +271,18 @@ def run_gpu_bench(settings: GpuBenchSettings) -> dict[str, Any]:
                 capacities[(client, concurrency)] = measure_capacity(
                     replace(spec, duration_s=settings.capacity_s), capacity_target, settings.clients).throughput
             _log(f"{name} at concurrency {concurrency}")
+            # Triton's own split of the point's time (queue, stub, outside Triton), for its targets
+            # (the gateway's requests reach the same model); the naive server has none.
+            model = target.model if isinstance(target, TritonTarget) else ""
+            before, cpu_before, point_started = model_counters(triton.http_url, model) if model else {}, cpu_snapshot(), time.perf_counter()
             results.append(result_row(name, run_load(spec, settings.clients), capacities[(client, concurrency)],
                                       IMAGES_PER_REQUEST.get(name, 1)))
+            span, cpu_after = time.perf_counter() - point_started, cpu_snapshot()
+            if model:
+                inside = split(model, before, model_counters(triton.http_url, model))
+                document.setdefault("triton_split", []).append(
+                    {"config": name, "concurrency": concurrency, **inside.as_dict(results[-1].mean_ms),
+                     "cpu": cpu_split(cpu_before, cpu_after, span, inside.requests)})
             _log(f"  {results[-1].throughput:,.0f}/s, P99 {results[-1].p99_ms:.1f} ms, errors {results[-1].errors}")
             _save(settings, document, results)
         if settings.sweep and settings.budget_s:
@@ -301,7 +318,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--clients", type=int, help="load-generator processes (default 6)")
     parser.add_argument("--gateway-workers", type=int, help="gateway worker processes (default: a quarter of the cores)")
     parser.add_argument("--no-sweep", action="store_true", help="serve the built configs without the sweep")
-    parser.add_argument("--no-aoti", action="store_true", help="skip the AOTInductor build and its rows")
+    parser.add_argument("--compiled", choices=["inductor", "aoti", "none"], default="inductor",
+                        help="the compiled flavour built and served beside TorchScript (builders/compiled.py; default "
+                        "inductor: torch.export, compiled by torch.compile at load); none: no compiled rows")
     parser.add_argument("--budget-s", type=float, help="seconds the whole run may take: points in the order of --points, "
                         "what would not fit is reported as not run (default: no limit)")
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
@@ -331,7 +350,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.report_from:
         report_from(args.report_from, args.out)
         return 0
-    overrides: dict[str, Any] = {"out_dir": args.out, "sweep": not args.no_sweep, "aoti": not args.no_aoti,
+    overrides: dict[str, Any] = {"out_dir": args.out, "sweep": not args.no_sweep, "compiled": "" if args.compiled == "none" else args.compiled,
                                  "device": args.device}
     if args.quick:
         overrides.update(duration_s=1.5, warmup_s=0.5, capacity_s=1.0, raw_batches=(1, 64, 256), raw_seconds=0.2, quick=True)

@@ -133,7 +133,45 @@ def _tables(rows: list[Result], document: dict[str, Any]) -> list[Any]:
         text = "-" if figure is None else ", ".join(
             f"{k} {v:,.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in figure.items())
         goals.add_row(name, target["goal"], text, {True: "yes", False: "NO", None: "-"}[target["met"]])
-    return [served, raw, goals] if modes else [served, goals]
+    tables = [served, raw, goals] if modes else [served, goals]
+    if document.get("triton_split"):
+        tables.append(_split_table(document["triton_split"]))
+        if any(row.get("cpu") for row in document["triton_split"]):
+            tables.append(_cpu_table(document["triton_split"], int(machine.get("usable_cpus") or machine.get("logical_cpus") or 0)))
+    return tables
+
+
+def _cpu_table(rows: list[dict[str, Any]], cpus: int) -> Any:
+    """Each point's busy cores per process group (and CPU ms per request), beside the host's."""
+    from rich.table import Table
+
+    # The groups that did something (an idle model's stubs would only widen the table).
+    groups = sorted({g for row in rows for g, used in row.get("cpu", {}).items() if g != "host" and used["cores"] >= 0.05})
+    table = Table(title=f"Who used the CPUs (cores busy over each point, with CPU ms per request; the host has {cpus or '?'} cores)")
+    for column in ("config", "concurrency", "host", *groups):
+        table.add_column(column, justify="left" if column == "config" else "right")
+    for row in rows:
+        cpu = row.get("cpu", {})
+        if not cpu:
+            continue
+        cells = [f"{cpu[g]['cores']:.1f} ({cpu[g]['cpu_ms_per_request']:.2f})" if g in cpu else "-" for g in groups]
+        table.add_row(row["config"], str(row["concurrency"]), f"{cpu['host']['cores']:.1f}", *cells)
+    return table
+
+
+def _split_table(rows: list[dict[str, Any]]) -> Any:
+    """Each Triton point's mean request time: outside Triton (client, HTTP, gateway) and in its stages."""
+    from rich.table import Table
+
+    table = Table(title="Where the time goes (means per request, ms; Triton's statistics over each point)")
+    for column in ("config", "concurrency", "client", "outside Triton", "queue", "input", "infer (stub)", "output",
+                   "images per execution"):
+        table.add_column(column, justify="left" if column == "config" else "right")
+    for row in rows:
+        table.add_row(row["config"], str(row["concurrency"]), f"{row['client_mean_ms']:.2f}", f"{row['outside_triton_ms']:.2f}",
+                      f"{row['queue_ms']:.2f}", f"{row['compute_input_ms']:.2f}", f"{row['compute_infer_ms']:.2f}",
+                      f"{row['compute_output_ms']:.2f}", f"{row['inferences_per_execution']:.1f}")
+    return table
 
 
 def print_gpu_report(rows: list[Result], document: dict[str, Any], path: Path) -> None:
@@ -156,10 +194,11 @@ def print_gpu_report(rows: list[Result], document: dict[str, Any], path: Path) -
             for row in choice["candidates"]:
                 figures = (f"{row['throughput']:,.0f}/s, P99 {row['p99_ms']:.1f} ms, errors {row['errors']}"
                            if row.get("measured", True) else f"not measured ({row.get('reason', '')})")
+                policies = "" if row.get("queue_policies", True) else ", NO queue policies (measured, never chosen)"
                 console.print(f"    {row['instances']} instance(s), delay {row['max_queue_delay_us']} us, preferred "
-                              f"{row['preferred_batch_sizes']}: {figures}")
-        if "aoti_error" in document.get("build", {}):
-            console.print(f"[red]AOTInductor build failed: {document['build']['aoti_error'][:500]}[/red]", soft_wrap=True)
+                              f"{row['preferred_batch_sizes']}{policies}: {figures}")
+        if "compiled_error" in document.get("build", {}):
+            console.print(f"[red]the compiled flavour's build failed: {document['build']['compiled_error'][:500]}[/red]", soft_wrap=True)
         console.print(f"sanity: {document.get('sanity')}", soft_wrap=True)
         for r in rows:
             if r.error_messages:

@@ -1,4 +1,4 @@
-"""The GPU benchmark's sanity check, before any load: the served tensor entry (and the AOTInductor
+"""The GPU benchmark's sanity check, before any load: the served tensor entry (and the compiled
 flavour, where built) agrees with PyTorch on the spec's sample images, and ``image_classifier_gpu``
 gives the CPU pipeline's top-1 on the sample JPEGs. A disagreement on the tensor entries stops the run.
 """
@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from loadtest.bench.gpu_setup import AOTI, PIPELINE, TENSOR
+from loadtest.bench.gpu_setup import PIPELINE, TENSOR
 from loadtest.payloads import jpeg_images
 from serving.launcher import TritonServer
 
@@ -29,7 +29,7 @@ def _served(client: Any, model: str, images: np.ndarray, step: int) -> np.ndarra
     return np.concatenate(outputs)
 
 
-def sanity(triton: TritonServer, aoti: bool) -> dict[str, Any]:
+def sanity(triton: TritonServer, compiled_entry: str = "") -> dict[str, Any]:
     """Before any load: the tensor entry agrees with PyTorch, the pipeline with the CPU pipeline's top-1."""
     import tritonclient.http as http
 
@@ -55,10 +55,10 @@ def sanity(triton: TritonServer, aoti: bool) -> dict[str, Any]:
     with torch.inference_mode():
         cpu_top1 = module(torch.from_numpy(np.stack([preprocess_bytes(d) for d in jpeg_images()]))).argmax(1).tolist()
     compiled = {}
-    if aoti:
-        served = _served(client, AOTI, images, step)
-        compiled = {"aoti_top1_agreement": float((served.argmax(1) == expected.argmax(1)).mean()),
-                    "aoti_max_abs_error": float(np.abs(served - expected).max())}
+    if compiled_entry:
+        served = _served(client, compiled_entry, images, step)
+        compiled = {"compiled_top1_agreement": float((served.argmax(1) == expected.argmax(1)).mean()),
+                    "compiled_max_abs_error": float(np.abs(served - expected).max())}
     report = {
         **compiled,
         "tensor_top1_agreement": float((got.argmax(1) == expected.argmax(1)).mean()),
@@ -67,6 +67,6 @@ def sanity(triton: TritonServer, aoti: bool) -> dict[str, Any]:
         "jpeg_top1_agreement": float(np.mean([a == b for a, b in zip(top1, cpu_top1, strict=True)])),
     }
     client.close()
-    if report["tensor_top1_agreement"] < 1.0 or report.get("aoti_top1_agreement", 1.0) < 1.0:
+    if report["tensor_top1_agreement"] < 1.0 or report.get("compiled_top1_agreement", 1.0) < 1.0:
         raise RuntimeError(f"the served tensor entry disagrees with PyTorch: {report}")
     return report

@@ -1,7 +1,8 @@
 """The GPU benchmark's setup: the repository it serves and the serving sweep (what Model Analyzer does).
 
 - :func:`prepare_repository`: the TorchScript classifier (``KIND_GPU``, FP16, CUDA graphs), its twin
-  with dynamic batching off, ``image_classifier_gpu`` and, on request, the AOTInductor flavour.
+  with dynamic batching off, ``image_classifier_gpu`` and, on request, a compiled flavour
+  (``builders/compiled.py``: inductor or aoti).
 - :func:`sweep`: each candidate configuration (instance count, queue delay, preferred batch sizes) of
   a served entry is loaded through Triton's model-control API and measured with the load generator;
   the best throughput with P99 within budget is kept, loaded, and written into the entry's build report.
@@ -24,12 +25,11 @@ from serving.launcher import TritonServer
 if TYPE_CHECKING:
     from loadtest.bench.gpu import GpuBenchSettings
 
-__all__ = ["AOTI", "NOBATCH", "P99_BUDGET_MS", "PIPELINE", "TENSOR", "Clock", "latest", "parse_points", "prepare_repository", "sweep", "unavailable"]
+__all__ = ["NOBATCH", "P99_BUDGET_MS", "PIPELINE", "TENSOR", "Clock", "compiled_entry", "compiled_file", "latest", "parse_points", "prepare_repository", "sweep", "unavailable"]
 
 TENSOR = "efficientnet_lite0_torchscript"
 NOBATCH = TENSOR + "_nobatch"
 PIPELINE = "image_classifier_gpu"
-AOTI = "efficientnet_lite0_aoti"
 P99_BUDGET_MS = 20.0
 
 
@@ -64,8 +64,8 @@ def parse_points(text: str) -> dict[str, tuple[int, ...]]:
 def unavailable(name: str, settings: GpuBenchSettings) -> str:
     if "cuda" in name and settings.device != "cuda":
         return "CUDA shared memory needs a GPU"
-    if "aoti" in name:
-        return "no AOTInductor entry in this run (--no-aoti, or its build failed: see build.aoti_error)"
+    if "compiled" in name:
+        return "no compiled entry in this run (--compiled none, or its build failed: see build.compiled_error)"
     return "no such configuration (see GpuBenchSettings.points)"
 
 
@@ -101,18 +101,31 @@ def prepare_repository(root: Path, settings: GpuBenchSettings) -> dict[str, Any]
         del config.dynamic_batching.preferred_batch_size[:]
         write_config(config, root / PIPELINE / "config.pbtxt")
     built["entries"] = [TENSOR, NOBATCH, PIPELINE]
-    if settings.aoti and gpu:
+    if settings.compiled:
         from builders.compiled import publish_compiled
 
         started = time.perf_counter()
         try:
-            publish_compiled(root, "efficientnet_lite0", max_batch=256, batching=policy)
-            built["entries"].append(AOTI)
-            built["aoti_build_s"] = time.perf_counter() - started
+            publish_compiled(root, "efficientnet_lite0", flavour=settings.compiled, device=settings.device,
+                             max_batch=policy.max_batch_size, batching=policy)
+            built["entries"].append(compiled_entry(settings.compiled))
+            built["compiled_build_s"] = time.perf_counter() - started
         except Exception as exc:  # reported in the table and the JSON, never silently
-            built["aoti_error"] = f"{type(exc).__name__}: {exc}"[:2000]
-            _log(f"AOTInductor build failed: {built['aoti_error'][:300]}")
+            built["compiled_error"] = f"{type(exc).__name__}: {exc}"[:2000]
+            _log(f"the {settings.compiled} build failed: {built['compiled_error'][:300]}")
     return built
+
+
+def compiled_entry(flavour: str) -> str:
+    """The name of the classifier's compiled entry of ``flavour`` (``builders/compiled.py``)."""
+    return f"efficientnet_lite0_{flavour}"
+
+
+def compiled_file(root: Path, flavour: str) -> Path:
+    """The file the newest version of the compiled entry of ``flavour`` serves."""
+    from builders.compiled import FLAVOURS
+
+    return latest(root, compiled_entry(flavour)) / FLAVOURS[flavour]
 
 
 def latest(root: Path, name: str) -> Path:
@@ -128,12 +141,15 @@ def _candidates(name: str, base: dict[str, Any], quick: bool) -> list[dict[str, 
     delay = int(batching.get("max_queue_delay_microseconds", 0))
     preferred = [int(s) for s in batching.get("preferred_batch_size", [])]
     count = int(base["instance_group"][0].get("count", 1))
-    built = {"instances": count, "max_queue_delay_us": delay, "preferred_batch_sizes": preferred}
-    # Fewer and more processes than built (two by default: see builders.triton_config.model_config);
-    # then whole queues as one batch.
-    grid: list[tuple[int, int, list[int]]] = [(1, delay, preferred), (count + 1, delay, preferred),
-                                              (count, 2000 if name == PIPELINE else 500, [])]
-    alternatives = [{"instances": i, "max_queue_delay_us": d, "preferred_batch_sizes": p} for i, d, p in grid]
+    built = {"instances": count, "max_queue_delay_us": delay, "preferred_batch_sizes": preferred, "queue_policies": True}
+    # What the platform's queue policies cost (they turn off the batcher's payload prefetching, see
+    # builders.triton_config.model_config): measured, never chosen (they bound the queues and carry
+    # the tiers). Then fewer and more processes than built (two by default); then whole queues as one batch.
+    grid: list[tuple[int, int, list[int], bool]] = [(count, delay, preferred, False), (1, delay, preferred, True),
+                                                    (count + 1, delay, preferred, True),
+                                                    (count, 2000 if name == PIPELINE else 500, [], True)]
+    alternatives = [{"instances": i, "max_queue_delay_us": d, "preferred_batch_sizes": p, "queue_policies": q}
+                    for i, d, p, q in grid]
     return [built] + [a for a in alternatives if a != built][: 1 if quick else None]
 
 
@@ -143,6 +159,9 @@ def _load_variant(client: Any, name: str, base: dict[str, Any], candidate: dict[
     batching = config.setdefault("dynamic_batching", {})
     batching["max_queue_delay_microseconds"] = candidate["max_queue_delay_us"]
     batching["preferred_batch_size"] = [s for s in candidate["preferred_batch_sizes"] if s <= int(config["max_batch_size"])]
+    if not candidate.get("queue_policies", True):
+        for key in ("priority_levels", "default_priority_level", "default_queue_policy", "priority_queue_policy"):
+            batching.pop(key, None)
     client.load_model(name, config=json.dumps(config))
 
 
@@ -194,15 +213,16 @@ def sweep(triton: TritonServer, root: Path, name: str, target: Target, settings:
             rows[-1]["reason"] = "no answer within the measured window (and no error)"
         _log(f"  {result.throughput:,.0f}/s, P99 {result.p99_ms:.1f} ms" + (f" (loaded in {load_s:.0f} s)" if index else ""))
     measured = [r for r in rows if r["measured"]]
-    ok = [r for r in measured if r["errors"] == 0 and r["p99_ms"] <= P99_BUDGET_MS]
+    choosable = [r for r in measured if r["queue_policies"]]
+    ok = [r for r in choosable if r["errors"] == 0 and r["p99_ms"] <= P99_BUDGET_MS]
     # Nothing measured (no time left): the entry stays as built, and the report says so.
-    best = max(ok or [r for r in measured if r["errors"] == 0] or measured or rows[:1], key=lambda r: r.get("throughput", 0.0))
-    chosen = {k: best[k] for k in ("instances", "max_queue_delay_us", "preferred_batch_sizes")}
+    best = max(ok or [r for r in choosable if r["errors"] == 0] or choosable or rows[:1], key=lambda r: r.get("throughput", 0.0))
+    chosen = {k: best[k] for k in ("instances", "max_queue_delay_us", "preferred_batch_sizes", "queue_policies")}
     if loaded is not None and chosen != {k: loaded[k] for k in chosen}:
         _load_variant(client, name, base, chosen)  # what the load points then measure
     client.close()
     choice = {"entry": name, "concurrency": concurrency, "rule": f"highest throughput with P99 <= {P99_BUDGET_MS:g} ms "
-              "(else highest throughput)", "chosen": chosen, "candidates": rows}
+              "(else highest throughput), queue policies kept", "chosen": chosen, "candidates": rows}
     report_path = latest(root, name) / "build_report.json"
     report = json.loads(report_path.read_text(encoding="utf-8"))
     report.setdefault("notes", []).append(f"serving sweep on {machine_description().get('gpu', 'this GPU')}: "

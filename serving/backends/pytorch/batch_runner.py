@@ -32,13 +32,26 @@ from __future__ import annotations
 
 import bisect
 import ctypes
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-__all__ = ["DEFAULT_CAPTURE_SIZES", "BatchRunner", "InputSpec", "TorchModule", "capture_sizes", "host_cat", "host_copy"]
+__all__ = [
+    "DEFAULT_CAPTURE_SIZES",
+    "MODULE_FILES",
+    "BatchRunner",
+    "InputSpec",
+    "TorchModule",
+    "capture_sizes",
+    "cpu_share",
+    "host_cat",
+    "host_copy",
+    "module_kind",
+    "utf8_text_files",
+]
 
 #: sizes a batch is padded up to: dense where padding would waste most, about 1/8 apart above 16
 DEFAULT_CAPTURE_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 24, 32, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256)
@@ -91,20 +104,85 @@ class InputSpec:
     dtype: torch.dtype
 
 
+#: the files :class:`TorchModule` loads, by name: what each holds
+MODULE_FILES = {
+    "model.pt": "TorchScript (torch.jit), the native libtorch backend's format too",
+    "model.pt2": "an AOTInductor package (builders/compiled.py --flavour aoti)",
+    "exported.pt2": "a torch.export program, compiled by torch.compile at load (builders/compiled.py)",
+}
+
+
+def cpu_share(config: dict[str, Any]) -> int:
+    """ATen threads for one CPU instance of a model (``config``: Triton's model config as JSON): its
+    share of the cores this process may use.
+
+    ATen's default is every core for each instance. Two instances then run twice as many OpenMP
+    threads as cores, and each OpenMP team spins at its barriers for threads the scheduler has given
+    to the other process (it does not know they share the cores). Measured on 2 cores (the GPU
+    benchmark's CPU dry run, concurrency 2, two instances): the TorchScript classifier went from 26
+    requests/s at P99 290 ms to 44-51/s at P99 50-60 ms with one thread each; the CPU twin of the GPU
+    pipeline, with two threads each, ran 46/s in one run and 1/s in another (400 ms of CPU per
+    request, both cores busy), and with one thread each 30-31/s in three runs of three.
+    """
+    instances = sum(int(group.get("count", 1)) for group in config.get("instance_group", [])) or 1
+    return max(1, len(os.sched_getaffinity(0)) // instances)
+
+
+def utf8_text_files() -> None:
+    """Make ``open()``'s default encoding UTF-8 in this process, where the locale allows it.
+
+    A Triton Python stub starts its interpreter isolated, in the C locale, whatever ``LANG`` says:
+    text files open as ASCII there, and Inductor reads its (UTF-8) kernel templates that way
+    (``UnicodeDecodeError`` at ``torch.compile``). Python takes that encoding from ``LC_CTYPE`` at
+    each ``open()``, so setting it here is enough.
+    """
+    import codecs
+    import locale
+
+    def utf8() -> bool:
+        return codecs.lookup(locale.getpreferredencoding(False)).name == "utf-8"
+
+    for name in ("", "C.UTF-8", "C.utf8", "en_US.UTF-8"):
+        if utf8():
+            return
+        try:
+            locale.setlocale(locale.LC_CTYPE, name)
+        except locale.Error:
+            continue
+
+
+def module_kind(path: str) -> str:
+    """``torchscript``, ``aoti`` or ``exported``, from the file's name (see :data:`MODULE_FILES`)."""
+    name = path.rsplit("/", 1)[-1]
+    if name == "exported.pt2":
+        return "exported"
+    return "aoti" if name.endswith(".pt2") else "torchscript"
+
+
 class TorchModule:
-    """A TorchScript file (``.pt``) or an AOTInductor package (``.pt2``) and the conversions around it.
+    """A TorchScript file, an AOTInductor package or a ``torch.export`` program, and the conversions
+    around it (:data:`MODULE_FILES` says which file is which).
 
     Calling it converts floating inputs to ``compute_dtype`` and 4-D inputs to channels_last, runs
     the module and casts the outputs to ``output_dtypes``: all of it is captured into the CUDA graph
-    when a :class:`BatchRunner` runs it. An AOTInductor package was compiled for FP16 channels_last
-    inputs on the serving GPU (``builders/compiled.py``); its weights are already converted.
+    when a :class:`BatchRunner` runs it. AOTInductor packages and exported programs were made from
+    the module as it is served (FP16 channels_last on the GPU, ``builders/compiled.py``); their
+    weights are already converted.
+
+    An exported program is compiled here by ``torch.compile`` (Inductor, dynamic batch axis): one
+    compile for batch 1 and one for the rest, run by the first calls (a :class:`BatchRunner` makes
+    them at load). Inductor's cache (``TORCHINDUCTOR_CACHE_DIR``, by default under the temp folder)
+    keeps the result, so a load on the host that built the entry, which compiled the same graph for
+    its parity check, takes seconds instead of minutes. ``compile_threads`` 1 compiles in this
+    process: a Triton Python stub is not a Python executable that Inductor's worker pool can start.
     """
 
     def __init__(self, path: str, device: torch.device, compute_dtype: torch.dtype, channels_last: bool,
-                 output_dtypes: list[torch.dtype]) -> None:
+                 output_dtypes: list[torch.dtype], compile_threads: int = 0) -> None:
         self.device, self.compute_dtype, self.channels_last = device, compute_dtype, channels_last
         self.output_dtypes = output_dtypes
-        self.scripted = not path.endswith(".pt2")
+        self.kind = module_kind(path)
+        self.scripted = self.kind == "torchscript"
         if self.scripted:
             module = torch.jit.load(path, map_location=device).eval()
             if compute_dtype != torch.float32:
@@ -112,8 +190,16 @@ class TorchModule:
             if channels_last:
                 module = module.to(memory_format=torch.channels_last)
             self.module: Any = module
-        else:
+        elif self.kind == "aoti":
             self.module = torch._inductor.aoti_load_package(path)
+        else:
+            if compile_threads:
+                from torch._inductor import config as inductor_config
+
+                inductor_config.compile_threads = compile_threads
+            utf8_text_files()
+            program = torch.export.load(path)
+            self.module = torch.compile(program.module(), dynamic=True)
 
     def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         converted = []

@@ -1,10 +1,12 @@
-"""A Python-based Triton backend named ``pytorch``: TorchScript or AOTInductor on CUDA, or CPU.
+"""A Python-based Triton backend named ``pytorch``: TorchScript or a compiled flavour, on CUDA or CPU.
 
 Triton maps ``platform: "pytorch_libtorch"`` to the backend ``pytorch``. The NGC container has a
 native libtorch backend of that name; the embedded server (nvidia-pytriton wheel, Python backend
 only) finds this file as ``backends/pytorch/model.py`` instead, so one repository entry
-(``<model>/config.pbtxt`` + ``<model>/<version>/model.pt``) loads unchanged on both. A
-``model.pt2`` (an AOTInductor package built by ``builders/compiled.py``) is served here only.
+(``<model>/config.pbtxt`` + ``<model>/<version>/model.pt``) loads unchanged on both. The compiled
+flavours that ``builders/compiled.py`` makes are served here only: ``exported.pt2`` (a
+``torch.export`` program that ``torch.compile`` compiles at load) and ``model.pt2`` (an
+AOTInductor package); ``default_model_filename`` names the file.
 
 Conventions shared with the native backend:
 - Tensor names follow libtorch's ``<name>__<index>`` rule: ``INPUT__0, INPUT__1 ...`` are the
@@ -32,8 +34,8 @@ GPU default, or ``fp32``), ``device`` (``auto`` | ``cpu`` | ``cuda``: overrides 
 ``channels_last`` and ``cuda_graphs`` (``true`` by default on CUDA), ``batch_sizes`` (the sizes to
 capture, comma separated; default :data:`batch_runner.DEFAULT_CAPTURE_SIZES` and the preferred batch
 sizes up to ``max_batch_size``), ``output_memory``, ``cudnn_benchmark`` (``false``),
-``intra_op_thread_count`` (ATen's CPU threads; 0 = PyTorch's default on the CPU, 1 on CUDA, where
-the host only moves bytes).
+``intra_op_thread_count`` (ATen's CPU threads; 0 = the instance's share of the cores on the CPU,
+1 on CUDA, where the host only moves bytes).
 """
 
 from __future__ import annotations
@@ -53,10 +55,11 @@ if TYPE_CHECKING:
         InputSpec,
         TorchModule,
         capture_sizes,
+        cpu_share,
         host_cat,
     )
 else:  # Triton imports this file with its folder (holding these modules) on sys.path
-    from batch_runner import BatchRunner, InputSpec, TorchModule, capture_sizes, host_cat
+    from batch_runner import BatchRunner, InputSpec, TorchModule, capture_sizes, cpu_share, host_cat
     from batching_core import BatchingModel, TensorConfig
 
 _TORCH_DTYPES = {name: getattr(torch, name) for name in
@@ -111,6 +114,8 @@ class TritonPythonModel(BatchingModel):
             # On the GPU the host only moves bytes and launches work: ATen's OpenMP threads would
             # only add barriers that wait for descheduled threads on a busy host (see batch_runner).
             torch.set_num_threads(1)
+        else:  # this instance's share of the cores, not every core (see cpu_share)
+            torch.set_num_threads(cpu_share(self.config))
 
         precision = self.parameter("precision", "fp16" if use_cuda else "fp32").lower()
         if precision not in ("fp16", "fp32"):
@@ -121,7 +126,7 @@ class TritonPythonModel(BatchingModel):
         if self.output_memory not in ("cpu", "gpu"):
             raise pb_utils.TritonModelException(f"parameter output_memory={self.output_memory!r}: expected cpu or gpu")
         self.model = TorchModule(path, self.device, compute_dtype, use_cuda and self.flag("channels_last", True),
-                                 [_TORCH_DTYPES[t.dtype.name] for t in self.outputs])
+                                 [_TORCH_DTYPES[t.dtype.name] for t in self.outputs], compile_threads=1)
 
         self.runner: BatchRunner | None = None
         max_batch = int(self.config.get("max_batch_size", 0))
@@ -136,6 +141,13 @@ class TritonPythonModel(BatchingModel):
                 self.log("warn", f"CUDA graph capture failed, running eagerly: {self.runner.capture_error}")
             if use_cuda:
                 self.log("info", f"{'CUDA graphs' if self.runner.cuda_graphs else 'eager'} at batch sizes {list(sizes)}")
+            elif self.model.kind == "exported":
+                # The CPU runs exact batches: compile now, not in the first user requests, for every
+                # range of sizes Inductor guards apart (batch 1, and on the CPU 2-15 and 16+), as the
+                # GPU's runner does by running every size at load.
+                with torch.inference_mode():
+                    for n in sizes:
+                        self.model(*(torch.zeros((n, *s.shape), dtype=s.dtype) for s in specs))
 
     # Hooks of the batching core: torch tensors, through DLPack, never numpy.
 

@@ -1,0 +1,85 @@
+"""Where a request's time goes inside Triton during one load point, from Triton's statistics.
+
+Triton counts, per model, cumulative nanoseconds of each stage of the requests it answered
+(statistics extension, ``GET /v2/models/<name>/stats``): ``queue`` (waiting for the dynamic batcher
+and a free instance), ``compute_input`` / ``compute_infer`` / ``compute_output`` (for a Python
+model: handing the inputs to its stub process, the stub's ``execute()`` with that IPC, and taking
+the outputs back) and ``success`` (arrival to response, all of it). Two snapshots around a load
+point give the mean per request of each stage over that point; the client's mean latency minus
+``success`` is what the request spent outside Triton (the client, HTTP, and a gateway where one is
+in the path). Means, not percentiles: Triton keeps no per-request record.
+
+The snapshots include the point's warm-up, at the same load as its measured seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["TritonSplit", "model_counters", "split"]
+
+_STAGES = ("queue", "compute_input", "compute_infer", "compute_output", "success")
+
+
+def model_counters(url: str, model: str) -> dict[str, int]:
+    """``model``'s cumulative counters (all versions summed): requests, executions, inferences and
+    the nanoseconds of each stage."""
+    import tritonclient.http as http
+
+    with http.InferenceServerClient(url) as client:
+        versions = client.get_inference_statistics(model)["model_stats"]
+    counters = {"requests": 0, "executions": 0, "inferences": 0, **{f"{s}_ns": 0 for s in _STAGES}}
+    for stats in versions:
+        counters["executions"] += int(stats.get("execution_count", 0))
+        counters["inferences"] += int(stats.get("inference_count", 0))
+        inference: dict[str, Any] = stats.get("inference_stats", {})
+        counters["requests"] += int(inference.get("success", {}).get("count", 0))
+        for stage in _STAGES:
+            counters[f"{stage}_ns"] += int(inference.get(stage, {}).get("ns", 0))
+    return counters
+
+
+@dataclass(frozen=True)
+class TritonSplit:
+    """One model's statistics between two snapshots: counts, and each stage's mean per request (ms)."""
+
+    model: str
+    requests: int
+    executions: int
+    inferences: int
+    queue_ms: float
+    compute_input_ms: float
+    compute_infer_ms: float
+    compute_output_ms: float
+    in_triton_ms: float
+
+    @property
+    def inferences_per_execution(self) -> float:
+        return self.inferences / self.executions if self.executions else 0.0
+
+    def outside_ms(self, client_mean_ms: float) -> float:
+        """What the client waited beyond Triton's own arrival-to-response time."""
+        return client_mean_ms - self.in_triton_ms
+
+    def as_dict(self, client_mean_ms: float | None = None) -> dict[str, Any]:
+        figures: dict[str, Any] = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        figures["inferences_per_execution"] = self.inferences_per_execution
+        if client_mean_ms is not None:
+            figures["client_mean_ms"] = client_mean_ms
+            figures["outside_triton_ms"] = self.outside_ms(client_mean_ms)
+        return figures
+
+
+def split(model: str, before: dict[str, int], after: dict[str, int]) -> TritonSplit:
+    """The statistics of the requests ``model`` answered between the two snapshots."""
+    delta = {k: after[k] - before[k] for k in after}
+    per = max(delta["requests"], 1)
+
+    def mean_ms(stage: str) -> float:
+        return delta[f"{stage}_ns"] / per / 1e6
+
+    return TritonSplit(model=model, requests=delta["requests"], executions=delta["executions"],
+                       inferences=delta["inferences"], queue_ms=mean_ms("queue"),
+                       compute_input_ms=mean_ms("compute_input"), compute_infer_ms=mean_ms("compute_infer"),
+                       compute_output_ms=mean_ms("compute_output"), in_triton_ms=mean_ms("success"))
