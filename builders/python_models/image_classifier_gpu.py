@@ -126,9 +126,11 @@ class TritonPythonModel:
         self.chunk = min(chunk, self.max_batch) if chunk > 0 and use_cuda else self.max_batch
         listed = [int(s) for s in params.get("batch_sizes", "").split(",") if s.strip()]
         sizes = capture_sizes(self.chunk, sizes=listed) if listed else capture_sizes(self.chunk)
-        self.runner = BatchRunner(_TopK(classifier, self.k), [InputSpec((3, self.p.size, self.p.size), dtype)],
-                                  self.device, sizes if use_cuda else (self.chunk,),
+        pixels = [InputSpec((3, self.p.size, self.p.size), dtype)]
+        self.runner = BatchRunner(_TopK(classifier, self.k), pixels, self.device, sizes if use_cuda else (self.chunk,),
                                   cuda_graphs=use_cuda and params.get("cuda_graphs", "true") == "true")
+        if not use_cuda:  # the CPU runs exact batches: a compiled classifier compiles for all of them now
+            classifier.warm(pixels, sizes)
         with open(os.path.join(args["model_repository"], args["model_version"], "labels.txt"), encoding="utf-8") as handle:
             # Class names ship with underscores (tiger_cat); users read "tiger cat".
             self.labels = [line.strip().replace("_", " ") for line in handle if line.strip()]

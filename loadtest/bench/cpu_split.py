@@ -86,17 +86,25 @@ def cpu_snapshot() -> dict[str, float]:
     while pending:  # every descendant, in the group of the nearest ancestor (or itself) that names one
         pid, inherited = pending.pop()
         group = _group(_cmdline(pid)) if not inherited or inherited == "triton" else inherited
-        seconds[group] = seconds.get(group, 0.0) + stats[pid][1] + stats[pid][2]
+        used = stats[pid][1] + stats[pid][2]
+        seconds[group] = seconds.get(group, 0.0) + used
+        seconds[f"{group}#{pid}"] = used  # each process apart too: the busiest of a group
         pending += [(child, group) for child in children.get(int(pid), [])]
     return seconds
 
 
 def cpu_split(before: dict[str, float], after: dict[str, float], seconds: float, requests: int) -> dict[str, dict[str, float]]:
-    """Per group: cores kept busy over ``seconds`` and CPU milliseconds per request."""
+    """Per group: cores kept busy over ``seconds``, CPU milliseconds per request, and the cores of its
+    busiest process (a group of several workers can be held back by one)."""
     if not before or not after or seconds <= 0:
         return {}
-    split = {}
-    for group in after:
-        used = after[group] - before.get(group, 0.0)
-        split[group] = {"cores": used / seconds, "cpu_ms_per_request": 1000.0 * used / requests if requests else 0.0}
+    split: dict[str, dict[str, float]] = {}
+    for key in after:
+        used = after[key] - before.get(key, 0.0)
+        group, _, pid = key.partition("#")
+        if not pid:
+            split.setdefault(group, {}).update(cores=used / seconds, cpu_ms_per_request=1000.0 * used / requests if requests else 0.0)
+        else:
+            busiest = split.setdefault(group, {})
+            busiest["busiest_process_cores"] = max(busiest.get("busiest_process_cores", 0.0), used / seconds)
     return split

@@ -47,6 +47,8 @@ from loadtest.bench.gpu_sanity import sanity
 from loadtest.bench.gpu_setup import (
     NOBATCH,
     PIPELINE,
+    PIPELINE_COMPILED,
+    PIPELINE_COMPILED_WHOLE,
     TENSOR,
     Clock,
     compiled_entry,
@@ -87,7 +89,8 @@ class GpuBenchSettings:
     points: dict[str, tuple[int, ...]] = field(default_factory=lambda: {
         "tensor http": (32, 128, 256), "tensor system-shm": (128, 256), "tensor cuda-shm": (32, 128, 256),
         "tensor cuda-shm x8": (32, 64), "tensor compiled cuda-shm": (32, 256), "tensor no-batching": (32,), "tensor no-batching cuda-shm": (32,), "naive": (32,),
-        "jpeg": (32, 64, 128, 256), "jpeg gateway": (32, 64, 128, 256)})
+        "jpeg": (32, 64, 128, 256), "jpeg compiled": (32, 64, 128), "jpeg compiled whole": (32, 64, 128),
+        "jpeg gateway": (32, 64, 128, 256)})
     duration_s: float = 3.0
     warmup_s: float = 1.0
     capacity_s: float = 2.0
@@ -96,6 +99,8 @@ class GpuBenchSettings:
     raw_batches: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
     raw_seconds: float = 0.4
     sweep: bool = True
+    #: the configurations whose entries the sweep tunes, in this order (each at one concurrency)
+    sweep_configs: tuple[str, ...] = ("jpeg", "tensor cuda-shm")
     #: the compiled flavour built and served beside TorchScript (builders/compiled.py); "": none
     compiled: str = "inductor"
     #: seconds the whole run may take (0: no limit); what would not fit is reported as not run
@@ -159,6 +164,8 @@ def _targets(triton: TritonServer, gateway: tuple[str, str] | None, naive: str |
     if compiled:
         shared = "cuda" if gpu else "system"
         targets["tensor compiled cuda-shm"] = replace(tensor, model=compiled, shared_memory=shared, name="tensor compiled cuda-shm")
+        targets["jpeg compiled"] = replace(jpeg, model=PIPELINE_COMPILED, name="jpeg compiled")
+        targets["jpeg compiled whole"] = replace(jpeg, model=PIPELINE_COMPILED_WHOLE, name="jpeg compiled whole")
     if gateway is not None:
         base, key = gateway
         # The gateway sets the priority from the key's tier and refuses one a client sends.
@@ -222,6 +229,9 @@ def run_gpu_bench(settings: GpuBenchSettings) -> dict[str, Any]:
             results += tensor_ceiling(model_file, image_tensors(), settings.raw_batches, settings.raw_seconds,
                                       compiled_file(root, settings.compiled) if compiled else None)
             document["jpeg_profile"] = [jpeg_profile(model_file, jpeg_images(), b) for b in (64, 128)]
+            if compiled:
+                document["jpeg_profile"] += [{**jpeg_profile(compiled_file(root, settings.compiled), jpeg_images(), b),
+                                              "classifier": compiled} for b in (64, 128)]
             _save(settings, document, results)
         _log("starting Triton ...")
         triton = stack.enter_context(TritonServer(root, models=document["build"]["entries"], ports=TritonPorts.free(),
@@ -238,8 +248,14 @@ def run_gpu_bench(settings: GpuBenchSettings) -> dict[str, Any]:
         def sweeps(reserve: float) -> None:
             at = 64 if gpu else 8
             document["sweep"] = []
-            for name, target in ((PIPELINE, targets["jpeg"]), (TENSOR, targets["tensor cuda-shm" if gpu else "tensor system-shm"])):
-                document["sweep"].append(sweep(triton, root, name, target, settings, at,
+            for config in settings.sweep_configs:
+                config = config if gpu or config != "tensor cuda-shm" else "tensor system-shm"
+                if config not in targets:
+                    document["sweep"].append({"entry": config, "error": unavailable(config, settings)})
+                    continue
+                target = targets[config]
+                assert isinstance(target, TritonTarget)
+                document["sweep"].append(sweep(triton, root, target.model, target, settings, at,
                                                fits=lambda cost: clock.fits(cost, reserve)))
                 _save(settings, document, results)
 
@@ -318,6 +334,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--clients", type=int, help="load-generator processes (default 6)")
     parser.add_argument("--gateway-workers", type=int, help="gateway worker processes (default: a quarter of the cores)")
     parser.add_argument("--no-sweep", action="store_true", help="serve the built configs without the sweep")
+    parser.add_argument("--sweep-configs", help="the configurations whose entries the sweep tunes, ';' separated "
+                        "(default \"jpeg;tensor cuda-shm\")")
     parser.add_argument("--compiled", choices=["inductor", "aoti", "none"], default="inductor",
                         help="the compiled flavour built and served beside TorchScript (builders/compiled.py; default "
                         "inductor: torch.export, compiled by torch.compile at load); none: no compiled rows")
@@ -359,6 +377,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         overrides["points"] = {name: levels for name in GpuBenchSettings(out_dir=args.out).points}
     if args.points:
         overrides["points"] = args.points
+    if args.sweep_configs:
+        overrides["sweep_configs"] = tuple(c.strip() for c in args.sweep_configs.split(";") if c.strip())
     if args.raw_batches:
         overrides["raw_batches"] = tuple(int(b) for b in args.raw_batches.split(","))
     for key, value in (("duration_s", args.duration), ("clients", args.clients), ("gateway_workers", args.gateway_workers),

@@ -147,14 +147,16 @@ def _cpu_table(rows: list[dict[str, Any]], cpus: int) -> Any:
 
     # The groups that did something (an idle model's stubs would only widen the table).
     groups = sorted({g for row in rows for g, used in row.get("cpu", {}).items() if g != "host" and used["cores"] >= 0.05})
-    table = Table(title=f"Who used the CPUs (cores busy over each point, with CPU ms per request; the host has {cpus or '?'} cores)")
+    table = Table(title=f"Who used the CPUs: cores busy over each point (CPU ms per request; the busiest process's cores); "
+                        f"the host has {cpus or '?'} cores")
     for column in ("config", "concurrency", "host", *groups):
         table.add_column(column, justify="left" if column == "config" else "right")
     for row in rows:
         cpu = row.get("cpu", {})
         if not cpu:
             continue
-        cells = [f"{cpu[g]['cores']:.1f} ({cpu[g]['cpu_ms_per_request']:.2f})" if g in cpu else "-" for g in groups]
+        cells = [f"{cpu[g]['cores']:.1f} ({cpu[g]['cpu_ms_per_request']:.2f}; {cpu[g].get('busiest_process_cores', 0.0):.1f})"
+                 if g in cpu else "-" for g in groups]
         table.add_row(row["config"], str(row["concurrency"]), f"{cpu['host']['cores']:.1f}", *cells)
     return table
 
@@ -186,9 +188,13 @@ def print_gpu_report(rows: list[Result], document: dict[str, Any], path: Path) -
             steps = ", ".join(f"{k} {v:.2f}" for k, v in profile["ms_per_batch"].items())
             pipelined = (f"; pipelined in chunks of {profile['chunk']}: {profile['pipelined_ms_per_batch']:.2f} ms, "
                          f"{profile['pipelined_images_per_s']:,.0f} images/s") if "pipelined_ms_per_batch" in profile else ""
-            console.print(f"JPEG pipeline in process, batch {profile['batch']} (ms per batch): {steps}; "
+            console.print(f"JPEG pipeline in process ({profile.get('classifier', 'TorchScript')} classifier), "
+                          f"batch {profile['batch']} (ms per batch): {steps}; "
                           f"{profile['serial_images_per_s']:,.0f} images/s serial{pipelined}")
         for choice in document.get("sweep", []):
+            if "error" in choice:
+                console.print(f"[red]sweep {choice['entry']}: {choice['error']}[/red]")
+                continue
             console.print(f"sweep {choice['entry']} at concurrency {choice['concurrency']}: chosen {choice['chosen']} "
                           f"from {len(choice['candidates'])} candidates ({choice['rule']})")
             for row in choice["candidates"]:

@@ -201,6 +201,17 @@ class TorchModule:
             program = torch.export.load(path)
             self.module = torch.compile(program.module(), dynamic=True)
 
+    def warm(self, inputs: Sequence[InputSpec], sizes: Sequence[int]) -> None:
+        """Compile an exported program now for every batch size in ``sizes``, not in the first user
+        requests (Inductor guards some ranges apart: batch 1, and on the CPU 2-15 and 16+). Only the
+        CPU needs it: on CUDA a :class:`BatchRunner` runs every size at load anyway. Other kinds
+        have nothing to compile."""
+        if self.kind != "exported":
+            return
+        with torch.inference_mode():
+            for n in sizes:
+                self(*(torch.zeros((n, *spec.shape), dtype=spec.dtype, device=self.device) for spec in inputs))
+
     def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         converted = []
         for x in inputs:

@@ -141,13 +141,8 @@ class TritonPythonModel(BatchingModel):
                 self.log("warn", f"CUDA graph capture failed, running eagerly: {self.runner.capture_error}")
             if use_cuda:
                 self.log("info", f"{'CUDA graphs' if self.runner.cuda_graphs else 'eager'} at batch sizes {list(sizes)}")
-            elif self.model.kind == "exported":
-                # The CPU runs exact batches: compile now, not in the first user requests, for every
-                # range of sizes Inductor guards apart (batch 1, and on the CPU 2-15 and 16+), as the
-                # GPU's runner does by running every size at load.
-                with torch.inference_mode():
-                    for n in sizes:
-                        self.model(*(torch.zeros((n, *s.shape), dtype=s.dtype) for s in specs))
+            else:  # the CPU runs exact batches: compile for all of them now
+                self.model.warm(specs, sizes)
 
     # Hooks of the batching core: torch tensors, through DLPack, never numpy.
 
