@@ -94,7 +94,7 @@ def publish_compiled(repository: Path, source: str = "efficientnet_lite0", *, fl
     """
     import torch
 
-    from serving.backends.pytorch.batch_runner import TorchModule, capture_sizes
+    from serving.backends.pytorch.batch_runner import InputSpec, TorchModule, capture_sizes
 
     if flavour not in FLAVOURS:
         raise BuildError(f"unknown flavour {flavour!r}: expected one of {', '.join(FLAVOURS)}")
@@ -146,10 +146,8 @@ def publish_compiled(repository: Path, source: str = "efficientnet_lite0", *, fl
         compiled = TorchModule(str(artifact), torch.device(device), dtype, gpu, [torch.float32])
         with torch.inference_mode():
             outs = [compiled(chunk)[0] for chunk in chunks]
-            # Inductor guards some ranges of batch sizes apart (batch 1; on the CPU 2-15 and 16+):
-            # run every size the backend prepares, so their compiles are in the cache when it loads.
-            for size in capture_sizes(max_batch):
-                compiled(torch.zeros((size, *example.shape[1:]), device=device, dtype=dtype))
+        # Every batch size the backend prepares, so their compiles are in the cache when it loads.
+        compiled.warm([InputSpec(tuple(example.shape[1:]), dtype)], capture_sizes(max_batch))
         timings["compile"] = time.perf_counter() - started
         candidate = torch.cat(outs).float().cpu().numpy()
         parity = compare(reference[0], candidate, classes=spec.outputs[0].name == spec.class_output)

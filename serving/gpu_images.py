@@ -48,9 +48,9 @@ __all__ = [
     "read_header",
 ]
 
-#: images per pipeline chunk (``decode_chunks``): the classifier's graph at 32 runs near its peak
-#: (15,479 images/s at 32 vs 20,266 at 128 on the H200) while a batch of 64-128 is still two to four
-#: chunks that overlap
+#: images per chunk where a caller overlaps decode with the GPU work of the chunk before
+#: (``decode_chunks``; ``image_classifier_gpu``'s ``pipeline_chunk``, off by default there: on the
+#: H200 the whole batch at once was faster)
 DEFAULT_CHUNK = 32
 
 #: decoded pixels held on the GPU at once (a batch of large photos is decoded in slices)

@@ -94,8 +94,8 @@ IMAGE_BYTES = TensorSpec("IMAGE", "uint8", (-1,))
 GPU_CLASSIFIER = "efficientnet_lite0_torchscript"
 #: starting values, not yet chosen by a sweep: ``python -m loadtest.bench.gpu`` measures instance
 #: count x queue delay x preferred sizes on the serving GPU and writes its choice into the build report.
-#: Preferred sizes are whole pipeline chunks (``gpu_images.DEFAULT_CHUNK``); the delay is about half a
-#: chunk's execution: at 5,000 images/s and P99 <= 20 ms a batch is a few dozen images every few ms.
+#: The delay is about half an execution of 32 images: at 5,000 images/s and P99 <= 20 ms a batch is a
+#: few dozen images every few ms.
 GPU_BATCHING = BatchingPolicy(max_batch_size=128, preferred_batch_sizes=(32, 64, 128), max_queue_delay_us=1000)
 
 

@@ -18,20 +18,22 @@ a request of several rows pads them to one length with zeros (decoders ignore by
 (numpy 1, or a Triton whose stub supports numpy 2); elsewhere asking for it fails with a message
 that says so, and ``CLASS_IDS`` index the ``labels.txt`` shipped in the version folder.
 
-The steps overlap inside one ``execute()``: the batch is cut into chunks of ``pipeline_chunk`` images;
-nvJPEG decodes chunk k+1 (host parsing and the hardware decoder, on torchvision's own stream) while
-the resize and the classifier's graph of chunk k run on the runner's stream, and each chunk's top-k
-is copied back without waiting. The host waits for the GPU once per execution. Measured serially on
-the H200 at batch 64 (``benchmarks/h200``): headers 0.65 ms, decode 3.80, resize 2.11, classifier
-and top-k 3.43, copy back 0.20; pipelined, decode hides behind the GPU's work of the chunk before.
-The graphs are captured only up to the chunk size (small graphs: quick to capture, little memory).
+By default an ``execute()`` runs its whole batch through each step once: one nvJPEG batch decode,
+one resize pass, one classifier graph, one copy back; the host waits for the GPU once. With
+``pipeline_chunk`` N > 0 the batch is cut into chunks of N images that overlap instead (nvJPEG
+decodes chunk k+1 while the resize and the graph of chunk k run on the runner's stream; the graphs
+are then captured only up to N). The overlap lost to the whole batch on the H200 (``benchmarks/h200``
+run 5): in process at batch 64, steps back to back 7,446 images/s against 7,065 in chunks of 32
+(TorchScript classifier) and 9,045 against 8,342 (compiled classifier); served with the compiled
+classifier at concurrency 64 and 128, 5,284 and 6,877 images/s whole against 5,114 and 6,048 in
+chunks (2,849 against 2,998 at 32).
 
 The classifier is another entry of the same repository (parameter ``classifier``), a TorchScript
 ``model.pt``, or a compiled flavour's ``exported.pt2`` or ``model.pt2`` (``builders/compiled.py``); its newest
 version is loaded. Parameters: ``size``,
 ``resize``, ``mean``, ``std`` (the CPU pipeline's), ``top_k``, ``precision``, ``channels_last``,
-``cuda_graphs``, ``batch_sizes`` (as the pytorch backend), ``pipeline_chunk`` (images per chunk,
-default :data:`DEFAULT_CHUNK`; 0: the whole batch at once, no overlap).
+``cuda_graphs``, ``batch_sizes`` (as the pytorch backend), ``pipeline_chunk`` (images per chunk;
+0, the default: the whole batch at once).
 """
 
 from __future__ import annotations
@@ -45,7 +47,6 @@ import torch.utils.dlpack
 import triton_python_backend_utils as pb_utils
 from batch_runner import MODULE_FILES, BatchRunner, InputSpec, TorchModule, capture_sizes, cpu_share
 from gpu_images import (
-    DEFAULT_CHUNK,
     DecodeLimits,
     ImageError,
     ImageHeader,
@@ -121,7 +122,7 @@ class TritonPythonModel:
                                  use_cuda and params.get("channels_last", "true") == "true", [torch.float32],
                                  compile_threads=1)
         self.max_batch = int(config["max_batch_size"])
-        chunk = int(params.get("pipeline_chunk", DEFAULT_CHUNK))
+        chunk = int(params.get("pipeline_chunk", "0"))
         # One run takes at most a chunk: the graphs only need to go that far.
         self.chunk = min(chunk, self.max_batch) if chunk > 0 and use_cuda else self.max_batch
         listed = [int(s) for s in params.get("batch_sizes", "").split(",") if s.strip()]

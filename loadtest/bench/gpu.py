@@ -48,7 +48,6 @@ from loadtest.bench.gpu_setup import (
     NOBATCH,
     PIPELINE,
     PIPELINE_COMPILED,
-    PIPELINE_COMPILED_WHOLE,
     TENSOR,
     Clock,
     compiled_entry,
@@ -89,7 +88,7 @@ class GpuBenchSettings:
     points: dict[str, tuple[int, ...]] = field(default_factory=lambda: {
         "tensor http": (32, 128, 256), "tensor system-shm": (128, 256), "tensor cuda-shm": (32, 128, 256),
         "tensor cuda-shm x8": (32, 64), "tensor compiled cuda-shm": (32, 256), "tensor no-batching": (32,), "tensor no-batching cuda-shm": (32,), "naive": (32,),
-        "jpeg": (32, 64, 128, 256), "jpeg compiled": (32, 64, 128), "jpeg compiled whole": (32, 64, 128),
+        "jpeg": (32, 64, 128, 256), "jpeg compiled": (32, 64, 128),
         "jpeg gateway": (32, 64, 128, 256)})
     duration_s: float = 3.0
     warmup_s: float = 1.0
@@ -165,7 +164,6 @@ def _targets(triton: TritonServer, gateway: tuple[str, str] | None, naive: str |
         shared = "cuda" if gpu else "system"
         targets["tensor compiled cuda-shm"] = replace(tensor, model=compiled, shared_memory=shared, name="tensor compiled cuda-shm")
         targets["jpeg compiled"] = replace(jpeg, model=PIPELINE_COMPILED, name="jpeg compiled")
-        targets["jpeg compiled whole"] = replace(jpeg, model=PIPELINE_COMPILED_WHOLE, name="jpeg compiled whole")
     if gateway is not None:
         base, key = gateway
         # The gateway sets the priority from the key's tier and refuses one a client sends.

@@ -1,9 +1,10 @@
 """The GPU benchmark's report: the issue's targets evaluated on one run, the tables, the plot.
 
 Targets (issue 16), each computed from rows of the same run:
-- JPEG -> top-5 through Triton: >= 5,000 images/s with P99 <= 20 ms (best ``jpeg`` row within the budget);
-- the same through the gateway: >= 0.8 of direct Triton's throughput and <= +3 ms P99, at the
-  concurrency of the direct row above;
+- JPEG -> top-5 through Triton: >= 5,000 images/s with P99 <= 20 ms (the best row within the budget
+  of any JPEG entry: ``jpeg``, and ``jpeg compiled`` on the compiled classifier);
+- the same through the gateway: >= 0.8 of direct Triton's throughput and <= +3 ms P99, against the
+  entry the gateway reaches (``jpeg``) at that entry's best concurrency;
 - tensor path with shared memory: >= 50% of the in-process ceiling (best of eager / channels_last /
   CUDA graph at any batch size), judged on requests of one image; requests of 8 images (``tensor
   cuda-shm x8``, as perf_analyzer's ``-b 8``) are reported beside it;
@@ -23,6 +24,8 @@ from loadtest.bench.settings import Result
 __all__ = ["evaluate_targets", "print_gpu_report", "result_row", "save_gpu_plot"]
 
 _CEILING = ("raw eager", "raw channels_last", "raw cuda-graph")
+#: the JPEG path straight to Triton, on each of its entries (``jpeg gateway`` reaches ``jpeg``'s)
+JPEG_DIRECT = ("jpeg", "jpeg compiled")
 
 
 def result_row(name: str, result: Any, capacity: float | None, per_request: int = 1) -> Result:
@@ -50,12 +53,17 @@ def evaluate_targets(rows: list[Result]) -> dict[str, Any]:
     """Each target with its figure, its bar and whether it was met (``None``: not measured)."""
     targets: dict[str, Any] = {}
     ceiling = max((r for r in rows if r.config in _CEILING), key=lambda r: r.throughput, default=None)
-    jpeg = _best(rows, "jpeg", 20.0) or _best(rows, "jpeg")
+    # The JPEG path on any of its entries (TorchScript or compiled classifier): the best within the P99 bar.
+    direct = [r for r in (_best(rows, c, 20.0) for c in JPEG_DIRECT) if r] or [r for r in (_best(rows, c) for c in JPEG_DIRECT) if r]
+    best = max(direct, key=lambda r: r.throughput, default=None)
     targets["jpeg_direct"] = {
         "goal": ">= 5,000 images/s with P99 <= 20 ms",
-        "figure": None if jpeg is None else {"images_per_s": jpeg.throughput, "p99_ms": jpeg.p99_ms, "concurrency": jpeg.concurrency},
-        "met": None if jpeg is None else jpeg.throughput >= 5000 and jpeg.p99_ms <= 20.0,
+        "figure": None if best is None else {"images_per_s": best.throughput, "p99_ms": best.p99_ms,
+                                             "concurrency": best.concurrency, "config": best.config},
+        "met": None if best is None else best.throughput >= 5000 and best.p99_ms <= 20.0,
     }
+    # The gateway in front of the entry it reaches (``jpeg``), at that entry's best concurrency.
+    jpeg = _best(rows, "jpeg", 20.0) or _best(rows, "jpeg")
     gateway = None if jpeg is None else _at(rows, "jpeg gateway", jpeg.concurrency)
     targets["jpeg_gateway"] = {
         "goal": ">= 0.8 of direct throughput, <= +3 ms P99 (same concurrency)",

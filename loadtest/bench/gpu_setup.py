@@ -25,13 +25,12 @@ from serving.launcher import TritonServer
 if TYPE_CHECKING:
     from loadtest.bench.gpu import GpuBenchSettings
 
-__all__ = ["NOBATCH", "P99_BUDGET_MS", "PIPELINE", "PIPELINE_COMPILED", "PIPELINE_COMPILED_WHOLE", "TENSOR", "Clock", "compiled_entry", "compiled_file", "latest", "parse_points", "prepare_repository", "sweep", "unavailable"]
+__all__ = ["NOBATCH", "P99_BUDGET_MS", "PIPELINE", "PIPELINE_COMPILED", "TENSOR", "Clock", "compiled_entry", "compiled_file", "latest", "parse_points", "prepare_repository", "sweep", "unavailable"]
 
 TENSOR = "efficientnet_lite0_torchscript"
 NOBATCH = TENSOR + "_nobatch"
 PIPELINE = "image_classifier_gpu"
 PIPELINE_COMPILED = PIPELINE + "_compiled"
-PIPELINE_COMPILED_WHOLE = PIPELINE_COMPILED + "_whole"
 P99_BUDGET_MS = 20.0
 
 
@@ -112,17 +111,13 @@ def prepare_repository(root: Path, settings: GpuBenchSettings) -> dict[str, Any]
                              max_batch=policy.max_batch_size, batching=policy)
             built["entries"].append(compiled_entry(settings.compiled))
             built["compiled_build_s"] = time.perf_counter() - started
-            # The pipeline on the compiled classifier: as built (chunks of 32 overlapping), and on
-            # whole batches (no chunks: one decode, one resize, one graph per execution).
-            for variant, chunk in ((PIPELINE_COMPILED, None), (PIPELINE_COMPILED_WHOLE, "0")):
-                config = read_config(root / PIPELINE / "config.pbtxt")
-                config.name = variant
-                config.parameters["classifier"].string_value = compiled_entry(settings.compiled)
-                if chunk is not None:
-                    config.parameters["pipeline_chunk"].string_value = chunk
-                shutil.copytree(root / PIPELINE, root / variant)
-                write_config(config, root / variant / "config.pbtxt")
-                built["entries"].append(variant)
+            # The pipeline on the compiled classifier.
+            config = read_config(root / PIPELINE / "config.pbtxt")
+            config.name = PIPELINE_COMPILED
+            config.parameters["classifier"].string_value = compiled_entry(settings.compiled)
+            shutil.copytree(root / PIPELINE, root / PIPELINE_COMPILED)
+            write_config(config, root / PIPELINE_COMPILED / "config.pbtxt")
+            built["entries"].append(PIPELINE_COMPILED)
         except Exception as exc:  # reported in the table and the JSON, never silently
             built["compiled_error"] = f"{type(exc).__name__}: {exc}"[:2000]
             _log(f"the {settings.compiled} build failed: {built['compiled_error'][:300]}")

@@ -103,3 +103,24 @@ def test_a_request_of_8_images_counts_as_8_images() -> None:
     batched = result_row("tensor cuda-shm x8", result, 200.0, 8)
     assert (batched.throughput, batched.capacity, batched.capacity_used) == (800.0, 1600.0, 0.5)
     assert result_row("tensor cuda-shm", result, 200.0).throughput == 100.0
+
+
+def test_the_jpeg_target_takes_any_jpeg_entry_and_the_gateway_its_own() -> None:
+    rows = [_row("jpeg", 64, 4870.0, 21.1), _row("jpeg", 32, 3478.0, 13.6), _row("jpeg compiled", 64, 5284.0, 19.9),
+            _row("jpeg compiled", 128, 6877.0, 31.5), _row("jpeg gateway", 32, 2352.0, 34.8)]
+    targets = evaluate_targets(rows)
+    assert targets["jpeg_direct"]["met"] is True
+    assert targets["jpeg_direct"]["figure"]["config"] == "jpeg compiled"
+    assert targets["jpeg_direct"]["figure"]["images_per_s"] == 5284.0  # not the faster row over the P99 bar
+    gateway = targets["jpeg_gateway"]["figure"]
+    assert gateway["concurrency"] == 32 and gateway["ratio"] == pytest.approx(2352.0 / 3478.0)
+
+
+def test_the_scripts_points_parse_and_name_known_configurations(tmp_path: Path) -> None:
+    import re
+
+    script = (Path(__file__).parents[2] / "loadtest" / "gpu_bench.sh").read_text(encoding="utf-8")
+    found = re.search(r'^ALL_POINTS="(.*)"', script, re.M)
+    assert found is not None
+    points = build_parser().parse_args(["--out", "x", "--points", found.group(1)]).points
+    assert set(points) <= set(GpuBenchSettings(out_dir=tmp_path).points)

@@ -208,9 +208,12 @@ class TorchModule:
         have nothing to compile."""
         if self.kind != "exported":
             return
-        with torch.inference_mode():
-            for n in sizes:
-                self(*(torch.zeros((n, *spec.shape), dtype=spec.dtype, device=self.device) for spec in inputs))
+        for n in sizes:
+            # Made outside inference mode, like the tensors requests bring: Dynamo guards on the
+            # difference and would compile again for them.
+            zeros = [torch.zeros((n, *spec.shape), dtype=spec.dtype, device=self.device) for spec in inputs]
+            with torch.inference_mode():
+                self(*zeros)
 
     def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         converted = []
