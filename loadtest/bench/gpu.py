@@ -5,18 +5,21 @@
 
 One Triton serves, all ``KIND_GPU``: the TorchScript classifier (FP16, channels_last, CUDA graphs,
 ``max_batch_size`` 256), its twin with dynamic batching off, ``image_classifier_gpu`` (JPEG -> top-5
-on the GPU) and, where it builds, a compiled flavour (``--compiled``). Then, in this order:
+on the GPU) and, where it builds, a compiled flavour (``--compiled``) with the pipeline on it. Then:
 
 1. the in-process ceilings (:mod:`loadtest.bench.gpu_raw`): the classifier at every batch size up
    to 256 (eager / channels_last / CUDA graph, and the compiled flavour beside), and the JPEG pipeline's steps;
-2. a sweep per served entry (instance count x queue delay x preferred batch sizes, what Triton's
-   Model Analyzer does), each candidate loaded through Triton's model-control API; the best
-   throughput with P99 <= 20 ms is kept, loaded, and written into the entry's build report;
+2. a sweep of the entries of ``--sweep-configs`` (instance count x queue delay x preferred batch
+   sizes, what Triton's Model Analyzer does, and once without queue policies: measured, never
+   chosen), each candidate loaded through Triton's model-control API; the best throughput with
+   P99 <= 20 ms is kept, loaded, and written into the entry's build report;
 3. the load points, each beside the load generator's capacity with the same client settings
    (against an instant twin of the entry): the tensor path over HTTP (binary tensors), system and
    CUDA shared memory (also with 8 images per request, as perf_analyzer's ``-b 8``); batching off;
    the JPEG path direct and through the gateway (KServe v2 passthrough, several gateway workers);
-   the naive FastAPI + PyTorch server. Throughput is counted in images.
+   the naive FastAPI + PyTorch server. Throughput is counted in images. Each Triton point also
+   records where its requests' time went (:mod:`loadtest.bench.triton_split`) and who used the
+   host's CPUs meanwhile (:mod:`loadtest.bench.cpu_split`).
 
 A configuration that cannot run fails the run with its error. With ``--budget-s`` the run fits a
 time budget: the load points run in the order given (most important first) and before the sweep,

@@ -13,10 +13,10 @@ from loadtest.bench.gpu_setup import PIPELINE, TENSOR
 from loadtest.payloads import jpeg_images
 from serving.launcher import TritonServer
 
-__all__ = ["sanity"]
+__all__ = ["sanity", "served_in_batches"]
 
 
-def _served(client: Any, model: str, images: np.ndarray, step: int) -> np.ndarray:
+def served_in_batches(client: Any, model: str, images: np.ndarray, step: int) -> np.ndarray:
     """``model``'s FP32 outputs for ``images``, sent in batches of at most ``step``."""
     import tritonclient.http as http
 
@@ -44,7 +44,7 @@ def sanity(triton: TritonServer, compiled_entry: str = "") -> dict[str, Any]:
     images, expected = feeds["input"], torch_reference(module, spec, feeds)[0]  # type: ignore[arg-type]
     # In batches the entry takes (16 on a CPU dry run, 256 on a GPU): the samples can outnumber it.
     step = int(client.get_model_config(TENSOR)["max_batch_size"])
-    got = _served(client, TENSOR, images, step)
+    got = served_in_batches(client, TENSOR, images, step)
     top1: list[int] = []
     for data in jpeg_images():
         image = http.InferInput("IMAGE", [1, len(data)], "UINT8")
@@ -56,7 +56,7 @@ def sanity(triton: TritonServer, compiled_entry: str = "") -> dict[str, Any]:
         cpu_top1 = module(torch.from_numpy(np.stack([preprocess_bytes(d) for d in jpeg_images()]))).argmax(1).tolist()
     compiled = {}
     if compiled_entry:
-        served = _served(client, compiled_entry, images, step)
+        served = served_in_batches(client, compiled_entry, images, step)
         compiled = {"compiled_top1_agreement": float((served.argmax(1) == expected.argmax(1)).mean()),
                     "compiled_max_abs_error": float(np.abs(served - expected).max())}
     report = {

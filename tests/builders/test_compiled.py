@@ -13,12 +13,18 @@ import tritonclient.http as http
 from builders.compiled import compiled_name, publish_compiled
 from builders.errors import BuildError
 from builders.report import BuildReport
+from loadtest.bench.gpu_sanity import served_in_batches
 from serving.launcher import TritonPorts, TritonServer
 from tests.support.gpu_repo import cuda_available
 from tests.support.reference import sample_reference
 
 NAME = compiled_name("efficientnet_lite0", "aoti")
 CPU_NAME = "efficientnet_lite0_inductor_cpu"
+
+
+def _served(server: TritonServer, name: str, images: np.ndarray, max_batch: int) -> np.ndarray:
+    with http.InferenceServerClient(server.http_url) as client:
+        return served_in_batches(client, name, images, max_batch)
 
 
 @pytest.mark.skipif(cuda_available(), reason="checks the refusal on a machine without a GPU")
@@ -54,13 +60,7 @@ def test_inductor_entry_serves_the_pytorch_outputs_on_the_cpu(cpu_compiled_trito
     assert report.parity["logits"]["top1_agreement"] == 1.0 and "compile" in report.timings_s
     assert any("torch.compile" in note for note in report.notes)
     images, expected = sample_reference("efficientnet_lite0")
-    got = []
-    with http.InferenceServerClient(cpu_compiled_triton.http_url) as client:
-        for start in range(0, len(images), 8):  # the entry's max_batch_size
-            tensor = http.InferInput("INPUT__0", [len(images[start:start + 8]), *images.shape[1:]], "FP32")
-            tensor.set_data_from_numpy(images[start:start + 8])
-            got.append(client.infer(CPU_NAME, [tensor]).as_numpy("OUTPUT__0"))
-    served = np.concatenate(got)
+    served = _served(cpu_compiled_triton, CPU_NAME, images, 8)
     assert (served.argmax(1) == expected.argmax(1)).all()
     assert np.abs(served - expected).max() < 1e-3  # FP32: Inductor's fused kernels round differently
 
@@ -84,12 +84,6 @@ def test_gpu_compiled_entry_matches_pytorch(compiled_triton: tuple[str, TritonSe
     report = BuildReport.read(sorted(p for p in entry.iterdir() if p.is_dir())[-1] / "build_report.json")
     assert report.parity["logits"]["top1_agreement"] == 1.0 and "compile" in report.timings_s
     images, expected = sample_reference("efficientnet_lite0")
-    got = []
-    with http.InferenceServerClient(server.http_url) as client:
-        for start in range(0, len(images), 16):  # the entry's max_batch_size
-            tensor = http.InferInput("INPUT__0", [len(images[start:start + 16]), *images.shape[1:]], "FP32")
-            tensor.set_data_from_numpy(images[start:start + 16])
-            got.append(client.infer(name, [tensor]).as_numpy("OUTPUT__0"))
-    served = np.concatenate(got)
+    served = _served(server, name, images, 16)
     assert (served.argmax(1) == expected.argmax(1)).all()
     assert np.abs(served - expected).max() < 0.1  # the FP16 variant's tolerance
