@@ -22,16 +22,16 @@ By default an ``execute()`` runs its whole batch through each step once: one nvJ
 one resize pass, one classifier graph, one copy back; the host waits for the GPU once. With
 ``pipeline_chunk`` N > 0 the batch is cut into chunks of N images that overlap instead (nvJPEG
 decodes chunk k+1 while the resize and the graph of chunk k run on the runner's stream; the graphs
-are then captured only up to N). The overlap lost to the whole batch on the H200 (``benchmarks/h200``
-run 5): in process at batch 64, steps back to back 7,446 images/s against 7,065 in chunks of 32
+are then captured only up to N). The whole batch beat the overlap on the H200 (``benchmarks/h200``,
+run 5, call 2): in process at batch 64, steps back to back 7,446 images/s against 7,065 in chunks of 32
 (TorchScript classifier) and 9,045 against 8,342 (compiled classifier); served with the compiled
 classifier at concurrency 64 and 128, 5,284 and 6,877 images/s whole against 5,114 and 6,048 in
 chunks (2,849 against 2,998 at 32).
 
 The classifier is another entry of the same repository (parameter ``classifier``), a TorchScript
-``model.pt``, or a compiled flavour's ``exported.pt2`` or ``model.pt2`` (``builders/compiled.py``); its newest
-version is loaded. Parameters: ``size``,
-``resize``, ``mean``, ``std`` (the CPU pipeline's), ``top_k``, ``precision``, ``channels_last``,
+``model.pt``, or a compiled flavour's ``exported.pt2`` or ``model.pt2`` (``builders/compiled.py``); its
+newest version is loaded. Parameters: ``size``, ``resize``, ``mean``, ``std`` (the CPU pipeline's),
+``top_k``, ``precision``, ``channels_last``,
 ``cuda_graphs``, ``batch_sizes`` (as the pytorch backend), ``pipeline_chunk`` (images per chunk;
 0, the default: the whole batch at once).
 """

@@ -155,7 +155,7 @@ def _candidates(name: str, base: dict[str, Any], quick: bool) -> list[dict[str, 
     # the tiers). Then fewer and more processes than built (two by default); then whole queues as one batch.
     grid: list[tuple[int, int, list[int], bool]] = [(count, delay, preferred, False), (1, delay, preferred, True),
                                                     (count + 1, delay, preferred, True),
-                                                    (count, 2000 if name == PIPELINE else 500, [], True)]
+                                                    (count, 2000 if name.startswith(PIPELINE) else 500, [], True)]
     alternatives = [{"instances": i, "max_queue_delay_us": d, "preferred_batch_sizes": p, "queue_policies": q}
                     for i, d, p, q in grid]
     return [built] + [a for a in alternatives if a != built][: 1 if quick else None]
