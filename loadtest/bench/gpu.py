@@ -237,7 +237,7 @@ def run_gpu_bench(settings: GpuBenchSettings) -> dict[str, Any]:
         _log("starting Triton ...")
         triton = stack.enter_context(TritonServer(root, models=document["build"]["entries"], ports=TritonPorts.free(),
                                                   startup_timeout_s=900))
-        document["sanity"] = sanity(triton, compiled)
+        document["sanity"] = sanity(triton, compiled, PIPELINE_COMPILED if compiled else "")
         _log(f"sanity: {document['sanity']}")
         _save(settings, document, results)
         workers = settings.workers()

@@ -29,8 +29,20 @@ def served_in_batches(client: Any, model: str, images: np.ndarray, step: int) ->
     return np.concatenate(outputs)
 
 
-def sanity(triton: TritonServer, compiled_entry: str = "") -> dict[str, Any]:
-    """Before any load: the tensor entry agrees with PyTorch, the pipeline with the CPU pipeline's top-1."""
+def _pipeline_top1(client: Any, pipeline: str) -> list[int]:
+    """``pipeline``'s top-1 class of each sample JPEG, one request each."""
+    import tritonclient.http as http
+
+    top1: list[int] = []
+    for data in jpeg_images():
+        image = http.InferInput("IMAGE", [1, len(data)], "UINT8")
+        image.set_data_from_numpy(np.frombuffer(data, dtype=np.uint8).reshape(1, -1))
+        top1.append(int(client.infer(pipeline, [image], outputs=[http.InferRequestedOutput("CLASS_IDS")]).as_numpy("CLASS_IDS")[0][0]))
+    return top1
+
+
+def sanity(triton: TritonServer, compiled_entry: str = "", compiled_pipeline: str = "") -> dict[str, Any]:
+    """Before any load: the tensor entries agree with PyTorch, the pipelines with the CPU pipeline's top-1."""
     import tritonclient.http as http
 
     from builders.export import torch_reference
@@ -45,11 +57,7 @@ def sanity(triton: TritonServer, compiled_entry: str = "") -> dict[str, Any]:
     # In batches the entry takes (16 on a CPU dry run, 256 on a GPU): the samples can outnumber it.
     step = int(client.get_model_config(TENSOR)["max_batch_size"])
     got = served_in_batches(client, TENSOR, images, step)
-    top1: list[int] = []
-    for data in jpeg_images():
-        image = http.InferInput("IMAGE", [1, len(data)], "UINT8")
-        image.set_data_from_numpy(np.frombuffer(data, dtype=np.uint8).reshape(1, -1))
-        top1.append(int(client.infer(PIPELINE, [image], outputs=[http.InferRequestedOutput("CLASS_IDS")]).as_numpy("CLASS_IDS")[0][0]))
+    top1 = _pipeline_top1(client, PIPELINE)
     import torch
 
     with torch.inference_mode():
@@ -59,6 +67,9 @@ def sanity(triton: TritonServer, compiled_entry: str = "") -> dict[str, Any]:
         served = served_in_batches(client, compiled_entry, images, step)
         compiled = {"compiled_top1_agreement": float((served.argmax(1) == expected.argmax(1)).mean()),
                     "compiled_max_abs_error": float(np.abs(served - expected).max())}
+    if compiled_pipeline:
+        compiled["compiled_jpeg_top1_agreement"] = float(np.mean(
+            [a == b for a, b in zip(_pipeline_top1(client, compiled_pipeline), cpu_top1, strict=True)]))
     report = {
         **compiled,
         "tensor_top1_agreement": float((got.argmax(1) == expected.argmax(1)).mean()),
