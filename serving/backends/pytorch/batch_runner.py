@@ -120,9 +120,10 @@ def cpu_share(config: dict[str, Any]) -> int:
     threads as cores, and each OpenMP team spins at its barriers for threads the scheduler has given
     to the other process (it does not know they share the cores). Measured on 2 cores (the GPU
     benchmark's CPU dry run, concurrency 2, two instances): the TorchScript classifier went from 26
-    requests/s at P99 290 ms to 44-51/s at P99 50-60 ms with one thread each; the CPU twin of the GPU
-    pipeline, with two threads each, ran 46/s in one run and 1/s in another (400 ms of CPU per
-    request, both cores busy), and with one thread each 30-31/s in three runs of three.
+    requests/s at P99 290 ms to 42-51/s at P99 50-60 ms with one thread each; the CPU twin of the GPU
+    pipeline, with two threads each, ran 45-52/s in three runs and 1/s in a fourth (403 ms of CPU per
+    request, both cores busy), and with one thread each 30-31/s in three runs of three
+    (``benchmarks/cpu/gpu-bench-dry-run``).
     """
     instances = sum(int(group.get("count", 1)) for group in config.get("instance_group", [])) or 1
     return max(1, len(os.sched_getaffinity(0)) // instances)
