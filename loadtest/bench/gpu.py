@@ -227,12 +227,12 @@ def run_gpu_bench(settings: GpuBenchSettings) -> dict[str, Any]:
         gpu = settings.device == "cuda"
         model_file = latest(root, TENSOR) / "model.pt"
         if gpu:
-            results += tensor_ceiling(model_file, image_tensors(), settings.raw_batches, settings.raw_seconds,
-                                      compiled_file(root, settings.compiled) if compiled else None)
+            compiled_path = compiled_file(root, settings.compiled) if compiled else None
+            results += tensor_ceiling(model_file, image_tensors(), settings.raw_batches, settings.raw_seconds, compiled_path)
             document["jpeg_profile"] = [jpeg_profile(model_file, jpeg_images(), b) for b in (64, 128)]
-            if compiled:
-                document["jpeg_profile"] += [{**jpeg_profile(compiled_file(root, settings.compiled), jpeg_images(), b),
-                                              "classifier": compiled} for b in (64, 128)]
+            if compiled_path is not None:
+                document["jpeg_profile"] += [{**jpeg_profile(compiled_path, jpeg_images(), b), "classifier": compiled}
+                                             for b in (64, 128)]
             _save(settings, document, results)
         _log("starting Triton ...")
         triton = stack.enter_context(TritonServer(root, models=document["build"]["entries"], ports=TritonPorts.free(),
