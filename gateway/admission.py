@@ -158,6 +158,10 @@ class AdmissionControl:
         Raises:
             See :meth:`admit` (all but ``Overloaded``).
         """
+        with ctx.stages.stage("admit"):
+            return await self._check(ctx, name, field)
+
+    async def _check(self, ctx: RequestContext, name: str, field: str) -> str:
         model = self.check_scope(ctx, name, field)
         principal = ctx.principal
         assert principal is not None

@@ -251,7 +251,7 @@ def create_app(
 
     # Outermost first. Context wraps everything so even 401/413 answers get a request id and log line.
     middleware = [
-        Middleware(ContextMiddleware, tracker=tracker, meter=meter),
+        Middleware(ContextMiddleware, tracker=tracker, meter=meter, server_timing=settings.server_timing),
         Middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, renderer=renderer),
         Middleware(
             AuthMiddleware,

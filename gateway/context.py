@@ -1,8 +1,9 @@
 """Per-request state shared by the middleware and the service layer (no web framework here).
 
 The context middleware puts one :class:`RequestContext` in the ASGI scope; authentication fills in
-``principal``, the service fills in ``model`` and ``rate`` once the request is admitted, and the
-context middleware reads them back to set RateLimit headers and record the latency.
+``principal``, the service fills in ``model`` and ``rate`` once the request is admitted, each stage
+adds its time to ``stages``, and the context middleware reads them back to set the RateLimit and
+Server-Timing headers and record the latency.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 
 from gateway.ratelimit import Decision
+from gateway.timing import StageTimes
 from gateway.usage import RequestUsage
 
 __all__ = ["CONTEXT_KEY", "Principal", "RequestContext"]
@@ -49,3 +51,4 @@ class RequestContext:
     rate: Decision | None = None
     admitted: bool = False
     usage: RequestUsage = field(default_factory=RequestUsage)
+    stages: StageTimes = field(default_factory=StageTimes)

@@ -117,6 +117,7 @@ class KServeGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         renderer: the app's error table (exception -> HTTP status).
         tracker: latency statistics.
         meter: usage metering (per key, model and day).
+        server_timing: whether authenticated calls get a ``server-timing`` trailer (:mod:`gateway.timing`).
     """
 
     def __init__(
@@ -126,12 +127,14 @@ class KServeGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         renderer: ProblemRenderer,
         tracker: LatencyTracker,
         meter: UsageMeter | None = None,
+        server_timing: bool = True,
     ) -> None:
         self.service = service
         self.authenticator = authenticator
         self.renderer = renderer
         self.tracker = tracker
         self.meter = meter
+        self.server_timing = server_timing
 
     # -- the plumbing every method shares --------------------------------------------------
 
@@ -147,7 +150,8 @@ class KServeGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         call = _Call(method, context)
         try:
             if not public:
-                call.ctx.principal = await self.authenticator.authenticate(call.metadata)
+                with call.ctx.stages.stage("auth"):
+                    call.ctx.principal = await self.authenticator.authenticate(call.metadata)
             result = await handler(call.ctx, call)
             self._trailers(call, {})
             return result
@@ -176,6 +180,8 @@ class KServeGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         fields = {**(call.ctx.rate.headers() if call.ctx.rate is not None else {}), **dict(headers)}
         fields.pop("content-type", None)
         fields["x-request-id"] = call.ctx.request_id
+        if self.server_timing and call.ctx.principal is not None:
+            fields["server-timing"] = call.ctx.stages.header(time.perf_counter() - call.ctx.started)
         call.context.set_trailing_metadata(tuple((k.lower(), str(v)) for k, v in fields.items()))
 
     def _finish(self, call: _Call) -> None:
@@ -183,9 +189,9 @@ class KServeGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         elapsed = time.perf_counter() - ctx.started
         client = ctx.principal.client_id if ctx.principal else "-"
         if ctx.admitted and ctx.model is not None:
-            self.tracker.record(ctx.model, client, call.status, elapsed)
+            self.tracker.record(ctx.model, client, call.status, elapsed, ctx.stages.seconds)
             if self.meter is not None:
-                self.meter.record(client, ctx.model, call.status, ctx.usage)
+                self.meter.record(client, ctx.model, call.status, ctx.usage, ctx.stages.get("upstream"))
         if access_log.isEnabledFor(logging.INFO):
             access_log.info("%s gRPC %s %d %.2fms client=%s model=%s", ctx.request_id, call.method, call.status,
                             elapsed * 1000, client, ctx.model or "-")
@@ -312,7 +318,7 @@ async def start_grpc_server(
         maximum_concurrent_rpcs=settings.grpc_max_concurrent_rpcs,
     )
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
-        KServeGrpcServicer(service, authenticator, renderer, tracker, meter), server
+        KServeGrpcServicer(service, authenticator, renderer, tracker, meter, settings.server_timing), server
     )
     address = f"{settings.host}:{settings.grpc_port}"
     try:

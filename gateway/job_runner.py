@@ -156,7 +156,7 @@ class JobRunner:
         outcome = await self._outcome(job, run, request)
         if ctx.admitted and ctx.model is not None and outcome is not None:
             status = outcome.error.status if outcome.error is not None else 200
-            self.meter.record(job.owner, ctx.model, status, ctx.usage)
+            self.meter.record(job.owner, ctx.model, status, ctx.usage, ctx.stages.get("upstream"))
         if outcome is None:
             return
         try:

@@ -1,7 +1,7 @@
 """Plain ASGI middleware, composed in one list by the app factory (outermost first):
 
-1. :class:`ContextMiddleware`   request id, timing, RateLimit headers, latency and usage recording,
-                                access log
+1. :class:`ContextMiddleware`   request id, timing, RateLimit and Server-Timing headers, latency and
+                                usage recording, access log
 2. :class:`BodyLimitMiddleware` 413 on a too-large Content-Length, or as soon as a streamed body
                                 passes the limit (the body is never read whole)
 3. :class:`AuthMiddleware`      401/403 before any body is read (client, admin or metrics
@@ -46,16 +46,22 @@ def _headers(scope: Scope) -> dict[str, str]:
 class ContextMiddleware:
     """Creates the request's :class:`RequestContext` and turns it into headers and statistics.
 
+    An authenticated request's answer carries a ``Server-Timing`` header with its stages
+    (:mod:`gateway.timing`) unless ``server_timing`` is off; anonymous callers never get one.
+
     Args:
         app: the next ASGI app.
         tracker: where admitted requests' latencies go.
         meter: where admitted requests' usage goes (per key, model and day).
+        server_timing: whether to send the ``Server-Timing`` header.
     """
 
-    def __init__(self, app: ASGIApp, tracker: LatencyTracker, meter: UsageMeter | None = None) -> None:
+    def __init__(self, app: ASGIApp, tracker: LatencyTracker, meter: UsageMeter | None = None,
+                 server_timing: bool = True) -> None:
         self.app = app
         self.tracker = tracker
         self.meter = meter
+        self.server_timing = server_timing
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -74,6 +80,9 @@ class ContextMiddleware:
                 headers.append((b"x-request-id", request_id.encode()))
                 if ctx.rate is not None and not any(k.lower() == b"ratelimit-limit" for k, _ in headers):
                     headers.extend((k.lower().encode(), v.encode()) for k, v in ctx.rate.headers().items())
+                if self.server_timing and ctx.principal is not None:
+                    total_s = time.perf_counter() - ctx.started
+                    headers.append((b"server-timing", ctx.stages.header(total_s).encode()))
                 message["headers"] = headers
             elif message["type"] == "http.response.body" and not message.get("more_body", False):
                 await send(message)
@@ -87,9 +96,9 @@ class ContextMiddleware:
         elapsed = time.perf_counter() - ctx.started
         client = ctx.principal.client_id if ctx.principal else "-"
         if ctx.admitted and ctx.model is not None:
-            self.tracker.record(ctx.model, client, status, elapsed)
+            self.tracker.record(ctx.model, client, status, elapsed, ctx.stages.seconds)
             if self.meter is not None:
-                self.meter.record(client, ctx.model, status, ctx.usage)
+                self.meter.record(client, ctx.model, status, ctx.usage, ctx.stages.get("upstream"))
         if access_log.isEnabledFor(logging.INFO):
             # Only public ids here: never the Authorization header, a key or a token.
             access_log.info(
@@ -209,8 +218,11 @@ class AuthMiddleware:
                 principal = self.authenticator.check_admin(headers)
             elif path in self.metrics_paths:
                 principal = self.authenticator.check_metrics(headers)
-            else:
+            elif ctx is None:
                 principal = await self.authenticator.authenticate(headers)
+            else:
+                with ctx.stages.stage("auth"):
+                    principal = await self.authenticator.authenticate(headers)
         except GatewayError as exc:
             await self.renderer.answer(scope, send, exc)
             return

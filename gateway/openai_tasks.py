@@ -223,7 +223,7 @@ class OpenAITasks:
         """Run several requests of one client request concurrently, under one admission and one deadline."""
         service = self.service
         async with admission as ticket:
-            with ctx.usage.upstream():
+            with ctx.stages.stage("upstream"):
                 try:
                     async with asyncio.TaskGroup() as group:  # one failure cancels the others
                         routes = [service.traffic.route(ticket.model) for _ in requests]

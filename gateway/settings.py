@@ -186,6 +186,9 @@ class GatewaySettings(JobSettings):
     redis_retry_after_s: float = Field(DEFAULT_REDIS_RETRY_AFTER_S, ge=0)
     tier_limits: dict[str, TierLimit] = Field(default_factory=lambda: dict(DEFAULT_TIER_LIMITS))
     default_tier: str = DEFAULT_TIER
+    server_timing: bool = Field(
+        True, description="send authenticated callers a Server-Timing header with the gateway's stages"
+    )
     max_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, ge=1)
     max_header_bytes: int = Field(DEFAULT_MAX_HEADER_BYTES, ge=1024, description="request line plus headers")
     max_header_count: int = Field(DEFAULT_MAX_HEADER_COUNT, ge=1)

@@ -26,7 +26,7 @@ import tempfile
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -195,6 +195,14 @@ class LatencyTracker:
             buckets=LATENCY_BUCKETS_S,
             registry=self.registry,
         )
+        self.stage_seconds = Histogram(
+            "gateway_stage_duration_seconds",
+            "Time admitted requests spent in each gateway stage (auth, admit, parse, upstream: see "
+            "gateway.timing); the request's total is gateway_request_duration_seconds.",
+            ["model", "stage"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=self.registry,
+        )
         self.rejections = Counter(
             "gateway_rejected_requests",
             "Requests refused before reaching Triton, by reason.",
@@ -266,7 +274,8 @@ class LatencyTracker:
             return client
         return OTHER_CLIENT
 
-    def record(self, model: str, client: str, status: int, seconds: float) -> None:
+    def record(self, model: str, client: str, status: int, seconds: float,
+               stages: Mapping[str, float] | None = None) -> None:
         """One admitted request's latency.
 
         Args:
@@ -274,8 +283,11 @@ class LatencyTracker:
             client: the caller's public id (never a secret).
             status: the HTTP status answered.
             seconds: wall time in the gateway.
+            stages: the seconds of each stage it went through (:mod:`gateway.timing`).
         """
         self.request_seconds.labels(model, str(status)).observe(seconds)
+        for stage, stage_seconds in (stages or {}).items():
+            self.stage_seconds.labels(model, stage).observe(stage_seconds)
         self.client_seconds.labels(self.client_label(client)).observe(seconds)
         if status < 400:
             # Quantiles describe served requests; errors are counted by status in Prometheus.

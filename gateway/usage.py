@@ -27,8 +27,6 @@ import datetime as dt
 import logging
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from typing import Protocol
 
@@ -45,21 +43,14 @@ class UsageStoreError(Exception):
 
 @dataclass
 class RequestUsage:
-    """What one request consumed; filled in by the service, read when the request finishes."""
+    """What one request consumed; filled in by the service, read when the request finishes.
+
+    The time it waited on Triton is its ``upstream`` stage (:mod:`gateway.timing`).
+    """
 
     images: int = 0
     inputs: int = 0
     tokens: int = 0
-    upstream_s: float = 0.0
-
-    @contextmanager
-    def upstream(self) -> Iterator[None]:
-        """Time a call to Triton (added up, for requests that call it more than once)."""
-        started = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.upstream_s += time.perf_counter() - started
 
 
 @dataclass
@@ -136,7 +127,8 @@ class UsageMeter:
             self._today = (start, start + 86_400, day)
         return day
 
-    def record(self, client: str, model: str, status: int, usage: RequestUsage, now: float | None = None) -> None:
+    def record(self, client: str, model: str, status: int, usage: RequestUsage, upstream_s: float,
+               now: float | None = None) -> None:
         """One admitted request, once it is answered.
 
         Args:
@@ -144,13 +136,14 @@ class UsageMeter:
             model: the (admitted) model.
             status: the HTTP status answered.
             usage: what the request consumed.
+            upstream_s: the time it waited on Triton (its ``upstream`` stage).
             now: wall-clock time (default: now).
         """
         day = self._day(time.time() if now is None else now)
         row = self._pending.get((day, client, model))
         if row is None:
             row = self._pending[(day, client, model)] = UsageRow(day, client, model)
-        row.compute_us += round(usage.upstream_s * 1_000_000)
+        row.compute_us += round(upstream_s * 1_000_000)
         if status >= 400:
             row.failed += 1
             return

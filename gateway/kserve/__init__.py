@@ -29,9 +29,11 @@ from gateway.kserve._rest import (
     ParseLimits,
     parse_rest,
 )
+from gateway.kserve._rest import split_point as _split
 from gateway.kserve._rest_encode import encode_rest
 from gateway.kserve._types import (
     DATATYPES,
+    NUMERIC_BINARY_DISCOUNT,
     InferRequest,
     InputTensor,
     ParameterValue,
@@ -76,8 +78,26 @@ class RestBody:
 
     @property
     def size(self) -> int:
-        """Bytes received (what decides whether checking it moves off the event loop)."""
+        """Bytes received."""
         return len(self.body)
+
+    @property
+    def work_bytes(self) -> int:
+        """What checking it costs, in bytes of JSON (what decides whether that moves off the event loop).
+
+        JSON counts whole. A binary part counts whole only when the JSON header could declare a
+        BYTES tensor (it names ``BYTES``, or holds an escape that could spell it); numeric binary
+        data is a copy and counts :data:`NUMERIC_BINARY_DISCOUNT` times less. A malformed header
+        length counts the whole body (parsing will refuse it).
+        """
+        split = _split(self.header_length, len(self.body))
+        if split is None:
+            return len(self.body)
+        tail = len(self.body) - split
+        header = self.body[:split]
+        if b"BYTES" in header or b"\\" in header:
+            return len(self.body)
+        return split + tail // NUMERIC_BINARY_DISCOUNT
 
     def parse(self, limits: ParseLimits | None = None) -> InferRequest:
         """:func:`parse_rest` of this body."""

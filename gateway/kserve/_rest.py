@@ -174,16 +174,25 @@ def _shape(value: Any, where: str, limits: ParseLimits) -> tuple[int, ...]:
     return tuple(value)
 
 
+def split_point(value: str | None, body_length: int) -> int | None:
+    """Where the JSON header ends, from the ``Inference-Header-Content-Length`` value; ``None``
+    when there is none or it is malformed (which :func:`parse_rest` refuses)."""
+    text = (value or "").strip()
+    if not text.isascii() or not text.isdigit() or not 0 < int(text) <= body_length:
+        return None
+    return int(text)
+
+
 def _header_length(value: str | None, body_length: int) -> int | None:
     if value is None:
         return None
-    text = value.strip()
-    if not text.isascii() or not text.isdigit() or not 0 < int(text) <= body_length:
+    split = split_point(value, body_length)
+    if split is None:
         raise _bad(
             f"{HEADER_LENGTH} must be a whole number of bytes between 1 and the body length ({body_length})",
             HEADER_LENGTH,
         )
-    return int(text)
+    return split
 
 
 def parse_rest(

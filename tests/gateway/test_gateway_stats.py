@@ -77,3 +77,30 @@ def test_metrics_expose_fine_histograms(gateway, admin) -> None:
     assert f'gateway_client_request_duration_seconds_count{{client="key:{key["key_id"]}"}}' in text
     assert "gateway_triton_compute_mean_seconds" in text
     assert "gateway_rejected_requests_total" in text or "gateway_rejected_requests" in text
+
+
+def _server_timing(value: str) -> dict[str, float]:
+    parts = (part.strip().split(";dur=") for part in value.split(","))
+    return {name: float(ms) for name, ms in parts}
+
+
+def test_server_timing_splits_the_gateways_time_by_stage(gateway, admin) -> None:
+    """Each stage a KServe request goes through is timed, sent back as Server-Timing and counted in
+    the stage histogram; the stages fit inside the total, and anonymous callers get no timing."""
+    headers = admin.headers(admin.create_key())
+    before = httpx.get(gateway.url + "/metrics", headers=METRICS_HEADERS).text
+    response = httpx.post(gateway.url + INFER, json=tiny_request(), headers=headers)
+    assert response.status_code == 200
+    stages = _server_timing(response.headers["server-timing"])
+    assert list(stages) == ["auth", "admit", "parse", "upstream", "total"]
+    assert all(ms >= 0 for ms in stages.values())
+    assert stages["auth"] + stages["admit"] + stages["parse"] + stages["upstream"] <= stages["total"]
+    after = httpx.get(gateway.url + "/metrics", headers=METRICS_HEADERS).text
+
+    def count(text: str, stage: str) -> float:
+        line = f'gateway_stage_duration_seconds_count{{model="tiny_linear",stage="{stage}"}} '
+        return sum(float(row.removeprefix(line)) for row in text.splitlines() if row.startswith(line))
+
+    assert all(count(after, stage) == count(before, stage) + 1 for stage in ("auth", "admit", "parse", "upstream"))
+    anonymous = httpx.post(gateway.url + INFER, json=tiny_request())
+    assert anonymous.status_code == 401 and "server-timing" not in anonymous.headers

@@ -31,10 +31,10 @@ async def test_meter_adds_up_in_sqlite_across_meters(tmp_path: Path) -> None:
     first, second = UsageMeter(store), UsageMeter(SqliteUsageStore(tmp_path / "usage.sqlite3"))
     day = dt.datetime(2026, 12, 2, 23, 59, tzinfo=dt.UTC).timestamp()
     for _ in range(3):
-        first.record("key:a", "m", 200, RequestUsage(inputs=2, tokens=11, upstream_s=0.001), now=day)
-    second.record("key:a", "m", 200, RequestUsage(images=4, upstream_s=0.002), now=day)
-    second.record("key:a", "m", 502, RequestUsage(inputs=9, upstream_s=0.5), now=day)
-    second.record("key:b", "m", 200, RequestUsage(), now=day + 120)  # the next UTC day
+        first.record("key:a", "m", 200, RequestUsage(inputs=2, tokens=11), 0.001, now=day)
+    second.record("key:a", "m", 200, RequestUsage(images=4), 0.002, now=day)
+    second.record("key:a", "m", 502, RequestUsage(inputs=9), 0.5, now=day)
+    second.record("key:b", "m", 200, RequestUsage(), 0.0, now=day + 120)  # the next UTC day
     await first.flush()
     await second.flush()
     rows = await first.read("2026-12-01", "2026-12-03", None)
@@ -71,10 +71,10 @@ class _Unreachable:
 
 async def test_counts_survive_a_failed_flush(tmp_path: Path) -> None:
     meter = UsageMeter(_Unreachable())
-    meter.record("key:a", "m", 200, RequestUsage(inputs=1))
+    meter.record("key:a", "m", 200, RequestUsage(inputs=1), 0.0)
     with pytest.raises(UsageStoreError):
         await meter.flush()
-    meter.record("key:a", "m", 200, RequestUsage(inputs=1))
+    meter.record("key:a", "m", 200, RequestUsage(inputs=1), 0.0)
     meter.store = SqliteUsageStore(tmp_path / "usage.sqlite3")
     await meter.flush()
     today = dt.datetime.now(dt.UTC).date().isoformat()

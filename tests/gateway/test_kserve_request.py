@@ -18,7 +18,16 @@ import tritonclient.http as http
 
 from gateway.compression import BoundedDecoder
 from gateway.errors import BadRequest, PayloadTooLarge
-from gateway.kserve import HEADER_LENGTH, InferRequest, InputTensor, ParseLimits, encode_rest, parse_rest
+from gateway.kserve import (
+    HEADER_LENGTH,
+    GrpcBody,
+    InferRequest,
+    InputTensor,
+    ParseLimits,
+    RestBody,
+    encode_rest,
+    parse_rest,
+)
 from gateway.kserve._strict_json import nesting_depth
 from gateway.triton import safe_message
 
@@ -345,3 +354,33 @@ def test_datatypes_come_from_tritons_schema_and_tritonclient_maps_each() -> None
     assert {"BOOL", "FP16", "FP32", "BF16", "INT64", "UINT64", "BYTES"} <= set(DATATYPES)
     assert all(triton_to_np_dtype(datatype) is not None for datatype in DATATYPES)
     assert element_size("BF16") == 2 and element_size("BYTES") is None
+
+
+def test_work_bytes_weigh_what_checking_a_body_costs() -> None:
+    """Numeric binary data is a copy and weighs little; JSON and binary BYTES weigh whole, also when
+    the header only spells BYTES through an escape; a bad header length weighs the whole body."""
+    image = RestBody(*_client_body({"UINT8": np.zeros((1, 600_000), dtype=np.uint8)}, binary=True))
+    assert image.work_bytes < 2_000 < image.size
+    strings = RestBody(*_client_body({"BYTES": np.array([b""] * 20_000, dtype=np.object_)}, binary=True))
+    assert strings.work_bytes == strings.size
+    values = RestBody(*_client_body({"FP32": np.zeros(20_000, dtype=np.float32)}, binary=False))
+    assert values.work_bytes == values.size
+    assert image.header_length is not None
+    split = int(image.header_length)
+    escaped = image.body[:split].replace(b'"UINT8"', b'"\\u0042YTES"')
+    disguised = RestBody(escaped + image.body[split:], str(len(escaped)))
+    assert disguised.work_bytes == disguised.size
+    assert RestBody(image.body, "twelve").work_bytes == image.size
+
+
+def test_grpc_work_bytes_weigh_raw_bytes_tensors_whole() -> None:
+    from tritonclient.grpc import service_pb2 as pb
+
+    def message(datatype: str) -> GrpcBody:
+        request = pb.ModelInferRequest(model_name="m")
+        request.inputs.add(name="x", datatype=datatype, shape=[1, 600_000])
+        request.raw_input_contents.append(bytes(600_000))
+        return GrpcBody(request)
+
+    assert message("UINT8").work_bytes < 2_000
+    assert message("BYTES").work_bytes >= 600_000
