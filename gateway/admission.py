@@ -13,6 +13,10 @@ and nothing per model exists before the model is known):
    tiers, whose share is smaller, are shed first while the rest of the bound stays free for higher
    ones.
 
+Steps 3 and 5 are one call to the rate limiter (one Redis round trip), so the index of step 4 is
+read before it; the answers still come in this order, and a model's bucket is only touched once
+step 4 has passed.
+
 A generation job (:mod:`gateway.job_runner`) passes steps 1-5 when it is submitted (:meth:`check`)
 and takes step 6 only when a worker runs it (:meth:`slot`), with the job's own deadline.
 
@@ -166,34 +170,40 @@ class AdmissionControl:
         principal = ctx.principal
         assert principal is not None
         tier = self.settings.tier_limit(principal.tier)
-        key_decision = None
-        key_limit = tier.key_limit()
-        if key_limit is not None:
-            key_decision = await self.limiter.hit(key_bucket(principal.client_id), key_limit)
-            if not key_decision.allowed:
-                ctx.rate = key_decision
-                self.tracker.reject("rate_limit")
-                raise RateLimited(
-                    f"rate limit across all models exceeded (tier '{principal.tier}': "
-                    f"{key_limit.per_minute:g}/min, burst {key_limit.burst})",
-                    retry_after_s=key_decision.retry_after_s,
-                    headers=key_decision.headers(),
-                )
-        await self.known(name, model)
-        model_limit = tier.model_limit()
+        # Both buckets in one limiter call (one Redis round trip); the model's is only touched for a
+        # model Triton serves, and only once the caller's bucket across all models has admitted.
+        served = model in await self.catalog.known(model)
+        key_limit, model_limit = tier.key_limit(), tier.model_limit() if served else None
+        checks = [(key_bucket(principal.client_id), key_limit)] if key_limit is not None else []
         if model_limit is not None:
-            decision = await self.limiter.hit(model_bucket(principal.client_id, model), model_limit)
-            ctx.rate = _tighter(decision, key_decision)
-            if not decision.allowed:
-                self.tracker.reject("rate_limit")
-                raise RateLimited(
-                    f"rate limit for model '{model}' exceeded (tier '{principal.tier}': "
-                    f"{model_limit.per_minute:g}/min, burst {model_limit.burst})",
-                    retry_after_s=decision.retry_after_s,
-                    headers=decision.headers(),
-                )
-        else:
+            checks.append((model_bucket(principal.client_id, model), model_limit))
+        decisions = await self.limiter.hit_all(checks) if checks else []
+        key_decision = decisions[0] if key_limit is not None else None
+        if key_limit is not None and not decisions[0].allowed:
+            ctx.rate = decisions[0]
+            self.tracker.reject("rate_limit")
+            raise RateLimited(
+                f"rate limit across all models exceeded (tier '{principal.tier}': "
+                f"{key_limit.per_minute:g}/min, burst {key_limit.burst})",
+                retry_after_s=decisions[0].retry_after_s,
+                headers=decisions[0].headers(),
+            )
+        if not served:
+            self.tracker.reject("unknown_model")
+            raise ModelNotFound(name)
+        if model_limit is None:
             ctx.rate = key_decision  # None for an unlimited tier: no RateLimit headers
+            return model
+        decision = decisions[-1]
+        ctx.rate = _tighter(decision, key_decision)
+        if not decision.allowed:
+            self.tracker.reject("rate_limit")
+            raise RateLimited(
+                f"rate limit for model '{model}' exceeded (tier '{principal.tier}': "
+                f"{model_limit.per_minute:g}/min, burst {model_limit.burst})",
+                retry_after_s=decision.retry_after_s,
+                headers=decision.headers(),
+            )
         return model
 
     @asynccontextmanager

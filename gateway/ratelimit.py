@@ -18,6 +18,7 @@ import asyncio
 import logging
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -97,6 +98,11 @@ class RateLimiter(Protocol):
 
     async def hit(self, bucket: str, limit: RateLimit) -> Decision: ...
 
+    async def hit_all(self, checks: Sequence[tuple[str, RateLimit]]) -> list[Decision]:
+        """Hit each bucket in order until one refuses: the decisions so far, the refusal last
+        (buckets after it are not touched). In Redis, one round trip for them all."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -111,6 +117,14 @@ class InProcessRateLimiter:
     def __init__(self, max_buckets: int = 100_000) -> None:
         self._tats: dict[str, float] = {}
         self._max_buckets = max_buckets
+
+    async def hit_all(self, checks: Sequence[tuple[str, RateLimit]]) -> list[Decision]:
+        decisions: list[Decision] = []
+        for bucket, limit in checks:
+            decisions.append(await self.hit(bucket, limit))
+            if not decisions[-1].allowed:
+                break
+        return decisions
 
     async def hit(self, bucket: str, limit: RateLimit) -> Decision:
         now = time.monotonic()
@@ -130,27 +144,33 @@ class InProcessRateLimiter:
         self._tats.clear()
 
 
-# KEYS[1] bucket; ARGV: interval_us, burst. Returns {allowed, remaining, reset_us, retry_after_us}.
+# KEYS: the buckets, in order; ARGV: interval_us and burst of each in turn. Each bucket's answer is
+# {allowed, remaining, reset_us, retry_after_us}, all in one flat list; the first refusal ends it.
 _GCRA_LUA = """
-local interval = tonumber(ARGV[1])
-local burst = tonumber(ARGV[2])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
-if tat < now then tat = now end
-local new_tat = tat + interval
-local window = interval * burst
-local diff = new_tat - now
-if diff > window then
-  return {0, 0, tat - now, diff - window}
+local out = {}
+for i, key in ipairs(KEYS) do
+  local interval = tonumber(ARGV[2 * i - 1])
+  local burst = tonumber(ARGV[2 * i])
+  local tat = tonumber(redis.call('GET', key) or '0')
+  if tat < now then tat = now end
+  local new_tat = tat + interval
+  local window = interval * burst
+  local diff = new_tat - now
+  if diff > window then
+    for _, v in ipairs({0, 0, tat - now, diff - window}) do out[#out + 1] = v end
+    return out
+  end
+  redis.call('SET', key, string.format('%.0f', new_tat), 'PX', math.ceil(diff / 1000) + 1000)
+  for _, v in ipairs({1, math.floor((window - diff) / interval), diff, 0}) do out[#out + 1] = v end
 end
-redis.call('SET', KEYS[1], string.format('%.0f', new_tat), 'PX', math.ceil(diff / 1000) + 1000)
-return {1, math.floor((window - diff) / interval), diff, 0}
+return out
 """
 
 
 class RedisRateLimiter:
-    """GCRA in Redis, one Lua script per check, shared by every replica using the same Redis.
+    """GCRA in Redis, one Lua script per request's checks, shared by every replica using the same Redis.
 
     Args:
         url: a ``redis://`` URL.
@@ -187,13 +207,18 @@ class RedisRateLimiter:
         return time.monotonic() >= self._down_until
 
     async def hit(self, bucket: str, limit: RateLimit) -> Decision:
+        return (await self.hit_all([(bucket, limit)]))[0]
+
+    async def hit_all(self, checks: Sequence[tuple[str, RateLimit]]) -> list[Decision]:
         if not self.available:
-            return self._on_failure(limit)
-        interval_us = int(60_000_000 / limit.per_minute)
+            return [self._on_failure(limit) for _, limit in checks]
+        args: list[int] = []
+        for _, limit in checks:
+            args += [int(60_000_000 / limit.per_minute), limit.burst]
         try:
             # The client's own socket timeout covers I/O; wait_for also bounds reconnect loops.
-            allowed, remaining, reset_us, retry_us = await asyncio.wait_for(
-                self._script(keys=[self._prefix + bucket], args=[interval_us, limit.burst]),
+            flat = await asyncio.wait_for(
+                self._script(keys=[self._prefix + bucket for bucket, _ in checks], args=args),
                 timeout=self._timeout_s * 2,
             )
         except Exception as exc:  # any Redis/socket failure takes the configured policy
@@ -201,15 +226,18 @@ class RedisRateLimiter:
             log.warning(
                 "rate limiter: Redis unavailable (%s); policy=%s", type(exc).__name__, self._policy.value
             )
-            return self._on_failure(limit)
-        return Decision(
-            allowed=bool(allowed),
-            limit=limit.burst,
-            remaining=int(remaining),
-            reset_s=int(reset_us) / 1e6,
-            retry_after_s=int(retry_us) / 1e6,
-            policy=_policy(limit),
-        )
+            return [self._on_failure(limit) for _, limit in checks]
+        return [
+            Decision(
+                allowed=bool(flat[i]),
+                limit=limit.burst,
+                remaining=int(flat[i + 1]),
+                reset_s=int(flat[i + 2]) / 1e6,
+                retry_after_s=int(flat[i + 3]) / 1e6,
+                policy=_policy(limit),
+            )
+            for i, (_, limit) in zip(range(0, len(flat), 4), checks, strict=False)
+        ]
 
     def _on_failure(self, limit: RateLimit) -> Decision:
         if self._policy is RedisFailurePolicy.CLOSED:

@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from loadtest.bench.cpu_split import cpu_snapshot, cpu_split
+from loadtest.bench.gateway_split import gateway_counters, gateway_split
 from loadtest.bench.gpu_report import evaluate_targets, print_gpu_report, result_row, save_gpu_plot
 from loadtest.bench.gpu_sanity import sanity
 from loadtest.bench.gpu_setup import (
@@ -62,7 +63,7 @@ from loadtest.bench.gpu_setup import (
     unavailable,
 )
 from loadtest.bench.report import machine_description
-from loadtest.bench.servers import gateway_server, naive_server
+from loadtest.bench.servers import BenchGateway, gateway_server, naive_server
 from loadtest.bench.settings import Result
 from loadtest.bench.triton_split import model_counters, split
 from loadtest.loadgen import (
@@ -141,7 +142,7 @@ def _jpeg_inputs() -> tuple[dict[str, np.ndarray], ...]:
     return tuple({"IMAGE": np.frombuffer(data, dtype=np.uint8).reshape(1, -1)} for data in jpeg_images())
 
 
-def _targets(triton: TritonServer, gateway: tuple[str, str] | None, naive: str | None,
+def _targets(triton: TritonServer, gateway: BenchGateway | None, naive: str | None,
              compiled: str, gpu: bool) -> dict[str, Target]:
     url = triton.http_url
     # Direct clients ask for the first priority level, as the gateway does for its best tier: without
@@ -168,7 +169,7 @@ def _targets(triton: TritonServer, gateway: tuple[str, str] | None, naive: str |
         targets["tensor compiled cuda-shm"] = replace(tensor, model=compiled, shared_memory=shared, name="tensor compiled cuda-shm")
         targets["jpeg compiled"] = replace(jpeg, model=PIPELINE_COMPILED, name="jpeg compiled")
     if gateway is not None:
-        base, key = gateway
+        base, key, _ = gateway
         # The gateway sets the priority from the key's tier and refuses one a client sends.
         targets["jpeg gateway"] = replace(jpeg, url=base.removeprefix("http://"), headers={"Authorization": f"Bearer {key}"},
                                           name="jpeg gateway", priority=0)
@@ -291,15 +292,21 @@ def run_gpu_bench(settings: GpuBenchSettings) -> dict[str, Any]:
             # Triton's own split of the point's time (queue, stub, outside Triton), for its targets
             # (the gateway's requests reach the same model); the naive server has none.
             model = target.model if isinstance(target, TritonTarget) else ""
+            # The gateway's points also get its own split (stages, the hop to Triton, before its code).
+            via_gateway = "gateway" in name
+            gateway_before = gateway_counters(gateway.url, gateway.metrics_token) if via_gateway else {}
             before, cpu_before, point_started = model_counters(triton.http_url, model) if model else {}, cpu_snapshot(), time.perf_counter()
             results.append(result_row(name, run_load(spec, settings.clients), capacities[(client, concurrency)],
                                       IMAGES_PER_REQUEST.get(name, 1)))
             span, cpu_after = time.perf_counter() - point_started, cpu_snapshot()
             if model:
                 inside = split(model, before, model_counters(triton.http_url, model))
-                document.setdefault("triton_split", []).append(
-                    {"config": name, "concurrency": concurrency, **inside.as_dict(results[-1].mean_ms),
-                     "cpu": cpu_split(cpu_before, cpu_after, span, inside.requests)})
+                row = {"config": name, "concurrency": concurrency, **inside.as_dict(results[-1].mean_ms),
+                       "cpu": cpu_split(cpu_before, cpu_after, span, inside.requests)}
+                if via_gateway:
+                    stages = gateway_split(gateway_before, gateway_counters(gateway.url, gateway.metrics_token))
+                    row["gateway"] = stages.as_dict(results[-1].mean_ms, inside.in_triton_ms)
+                document.setdefault("triton_split", []).append(row)
             _log(f"  {results[-1].throughput:,.0f}/s, P99 {results[-1].p99_ms:.1f} ms, errors {results[-1].errors}")
             _save(settings, document, results)
         if settings.sweep and settings.budget_s:

@@ -9,17 +9,19 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 from loadtest.bench.settings import DEFAULT_MODEL
 from serving.launcher import TritonPorts, TritonServer, TritonStartError
 from serving.ports import reserve_port
 from serving.processes import ManagedProcess, ProcessStartError, child_env, python_module
 
-__all__ = ["gateway_server", "naive_embedding_server", "naive_server", "start_triton"]
+__all__ = ["BenchGateway", "gateway_server", "naive_embedding_server", "naive_server", "start_triton"]
 
 _BENCH_TIER = "loadtest-bench"
 
@@ -70,9 +72,17 @@ def _accepts(port: int) -> bool:
     return False
 
 
+class BenchGateway(NamedTuple):
+    """A gateway started for a benchmark: its base URL, a client key, and the ``/metrics`` credential."""
+
+    url: str
+    key: str
+    metrics_token: str
+
+
 @contextlib.contextmanager
-def gateway_server(triton_http_url: str, workdir: Path, workers: int = 1) -> Iterator[tuple[str, str]]:
-    """Start the real gateway as a subprocess with a fresh API key; yields ``(base URL, key)``.
+def gateway_server(triton_http_url: str, workdir: Path, workers: int = 1) -> Iterator[BenchGateway]:
+    """Start the real gateway as a subprocess with a fresh API key and metrics token.
 
     The key's tier has limits far above the offered load, so the benchmark measures the gateway's
     cost, not its rate limiter; the in-flight bound is raised above the largest concurrency.
@@ -85,6 +95,7 @@ def gateway_server(triton_http_url: str, workdir: Path, workers: int = 1) -> Ite
                                                "free": {"per_minute": 10, "burst": 5}}),
             "GATEWAY_MAX_IN_FLIGHT_PER_MODEL": "4096",
             "GATEWAY_LOG_LEVEL": "warning",
+            "GATEWAY_METRICS_TOKEN": secrets.token_urlsafe(24),
         }
         keys_db = workdir / "gateway_keys.sqlite3"
         options: list[str] = ["--keys-db", str(keys_db)]
@@ -98,7 +109,7 @@ def gateway_server(triton_http_url: str, workdir: Path, workers: int = 1) -> Ite
         process = stack.enter_context(ManagedProcess(command, name="gateway", log_path=workdir / "gateway.log",
                                                      env=child_env(extra)))
         process.wait_http(f"http://127.0.0.1:{port}/healthz", 120)
-        yield f"http://127.0.0.1:{port}", key
+        yield BenchGateway(f"http://127.0.0.1:{port}", key, extra["GATEWAY_METRICS_TOKEN"])
 
 
 def _create_key(keys_db: Path, redis_url: str | None) -> tuple[str, str]:

@@ -114,7 +114,7 @@ def _targets(settings: BenchSettings, configs: list[str], stack: contextlib.Exit
     # One gateway and one naive server, started where a configuration uses them.
     address, auth, naive_base = "", {}, ""
     if {"gateway", "gateway-jpeg"} & set(configs):
-        base, key = stack.enter_context(gateway_server(triton.http_url, workdir))
+        base, key, _ = stack.enter_context(gateway_server(triton.http_url, workdir))
         address, auth = base.removeprefix("http://"), {"Authorization": f"Bearer {key}"}
     if {"naive", "naive-jpeg"} & set(configs):
         precision = "fp16" if settings.device == "cuda" else "fp32"

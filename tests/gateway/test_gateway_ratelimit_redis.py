@@ -94,3 +94,29 @@ def test_redis_outage_follows_the_policy(gateway_factory, tiny_triton, tmp_path,
     assert "Redis" in api_error(response, 503).message
     assert gateway.process.running()  # the outage never takes the gateway down
     assert httpx.get(gateway.url + "/healthz").status_code == 200
+
+
+@pytest.mark.parametrize("store", ["redis", "in-process"])
+async def test_hit_all_stops_at_the_first_refusal(store: str, redis_url: str) -> None:
+    """Both of a request's buckets in one call: the refusal is the last decision, and a bucket after
+    it keeps its tokens; the same in Redis (one script) and in process."""
+    import uuid
+
+    from gateway.ratelimit import InProcessRateLimiter, RedisRateLimiter
+    from gateway.tiers import RateLimit
+
+    limiter = RedisRateLimiter(redis_url, prefix=f"t{uuid.uuid4().hex}:") if store == "redis" else InProcessRateLimiter()
+    one, two = RateLimit(per_minute=1, burst=1), RateLimit(per_minute=1, burst=2)
+    try:
+        first = await limiter.hit_all([("key", two), ("key:m", one)])
+        assert [d.allowed for d in first] == [True, True] and [d.remaining for d in first] == [1, 0]
+        # The model's bucket refuses: the key's token is taken all the same (as two calls would).
+        second = await limiter.hit_all([("key", two), ("key:m", one)])
+        assert [d.allowed for d in second] == [True, False] and second[1].retry_after_s > 0
+        # The key's bucket refuses: the other model's bucket is not touched.
+        third = await limiter.hit_all([("key", two), ("key:other", one)])
+        assert [d.allowed for d in third] == [False]
+        assert (await limiter.hit("key:other", one)).allowed
+        assert not any(d.degraded for d in (*first, *second, *third))
+    finally:
+        await limiter.close()

@@ -37,11 +37,11 @@ def loadtest_triton(loadtest_repository: Path) -> Iterator[TritonServer]:
 def gateway(loadtest_triton: TritonServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """The gateway as a subprocess, with a high-limit key and a free-tier key.
 
-    Yields ``{"url", "key", "free_key"}``.
+    Yields ``{"url", "key", "free_key", "metrics_token"}``.
     """
     from gateway.keys_sqlite import SqliteKeyStore
 
     workdir = tmp_path_factory.mktemp("gateway")
-    with gateway_server(loadtest_triton.http_url, workdir) as (url, key):
+    with gateway_server(loadtest_triton.http_url, workdir) as (url, key, metrics_token):
         _, free_key = SqliteKeyStore(Path(workdir) / "gateway_keys.sqlite3").create("loadtest-free", ["*"], "free")
-        yield {"url": url, "key": key, "free_key": free_key}
+        yield {"url": url, "key": key, "free_key": free_key, "metrics_token": metrics_token}

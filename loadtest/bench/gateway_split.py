@@ -1,0 +1,83 @@
+"""Where a request's time goes in the gateway during one load point, from the gateway's own metrics.
+
+The gateway times each admitted request's stages (:mod:`gateway.timing`: ``auth``, ``admit``,
+``parse``, ``upstream``) into ``gateway_stage_duration_seconds`` and the whole request into
+``gateway_request_duration_seconds``; with several workers, one scrape of ``/metrics`` sums them
+all. Two scrapes around a load point give each stage's mean per request over the point. Beside the
+client's mean latency and Triton's own time (:mod:`loadtest.bench.triton_split`), they split what
+a request spent outside Triton into:
+
+==================  ==============================================================================
+``before_app``      client's mean minus the gateway's total: the client, the connection, HTTP
+                    parsing and the gateway event loop's backlog before the request's code ran
+``auth`` ...        the gateway's stages
+``to_triton``       ``upstream`` minus Triton's arrival-to-response time: the hop to Triton and back
+                    (the connection pool, HTTP both ways, the event loop's backlog on the answer)
+``other``           the gateway's total minus its stages: routing, reading the body, FastAPI, the
+                    answer's encoding
+==================  ==============================================================================
+
+Means, not percentiles, as with Triton's statistics; the scrapes include the point's warm-up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["GatewaySplit", "gateway_counters", "gateway_split"]
+
+STAGES = ("auth", "admit", "parse", "upstream")
+
+
+def gateway_counters(base_url: str, token: str) -> dict[str, float]:
+    """The gateway's cumulative stage and request sums (seconds) and counts, all models together."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(f"{base_url}/metrics", headers={"Authorization": f"Bearer {token}"}, timeout=30).raise_for_status().text
+    counters: dict[str, float] = {f"{name}_{kind}": 0.0 for name in (*STAGES, "total") for kind in ("s", "n")}
+    for family in text_string_to_metric_families(text):
+        if family.name not in ("gateway_stage_duration_seconds", "gateway_request_duration_seconds"):
+            continue
+        for sample in family.samples:
+            kind = {"_sum": "s", "_count": "n"}.get(sample.name.removeprefix(family.name))
+            name = sample.labels.get("stage", "total")
+            if kind is not None and f"{name}_{kind}" in counters:
+                counters[f"{name}_{kind}"] += sample.value
+    return counters
+
+
+@dataclass(frozen=True)
+class GatewaySplit:
+    """The gateway's requests between two scrapes: how many, and each stage's mean per request (ms)."""
+
+    requests: int
+    total_ms: float
+    auth_ms: float
+    admit_ms: float
+    parse_ms: float
+    upstream_ms: float
+
+    @property
+    def other_ms(self) -> float:
+        return self.total_ms - self.auth_ms - self.admit_ms - self.parse_ms - self.upstream_ms
+
+    def as_dict(self, client_mean_ms: float, in_triton_ms: float) -> dict[str, Any]:
+        """The split, with what lies before the gateway's code and on the hop to Triton."""
+        figures: dict[str, Any] = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        figures.update(other_ms=self.other_ms, before_app_ms=client_mean_ms - self.total_ms,
+                       to_triton_ms=self.upstream_ms - in_triton_ms)
+        return figures
+
+
+def gateway_split(before: dict[str, float], after: dict[str, float]) -> GatewaySplit:
+    """The means of the requests the gateway answered between the two scrapes."""
+    delta = {k: after[k] - before[k] for k in after}
+
+    def mean_ms(name: str) -> float:
+        count = delta[f"{name}_n"]
+        return delta[f"{name}_s"] / count * 1000 if count else 0.0
+
+    return GatewaySplit(requests=int(delta["total_n"]), total_ms=mean_ms("total"), auth_ms=mean_ms("auth"),
+                        admit_ms=mean_ms("admit"), parse_ms=mean_ms("parse"), upstream_ms=mean_ms("upstream"))
