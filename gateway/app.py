@@ -211,7 +211,7 @@ def create_app(
                 settings, app.state.service, authenticator, renderer, tracker, meter
             )
         tasks = [asyncio.create_task(meter.flush_forever(settings.usage_flush_interval_s)),
-                 asyncio.create_task(runner.run())]
+                 asyncio.create_task(runner.run()), asyncio.create_task(tracker.watch_event_loop())]
         if tracker.store is not None:
             tasks.append(asyncio.create_task(tracker.publish_forever(settings.stats_publish_interval_s)))
         if settings.triton_stats_interval_s > 0:

@@ -17,6 +17,10 @@ a request spent outside Triton into:
                     answer's encoding
 ==================  ==============================================================================
 
+Beside them, ``loop_lag``: how late the workers' event loops ran a timer, on average over the point
+(``gateway_event_loop_lag_seconds``). Each await of a request waits about that long before it runs
+again, so a backed-up loop shows here while the stages only show its effect.
+
 Means, not percentiles, as with Triton's statistics; the scrapes include the point's warm-up.
 """
 
@@ -36,13 +40,15 @@ def gateway_counters(base_url: str, token: str) -> dict[str, float]:
     from prometheus_client.parser import text_string_to_metric_families
 
     text = httpx.get(f"{base_url}/metrics", headers={"Authorization": f"Bearer {token}"}, timeout=30).raise_for_status().text
-    counters: dict[str, float] = {f"{name}_{kind}": 0.0 for name in (*STAGES, "total") for kind in ("s", "n")}
+    families = {"gateway_stage_duration_seconds": "", "gateway_request_duration_seconds": "total",
+                "gateway_event_loop_lag_seconds": "loop_lag"}
+    counters: dict[str, float] = {f"{name}_{kind}": 0.0 for name in (*STAGES, "total", "loop_lag") for kind in ("s", "n")}
     for family in text_string_to_metric_families(text):
-        if family.name not in ("gateway_stage_duration_seconds", "gateway_request_duration_seconds"):
+        if family.name not in families:
             continue
         for sample in family.samples:
             kind = {"_sum": "s", "_count": "n"}.get(sample.name.removeprefix(family.name))
-            name = sample.labels.get("stage", "total")
+            name = sample.labels.get("stage", families[family.name])
             if kind is not None and f"{name}_{kind}" in counters:
                 counters[f"{name}_{kind}"] += sample.value
     return counters
@@ -58,6 +64,7 @@ class GatewaySplit:
     admit_ms: float
     parse_ms: float
     upstream_ms: float
+    loop_lag_ms: float
 
     @property
     def other_ms(self) -> float:
@@ -80,4 +87,5 @@ def gateway_split(before: dict[str, float], after: dict[str, float]) -> GatewayS
         return delta[f"{name}_s"] / count * 1000 if count else 0.0
 
     return GatewaySplit(requests=int(delta["total_n"]), total_ms=mean_ms("total"), auth_ms=mean_ms("auth"),
-                        admit_ms=mean_ms("admit"), parse_ms=mean_ms("parse"), upstream_ms=mean_ms("upstream"))
+                        admit_ms=mean_ms("admit"), parse_ms=mean_ms("parse"), upstream_ms=mean_ms("upstream"),
+                        loop_lag_ms=mean_ms("loop_lag"))

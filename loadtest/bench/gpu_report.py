@@ -191,7 +191,7 @@ def _gateway_table(rows: list[dict[str, Any]]) -> Any:
 
     table = Table(title="Where the gateway's time goes (means per request, ms; the gateway's stage metrics, "
                         "see loadtest.bench.gateway_split)")
-    columns = ("before_app", "auth", "admit", "parse", "to_triton", "other")
+    columns = ("before_app", "auth", "admit", "parse", "to_triton", "other", "loop_lag")
     for column in ("config", "concurrency", "client", "outside Triton", *columns):
         table.add_column(column.replace("_", " "), justify="left" if column == "config" else "right")
     for row in rows:
