@@ -12,7 +12,7 @@ Each admitted request keeps the wall time of its stages:
 
 The rest of the gateway's time (routing, reading the body, FastAPI's validation, encoding the
 answer) is the request's total minus these. The stages go back to the client as a W3C
-``Server-Timing`` header (``upstream;dur=4.210, ..., total;dur=5.020``, milliseconds), which
+``Server-Timing`` header (``auth;dur=<ms>, ..., total;dur=<ms>``), which
 browsers' developer tools and most HTTP clients show, and into the Prometheus histogram
 ``gateway_stage_duration_seconds``, so an operator (or the benchmark) can tell a slow Triton from
 a slow Redis or a busy event loop: what a client waits beyond the gateway's ``total`` is time spent

@@ -19,7 +19,8 @@ on the GPU) and, where it builds, a compiled flavour (``--compiled``) with the p
    the JPEG path direct and through the gateway (KServe v2 passthrough, several gateway workers);
    the naive FastAPI + PyTorch server. Throughput is counted in images. Each Triton point also
    records where its requests' time went (:mod:`loadtest.bench.triton_split`) and who used the
-   host's CPUs meanwhile (:mod:`loadtest.bench.cpu_split`).
+   host's CPUs meanwhile (:mod:`loadtest.bench.cpu_split`); a gateway point also splits its time
+   outside Triton by the gateway's own stage metrics (:mod:`loadtest.bench.gateway_split`).
 
 A configuration that cannot run fails the run with its error. With ``--budget-s`` the run fits a
 time budget: the load points run in the order given (most important first) and before the sweep,
