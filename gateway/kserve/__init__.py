@@ -29,11 +29,10 @@ from gateway.kserve._rest import (
     ParseLimits,
     parse_rest,
 )
-from gateway.kserve._rest import split_point as _split
+from gateway.kserve._rest import work_bytes as _work_bytes
 from gateway.kserve._rest_encode import encode_rest
 from gateway.kserve._types import (
     DATATYPES,
-    NUMERIC_BINARY_DISCOUNT,
     InferRequest,
     InputTensor,
     ParameterValue,
@@ -83,21 +82,9 @@ class RestBody:
 
     @property
     def work_bytes(self) -> int:
-        """What checking it costs, in bytes of JSON (what decides whether that moves off the event loop).
-
-        JSON counts whole. A binary part counts whole only when the JSON header could declare a
-        BYTES tensor (it names ``BYTES``, or holds an escape that could spell it); numeric binary
-        data is a copy and counts :data:`NUMERIC_BINARY_DISCOUNT` times less. A malformed header
-        length counts the whole body (parsing will refuse it).
-        """
-        split = _split(self.header_length, len(self.body))
-        if split is None:
-            return len(self.body)
-        tail = len(self.body) - split
-        header = self.body[:split]
-        if b"BYTES" in header or b"\\" in header:
-            return len(self.body)
-        return split + tail // NUMERIC_BINARY_DISCOUNT
+        """What checking it costs, in bytes of JSON (what decides whether that moves off the event
+        loop): :func:`gateway.kserve._rest.work_bytes`."""
+        return _work_bytes(self.body, self.header_length)
 
     def parse(self, limits: ParseLimits | None = None) -> InferRequest:
         """:func:`parse_rest` of this body."""

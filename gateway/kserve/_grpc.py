@@ -35,7 +35,14 @@ from gateway.kserve._rest import (
     _tensor_parameters,
 )
 from gateway.kserve._tensor_data import _bad, _binary_data
-from gateway.kserve._types import DATATYPES, NUMERIC_BINARY_DISCOUNT, InferRequest, InputTensor, numpy_dtype
+from gateway.kserve._types import (
+    BYTES_ELEMENT_WORK,
+    DATATYPES,
+    NUMERIC_BINARY_DISCOUNT,
+    InferRequest,
+    InputTensor,
+    numpy_dtype,
+)
 
 __all__ = ["GrpcBody", "parse_grpc", "response_from_rest"]
 
@@ -182,15 +189,17 @@ class GrpcBody:
     def work_bytes(self) -> int:
         """What checking it costs, in bytes of JSON (what decides whether that moves off the event loop).
 
-        The message's typed fields (values checked one by one) and raw BYTES tensors count whole;
-        raw numeric data is a copy and counts :data:`NUMERIC_BINARY_DISCOUNT` times less.
+        The message's typed fields (values checked one by one) count whole; raw data is weighed as
+        a REST body's binary part is (:func:`gateway.kserve._rest.work_bytes`).
         """
         raw = self.message.raw_input_contents
-        kinds = [tensor.datatype for tensor in self.message.inputs]
-        weighed = sum(
-            len(data) if index >= len(kinds) or kinds[index] == "BYTES" else len(data) // NUMERIC_BINARY_DISCOUNT
-            for index, data in enumerate(raw)
-        )
+        tensors = self.message.inputs
+        weighed = 0
+        for index, data in enumerate(raw):
+            if index < len(tensors) and tensors[index].datatype == "BYTES":
+                declared = math.prod(max(0, d) for d in tensors[index].shape)
+                weighed += min(declared, len(data) // 4) * BYTES_ELEMENT_WORK
+            weighed += len(data) // NUMERIC_BINARY_DISCOUNT
         return self.message.ByteSize() - sum(len(data) for data in raw) + weighed
 
     def parse(self, limits: ParseLimits | None = None) -> InferRequest:

@@ -13,6 +13,7 @@ duplicate keys, no data) and every input in binary. Triton never sees the client
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -24,7 +25,9 @@ from tritonclient.utils import TRITON_RESERVED_REQUEST_PARAMS, TRITON_RESERVED_R
 from gateway.kserve import _strict_json
 from gateway.kserve._tensor_data import _bad, _binary_data, _json_data
 from gateway.kserve._types import (
+    BYTES_ELEMENT_WORK,
     DATATYPES,
+    NUMERIC_BINARY_DISCOUNT,
     InferRequest,
     InputTensor,
     ParameterValue,
@@ -174,19 +177,45 @@ def _shape(value: Any, where: str, limits: ParseLimits) -> tuple[int, ...]:
     return tuple(value)
 
 
-def split_point(value: str | None, body_length: int) -> int | None:
-    """Where the JSON header ends, from the ``Inference-Header-Content-Length`` value; ``None``
-    when there is none or it is malformed (which :func:`parse_rest` refuses)."""
+def _split_point(value: str | None, body_length: int) -> int | None:
     text = (value or "").strip()
     if not text.isascii() or not text.isdigit() or not 0 < int(text) <= body_length:
         return None
     return int(text)
 
 
+#: the most JSON header :func:`work_bytes` reads to weigh a binary body (a larger one weighs whole)
+_WEIGHED_HEADER_BYTES = 8 * 1024
+
+
+def work_bytes(body: bytes, header_length: str | None) -> int:
+    """What :func:`parse_rest` of this body costs, in bytes of JSON, without doing it.
+
+    JSON counts whole. Binary data is weighed by its JSON header (read here with the standard
+    parser when it is small; the strict parse comes later): each BYTES element it declares costs
+    Python work (:data:`BYTES_ELEMENT_WORK`), numeric data only a copy
+    (:data:`NUMERIC_BINARY_DISCOUNT` times less a byte). A header that cannot be read so cheaply
+    weighs the whole body.
+    """
+    split = _split_point(header_length, len(body))
+    if split is None or split > _WEIGHED_HEADER_BYTES:
+        return len(body)
+    tail = len(body) - split
+    try:
+        inputs = json.loads(body[:split]).get("inputs")
+        # No dimension below 0 (a negative one must not cancel another input's elements); at most
+        # one element per 4 bytes (each carries a 4-byte length).
+        declared = sum(math.prod(max(0, int(d)) for d in item["shape"])
+                       for item in inputs if item.get("datatype") == "BYTES")
+    except (ValueError, TypeError, AttributeError, KeyError, RecursionError):
+        return len(body)
+    return split + min(declared, tail // 4) * BYTES_ELEMENT_WORK + tail // NUMERIC_BINARY_DISCOUNT
+
+
 def _header_length(value: str | None, body_length: int) -> int | None:
     if value is None:
         return None
-    split = split_point(value, body_length)
+    split = _split_point(value, body_length)
     if split is None:
         raise _bad(
             f"{HEADER_LENGTH} must be a whole number of bytes between 1 and the body length ({body_length})",

@@ -25,12 +25,15 @@ from tritonclient.utils import (
     triton_to_np_dtype,
 )
 
-__all__ = ["DATATYPES", "NUMERIC_BINARY_DISCOUNT", "InferRequest", "InputTensor", "ParameterValue", "RequestedOutput", "element_size"]
+__all__ = ["BYTES_ELEMENT_WORK", "DATATYPES", "NUMERIC_BINARY_DISCOUNT", "InferRequest", "InputTensor", "ParameterValue", "RequestedOutput", "element_size"]
 
-#: How many bytes of numeric binary tensor data cost the parser as much as one byte of JSON or of
-#: binary BYTES data: checking the former is a copy (about 0.1 ns a byte), the latter Python work per
-#: value or element (about 60-80 ns a byte at worst). :attr:`RestBody.work_bytes` and
-#: :attr:`GrpcBody.work_bytes` weigh a request with it.
+# What checking a request costs, in bytes of JSON (about 78 ns a byte): a binary BYTES element costs
+# about 230 ns of Python work, a byte of numeric binary data a copy (about 0.1 ns). The REST and gRPC
+# bodies weigh themselves with these (``work_bytes``) to decide whether checking stays on the
+# event loop.
+#: bytes of JSON that checking one binary BYTES element costs as much as
+BYTES_ELEMENT_WORK = 4
+#: bytes of numeric binary data that cost as much to check as one byte of JSON
 NUMERIC_BINARY_DISCOUNT = 512
 
 #: Every tensor datatype Triton serves, from its own model-configuration schema (``TYPE_STRING`` is

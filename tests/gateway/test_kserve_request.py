@@ -357,23 +357,30 @@ def test_datatypes_come_from_tritons_schema_and_tritonclient_maps_each() -> None
 
 
 def test_work_bytes_weigh_what_checking_a_body_costs() -> None:
-    """Numeric binary data is a copy and weighs little; JSON and binary BYTES weigh whole, also when
-    the header only spells BYTES through an escape; a bad header length weighs the whole body."""
+    """Binary data weighs what its JSON header declares: a copy for numbers, Python work per BYTES
+    element, also when the header spells BYTES through an escape or adds a negative dimension;
+    JSON weighs whole, and so does a body whose header length is bad."""
     image = RestBody(*_client_body({"UINT8": np.zeros((1, 600_000), dtype=np.uint8)}, binary=True))
     assert image.work_bytes < 2_000 < image.size
+    one_string = RestBody(*_client_body({"BYTES": np.array([bytes(600_000)], dtype=np.object_)}, binary=True))
+    assert one_string.work_bytes < 2_000 < one_string.size
     strings = RestBody(*_client_body({"BYTES": np.array([b""] * 20_000, dtype=np.object_)}, binary=True))
-    assert strings.work_bytes == strings.size
+    assert strings.work_bytes >= 20_000 * 4
     values = RestBody(*_client_body({"FP32": np.zeros(20_000, dtype=np.float32)}, binary=False))
     assert values.work_bytes == values.size
     assert image.header_length is not None
-    split = int(image.header_length)
-    escaped = image.body[:split].replace(b'"UINT8"', b'"\\u0042YTES"')
-    disguised = RestBody(escaped + image.body[split:], str(len(escaped)))
-    assert disguised.work_bytes == disguised.size
+    header, tail = image.body[: int(image.header_length)], image.body[int(image.header_length):]
+    escaped = header.replace(b'"UINT8"', b'"\\u0042YTES"')
+    assert RestBody(escaped + tail, str(len(escaped))).work_bytes >= 150_000 * 4  # one element per 4 bytes at most
+    document = json.loads(strings.body[: int(strings.header_length or 0)])
+    document["inputs"].append({"name": "y", "datatype": "BYTES", "shape": [-20_000], "parameters": {"binary_data_size": 0}})
+    cancelling = json.dumps(document).encode()
+    tail = strings.body[int(strings.header_length or 0):]
+    assert RestBody(cancelling + tail, str(len(cancelling))).work_bytes >= 20_000 * 4
     assert RestBody(image.body, "twelve").work_bytes == image.size
 
 
-def test_grpc_work_bytes_weigh_raw_bytes_tensors_whole() -> None:
+def test_grpc_work_bytes_weigh_raw_bytes_elements() -> None:
     from tritonclient.grpc import service_pb2 as pb
 
     def message(datatype: str) -> GrpcBody:
@@ -383,4 +390,4 @@ def test_grpc_work_bytes_weigh_raw_bytes_tensors_whole() -> None:
         return GrpcBody(request)
 
     assert message("UINT8").work_bytes < 2_000
-    assert message("BYTES").work_bytes >= 600_000
+    assert message("BYTES").work_bytes >= 600_000  # as many as 150,000 elements of 4 bytes
