@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["GatewaySplit", "gateway_counters", "gateway_split"]
+__all__ = ["GatewaySplit", "gateway_counters", "gateway_split", "gateway_table"]
 
 STAGES = ("auth", "admit", "parse", "upstream")
 
@@ -89,3 +89,21 @@ def gateway_split(before: dict[str, float], after: dict[str, float]) -> GatewayS
     return GatewaySplit(requests=int(delta["total_n"]), total_ms=mean_ms("total"), auth_ms=mean_ms("auth"),
                         admit_ms=mean_ms("admit"), parse_ms=mean_ms("parse"), upstream_ms=mean_ms("upstream"),
                         loop_lag_ms=mean_ms("loop_lag"))
+
+
+def gateway_table(rows: list[dict[str, Any]]) -> Any:
+    """A rich table of gateway points: each row has ``config``, ``concurrency``, ``client_mean_ms``,
+    ``outside_triton_ms`` and ``gateway`` (:meth:`GatewaySplit.as_dict`); rows without ``gateway`` are skipped."""
+    from rich.table import Table
+
+    table = Table(title="Where the gateway's time goes (means per request, ms; the gateway's stage metrics, "
+                        "see loadtest.bench.gateway_split)")
+    columns = ("before_app", "auth", "admit", "parse", "to_triton", "other", "loop_lag")
+    for column in ("config", "concurrency", "client", "outside Triton", *columns):
+        table.add_column(column.replace("_", " "), justify="left" if column == "config" else "right")
+    for row in rows:
+        if "gateway" in row:
+            stages = row["gateway"]
+            table.add_row(row["config"], str(row["concurrency"]), f"{row['client_mean_ms']:.2f}",
+                          f"{row['outside_triton_ms']:.2f}", *(f"{stages[c + '_ms']:.2f}" for c in columns))
+    return table

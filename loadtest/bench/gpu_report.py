@@ -18,6 +18,7 @@ import io
 from pathlib import Path
 from typing import Any
 
+from loadtest.bench.gateway_split import gateway_table
 from loadtest.bench.report import machine_line
 from loadtest.bench.settings import Result
 
@@ -144,7 +145,7 @@ def _tables(rows: list[Result], document: dict[str, Any]) -> list[Any]:
     if document.get("triton_split"):
         tables.append(_split_table(document["triton_split"]))
         if any(row.get("gateway") for row in document["triton_split"]):
-            tables.append(_gateway_table(document["triton_split"]))
+            tables.append(gateway_table(document["triton_split"]))
         if any(row.get("cpu") for row in document["triton_split"]):
             tables.append(_cpu_table(document["triton_split"], int(machine.get("usable_cpus") or machine.get("logical_cpus") or 0)))
     return tables
@@ -182,23 +183,6 @@ def _split_table(rows: list[dict[str, Any]]) -> Any:
         table.add_row(row["config"], str(row["concurrency"]), f"{row['client_mean_ms']:.2f}", f"{row['outside_triton_ms']:.2f}",
                       f"{row['queue_ms']:.2f}", f"{row['compute_input_ms']:.2f}", f"{row['compute_infer_ms']:.2f}",
                       f"{row['compute_output_ms']:.2f}", f"{row['inferences_per_execution']:.1f}")
-    return table
-
-
-def _gateway_table(rows: list[dict[str, Any]]) -> Any:
-    """Each gateway point's time outside Triton, split by the gateway's own stage timing."""
-    from rich.table import Table
-
-    table = Table(title="Where the gateway's time goes (means per request, ms; the gateway's stage metrics, "
-                        "see loadtest.bench.gateway_split)")
-    columns = ("before_app", "auth", "admit", "parse", "to_triton", "other", "loop_lag")
-    for column in ("config", "concurrency", "client", "outside Triton", *columns):
-        table.add_column(column.replace("_", " "), justify="left" if column == "config" else "right")
-    for row in rows:
-        if "gateway" in row:
-            stages = row["gateway"]
-            table.add_row(row["config"], str(row["concurrency"]), f"{row['client_mean_ms']:.2f}",
-                          f"{row['outside_triton_ms']:.2f}", *(f"{stages[c + '_ms']:.2f}" for c in columns))
     return table
 
 

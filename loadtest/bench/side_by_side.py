@@ -4,7 +4,9 @@ Every configuration receives identical requests (one real photograph as an FP32 
 tensor per request, 12 photos round robin) from the platform's load generator
 (:mod:`loadtest.loadgen`) at each concurrency, and every point is printed beside the load
 generator's own capacity at the same settings, measured against an instant twin of the model in
-the same Triton. A configuration that cannot start fails the run with its error.
+the same Triton. A configuration that cannot start fails the run with its error. Each gateway point
+also splits its time outside Triton by the gateway's own stage metrics
+(:mod:`loadtest.bench.gateway_split`), printed after the ratios and kept in ``bench.json``.
 """
 
 from __future__ import annotations
@@ -22,12 +24,14 @@ from typing import Any
 import numpy as np
 
 from builders.triton_config import read_config
+from loadtest.bench.gateway_split import gateway_counters, gateway_split, gateway_table
 from loadtest.bench.plot import save_plot
 from loadtest.bench.raw import raw_ceiling
 from loadtest.bench.report import compute_ratios, machine_description, print_report
 from loadtest.bench.repository import copy_pipeline, prepare_repository, tensor_names
-from loadtest.bench.servers import gateway_server, naive_server
+from loadtest.bench.servers import BenchGateway, gateway_server, naive_server
 from loadtest.bench.settings import ALL_CONFIGS, JPEG_CONFIGS, PIPELINE, BenchSettings, Result
+from loadtest.bench.triton_split import model_counters, split
 from loadtest.loadgen import HttpTarget, LoadResult, LoadSpec, Target, TritonTarget, instant_twin, run_load
 from loadtest.loadgen.capacity import measure_capacity, twin_target
 from loadtest.payloads import image_tensors, jpeg_images, v2_binary_request
@@ -106,16 +110,16 @@ def _jpeg_inputs() -> tuple[dict[str, np.ndarray], ...]:
 
 def _targets(settings: BenchSettings, configs: list[str], stack: contextlib.ExitStack, workdir: Path,
              triton: TritonServer, entry: str, nobatch: str, images: np.ndarray,
-             input_name: str, output_name: str) -> dict[str, Target]:
+             input_name: str, output_name: str) -> tuple[dict[str, Target], BenchGateway | None]:
     inputs = tuple({input_name: images[i:i + 1]} for i in range(len(images)))
     url = triton.grpc_url if settings.protocol == "grpc" else triton.http_url
     direct = TritonTarget(url=url, model=entry, inputs=inputs, outputs=(output_name,), protocol=settings.protocol,
                           shared_memory=settings.shared_memory, name="triton-batching")
     # One gateway and one naive server, started where a configuration uses them.
-    address, auth, naive_base = "", {}, ""
+    address, auth, naive_base, gateway = "", {}, "", None
     if {"gateway", "gateway-jpeg"} & set(configs):
-        base, key, _ = stack.enter_context(gateway_server(triton.http_url, workdir))
-        address, auth = base.removeprefix("http://"), {"Authorization": f"Bearer {key}"}
+        gateway = stack.enter_context(gateway_server(triton.http_url, workdir))
+        address, auth = gateway.url.removeprefix("http://"), {"Authorization": f"Bearer {gateway.key}"}
     if {"naive", "naive-jpeg"} & set(configs):
         precision = "fp16" if settings.device == "cuda" else "fp32"
         naive_base = stack.enter_context(naive_server(settings.device, precision, workdir, settings.model,
@@ -137,7 +141,7 @@ def _targets(settings: BenchSettings, configs: list[str], stack: contextlib.Exit
     if "naive-jpeg" in configs:
         targets["naive-jpeg"] = HttpTarget(url=f"{naive_base}/classify", name="naive-jpeg", requests=tuple(
             (data, {"Content-Type": "image/jpeg"}) for data in jpeg_images()))
-    return targets
+    return targets, gateway
 
 
 def _capacity_target(target: Target, twins: dict[str, str], triton: TritonServer, images: np.ndarray,
@@ -183,13 +187,15 @@ def run_bench(settings: BenchSettings) -> dict[str, Any]:
         instances = sum(group.count for group in read_config(repo / entry / "config.pbtxt").instance_group)
         load_configs = [c for c in configs if c != "raw"]
         targets: dict[str, Target] = {}
+        gateway: BenchGateway | None = None
+        splits: list[dict[str, Any]] = []
         if load_configs:
             models = [entry, nobatch] if set(_TRITON_CONFIGS) & set(load_configs) else [entry]
             if set(JPEG_CONFIGS) & set(load_configs):
                 models += [m for m in copy_pipeline(settings, repo, PIPELINE) if m not in models]
             triton = stack.enter_context(TritonServer(repo, models=models, ports=TritonPorts.free()))
-            targets = _targets(settings, load_configs, stack, workdir, triton, entry, nobatch, images,
-                               input_name, output_name)
+            targets, gateway = _targets(settings, load_configs, stack, workdir, triton, entry, nobatch, images,
+                                        input_name, output_name)
             twinned = [entry] + ([PIPELINE] if set(JPEG_CONFIGS) & set(load_configs) else [])
             twins = {model: stack.enter_context(instant_twin(triton.http_url, model)) for model in twinned}
             capacity_targets = {name: _capacity_target(t, twins, triton, images, input_name, output_name, entry)
@@ -211,7 +217,16 @@ def run_bench(settings: BenchSettings) -> dict[str, Any]:
                     print(f"[bench] client capacity ({kind}) concurrency={concurrency} ...", file=sys.stderr, flush=True)
                     capacities[kind] = measure_capacity(spec, capacity_targets[name], settings.clients).throughput
                 print(f"[bench] {name} concurrency={concurrency} ...", file=sys.stderr, flush=True)
+                if gateway is None or not name.startswith("gateway") or not isinstance(target, TritonTarget):
+                    results.append(_row(name, run_load(spec, settings.clients), capacities[kind]))
+                    continue
+                # A gateway point also gets the gateway's own split of its time outside Triton.
+                before = gateway_counters(gateway.url, gateway.metrics_token), model_counters(triton.http_url, target.model)
                 results.append(_row(name, run_load(spec, settings.clients), capacities[kind]))
+                inside = split(target.model, before[1], model_counters(triton.http_url, target.model))
+                stages = gateway_split(before[0], gateway_counters(gateway.url, gateway.metrics_token))
+                splits.append({"config": name, "concurrency": concurrency, **inside.as_dict(results[-1].mean_ms),
+                               "gateway": stages.as_dict(results[-1].mean_ms, inside.in_triton_ms)})
         if "raw" in configs:
             raw_runs.append(raw_ceiling(settings, repo, entry, images))
             for first, second in zip(*raw_runs, strict=True):
@@ -222,6 +237,10 @@ def run_bench(settings: BenchSettings) -> dict[str, Any]:
     settings_line = _settings_line(settings, entry, clients, instances)
     ratios = compute_ratios(results, settings.concurrency)
     print_report(results, ratios, machine, settings_line)
+    if splits:
+        from rich.console import Console
+
+        Console(width=160).print(gateway_table(splits))
     png = save_plot(results, ratios, machine, settings_line, settings.out_dir / "bench.png")
     document = {
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(settings).items()},
@@ -233,6 +252,7 @@ def run_bench(settings: BenchSettings) -> dict[str, Any]:
         "sanity_top1": sanity,
         "results": [asdict(r) for r in results],
         "ratios": ratios,
+        "gateway_split": splits,
         "files": {"json": str(settings.out_dir / "bench.json"), "png": str(png)},
     }
     (settings.out_dir / "bench.json").write_text(json.dumps(document, indent=2, default=float) + "\n", encoding="utf-8")

@@ -54,6 +54,15 @@ def test_bench_quick_writes_table_json_and_png(loadtest_repository: Path, tmp_pa
     assert "efficiency_direct" in saved["ratios"] and "1" in saved["ratios"]["per_concurrency"]
     png = tmp_path / "bench.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # Each gateway point is split by the gateway's own stages, and the parts add up.
+    assert {(s["config"], s["concurrency"]) for s in saved["gateway_split"]} == {
+        (c, n) for c in ("gateway", "gateway-jpeg") for n in (1, 2)}
+    for row in saved["gateway_split"]:
+        stages = row["gateway"]
+        assert stages["requests"] > 0 and stages["upstream_ms"] > 0, row
+        parts = sum(stages[k] for k in ("before_app_ms", "auth_ms", "admit_ms", "parse_ms", "to_triton_ms", "other_ms"))
+        assert parts == pytest.approx(row["outside_triton_ms"], abs=1e-6), row
+    assert "Where the gateway's time goes" in out
 
 
 def test_cli_refuses_an_unknown_configuration(capsys: pytest.CaptureFixture[str]) -> None:
