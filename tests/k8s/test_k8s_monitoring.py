@@ -24,7 +24,7 @@ DASHBOARD = K8S / "base/dashboards/triton-platform.json"
 ALERT_TESTS = K8S / "monitoring/alert-tests.yaml"
 #: what each alert watches (issue 17.5): a rule must exist for each
 REQUIRED_ALERTS = {"GatewayP99OverSLO", "GatewayErrorRateHigh", "TritonQueueTimeHigh", "TritonGPUSaturated",
-                   "GatewayRateLimitRejectionsHigh"}
+                   "GatewayRateLimitRejectionsHigh", "GatewayEventLoopLagging"}
 
 
 def _promtool() -> str:
@@ -103,7 +103,7 @@ def test_dashboard_plots_every_alerted_signal() -> None:
     exprs = " ".join(dashboard_exprs())
     for record in ("model:gateway_request_duration_seconds:p99_5m", "model:gateway_request_errors:ratio_5m",
                    "triton:queue_us_per_client_request:rate1m", "nv_gpu_utilization",
-                   "reason:gateway_rejected_requests:ratio_5m"):
+                   "reason:gateway_rejected_requests:ratio_5m", "pod:gateway_event_loop_lag_seconds:p99_5m"):
         assert record in exprs, record
 
 
