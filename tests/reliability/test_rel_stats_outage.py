@@ -82,19 +82,19 @@ async def test_a_flush_redis_applied_but_never_answered_is_not_counted_twice(red
     store = RedisUsageStore(redis_server.url, timeout_s=0.25)
     meter = UsageMeter(store)
     try:
-        meter.record("key:x", "m", 200, RequestUsage(inputs=1))
+        meter.record("key:x", "m", 200, RequestUsage(inputs=1), 0.0)
         await meter.flush()  # the connection is open now
         assert redis_server.process is not None
         os.kill(redis_server.process.pid, signal.SIGSTOP)
         try:
             for _ in range(3):
-                meter.record("key:x", "m", 200, RequestUsage(inputs=1))
+                meter.record("key:x", "m", 200, RequestUsage(inputs=1), 0.0)
             for _ in range(2):
                 with pytest.raises(UsageStoreError):
                     await meter.flush()  # the first one is written into the socket and waits there
         finally:
             os.kill(redis_server.process.pid, signal.SIGCONT)
-        meter.record("key:x", "m", 200, RequestUsage(inputs=1))
+        meter.record("key:x", "m", 200, RequestUsage(inputs=1), 0.0)
         await meter.flush()
         today = time.strftime("%Y-%m-%d", time.gmtime())
         (row,) = await meter.read(today, today, "key:x")

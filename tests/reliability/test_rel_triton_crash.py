@@ -50,15 +50,20 @@ def _check(status: int, payload: bytes) -> bool | None:
 
 
 async def _poll(url: str, log: list[tuple[float, int]], stop: asyncio.Event, every_s: float = 0.05) -> None:
-    """GET ``url`` until ``stop``; log ``(time answered, status)`` (0: no answer)."""
+    """GET ``url`` until ``stop``; log ``(time sent, status)`` (0: no answer).
+
+    The time a poll was sent, not answered: a 200 sent before the kill can be read after it (it waited
+    in the socket while the test killed Triton), and must not pass for Triton being back.
+    """
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1.0)) as session:
         while not stop.is_set():
+            sent = time.monotonic()
             try:
                 async with session.get(url) as resp:
                     status = resp.status
             except (aiohttp.ClientError, TimeoutError):
                 status = 0
-            log.append((time.monotonic(), status))
+            log.append((sent, status))
             await asyncio.sleep(every_s)
 
 
