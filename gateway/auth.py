@@ -8,7 +8,9 @@ Credentials are read from ``Authorization: Bearer <token>`` or ``X-API-Key: <key
 looks like one of our keys (``gk_...``) is an API key; anything else is treated as a JWT.
 
 Looked-up keys are cached for at most ``key_cache_ttl_s`` so the hot path does not touch the store.
-The cache holds the stored hash, and every request is still compared against it. Revoking or
+The cache holds the stored hash, and every request is still compared against it. A key in use is
+looked up again in the background once 80% of that time has passed, and requests that miss the
+cache together share one lookup, so a busy key's requests never queue for the store. Revoking or
 rotating through this process's admin API drops the entry at once; with a shared store (Redis),
 :class:`gateway.state_sync.StateSync` empties the cache whenever any replica changed a key, so other
 replicas and workers follow within ``state_sync_interval_s``. While the store cannot be reached, the
@@ -21,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import jwt
@@ -34,6 +36,8 @@ from gateway.settings import GatewaySettings, RedisFailurePolicy
 __all__ = ["Authenticator", "extract_credential"]
 
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="gateway"'}
+#: share of ``key_cache_ttl_s`` after which a key in use is looked up again in the background
+_REFRESH_AT = 0.8
 
 
 def extract_credential(headers: Mapping[str, str]) -> str | None:
@@ -60,15 +64,19 @@ class Authenticator:
     Args:
         settings: JWT, admin and cache settings.
         store: the API key store.
+        clock: monotonic seconds, for the cache's ages (tests pass their own).
     """
 
-    def __init__(self, settings: GatewaySettings, store: KeyStore) -> None:
+    def __init__(self, settings: GatewaySettings, store: KeyStore,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.settings = settings
         self.store = store
+        self._clock = clock
         self._cache: dict[str, tuple[float, ApiKeyRecord | None]] = {}
         # Bumped by every invalidation: a lookup that started before one must not cache its
         # (possibly stale) answer after it.
         self._generation = 0
+        self._lookups: dict[str, asyncio.Task[ApiKeyRecord | None]] = {}
         self._jwt_keys: dict[str, str] = {}
         secret = settings.jwt_secret.get_secret_value()
         public = _load_public_key(settings.jwt_public_key)
@@ -112,24 +120,49 @@ class Authenticator:
         return self._from_jwt(credential)
 
     async def _record(self, key_id: str) -> ApiKeyRecord | None:
-        now = time.monotonic()
         cached = self._cache.get(key_id)
-        if cached is not None and now - cached[0] < self.settings.key_cache_ttl_s:
+        ttl = self.settings.key_cache_ttl_s
+        age = self._clock() - cached[0] if cached is not None else ttl
+        if cached is not None and age < ttl:
+            if age >= ttl * _REFRESH_AT:
+                # A key in use is looked up again before it expires, while the cache still answers:
+                # its requests never wait for the store (nor all at once when it expires).
+                self._lookup(key_id)
             return cached[1]
-        generation = self._generation
         try:
-            # The store is blocking I/O: run it off the event loop (only on a cache miss).
-            record = await asyncio.to_thread(self.store.get, key_id)
+            # Shielded: a request that goes away must not cancel the lookup others share.
+            return await asyncio.shield(self._lookup(key_id))
         except KeyStoreUnavailable as exc:
             if cached is not None and self.settings.redis_failure_policy is RedisFailurePolicy.OPEN:
                 # Availability first: the last answer the store gave stands until it is back (no
                 # change can be written to an unreachable store either).
                 return cached[1]
             raise StateStoreUnavailable(f"API keys cannot be verified: {exc}", retry_after_s=1) from exc
+
+    def _lookup(self, key_id: str) -> asyncio.Task[ApiKeyRecord | None]:
+        """The store lookup of ``key_id`` in flight, started if there is none: requests that miss the
+        cache together share one lookup instead of each queueing one on the thread pool."""
+        task = self._lookups.get(key_id)
+        if task is None:
+            task = asyncio.create_task(self._fetch(key_id))
+            self._lookups[key_id] = task
+            task.add_done_callback(lambda done: self._lookup_done(key_id, done))
+        return task
+
+    def _lookup_done(self, key_id: str, task: asyncio.Task[ApiKeyRecord | None]) -> None:
+        if self._lookups.get(key_id) is task:
+            del self._lookups[key_id]
+        if not task.cancelled():
+            task.exception()  # retrieved: a failed refresh nobody awaited is not an "unretrieved" error
+
+    async def _fetch(self, key_id: str) -> ApiKeyRecord | None:
+        started, generation = self._clock(), self._generation
+        # The store is blocking I/O: run it off the event loop (only on a cache miss or a refresh).
+        record = await asyncio.to_thread(self.store.get, key_id)
         if generation == self._generation:
             if len(self._cache) > 10_000:
                 self._cache.clear()
-            self._cache[key_id] = (now, record)
+            self._cache[key_id] = (started, record)
         return record
 
     async def _from_api_key(self, credential: str) -> Principal:
@@ -190,14 +223,17 @@ class Authenticator:
         return Principal(client_id=f"jwt:{claims['sub']}", scopes=frozenset(scopes), tier=tier, kind="jwt")
 
     def invalidate(self, key_id: str) -> None:
-        """Forget a cached key (after a rotation or revocation in this process)."""
+        """Forget a cached key (after a rotation or revocation in this process); a lookup already
+        under way answers only the requests that were waiting for it."""
         self._generation += 1
         self._cache.pop(key_id, None)
+        self._lookups.pop(key_id, None)
 
     def clear(self) -> None:
         """Forget every cached key (another replica changed some)."""
         self._generation += 1
         self._cache.clear()
+        self._lookups.clear()
 
     def check_admin(self, headers: Mapping[str, str]) -> Principal:
         """Require the admin credential.

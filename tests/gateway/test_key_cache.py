@@ -1,0 +1,87 @@
+"""The API key cache: concurrent misses share one store lookup, and a key in use is refreshed in the
+background before it expires, so its requests never wait for the store; revocation still arrives
+within the cache's lifetime. A real SQLite key store, counted; the clock is the test's."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from gateway.auth import Authenticator
+from gateway.errors import AuthenticationError
+from gateway.keys import ApiKeyRecord
+from gateway.keys_sqlite import SqliteKeyStore
+from gateway.settings import GatewaySettings
+
+
+class CountingStore(SqliteKeyStore):
+    """Counts lookups; while ``hold`` is clear, a lookup waits for it (to catch one in flight)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.gets = 0
+        self.hold = threading.Event()
+        self.hold.set()
+
+    def get(self, key_id: str) -> ApiKeyRecord | None:
+        self.gets += 1
+        assert self.hold.wait(10), "the test never released the lookup"
+        return super().get(key_id)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    """Wait for ``condition`` (the background lookup's progress), at most 10 s."""
+    async with asyncio.timeout(10):
+        while not condition():
+            await asyncio.sleep(0.005)
+
+
+async def test_concurrent_misses_share_one_lookup(tmp_path: Path, clock: Clock) -> None:
+    store = CountingStore(tmp_path / "keys.sqlite3")
+    key_id, key = store.create("a", ["*"], "free")
+    auth = Authenticator(GatewaySettings(key_cache_ttl_s=5), store, clock)
+    headers = {"authorization": f"Bearer {key}"}
+    principals = await asyncio.gather(*(auth.authenticate(headers) for _ in range(20)))
+    assert store.gets == 1 and {p.client_id for p in principals} == {f"key:{key_id}"}
+    clock.now += 6  # expired: the next burst shares one lookup again
+    await asyncio.gather(*(auth.authenticate(headers) for _ in range(20)))
+    assert store.gets == 2
+
+
+async def test_a_key_in_use_is_refreshed_before_it_expires(tmp_path: Path, clock: Clock) -> None:
+    store = CountingStore(tmp_path / "keys.sqlite3")
+    key_id, key = store.create("a", ["*"], "free")
+    auth = Authenticator(GatewaySettings(key_cache_ttl_s=5), store, clock)
+    headers = {"authorization": f"Bearer {key}"}
+    await auth.authenticate(headers)
+    clock.now += 4.5  # past 80% of the lifetime: refreshed in the background
+    store.hold.clear()  # the refresh hangs in the store...
+    principal = await asyncio.wait_for(auth.authenticate(headers), 5)  # ...and the request does not wait
+    assert principal.client_id == f"key:{key_id}"
+    await _until(lambda: store.gets == 2)  # the refresh reached the store
+    await asyncio.wait_for(auth.authenticate(headers), 5)  # one refresh at a time
+    assert store.gets == 2
+    # Revoked meanwhile (by another process): the refresh, held in the store until now, brings it.
+    SqliteKeyStore(tmp_path / "keys.sqlite3").revoke(key_id)
+    store.hold.set()
+    await _until(lambda: not auth._lookups)  # noqa: SLF001  (the refresh has landed)
+    with pytest.raises(AuthenticationError, match="revoked"):
+        await auth.authenticate(headers)
+    assert store.gets == 2
