@@ -30,7 +30,7 @@ from gateway.traffic import Route, TrafficSplit, check_target, check_version, ch
 from gateway.triton import InferenceBackend, RawResponse, Tensor, timeout_us
 from serving.limits import DEFAULT_LIMITS, RequestLimits
 
-__all__ = ["SERVED_EXTENSIONS", "Classification", "InferenceService"]
+__all__ = ["PARSE_INLINE_WORK", "SERVED_EXTENSIONS", "Classification", "InferenceService"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -41,13 +41,14 @@ SERVED_EXTENSIONS = frozenset({"classification", "model_configuration", "binary_
 
 _IMAGE_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF87a", b"GIF89a", b"BM", b"RIFF")
 
-# Requests whose checking costs up to this many bytes of JSON (about half a millisecond; see
-# RestBody.work_bytes) are checked on the event loop, costlier ones in a worker thread, so one big
-# request does not hold every other request up. Not every large body is costly: a 600 KB image
-# tensor in binary is checked in 50 us, while the hop to a thread and back costs a busy event loop
-# far more (measured: the parse stage of 35-135 KB JPEGs took 1.4 ms through a thread at
-# concurrency 8 on 2 cores, and 0.09 ms on the loop).
-_PARSE_INLINE_WORK = 8 * 1024
+#: KServe v2 requests whose checking costs up to this many bytes of JSON (``work_bytes``; about half
+#: a millisecond) are checked on the event loop, costlier ones in a worker thread, so that one big
+#: request does not hold every other request up (``python -m loadtest.parse_bench`` prints each
+#: shape's weight and cost). Not every large body is costly: a 600 KB image tensor in binary is
+#: checked in 50 us, while a hop to a thread and back costs a busy event loop far more (the parse
+#: stage of 35-135 KB JPEGs took 1.4 ms through a thread at concurrency 8 on 2 cores, 0.09 ms on
+#: the loop).
+PARSE_INLINE_WORK = 8 * 1024
 
 
 @dataclass(frozen=True)
@@ -179,7 +180,7 @@ class InferenceService:
                 return await (call if version else self.routed(ticket.model, route, call))
 
     async def _parse(self, body: RestBody | GrpcBody) -> InferRequest:
-        if body.work_bytes <= _PARSE_INLINE_WORK:
+        if body.work_bytes <= PARSE_INLINE_WORK:
             return body.parse(self._parse_limits)
         return await asyncio.to_thread(body.parse, self._parse_limits)
 
