@@ -76,11 +76,6 @@ class RestBody:
     header_length: str | None = None
 
     @property
-    def size(self) -> int:
-        """Bytes received."""
-        return len(self.body)
-
-    @property
     def work_bytes(self) -> int:
         """What checking it costs, in bytes of JSON (what decides whether that moves off the event
         loop): :func:`gateway.kserve._rest.work_bytes`."""

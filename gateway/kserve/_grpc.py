@@ -181,11 +181,6 @@ class GrpcBody:
     deadline_us: int | None = None
 
     @property
-    def size(self) -> int:
-        """Bytes of tensor data it carries."""
-        return sum(len(raw) for raw in self.message.raw_input_contents) or self.message.ByteSize()
-
-    @property
     def work_bytes(self) -> int:
         """What checking it costs, in bytes of JSON (what decides whether that moves off the event loop).
 

@@ -25,7 +25,8 @@ from tritonclient.utils import (
     triton_to_np_dtype,
 )
 
-__all__ = ["BYTES_ELEMENT_WORK", "DATATYPES", "NUMERIC_BINARY_DISCOUNT", "InferRequest", "InputTensor", "ParameterValue", "RequestedOutput", "element_size"]
+__all__ = ["BYTES_ELEMENT_WORK", "DATATYPES", "NUMERIC_BINARY_DISCOUNT", "InferRequest", "InputTensor",
+           "ParameterValue", "RequestedOutput", "element_size"]
 
 # What checking a request costs, in bytes of JSON (about 78 ns a byte): a binary BYTES element costs
 # about 230 ns of Python work, a byte of numeric binary data a copy (about 0.1 ns). The REST and gRPC
