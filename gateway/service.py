@@ -41,8 +41,8 @@ SERVED_EXTENSIONS = frozenset({"classification", "model_configuration", "binary_
 
 _IMAGE_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF87a", b"GIF89a", b"BM", b"RIFF")
 
-#: KServe v2 requests whose checking costs up to this many bytes of JSON (``work_bytes``; about half
-#: a millisecond) are checked on the event loop, costlier ones in a worker thread, so that one big
+#: KServe v2 requests whose checking costs up to this many bytes of JSON (``work_bytes``; 0.2-0.6 ms
+#: by content) are checked on the event loop, costlier ones in a worker thread, so that one big
 #: request does not hold every other request up (``python -m loadtest.parse_bench`` prints each
 #: shape's weight and cost). Not every large body is costly: a 600 KB image tensor in binary is
 #: checked in 50 us, while a hop to a thread and back costs a busy event loop far more (the parse

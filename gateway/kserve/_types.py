@@ -28,10 +28,10 @@ from tritonclient.utils import (
 __all__ = ["BYTES_ELEMENT_WORK", "DATATYPES", "NUMERIC_BINARY_DISCOUNT", "InferRequest", "InputTensor",
            "ParameterValue", "RequestedOutput", "element_size"]
 
-# What checking a request costs, in bytes of JSON (about 78 ns a byte): a binary BYTES element costs
-# about 230 ns of Python work, a byte of numeric binary data a copy (about 0.1 ns). The REST and gRPC
-# bodies weigh themselves with these (``work_bytes``) to decide whether checking stays on the
-# event loop.
+# What checking a request costs, in bytes of JSON (20-80 ns a byte, by content): a binary BYTES
+# element costs 140-230 ns of Python work, a byte of numeric binary data a copy (about 0.1 ns).
+# The REST and gRPC bodies weigh themselves with these (``work_bytes``) to decide whether checking
+# stays on the event loop; ``python -m loadtest.parse_bench`` measures each.
 #: bytes of JSON that checking one binary BYTES element costs as much as
 BYTES_ELEMENT_WORK = 4
 #: bytes of numeric binary data that cost as much to check as one byte of JSON
