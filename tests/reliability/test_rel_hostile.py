@@ -93,7 +93,7 @@ def harness(hostile_triton, gateways) -> Iterator[Harness]:  # type: ignore[no-u
         max_body_bytes=MAX_BODY_BYTES,
         header_timeout_s=1.0,
         body_timeout_s=2.0,
-        keep_alive_timeout_s=1.0,
+        keep_alive_timeout_s=1.0,  # the harness's client drops idle connections sooner (hostile_harness)
         log_level="warning",
     )
     harness = Harness(hostile_triton, gateway, grpc_port)
