@@ -4,16 +4,16 @@ Each admitted request keeps the wall time of its stages:
 
 ==============  ==================================================================================
 ``auth``        checking the credential (a key-store lookup only on a cache miss)
-``admit``       name, scope, the caller's rate limits (Redis round trips with a shared store) and
+``admit``       name, scope, the caller's rate limits (one Redis round trip with a shared store) and
                 the model's existence
-``parse``       checking and re-encoding a KServe v2 body
+``parse``       checking a KServe v2 body (re-encoding it for Triton is part of ``upstream``)
 ``upstream``    waiting on Triton, from the first byte sent to the last byte of its answer
 ==============  ==================================================================================
 
 The rest of the gateway's time (routing, reading the body, FastAPI's validation, encoding the
 answer) is the request's total minus these. The stages go back to the client as a W3C
-``Server-Timing`` header (``auth;dur=<ms>, ..., total;dur=<ms>``), which
-browsers' developer tools and most HTTP clients show, and into the Prometheus histogram
+``Server-Timing`` header (``auth;dur=<ms>, ..., total;dur=<ms>``; browsers' developer tools show
+it, ``curl -i`` prints it), and into the Prometheus histogram
 ``gateway_stage_duration_seconds``, so an operator (or the benchmark) can tell a slow Triton from
 a slow Redis or a busy event loop: what a client waits beyond the gateway's ``total`` is time spent
 before the gateway's code runs (the connection, HTTP parsing, the event loop's backlog).

@@ -12,7 +12,8 @@ a request spent outside Triton into:
                     parsing and the gateway event loop's backlog before the request's code ran
 ``auth`` ...        the gateway's stages
 ``to_triton``       ``upstream`` minus Triton's arrival-to-response time: the hop to Triton and back
-                    (the connection pool, HTTP both ways, the event loop's backlog on the answer)
+                    (encoding the request, the connection pool, HTTP both ways, the event loop's
+                    backlog on the answer)
 ``other``           the gateway's total minus its stages: routing, reading the body, FastAPI, the
                     answer's encoding
 ==================  ==============================================================================
