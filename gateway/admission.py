@@ -122,9 +122,15 @@ class AdmissionControl:
 
     async def known(self, name: str, model: str) -> None:
         """Step 4: refuse a model Triton does not serve (404 naming the name the client sent)."""
-        if model not in await self.catalog.known(model):
-            self.tracker.reject("unknown_model")
-            raise ModelNotFound(name)
+        if not await self._serves(model):
+            raise self._unknown(name)
+
+    async def _serves(self, model: str) -> bool:
+        return model in await self.catalog.known(model)
+
+    def _unknown(self, name: str) -> ModelNotFound:
+        self.tracker.reject("unknown_model")
+        return ModelNotFound(name)
 
     @asynccontextmanager
     async def admit(self, ctx: RequestContext, name: str, field: str = "model") -> AsyncIterator[Ticket]:
@@ -172,7 +178,7 @@ class AdmissionControl:
         tier = self.settings.tier_limit(principal.tier)
         # Both buckets in one limiter call (one Redis round trip); the model's is only touched for a
         # model Triton serves, and only once the caller's bucket across all models has admitted.
-        served = model in await self.catalog.known(model)
+        served = await self._serves(model)
         key_limit, model_limit = tier.key_limit(), tier.model_limit() if served else None
         checks = [(key_bucket(principal.client_id), key_limit)] if key_limit is not None else []
         if model_limit is not None:
@@ -189,8 +195,7 @@ class AdmissionControl:
                 headers=decisions[0].headers(),
             )
         if not served:
-            self.tracker.reject("unknown_model")
-            raise ModelNotFound(name)
+            raise self._unknown(name)
         if model_limit is None:
             ctx.rate = key_decision  # None for an unlimited tier: no RateLimit headers
             return model

@@ -50,6 +50,7 @@ from gateway.service import InferenceService
 from gateway.settings import GatewaySettings
 from gateway.state_sync import StateSync
 from gateway.stats import LatencyTracker
+from gateway.timing import watch_event_loop
 from gateway.traffic import TrafficSplit
 from gateway.triton import InferenceBackend
 from gateway.usage import UsageMeter, UsageStoreError
@@ -211,7 +212,7 @@ def create_app(
                 settings, app.state.service, authenticator, renderer, tracker, meter
             )
         tasks = [asyncio.create_task(meter.flush_forever(settings.usage_flush_interval_s)),
-                 asyncio.create_task(runner.run()), asyncio.create_task(tracker.watch_event_loop())]
+                 asyncio.create_task(runner.run()), asyncio.create_task(watch_event_loop(tracker.loop_lag.observe))]
         if tracker.store is not None:
             tasks.append(asyncio.create_task(tracker.publish_forever(settings.stats_publish_interval_s)))
         if settings.triton_stats_interval_s > 0:

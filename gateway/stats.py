@@ -36,6 +36,7 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 
 from gateway.latency import OTHER_CLIENT, LatencyWindows, Series, merge_entries
 from gateway.stats_store import EncodedEntry, SketchStore, StatsStoreError
+from gateway.timing import LOOP_LAG_INTERVAL_S
 from serving.quantiles import LatencySketch
 
 __all__ = [
@@ -62,8 +63,6 @@ def _geometric_buckets(low: float, high: float, factor: float) -> tuple[float, .
 
 
 LATENCY_BUCKETS_S = _geometric_buckets(0.00025, 60.0, 1.25)
-#: how often :meth:`LatencyTracker.watch_event_loop` samples the loop's lag
-LOOP_LAG_INTERVAL_S = 0.05
 
 #: prometheus_client's switch to multiprocess mode; it is read when the library is imported, so it
 #: must be in the environment before the workers start.
@@ -330,20 +329,6 @@ class LatencyTracker:
         if not self._publishing:
             log.warning("latency stats: publishing to the shared store works again")
         self._publishing = True
-
-    async def watch_event_loop(self, interval_s: float = 0.0) -> None:
-        """Observe the event loop's lag until cancelled (a lifespan task).
-
-        A request crosses its worker's loop several times (its body, the rate limiter, Triton's
-        answer); when the loop is backed up each crossing waits, with no CPU to show for it in the
-        gateway's own stages. A sleep that wakes late by ``x`` measures that wait.
-        """
-        loop = asyncio.get_running_loop()
-        interval_s = interval_s or LOOP_LAG_INTERVAL_S
-        while True:
-            started = loop.time()
-            await asyncio.sleep(interval_s)
-            self.loop_lag.observe(max(0.0, loop.time() - started - interval_s))
 
     async def publish_forever(self, interval_s: float) -> None:
         """Publish every ``interval_s`` until cancelled (a lifespan task)."""

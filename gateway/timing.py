@@ -21,14 +21,17 @@ before the gateway's code runs (the connection, HTTP parsing, the event loop's b
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-__all__ = ["STAGES", "StageTimes"]
+__all__ = ["LOOP_LAG_INTERVAL_S", "STAGES", "StageTimes", "watch_event_loop"]
 
 STAGES = ("auth", "admit", "parse", "upstream")
+#: how often :func:`watch_event_loop` samples the loop's lag
+LOOP_LAG_INTERVAL_S = 0.05
 
 
 @dataclass
@@ -55,3 +58,18 @@ class StageTimes:
         parts = [f"{name};dur={self.seconds[name] * 1000:.3f}" for name in STAGES if name in self.seconds]
         parts.append(f"total;dur={total_s * 1000:.3f}")
         return ", ".join(parts)
+
+
+async def watch_event_loop(observe: Callable[[float], None], interval_s: float = LOOP_LAG_INTERVAL_S) -> None:
+    """Pass the running event loop's lag to ``observe`` every ``interval_s`` until cancelled (a
+    lifespan task; the gateway observes it into ``gateway_event_loop_lag_seconds``).
+
+    A request crosses its worker's loop several times (its body, the rate limiter, Triton's answer);
+    when the loop is backed up each crossing waits, with no CPU to show for it in the stages above.
+    A sleep that wakes late by ``x`` measures that wait.
+    """
+    loop = asyncio.get_running_loop()
+    while True:
+        started = loop.time()
+        await asyncio.sleep(interval_s)
+        observe(max(0.0, loop.time() - started - interval_s))
