@@ -371,3 +371,35 @@ async def test_an_unlimited_tier_takes_no_rate_limit_token() -> None:
     async with service.admission.admit(_ctx(), "m"):
         pass
     assert buckets  # the limited tier does take tokens
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+async def test_server_timing_follows_the_setting_and_skips_anonymous_callers(enabled: bool) -> None:
+    from gateway.context import CONTEXT_KEY
+    from gateway.middleware import ContextMiddleware
+
+    async def app(scope, receive, send):  # type: ignore[no-untyped-def]
+        ctx = scope[CONTEXT_KEY]
+        if scope["path"] == "/signed-in":
+            ctx.principal = Principal("key:a", frozenset({"*"}), "free", "api_key")
+            with ctx.stages.stage("auth"):
+                pass
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    middleware = ContextMiddleware(app, LatencyTracker(), server_timing=enabled)
+
+    async def headers(path: str) -> dict[bytes, bytes]:
+        sent: list[dict[str, object]] = []
+
+        async def send(message):  # type: ignore[no-untyped-def]
+            sent.append(message)
+
+        await middleware({"type": "http", "path": path, "method": "GET", "headers": []}, None, send)
+        return dict(sent[0]["headers"])  # type: ignore[arg-type]
+
+    signed_in = await headers("/signed-in")
+    assert (b"server-timing" in signed_in) is enabled
+    if enabled:
+        assert signed_in[b"server-timing"].startswith(b"auth;dur=") and b", total;dur=" in signed_in[b"server-timing"]
+    assert b"server-timing" not in await headers("/anonymous")
