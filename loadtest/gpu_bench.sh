@@ -43,7 +43,7 @@
 # .whl/ (exact; `prepare` makes it):
 #   pytriton-slim-py312.zip   nvidia-pytriton 0.7.0 cut to the server, Python backend and the 3.12
 #                             stub (loadtest/_slim_pytriton.py; the full wheel is 55 MB)
-#   redis-server.tar.gz       this machine's redis-server and the libraries it links, used only when
+#   redis-server.tar.xz       this machine's redis-server and the libraries it links, used only when
 #                             the GPU host has none (several gateway workers share state through it)
 #   embeddings/               the embeddings step's own (never installed by setup): numpy 1.26 for the
 #                             Python models, sentence-transformers, the MiniLM config and tokenizer
@@ -82,8 +82,9 @@ setup() {
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" .whl/*.whl
     "$PY" -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' .whl/pytriton-slim-py312.zip "$site"
     chmod +x "$site"/pytriton/tritonserver/bin/tritonserver "$site"/pytriton/tritonserver/python_backend_stubs/*/triton_python_backend_stub
-    if ! command -v redis-server >/dev/null && [ -f .whl/redis-server.tar.gz ]; then
-        mkdir -p "$site/redis" && tar -xzf .whl/redis-server.tar.gz -C "$site/redis"
+    if ! command -v redis-server >/dev/null && [ -f .whl/redis-server.tar.xz ]; then
+        # Python's tarfile, not tar: the host need not have xz.
+        mkdir -p "$site/redis" && "$PY" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter="data")' .whl/redis-server.tar.xz "$site/redis"
         printf '#!/bin/sh\nLD_LIBRARY_PATH="%s/redis/lib" exec "%s/redis/bin/redis-server" "$@"\n' "$site" "$site" > "$site/redis/run"
         chmod +x "$site/redis/run" "$site/redis/bin/redis-server"
         export REDIS_SERVER="$site/redis/run"
@@ -295,7 +296,8 @@ case "$verb" in
             | xargs -I{} cp -L {} "$staging/lib/"
         for lib in "$staging"/lib/libsystemd*; do ldd "$lib" | awk '/=> \//{print $3}' | grep -v -E '/libc\.so' \
             | xargs -I{} cp -L {} "$staging/lib/"; done
-        tar -czf .whl/redis-server.tar.gz -C "$staging" bin lib && rm -rf "$staging"
+        # xz: a megabyte under gzip, and the device call's tree is capped at 64 MiB.
+        tar -cJf .whl/redis-server.tar.xz -C "$staging" bin lib && rm -rf "$staging"
         ls -la .whl && du -ch .whl/* | tail -1
         ;;
     test)
