@@ -56,6 +56,7 @@ from gpu_images import (
     preprocess_into,
     read_header,
 )
+from step_metrics import StepTimes
 
 
 def _floats(raw: str) -> tuple[float, float, float]:
@@ -136,6 +137,9 @@ class TritonPythonModel:
             # Class names ship with underscores (tiger_cat); users read "tiger cat".
             self.labels = [line.strip().replace("_", " ") for line in handle if line.strip()]
         self.strings = _strings_work()
+        # Where execute()'s time goes, on Triton's /metrics page (see step_metrics.py).
+        self.steps = StepTimes(pb_utils, args["model_name"], args["model_version"],
+                               ("inputs", "decode", "queue_gpu", "wait_gpu", "respond"))
 
     def _images(self, request: Any) -> tuple[list[torch.Tensor], list[ImageHeader]]:
         tensor = pb_utils.get_input_tensor_by_name(request, "IMAGE")
@@ -150,46 +154,58 @@ class TritonPythonModel:
         return encoded, [read_header(host_bytes(e), self.p, self.limits) for e in encoded]
 
     def execute(self, requests: list[Any]) -> list[Any]:
+        steps = self.steps
         responses: list[Any] = [None] * len(requests)
         owners: list[int] = []  # request index of each image
         encoded: list[torch.Tensor] = []
         headers: list[ImageHeader] = []
-        for index, request in enumerate(requests):
-            try:
-                images, found = self._images(request)
-            except ImageError as exc:
-                responses[index] = self._error(str(exc))
-                continue
-            owners += [index] * len(images)
-            encoded += images
-            headers += found
+        with steps.step("inputs"):
+            for index, request in enumerate(requests):
+                try:
+                    images, found = self._images(request)
+                except ImageError as exc:
+                    responses[index] = self._error(str(exc))
+                    continue
+                owners += [index] * len(images)
+                encoded += images
+                headers += found
         rows: list[int] = []  # image index of each row of the outputs
         chunks: list[tuple[list[torch.Tensor], list[torch.Tensor]]] = []  # (decoded images, host outputs)
         # Each chunk's decode blocks the host while the GPU still runs the chunk before.
-        for live, decoded in decode_chunks(encoded, headers, self.device, self.chunk, lambda i: responses[owners[i]] is not None):
-            for i, error in zip(live, decoded.errors, strict=True):
-                if error is not None and responses[owners[i]] is None:
-                    responses[owners[i]] = self._error(error)
-            kept = [(i, image) for i, image in zip(live, decoded.images, strict=True)
-                    if image is not None and responses[owners[i]] is None]
-            if not kept:
-                continue
-            images = [image for _, image in kept]
-            outputs = self.runner.run(len(images), lambda batch, images=images: preprocess_into(images, batch[0], self.p))  # type: ignore[misc]
-            # The decoded images stay referenced until the stream is done with them (they were
-            # allocated on another stream; freed earlier, their memory could be handed out again).
-            chunks.append((images, self.runner.to_host(outputs, wait=False)))
-            rows += [i for i, _ in kept]
-        self.runner.synchronize()
-        if chunks:
-            scores, ids = (torch.cat([c[1][j] for c in chunks]) if len(chunks) > 1 else chunks[0][1][j] for j in range(2))
-            # A request fails whole: drop the rows of one whose later image failed after its first ran.
-            good = [r for r, i in enumerate(rows) if responses[owners[i]] is None]
-            if len(good) < len(rows):
-                keep = torch.tensor(good, dtype=torch.long)
-                scores, ids = scores.index_select(0, keep), ids.index_select(0, keep)
-            if good:
-                self._respond(requests, responses, [owners[rows[r]] for r in good], scores, ids)
+        decoding = decode_chunks(encoded, headers, self.device, self.chunk, lambda i: responses[owners[i]] is not None)
+        while True:
+            with steps.step("decode"):
+                chunk = next(decoding, None)
+            if chunk is None:
+                break
+            live, decoded = chunk
+            with steps.step("queue_gpu"):
+                for i, error in zip(live, decoded.errors, strict=True):
+                    if error is not None and responses[owners[i]] is None:
+                        responses[owners[i]] = self._error(error)
+                kept = [(i, image) for i, image in zip(live, decoded.images, strict=True)
+                        if image is not None and responses[owners[i]] is None]
+                if not kept:
+                    continue
+                images = [image for _, image in kept]
+                outputs = self.runner.run(len(images), lambda batch, images=images: preprocess_into(images, batch[0], self.p))  # type: ignore[misc]
+                # The decoded images stay referenced until the stream is done with them (they were
+                # allocated on another stream; freed earlier, their memory could be handed out again).
+                chunks.append((images, self.runner.to_host(outputs, wait=False)))
+                rows += [i for i, _ in kept]
+        with steps.step("wait_gpu"):
+            self.runner.synchronize()
+        with steps.step("respond"):
+            if chunks:
+                scores, ids = (torch.cat([c[1][j] for c in chunks]) if len(chunks) > 1 else chunks[0][1][j] for j in range(2))
+                # A request fails whole: drop the rows of one whose later image failed after its first ran.
+                good = [r for r, i in enumerate(rows) if responses[owners[i]] is None]
+                if len(good) < len(rows):
+                    keep = torch.tensor(good, dtype=torch.long)
+                    scores, ids = scores.index_select(0, keep), ids.index_select(0, keep)
+                if good:
+                    self._respond(requests, responses, [owners[rows[r]] for r in good], scores, ids)
+        steps.executed(len(encoded))
         return responses
 
     def _respond(self, requests: list[Any], responses: list[Any], owners: list[int], scores: torch.Tensor, ids: torch.Tensor) -> None:
@@ -216,5 +232,6 @@ class TritonPythonModel:
         return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, pb_utils.TritonError.INVALID_ARG))
 
     def finalize(self) -> None:
+        self.steps.flush()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)

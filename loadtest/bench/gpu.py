@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import sys
@@ -296,12 +297,13 @@ def run_gpu_bench(settings: GpuBenchSettings) -> dict[str, Any]:
             # The gateway's points also get its own split (stages, the hop to Triton, before its code).
             via_gateway = "gateway" in name
             gateway_before = gateway_counters(gateway.url, gateway.metrics_token) if via_gateway else {}
-            before, cpu_before, point_started = model_counters(triton.http_url, model) if model else {}, cpu_snapshot(), time.perf_counter()
+            counters = functools.partial(model_counters, triton.http_url, model, triton.metrics_url)
+            before, cpu_before, point_started = counters() if model else {}, cpu_snapshot(), time.perf_counter()
             results.append(result_row(name, run_load(spec, settings.clients), capacities[(client, concurrency)],
                                       IMAGES_PER_REQUEST.get(name, 1)))
             span, cpu_after = time.perf_counter() - point_started, cpu_snapshot()
             if model:
-                inside = split(model, before, model_counters(triton.http_url, model))
+                inside = split(model, before, counters())
                 row = {"config": name, "concurrency": concurrency, **inside.as_dict(results[-1].mean_ms),
                        "cpu": cpu_split(cpu_before, cpu_after, span, inside.requests)}
                 if via_gateway:

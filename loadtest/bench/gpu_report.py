@@ -144,6 +144,8 @@ def _tables(rows: list[Result], document: dict[str, Any]) -> list[Any]:
     tables = [served, raw, goals] if modes else [served, goals]
     if document.get("triton_split"):
         tables.append(_split_table(document["triton_split"]))
+        if any(row.get("steps_ms") for row in document["triton_split"]):
+            tables.append(_steps_table(document["triton_split"]))
         if any(row.get("gateway") for row in document["triton_split"]):
             tables.append(gateway_table(document["triton_split"]))
         if any(row.get("cpu") for row in document["triton_split"]):
@@ -183,6 +185,25 @@ def _split_table(rows: list[dict[str, Any]]) -> Any:
         table.add_row(row["config"], str(row["concurrency"]), f"{row['client_mean_ms']:.2f}", f"{row['outside_triton_ms']:.2f}",
                       f"{row['queue_ms']:.2f}", f"{row['compute_input_ms']:.2f}", f"{row['compute_infer_ms']:.2f}",
                       f"{row['compute_output_ms']:.2f}", f"{row['inferences_per_execution']:.1f}")
+    return table
+
+
+def _steps_table(rows: list[dict[str, Any]]) -> Any:
+    """Inside the stub's execute(): the model's own steps (``serving/step_metrics.py``), per execution."""
+    from rich.table import Table
+
+    steps = list(dict.fromkeys(step for row in rows for step in row.get("steps_ms", {})))
+    # Triton counts an execution's whole duration against each of its requests, so 'infer (stub)' is
+    # already an execution's time (weighted by requests); what the steps leave of it is the stub's IPC.
+    table = Table(title="Inside execute() (means per execution, ms; the model's step metrics beside Triton's 'infer (stub)')")
+    for column in ("config", "concurrency", "infer (stub)", *steps, "steps together"):
+        table.add_column(column, justify="left" if column == "config" else "right")
+    for row in rows:
+        found = row.get("steps_ms", {})
+        if not found:
+            continue
+        table.add_row(row["config"], str(row["concurrency"]), f"{row['compute_infer_ms']:.2f}",
+                      *(f"{found[s]:.2f}" if s in found else "-" for s in steps), f"{sum(found.values()):.2f}")
     return table
 
 

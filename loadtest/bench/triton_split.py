@@ -9,12 +9,18 @@ point give the mean per request of each stage over that point; the client's mean
 ``success`` is what the request spent outside Triton (the client, HTTP, and a gateway where one is
 in the path). Means, not percentiles: Triton keeps no per-request record.
 
+A Python model that times its own steps (``serving/step_metrics.py``, the GPU image pipeline does)
+splits ``compute_infer`` further: given Triton's metrics URL, the snapshots also read its
+``python_model_step_seconds_total`` counters, and the split gives each step's mean per execution.
+The stub hands those over about once a second, so they cover slightly fewer executions than the
+statistics; each mean is over the executions the same counters saw.
+
 The snapshots include the point's warm-up, at the same load as its measured seconds.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["TritonSplit", "model_counters", "split"]
@@ -22,14 +28,15 @@ __all__ = ["TritonSplit", "model_counters", "split"]
 _STAGES = ("queue", "compute_input", "compute_infer", "compute_output", "success")
 
 
-def model_counters(url: str, model: str) -> dict[str, int]:
+def model_counters(url: str, model: str, metrics_url: str | None = None) -> dict[str, float]:
     """``model``'s cumulative counters (all versions summed): requests, executions, inferences and
-    the nanoseconds of each stage."""
+    the nanoseconds of each stage; with ``metrics_url``, also its steps' seconds (``step:<name>``)
+    and the executions they cover (``step_executions``), where the model reports them."""
     import tritonclient.http as http
 
     with http.InferenceServerClient(url) as client:
         versions = client.get_inference_statistics(model)["model_stats"]
-    counters = {"requests": 0, "executions": 0, "inferences": 0, **{f"{s}_ns": 0 for s in _STAGES}}
+    counters: dict[str, float] = {"requests": 0, "executions": 0, "inferences": 0, **{f"{s}_ns": 0 for s in _STAGES}}
     for stats in versions:
         counters["executions"] += int(stats.get("execution_count", 0))
         counters["inferences"] += int(stats.get("inference_count", 0))
@@ -37,6 +44,27 @@ def model_counters(url: str, model: str) -> dict[str, int]:
         counters["requests"] += int(inference.get("success", {}).get("count", 0))
         for stage in _STAGES:
             counters[f"{stage}_ns"] += int(inference.get(stage, {}).get("ns", 0))
+    if metrics_url:
+        counters.update(_step_counters(metrics_url, model))
+    return counters
+
+
+def _step_counters(metrics_url: str, model: str) -> dict[str, float]:
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    counters: dict[str, float] = {}
+    for family in text_string_to_metric_families(httpx.get(metrics_url, timeout=30).raise_for_status().text):
+        for sample in family.samples:
+            if sample.labels.get("model") != model:
+                continue
+            if sample.name == "python_model_step_seconds_total":
+                key = f"step:{sample.labels['step']}"
+            elif sample.name == "python_model_executions_total":
+                key = "step_executions"
+            else:
+                continue
+            counters[key] = counters.get(key, 0.0) + sample.value
     return counters
 
 
@@ -53,6 +81,8 @@ class TritonSplit:
     compute_infer_ms: float
     compute_output_ms: float
     in_triton_ms: float
+    #: the model's own steps, mean ms per execution (empty where it reports none)
+    steps_ms: dict[str, float] = field(default_factory=dict)
 
     @property
     def inferences_per_execution(self) -> float:
@@ -71,15 +101,17 @@ class TritonSplit:
         return figures
 
 
-def split(model: str, before: dict[str, int], after: dict[str, int]) -> TritonSplit:
+def split(model: str, before: dict[str, float], after: dict[str, float]) -> TritonSplit:
     """The statistics of the requests ``model`` answered between the two snapshots."""
-    delta = {k: after[k] - before[k] for k in after}
+    delta = {k: after[k] - before.get(k, 0) for k in after}
     per = max(delta["requests"], 1)
+    executions = delta.get("step_executions", 0)
+    steps = {k.removeprefix("step:"): v / executions * 1e3 for k, v in delta.items() if k.startswith("step:")} if executions else {}
 
     def mean_ms(stage: str) -> float:
         return delta[f"{stage}_ns"] / per / 1e6
 
-    return TritonSplit(model=model, requests=delta["requests"], executions=delta["executions"],
-                       inferences=delta["inferences"], queue_ms=mean_ms("queue"),
+    return TritonSplit(model=model, requests=int(delta["requests"]), executions=int(delta["executions"]),
+                       inferences=int(delta["inferences"]), queue_ms=mean_ms("queue"),
                        compute_input_ms=mean_ms("compute_input"), compute_infer_ms=mean_ms("compute_infer"),
-                       compute_output_ms=mean_ms("compute_output"), in_triton_ms=mean_ms("success"))
+                       compute_output_ms=mean_ms("compute_output"), in_triton_ms=mean_ms("success"), steps_ms=steps)

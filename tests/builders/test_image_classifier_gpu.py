@@ -216,3 +216,32 @@ def test_gpu_bad_images_fail_alone(gpu_server: TritonServer, reference: list[tup
 def test_entry_is_published_with_its_modules(cpu_server: TritonServer) -> None:
     version = sorted(p for p in (Path(cpu_server.repository) / PIPELINE).iterdir() if p.is_dir())[-1]
     assert {"model.py", "batch_runner.py", "gpu_images.py", "labels.txt"} <= {p.name for p in version.iterdir()}
+
+
+def _step_metrics(metrics_url: str) -> dict[str, float]:
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    found: dict[str, float] = {}
+    for family in text_string_to_metric_families(httpx.get(metrics_url, timeout=10).text):
+        for sample in family.samples:
+            if sample.labels.get("model") == PIPELINE and sample.name.startswith("python_model_"):
+                found[sample.labels.get("step", sample.name)] = sample.value
+    return found
+
+
+def test_execute_reports_where_its_time_goes(cpu_server: TritonServer) -> None:
+    """The pipeline's steps reach Triton's /metrics (summed in the stub, handed over about once a second)."""
+    import time
+
+    steps = ("inputs", "decode", "queue_gpu", "wait_gpu", "respond")
+    deadline = time.monotonic() + 30
+    found: dict[str, float] = {}
+    # (the counters are listed at 0 from the model's load on)
+    while time.monotonic() < deadline and found.get("python_model_executions_total", 0) < 1:
+        _classify(cpu_server.http_url, jpeg_images()[0])  # an execution after the flush interval hands them over
+        found = _step_metrics(cpu_server.metrics_url)
+        time.sleep(0.2)
+    assert {*steps, "python_model_executions_total", "python_model_items_total"} <= found.keys(), found
+    assert found["python_model_items_total"] >= found["python_model_executions_total"] >= 1
+    assert found["decode"] > 0 and found["respond"] > 0  # wall seconds summed, each step timed

@@ -31,7 +31,11 @@ def test_a_cpu_dry_run_answers_every_point_and_writes_every_file(tmp_path: Path)
     stages = split["jpeg gateway"]["gateway"]
     assert stages["requests"] > 0 and stages["upstream_ms"] > 0 and stages["parse_ms"] > 0
     assert [r["config"] for r in split.values() if "gateway" in r] == ["jpeg gateway"]
+    # The JPEG pipeline times its own steps (Triton's metrics); the tensor entry reports none.
+    assert set(split["jpeg"]["steps_ms"]) == {"inputs", "decode", "queue_gpu", "wait_gpu", "respond"}
+    assert split["jpeg"]["steps_ms"]["decode"] > 0 and not split["tensor http"]["steps_ms"]
     assert {"bench.json", "bench.txt", "bench.png", "machine.json"} <= {p.name for p in tmp_path.iterdir()}
     text = (tmp_path / "bench.txt").read_text(encoding="utf-8")
     assert "Where the time goes" in text and "Who used the CPUs" in text and "Where the gateway's time goes" in text
+    assert "Inside execute()" in text
     assert json.loads((tmp_path / "bench.json").read_text(encoding="utf-8"))["targets"]["jpeg_direct"]["figure"]
