@@ -14,7 +14,7 @@
 #                      inductor flavour only, ALL_COMPILED_TESTS=all adds AOTInductor, whose packages
 #                      segfault at load on the H200 host's torch 2.11: benchmarks/h200/run4/aoti)
 #                                                                             -> appended to gpu_tests.txt
-#       3. bench       issue 16's benchmark, every configuration, in the order of ALL_POINTS, with the
+#       3. bench       issue 16's benchmark, every configuration, in the order of ALL_POINTS (the default below, or as set), with the
 #                      compiled flavour ALL_COMPILED (default inductor; none: no compiled rows), with
 #                      --budget-s (what would not fit is reported as not run)  -> bench.json, bench.txt, bench.png
 #       4. scaling     the gateway scaling table, shortened                    -> scaling.json, scaling.txt
@@ -121,7 +121,7 @@ describe() {
 # ------------------------------------------------------------------------------------------- all
 # Issue 16's configurations in order of importance (the targets first): a budgeted run measures as many
 # as fit and reports the rest as not run.
-ALL_POINTS="jpeg=32,64,128;jpeg compiled=32,64,128;jpeg gateway=32,64;tensor cuda-shm=256,32;tensor compiled cuda-shm=256,32;tensor no-batching cuda-shm=32;tensor cuda-shm x8=64;tensor http=32;naive=32;tensor no-batching=32;tensor system-shm=128"
+ALL_POINTS=${ALL_POINTS:-"jpeg=32,64,128;jpeg compiled=32,64,128;jpeg gateway=32,64;tensor cuda-shm=256,32;tensor compiled cuda-shm=256,32;tensor no-batching cuda-shm=32;tensor cuda-shm x8=64;tensor http=32;naive=32;tensor no-batching=32;tensor system-shm=128"}
 ALL_TESTS=(tests/serving/test_batch_runner.py tests/serving/test_gpu_images.py tests/serving/test_pytorch_backend_gpu.py
            tests/builders/test_image_classifier_gpu.py tests/builders/test_torchscript_devices.py)
 
