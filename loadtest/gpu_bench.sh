@@ -9,7 +9,7 @@
 #                                          # direct Triton vs the gateway with 1 and --workers N processes)
 #   loadtest/gpu_bench.sh all OUT_DIR      # THERE: everything below in one budget (about 5.5 minutes on one
 #                                          # H200 with 16 cores), each step under its own time limit:
-#       1. gpu-tests   the tests marked gpu (not the compiled flavour's)      -> gpu_tests.txt
+#       1. gpu-tests   the tests marked gpu (not the compiled flavour's; ALL_TEST_FILES: only those files) -> gpu_tests.txt
 #       2. compiled-test  the compiled flavour's test (builders/compiled.py: compiles on the GPU host; the
 #                      inductor flavour only, ALL_COMPILED_TESTS=all adds AOTInductor, whose packages
 #                      segfault at load on the H200 host's torch 2.11: benchmarks/h200/run4/aoti)
@@ -124,6 +124,7 @@ describe() {
 ALL_POINTS=${ALL_POINTS:-"jpeg=32,64,128;jpeg compiled=32,64,128;jpeg gateway=32,64;tensor cuda-shm=256,32;tensor compiled cuda-shm=256,32;tensor no-batching cuda-shm=32;tensor cuda-shm x8=64;tensor http=32;naive=32;tensor no-batching=32;tensor system-shm=128"}
 ALL_TESTS=(tests/serving/test_batch_runner.py tests/serving/test_gpu_images.py tests/serving/test_pytorch_backend_gpu.py
            tests/builders/test_image_classifier_gpu.py tests/builders/test_torchscript_devices.py)
+if [ -n "${ALL_TEST_FILES:-}" ]; then read -ra ALL_TESTS <<< "$ALL_TEST_FILES"; fi  # a focused run: some of them
 
 # step NAME LIMIT_S COMMAND...: run COMMAND under its own limit (output in $scratch/NAME.log), record
 # its status, time and (on failure) the end of its output in machine.txt; never stops the verb.
