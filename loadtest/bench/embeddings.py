@@ -160,7 +160,7 @@ def _st_embeddings(url: str, texts: Sequence[str]) -> np.ndarray:
 
 def _encoder_counts(url: str, model: str) -> tuple[int, int]:
     counters = model_counters(url, model)
-    return counters["inferences"], counters["executions"]
+    return int(counters["inferences"]), int(counters["executions"])
 
 
 def _targets(args: argparse.Namespace, triton_url: str, st_urls: dict[str, str], ensembles: dict[str, str],
