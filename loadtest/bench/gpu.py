@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import json
 import os
 import sys
@@ -47,7 +46,6 @@ from typing import Any
 import numpy as np
 
 from loadtest.bench.cpu_split import cpu_snapshot, cpu_split
-from loadtest.bench.gateway_split import gateway_counters, gateway_split
 from loadtest.bench.gpu_report import evaluate_targets, print_gpu_report, result_row, save_gpu_plot
 from loadtest.bench.gpu_sanity import sanity
 from loadtest.bench.gpu_setup import (
@@ -64,10 +62,10 @@ from loadtest.bench.gpu_setup import (
     sweep,
     unavailable,
 )
+from loadtest.bench.point_split import PointProbe
 from loadtest.bench.report import machine_description
 from loadtest.bench.servers import BenchGateway, gateway_server, naive_server
 from loadtest.bench.settings import Result
-from loadtest.bench.triton_split import model_counters, split
 from loadtest.loadgen import (
     LoadSpec,
     Target,
@@ -292,23 +290,19 @@ def run_gpu_bench(settings: GpuBenchSettings) -> dict[str, Any]:
                     replace(spec, duration_s=settings.capacity_s), capacity_target, settings.clients).throughput
             _log(f"{name} at concurrency {concurrency}")
             # Triton's own split of the point's time (queue, stub, outside Triton), for its targets
-            # (the gateway's requests reach the same model); the naive server has none.
-            model = target.model if isinstance(target, TritonTarget) else ""
-            # The gateway's points also get its own split (stages, the hop to Triton, before its code).
-            via_gateway = "gateway" in name
-            gateway_before = gateway_counters(gateway.url, gateway.metrics_token) if via_gateway else {}
-            counters = functools.partial(model_counters, triton.http_url, model, triton.metrics_url)
-            before, cpu_before, point_started = counters() if model else {}, cpu_snapshot(), time.perf_counter()
+            # (the gateway's requests reach the same model), and the gateway's where it is in the
+            # path (stages, the hop to Triton, before its code); the naive server has none.
+            probe = None
+            if isinstance(target, TritonTarget):
+                via = (gateway.url, gateway.metrics_token) if gateway is not None and "gateway" in name else None
+                probe = PointProbe.start(triton.http_url, target.model, triton.metrics_url, gateway=via)
+            cpu_before, point_started = cpu_snapshot(), time.perf_counter()
             results.append(result_row(name, run_load(spec, settings.clients), capacities[(client, concurrency)],
                                       IMAGES_PER_REQUEST.get(name, 1)))
             span, cpu_after = time.perf_counter() - point_started, cpu_snapshot()
-            if model:
-                inside = split(model, before, counters())
-                row = {"config": name, "concurrency": concurrency, **inside.as_dict(results[-1].mean_ms),
-                       "cpu": cpu_split(cpu_before, cpu_after, span, inside.requests)}
-                if via_gateway:
-                    stages = gateway_split(gateway_before, gateway_counters(gateway.url, gateway.metrics_token))
-                    row["gateway"] = stages.as_dict(results[-1].mean_ms, inside.in_triton_ms)
+            if probe is not None:
+                row = probe.row(name, concurrency, results[-1].mean_ms)
+                row["cpu"] = cpu_split(cpu_before, cpu_after, span, row["requests"])
                 document.setdefault("triton_split", []).append(row)
             _log(f"  {results[-1].throughput:,.0f}/s, P99 {results[-1].p99_ms:.1f} ms, errors {results[-1].errors}")
             _save(settings, document, results)

@@ -24,14 +24,14 @@ from typing import Any
 import numpy as np
 
 from builders.triton_config import read_config
-from loadtest.bench.gateway_split import gateway_counters, gateway_split, gateway_table
+from loadtest.bench.gateway_split import gateway_table
 from loadtest.bench.plot import save_plot
+from loadtest.bench.point_split import PointProbe
 from loadtest.bench.raw import raw_ceiling
 from loadtest.bench.report import compute_ratios, machine_description, print_report
 from loadtest.bench.repository import copy_pipeline, prepare_repository, tensor_names
 from loadtest.bench.servers import BenchGateway, gateway_server, naive_server
 from loadtest.bench.settings import ALL_CONFIGS, JPEG_CONFIGS, PIPELINE, BenchSettings, Result
-from loadtest.bench.triton_split import model_counters, split
 from loadtest.loadgen import HttpTarget, LoadResult, LoadSpec, Target, TritonTarget, instant_twin, run_load
 from loadtest.loadgen.capacity import measure_capacity, twin_target
 from loadtest.payloads import image_tensors, jpeg_images, v2_binary_request
@@ -221,12 +221,9 @@ def run_bench(settings: BenchSettings) -> dict[str, Any]:
                     results.append(_row(name, run_load(spec, settings.clients), capacities[kind]))
                     continue
                 # A gateway point also gets the gateway's own split of its time outside Triton.
-                before = gateway_counters(gateway.url, gateway.metrics_token), model_counters(triton.http_url, target.model)
+                probe = PointProbe.start(triton.http_url, target.model, gateway=(gateway.url, gateway.metrics_token))
                 results.append(_row(name, run_load(spec, settings.clients), capacities[kind]))
-                inside = split(target.model, before[1], model_counters(triton.http_url, target.model))
-                stages = gateway_split(before[0], gateway_counters(gateway.url, gateway.metrics_token))
-                splits.append({"config": name, "concurrency": concurrency, **inside.as_dict(results[-1].mean_ms),
-                               "gateway": stages.as_dict(results[-1].mean_ms, inside.in_triton_ms)})
+                splits.append(probe.row(name, concurrency, results[-1].mean_ms))
         if "raw" in configs:
             raw_runs.append(raw_ceiling(settings, repo, entry, images))
             for first, second in zip(*raw_runs, strict=True):
