@@ -154,32 +154,48 @@ class TritonPythonModel:
         return encoded, [read_header(host_bytes(e), self.p, self.limits) for e in encoded]
 
     def execute(self, requests: list[Any]) -> list[Any]:
-        steps = self.steps
         responses: list[Any] = [None] * len(requests)
+        with self.steps.step("inputs"):
+            owners, encoded, headers = self._gather(requests, responses)
+        rows, chunks = self._queue(encoded, headers, owners, responses)  # times "decode" and "queue_gpu"
+        with self.steps.step("wait_gpu"):
+            self.runner.synchronize()
+        with self.steps.step("respond"):
+            self._answer(requests, responses, owners, rows, chunks)
+        self.steps.executed(len(encoded))
+        return responses
+
+    def _gather(self, requests: list[Any], responses: list[Any]) -> tuple[list[int], list[torch.Tensor], list[ImageHeader]]:
+        """Every request's images and headers; a request with a bad input gets its error response."""
         owners: list[int] = []  # request index of each image
         encoded: list[torch.Tensor] = []
         headers: list[ImageHeader] = []
-        with steps.step("inputs"):
-            for index, request in enumerate(requests):
-                try:
-                    images, found = self._images(request)
-                except ImageError as exc:
-                    responses[index] = self._error(str(exc))
-                    continue
-                owners += [index] * len(images)
-                encoded += images
-                headers += found
-        rows: list[int] = []  # image index of each row of the outputs
-        chunks: list[tuple[list[torch.Tensor], list[torch.Tensor]]] = []  # (decoded images, host outputs)
+        for index, request in enumerate(requests):
+            try:
+                images, found = self._images(request)
+            except ImageError as exc:
+                responses[index] = self._error(str(exc))
+                continue
+            owners += [index] * len(images)
+            encoded += images
+            headers += found
+        return owners, encoded, headers
+
+    def _queue(self, encoded: list[torch.Tensor], headers: list[ImageHeader], owners: list[int],
+               responses: list[Any]) -> tuple[list[int], list[tuple[list[torch.Tensor], list[torch.Tensor]]]]:
+        """Decode each chunk and queue its GPU work: the image index of each output row, and per chunk
+        (decoded images, host outputs not yet waited for)."""
+        rows: list[int] = []
+        chunks: list[tuple[list[torch.Tensor], list[torch.Tensor]]] = []
         # Each chunk's decode blocks the host while the GPU still runs the chunk before.
         decoding = decode_chunks(encoded, headers, self.device, self.chunk, lambda i: responses[owners[i]] is not None)
         while True:
-            with steps.step("decode"):
+            with self.steps.step("decode"):
                 chunk = next(decoding, None)
             if chunk is None:
-                break
+                return rows, chunks
             live, decoded = chunk
-            with steps.step("queue_gpu"):
+            with self.steps.step("queue_gpu"):
                 for i, error in zip(live, decoded.errors, strict=True):
                     if error is not None and responses[owners[i]] is None:
                         responses[owners[i]] = self._error(error)
@@ -193,20 +209,20 @@ class TritonPythonModel:
                 # allocated on another stream; freed earlier, their memory could be handed out again).
                 chunks.append((images, self.runner.to_host(outputs, wait=False)))
                 rows += [i for i, _ in kept]
-        with steps.step("wait_gpu"):
-            self.runner.synchronize()
-        with steps.step("respond"):
-            if chunks:
-                scores, ids = (torch.cat([c[1][j] for c in chunks]) if len(chunks) > 1 else chunks[0][1][j] for j in range(2))
-                # A request fails whole: drop the rows of one whose later image failed after its first ran.
-                good = [r for r, i in enumerate(rows) if responses[owners[i]] is None]
-                if len(good) < len(rows):
-                    keep = torch.tensor(good, dtype=torch.long)
-                    scores, ids = scores.index_select(0, keep), ids.index_select(0, keep)
-                if good:
-                    self._respond(requests, responses, [owners[rows[r]] for r in good], scores, ids)
-        steps.executed(len(encoded))
-        return responses
+
+    def _answer(self, requests: list[Any], responses: list[Any], owners: list[int], rows: list[int],
+                chunks: list[tuple[list[torch.Tensor], list[torch.Tensor]]]) -> None:
+        """Responses from the host outputs (the stream has been waited for)."""
+        if not chunks:
+            return
+        scores, ids = (torch.cat([c[1][j] for c in chunks]) if len(chunks) > 1 else chunks[0][1][j] for j in range(2))
+        # A request fails whole: drop the rows of one whose later image failed after its first ran.
+        good = [r for r, i in enumerate(rows) if responses[owners[i]] is None]
+        if len(good) < len(rows):
+            keep = torch.tensor(good, dtype=torch.long)
+            scores, ids = scores.index_select(0, keep), ids.index_select(0, keep)
+        if good:
+            self._respond(requests, responses, [owners[rows[r]] for r in good], scores, ids)
 
     def _respond(self, requests: list[Any], responses: list[Any], owners: list[int], scores: torch.Tensor, ids: torch.Tensor) -> None:
         rows: dict[int, list[int]] = {}
