@@ -1,0 +1,341 @@
+"""The in-process JPEG pipeline, three ways, in one process and no server: the served path's reference.
+
+- ``serial``: each batch's steps one after another (headers, decode, resize, classifier, copy back),
+  the host waiting for the GPU at the end of every batch;
+- ``pipelined`` (GPU only): what ``image_classifier_gpu`` does with ``pipeline_chunk``, measured by
+  :func:`loadtest.bench.gpu_raw.jpeg_profile`, with its per-step split;
+- ``overlapped``: :class:`serving.gpu_overlap.OverlappedPipeline`, decode of batch n + 1 in a worker
+  thread while batch n is resized and classified on their own streams; beside it the variants of
+  :data:`VARIANTS` (a 0.5 ms GIL switch interval), each the median of ``--repeats`` interleaved
+  runs, and one run with CUDA events for the per-step GPU time.
+
+Each figure is images/s over a stream of batches of the sample JPEGs (``loadtest.payloads``, or
+the ``.jpg`` files of ``--jpeg-dir``) after a warm-up. The classifier is efficientnet_lite0 as served:
+TorchScript (``model.pt``) or the compiled flavour (``exported.pt2``, ``torch.compile`` at load),
+FP16 channels_last as CUDA graphs on the GPU, FP32 eager on the CPU.
+
+Also measured (:func:`gil_probe`): whether a thread decoding with nvJPEG lets Python run in another,
+and how fast it decodes beside a busy Python thread (torchvision's list call).
+
+``python -m loadtest.bench.inprocess_jpeg --out DIR`` prints the table and writes
+``DIR/inprocess_jpeg.json`` (and ``.txt``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["VARIANTS", "format_table", "gil_probe", "inprocess_jpeg", "main", "overlapped", "serial"]
+
+FLAVOURS = {"torchscript": "model.pt", "compiled": "exported.pt2"}
+
+
+def _log(message: str) -> None:
+    print(f"[inprocess-jpeg] {message}", file=sys.stderr, flush=True)
+
+
+def classifier_file(flavour: str, device: Any, folder: Path, max_batch: int) -> Path:
+    """efficientnet_lite0 written as the served entries hold it: a TorchScript trace (FP32, converted
+    at load) or a ``torch.export`` program of the FP16 channels_last module (as ``builders/compiled.py``
+    exports it)."""
+    import torch
+
+    from builders.families.efficientnet import EfficientNetLite0
+
+    module, _ = EfficientNetLite0().load()
+    path = folder / FLAVOURS[flavour]
+    example = torch.zeros(2, 3, 224, 224)
+    if flavour == "torchscript":
+        with torch.inference_mode():
+            torch.jit.trace(module.eval(), (example,), check_trace=False).save(str(path))
+        return path
+    gpu = device.type == "cuda"
+    model = module.to(device).to(torch.float16 if gpu else torch.float32).eval()
+    example = example.to(device).to(torch.float16 if gpu else torch.float32)
+    if gpu:
+        model = model.to(memory_format=torch.channels_last)
+        example = example.contiguous(memory_format=torch.channels_last)
+    batch = torch.export.Dim("batch", min=1, max=max_batch)
+    with torch.no_grad():
+        exported = torch.export.export(model, (example,), dynamic_shapes=({0: batch},), strict=False)
+    with warnings.catch_warnings():  # partial views of FP16 channels_last weights (see builders/compiled.py)
+        warnings.filterwarnings("ignore", message="No complete tensor found in the group", category=UserWarning)
+        torch.export.save(exported, str(path))
+    return path
+
+
+def _batches(encoded: Sequence[Any], batch: int, count: int) -> list[list[Any]]:
+    """``count`` batches of ``batch`` images cycling through ``encoded``, each batch starting where the
+    last stopped (so every batch mixes the photos' sizes alike)."""
+    return [[encoded[(b * batch + i) % len(encoded)] for i in range(batch)] for b in range(count)]
+
+
+def _sync(device: Any) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def serial(model: Any, p: Any, device: Any, encoded: Sequence[Any], batch: int, count: int) -> dict[str, Any]:
+    """Images/s with every step of a batch after the last one's, waiting for the GPU each batch; the
+    mean ms per batch of each step."""
+    import torch
+
+    from serving.backends.pytorch.batch_runner import BatchRunner, InputSpec
+    from serving.gpu_images import decode, host_bytes, preprocess_into, read_header
+    from serving.gpu_overlap import TopK
+
+    dtype = torch.float16 if device.type == "cuda" else torch.float32
+    runner = BatchRunner(TopK(model), [InputSpec((3, p.size, p.size), dtype)], device, (batch,))
+    steps: dict[str, list[float]] = {"headers": [], "decode": [], "resize_model_copy": []}
+    batches = _batches(encoded, batch, count + 2)
+    started = 0.0
+    for b, items in enumerate(batches):
+        if b == 2:  # two warm-up batches
+            _sync(device)
+            started = time.perf_counter()
+        t0 = time.perf_counter()
+        headers = [read_header(host_bytes(e), p) for e in items]
+        t1 = time.perf_counter()
+        images = decode(items, headers, device).images
+        _sync(device)
+        t2 = time.perf_counter()
+        with torch.inference_mode():
+            outputs = runner.run(batch, lambda rows, images=images: preprocess_into(images, rows[0], p))  # type: ignore[misc]
+            runner.to_host(outputs)
+        t3 = time.perf_counter()
+        if b >= 2:
+            for key, value in (("headers", t1 - t0), ("decode", t2 - t1), ("resize_model_copy", t3 - t2)):
+                steps[key].append(value * 1000.0)
+    elapsed = time.perf_counter() - started
+    return {"images_per_s": count * batch / elapsed, "ms_per_batch": {k: float(np.mean(v)) for k, v in steps.items()},
+            "batches": count}
+
+
+#: the overlapped pipeline's variants: keyword arguments of :func:`overlapped`
+VARIANTS: dict[str, dict[str, Any]] = {
+    "overlapped": {},
+    "switch_0.5ms": {"switch_interval_ms": 0.5},
+}
+
+
+def overlapped(model: Any, p: Any, device: Any, encoded: Sequence[Any], batch: int, count: int,
+               timing: bool = False, switch_interval_ms: float = 0.0) -> dict[str, Any]:
+    """Images/s of :class:`OverlappedPipeline` over ``count`` batches (after a warm-up of 3) and the
+    median ms per batch of each step. ``switch_interval_ms`` > 0 sets the interpreter's GIL switch
+    interval for the measurement (``sys.setswitchinterval``; 5 ms by default): how long the decode
+    thread may wait for the GIL behind the thread that launches the GPU work."""
+    import torch
+
+    from serving.gpu_overlap import OverlappedPipeline, TopK
+
+    default_switch = sys.getswitchinterval()
+    if switch_interval_ms > 0:
+        sys.setswitchinterval(switch_interval_ms / 1000.0)
+    dtype = torch.float16 if device.type == "cuda" else torch.float32
+    try:
+        with OverlappedPipeline(TopK(model), p, device, (batch,), dtype=dtype, timing=timing) as pipeline:
+            for _ in pipeline.map(_batches(encoded, batch, 3)):
+                pass
+            _sync(device)
+            steps: dict[str, list[float]] = {}
+            started = time.perf_counter()
+            images = 0
+            for result in pipeline.map(_batches(encoded, batch, count)):
+                images += len(result.rows)
+                for key, value in result.steps_ms.items():
+                    steps.setdefault(key, []).append(value)
+            elapsed = time.perf_counter() - started
+    finally:
+        sys.setswitchinterval(default_switch)
+    return {"images_per_s": images / elapsed, "ms_per_batch": {k: float(np.median(v)) for k, v in steps.items()},
+            "batches": count, "timing": timing, "switch_interval_ms": switch_interval_ms or default_switch * 1000.0}
+
+
+def gil_probe(decode_batch: Callable[[], object], seconds: float = 1.0) -> dict[str, float]:
+    """Whether decoding in one thread lets Python run in another: a pure-Python loop's rate while a
+    worker thread calls ``decode_batch`` over its rate alone (1.0: the call holds no GIL while it
+    works), and the worker's batches/s beside that loop and alone (how long the decode thread waits
+    for the GIL behind a busy thread)."""
+    decode_batch()
+
+    def loop_rate(until: float) -> float:
+        n, t0 = 0, time.perf_counter()
+        while time.perf_counter() < until:
+            n += 1
+        return n / (time.perf_counter() - t0)
+
+    def decoder(until: float, done: list[int]) -> threading.Thread:
+        def work() -> None:
+            while time.perf_counter() < until:
+                decode_batch()
+                done[0] += 1
+        return threading.Thread(target=work)
+
+    alone = max(loop_rate(time.perf_counter() + seconds) for _ in range(2))
+    solo: list[int] = [0]
+    worker = decoder(time.perf_counter() + seconds, solo)
+    worker.start()
+    worker.join()  # the main thread waits without the GIL
+    beside: list[int] = [0]
+    worker = decoder(time.perf_counter() + seconds, beside)
+    worker.start()
+    rate = loop_rate(time.perf_counter() + seconds)
+    worker.join()
+    return {"loop_rate_alone": alone, "loop_rate_while_decoding": rate, "ratio": rate / alone if alone else 0.0,
+            "decode_batches_per_s_alone": solo[0] / seconds, "decode_batches_per_s_beside_loop": beside[0] / seconds}
+
+
+def _gil_probes(encoded: Sequence[Any], batch: int, device: Any) -> dict[str, dict[str, float]]:
+    """:func:`gil_probe` for ``gpu_images.decode`` (torchvision's list call) on one batch."""
+    from serving.gpu_images import Preprocessing, decode, host_bytes, read_header
+
+    p = Preprocessing()
+    items = _batches(encoded, batch, 1)[0]
+    headers = [read_header(host_bytes(e), p) for e in items]
+    return {"gpu_images.decode": gil_probe(lambda: decode(items, headers, device))}
+
+
+def inprocess_jpeg(device_name: str, flavours: Sequence[str], batches: Sequence[int], count: int,
+                   jpegs: Sequence[bytes], workdir: Path, repeats: int = 3,
+                   checkpoint: Callable[[dict[str, Any]], object] | None = None) -> dict[str, Any]:
+    """Every figure of the module's docstring, per classifier flavour and batch size; on the GPU each
+    overlapped variant (:data:`VARIANTS`) is measured ``repeats`` times, interleaved, and its median
+    reported (with every run's figure). ``checkpoint`` gets the document after each run (a run cut
+    short keeps what it measured)."""
+    import torch
+
+    from loadtest.bench.report import machine_description
+    from serving.backends.pytorch.batch_runner import TorchModule
+    from serving.image_preprocessing import Preprocessing
+
+    device = torch.device(device_name)
+    gpu = device.type == "cuda"
+    if gpu:
+        torch.backends.cudnn.benchmark = False  # as the serving backend
+    p = Preprocessing()  # efficientnet_lite0's: 224 px from 256, mean = std = 0.5
+    encoded = [torch.frombuffer(bytearray(j), dtype=torch.uint8) for j in jpegs]
+    document: dict[str, Any] = {"machine": machine_description(), "device": device_name,
+                                "photos": len(jpegs), "photo_bytes": sum(len(j) for j in jpegs), "runs": []}
+    if gpu:
+        document["gil"] = _gil_probes(encoded, max(batches), device)
+        _log(f"GIL while decoding: {document['gil']}")
+    variants = VARIANTS if gpu else {"overlapped": {}}
+    for flavour in flavours:
+        started = time.perf_counter()
+        path = classifier_file(flavour, device, workdir, max(batches))
+        model = TorchModule(str(path), device, torch.float16 if gpu else torch.float32, gpu, [torch.float32])
+        _log(f"{flavour} classifier ready in {time.perf_counter() - started:.0f} s")
+        for batch in batches:
+            run: dict[str, Any] = {"classifier": flavour, "batch": batch}
+            run["serial"] = serial(model, p, device, encoded, batch, count)
+            if gpu:
+                from loadtest.bench.gpu_raw import jpeg_profile
+
+                run["profile"] = jpeg_profile(path, jpegs, batch)
+            tries: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}
+            for _ in range(repeats if gpu else 1):
+                for name, kwargs in variants.items():
+                    tries[name].append(overlapped(model, p, device, encoded, batch, count, **kwargs))
+            for name, measured in tries.items():
+                rates = [m["images_per_s"] for m in measured]
+                run[name] = {**measured[0], "images_per_s": float(np.median(rates)), "all_images_per_s": rates}
+            if gpu:
+                run["overlapped_timed"] = overlapped(model, p, device, encoded, batch, count, timing=True)
+            _log(f"{flavour} b{batch}: " + ", ".join(f"{name} {run[name]['images_per_s']:,.0f}/s" for name in
+                                                    ("serial", *variants)))
+            document["runs"].append(run)
+            if checkpoint is not None:
+                checkpoint(document)
+            if gpu:
+                torch.cuda.empty_cache()
+    return document
+
+
+def format_table(document: dict[str, Any]) -> str:
+    """The document's figures as a plain-text table."""
+    gpu = document["machine"].get("gpu", "CPU") if document["device"].startswith("cuda") else "CPU"
+    names = [n for n in VARIANTS if any(n in run for run in document["runs"])]
+    lines = [f"in-process JPEG -> top-5, {gpu}, {document['photos']} sample photos "
+             f"({document['photo_bytes'] / document['photos'] / 1000:.0f} KB mean); images/s "
+             "(overlapped variants: median of the runs)",
+             f"{'classifier':<12} {'batch':>5} {'serial':>8} {'profiled':>8} {'pipelined':>9} "
+             + " ".join(f"{n:>13}" for n in names) + f" {'x serial':>8}"]
+    for run in document["runs"]:
+        profile = run.get("profile", {})
+        best_serial = max(run["serial"]["images_per_s"], profile.get("serial_images_per_s", 0.0))
+        rate = run["overlapped"]["images_per_s"]
+        lines.append(f"{run['classifier']:<12} {run['batch']:>5} {run['serial']['images_per_s']:>8,.0f} "
+                     f"{profile.get('serial_images_per_s', 0.0):>8,.0f} {profile.get('pipelined_images_per_s', 0.0):>9,.0f} "
+                     + " ".join(f"{run[n]['images_per_s']:>13,.0f}" for n in names)
+                     + f" {rate / best_serial if best_serial else 0.0:>8.2f}")
+        steps = profile.get("ms_per_batch") or run["serial"]["ms_per_batch"]
+        lines.append("    ms per batch, serial: " + " + ".join(f"{k} {v:.2f}" for k, v in steps.items()))
+        timed = run.get("overlapped_timed", {}).get("ms_per_batch", {})
+        if timed:
+            lines.append("    ms per batch, overlapped (decode thread wall; GPU time of resize, model): "
+                         + ", ".join(f"{k} {v:.2f}" for k, v in timed.items()))
+    for decoder, gil in document.get("gil", {}).items():
+        lines.append(f"GIL, {decoder}: a Python loop runs at {gil['ratio']:.2f}x its rate alone while another thread "
+                     f"decodes; that thread decodes {gil['decode_batches_per_s_beside_loop']:.0f} batches/s beside the "
+                     f"loop, {gil['decode_batches_per_s_alone']:.0f}/s alone")
+    return "\n".join(lines)
+
+
+def _read_jpegs(folder: Path | None) -> tuple[bytes, ...]:
+    if folder is None:
+        from loadtest.payloads import jpeg_images
+
+        return jpeg_images()
+    files = sorted(folder.glob("*.jpg"))
+    if not files:
+        raise SystemExit(f"no .jpg files in {folder}")
+    return tuple(f.read_bytes() for f in files)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m loadtest.bench.inprocess_jpeg", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda", help="cuda or cpu (default: cuda)")
+    parser.add_argument("--flavours", default="compiled,torchscript", help="classifiers: compiled, torchscript")
+    parser.add_argument("--batches", default="128", help="batch sizes, comma-separated (default: 128)")
+    parser.add_argument("--count", type=int, default=60, help="batches per measurement (default: 60)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each overlapped variant (default: 3)")
+    parser.add_argument("--jpeg-dir", type=Path, default=None,
+                        help="a folder of .jpg files to send (default: the sample photos of loadtest.payloads)")
+    parser.add_argument("--out", type=Path, default=Path("."), help="folder for inprocess_jpeg.json and .txt")
+    args = parser.parse_args(argv)
+    flavours = [f.strip() for f in args.flavours.split(",") if f.strip()]
+    unknown = [f for f in flavours if f not in FLAVOURS]
+    if unknown:
+        parser.error(f"unknown flavours {unknown}: expected {', '.join(FLAVOURS)}")
+    batches = [int(b) for b in args.batches.split(",") if b.strip()]
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    def save(document: dict[str, Any]) -> str:
+        table = format_table(document)
+        (args.out / "inprocess_jpeg.json").write_text(json.dumps(document, indent=2, default=float) + "\n", encoding="utf-8")
+        (args.out / "inprocess_jpeg.txt").write_text(table + "\n", encoding="utf-8")
+        return table
+
+    with tempfile.TemporaryDirectory(prefix="inprocess-jpeg-") as tmp:
+        document = inprocess_jpeg(args.device, flavours, batches, args.count, _read_jpegs(args.jpeg_dir), Path(tmp),
+                                  args.repeats, save)
+    print(save(document))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
