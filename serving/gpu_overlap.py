@@ -39,7 +39,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -243,7 +243,7 @@ class OverlappedPipeline:
 
     # ------------------------------------------------------------------ the caller's thread
 
-    def map(self, batches: Iterable[Sequence[torch.Tensor]]) -> Iterator[BatchResult]:
+    def map(self, batches: Iterable[Sequence[torch.Tensor]]) -> Generator[BatchResult, None, None]:
         """One :class:`BatchResult` per batch of ``batches``, in order (see the class docstring).
 
         Raises:
