@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import asdict
 from pathlib import Path
 
-from serving.console import make_console
+from serving.console import JSON_SCHEMA, json_document, make_console, quiet_library_progress
 
 DEFAULT_REPOSITORY = Path("model_repository")
 
@@ -38,7 +37,9 @@ def add_build_options(parser: argparse.ArgumentParser) -> None:
 
 def add_json_option(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--json", action="store_true",
-                        help=f"print {what} as JSON on stdout (progress and messages stay on stderr)")
+                        help=f"print {what} as JSON on stdout, as every command's --json does: "
+                        f'{{"schema": "{JSON_SCHEMA}", "command": ..., "results": [...]}} '
+                        "(progress and messages stay on stderr)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -86,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
     from builders.torchscript import TorchScriptOptions, build_torchscript
 
     console, errors = make_console(), make_console(stderr=True)
+    quiet_library_progress(errors)
     options = BuildOptions(repository=args.repository, force=args.force, weights=parse_weights(args.weights),
                            variants=not args.no_variants, engines=args.engines, timing_cache=args.timing_cache,
                            engine_compute_capability=args.engine_compute_capability, gpu=args.gpu,
@@ -101,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         errors.print(f"[red]build failed:[/red] {exc}")
         return 1
     if args.json:
-        print(json.dumps([asdict(r) for r in reports], indent=2, sort_keys=True))
+        print(json_document("build", [asdict(r) for r in reports]))
     else:
         print_summary(reports, console)
     return 0

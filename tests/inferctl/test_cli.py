@@ -12,6 +12,15 @@ import pytest
 
 from inferctl.build_cmd import parse_weights
 from inferctl.cli import build_parser, main
+from serving.console import (
+    JSON_SCHEMA,
+    MAX_LINE_CHARS,
+    Table,
+    heading,
+    json_document,
+    make_console,
+    print_table,
+)
 
 
 def test_every_command_is_registered() -> None:
@@ -63,19 +72,63 @@ def test_output_in_a_log_is_full_width_columns_with_progress_lines(tmp_path) -> 
 
     again = _inferctl("build", "image_postprocess", "--repository", str(repository), "--json")
     assert again.returncode == 0, again.stderr
-    reports = json.loads(again.stdout)
+    reports = _results(again.stdout, "build")
     assert [(r["model"], r["version"], r["skipped"]) for r in reports] == [("image_postprocess", 1, True)]
+    assert all(len(line) <= MAX_LINE_CHARS for line in (done.stdout + done.stderr).splitlines())
 
 
-def test_history_json_is_a_list_of_records(tmp_path) -> None:
+def _results(stdout: str, command: str) -> list[dict[str, object]]:
+    """The records of a ``--json`` answer, after checking it has the one shape every command's has."""
+    document = json.loads(stdout)
+    assert document["schema"] == JSON_SCHEMA and document["command"] == command, document
+    assert isinstance(document["results"], list) and all(isinstance(r, dict) for r in document["results"])
+    return document["results"]
+
+
+def test_history_json_is_the_common_document(tmp_path) -> None:
     done = _inferctl("history", "--records-dir", str(tmp_path), "--json")
-    assert done.returncode == 0 and json.loads(done.stdout) == []
+    assert done.returncode == 0 and _results(done.stdout, "history") == []
+
+
+def test_every_command_that_prints_results_takes_json() -> None:
+    commands = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    for name in ("build", "up", "promote", "history"):
+        options = {o for action in commands[name]._actions for o in action.option_strings}
+        assert "--json" in options, name
+        assert JSON_SCHEMA in commands[name].format_help(), f"{name} --help names the schema"
+
+
+def test_up_json_names_its_endpoints_in_the_common_document(tmp_path) -> None:
+    from inferctl.up_cmd import _endpoints
+
+    args = build_parser().parse_args(["up", "--state-dir", str(tmp_path), "--gateway-port", "18080", "--json"])
+    document = json_document("up", _endpoints(args, "127.0.0.1:8000"), api_key="gk_x", models=["m"])
+    results = _results(document, "up")
+    assert [r["service"] for r in results] == ["triton", "gateway"]
+    assert results[1]["url"] == "http://127.0.0.1:18080" and results[1]["secrets_file"].endswith("secrets.env")
+    assert json.loads(document)["api_key"] == "gk_x"
 
 
 def test_plain_tables_never_cut_a_cell() -> None:
-    from serving.console import Table
-
     table = Table("t", ("name", "value"))
     table.add_row("x" * 150, "9.06e-05")
     text = table.plain()
     assert "x" * 150 + "  9.06e-05" in text and table.as_records() == [{"name": "x" * 150, "value": "9.06e-05"}]
+
+
+def test_a_log_never_gets_a_line_over_the_cap(capsys) -> None:
+    # A cell as long as a pasted config and a table wider than any log viewer: folded, nothing lost.
+    table = Table("wide", ("model", "reason", "n"))
+    table.add_row("efficientnet_lite0_trt_int8", "engine " + "x" * 2000 + " needs TensorRT 10.5", "1")
+    table.add_row("m", " ".join(f"word{i}" for i in range(600)), "2")
+    console = make_console()  # pytest's captured stdout is no terminal
+    assert not console.is_terminal
+    print_table(table, console)
+    heading(console, "[green]platform is up")  # was a rule as wide as the console: 100,000 characters
+    console.print("y " * 3000)
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= MAX_LINE_CHARS, max(len(line) for line in lines)
+    assert "== platform is up ==" in lines and not any(set(line) == {"─"} for line in lines)
+    assert out.count("x") == 2000 and "TensorRT" in out and "10.5" in out, "the long cell is folded, not cut"
+    assert all(f"word{i}" in out for i in range(600))
