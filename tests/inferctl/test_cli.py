@@ -132,3 +132,31 @@ def test_a_log_never_gets_a_line_over_the_cap(capsys) -> None:
     assert "== platform is up ==" in lines and not any(set(line) == {"─"} for line in lines)
     assert out.count("x") == 2000 and "TensorRT" in out and "10.5" in out, "the long cell is folded, not cut"
     assert all(f"word{i}" in out for i in range(600))
+
+
+def test_the_load_test_up_suggests_fits_the_tier_it_names() -> None:
+    # No timing: the example's mean offered rate (users / mean think time, split by the users' weights)
+    # against the tier's limits. The first key's tier (standard) is the one that shed 47% of it.
+    import ast
+    import re as regex
+
+    from gateway.tiers import DEFAULT_TIER_LIMITS
+    from inferctl.up_cmd import LOAD_TEST_ARGS, LOAD_TEST_TIER
+    from loadtest.scenarios import SCENARIOS
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert f"--tier {LOAD_TEST_TIER}" in readme and " ".join(LOAD_TEST_ARGS.split()[:2]) in readme
+    users = int(regex.search(r"--users (\d+)", LOAD_TEST_ARGS).group(1))  # type: ignore[union-attr]
+    names = regex.search(r"--scenarios (\S+)", LOAD_TEST_ARGS).group(1).split(",")  # type: ignore[union-attr]
+    source = ast.parse((Path(__file__).resolve().parents[2] / "loadtest" / "locustfile.py").read_text())
+    weights = {node.name: next((int(s.value.value) for s in node.body if isinstance(s, ast.Assign)
+                                and isinstance(s.value, ast.Constant) and getattr(s.targets[0], "id", "") == "weight"), 1)
+               for node in source.body if isinstance(node, ast.ClassDef)}
+    total = sum(weights[SCENARIOS[n]] for n in names)
+    per_minute_per_user = 60 / ((0.1 + 1.0) / 2)  # locustfile's default think time, 0.1-1.0 s, no latency
+    per_model = {n: users * weights[SCENARIOS[n]] / total * per_minute_per_user for n in names}
+    for tier, fits in ((LOAD_TEST_TIER, True), ("standard", False)):
+        limit = DEFAULT_TIER_LIMITS[tier]
+        assert limit.per_minute is not None and limit.key_per_minute is not None
+        ok = max(per_model.values()) <= limit.per_minute and sum(per_model.values()) <= limit.key_per_minute
+        assert ok is fits, (tier, per_model)
