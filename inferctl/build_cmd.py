@@ -33,6 +33,17 @@ def add_build_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--weights", action="append", default=[], metavar="MODEL=PATH", type=_weights_pair,
                         help="local weights file or checkpoint folder for a model (repeatable)")
     parser.add_argument("--force", action="store_true", help="rebuild even when the inputs are unchanged")
+    parser.add_argument("--build-cache", type=Path, metavar="DIR",
+                        help="entries kept by their inputs' hash and reused by any repository of this machine "
+                        "(default: $TRITON_PLATFORM_BUILD_CACHE, else ~/.cache/triton-platform/builds)")
+    parser.add_argument("--no-build-cache", action="store_true", help="neither reuse nor keep cached builds")
+
+
+def build_cache_dir(args: argparse.Namespace) -> Path | None:
+    """The build cache the options name (None: off)."""
+    from builders.build_cache import default_cache_dir
+
+    return None if args.no_build_cache else (args.build_cache or default_cache_dir())
 
 
 def add_json_option(parser: argparse.ArgumentParser, what: str) -> None:
@@ -92,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
                            variants=not args.no_variants, engines=args.engines, timing_cache=args.timing_cache,
                            engine_compute_capability=args.engine_compute_capability, gpu=args.gpu,
                            native_backends=args.native_backends,
-                           triton_release=args.triton_release)
+                           triton_release=args.triton_release, cache=build_cache_dir(args))
     try:
         reports = build(args.models, options, console=errors)
         if args.torchscript:

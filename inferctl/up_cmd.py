@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from inferctl.build_cmd import add_build_options, add_json_option, parse_weights
+from inferctl.build_cmd import add_build_options, add_json_option, build_cache_dir, parse_weights
 from inferctl.up_secrets import SECRETS_FILE, load_or_create_secrets
 from serving.console import heading, json_document, make_console, quiet_library_progress
 from serving.processes import ManagedProcess, ProcessStartError, python_module
@@ -155,7 +155,8 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"removed {folder}: an unfinished promotion left it (see `inferctl history`)")
     try:
         reports = build(args.models, BuildOptions(repository=args.repository, force=args.force,
-                                                  weights=parse_weights(args.weights)), console=build_console)
+                                                  weights=parse_weights(args.weights), cache=build_cache_dir(args)),
+                        console=build_console)
     except BuildError as exc:
         console.print(f"[red]build failed:[/red] {exc}")
         return 1
@@ -184,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         key = None
         if not args.no_gateway:
-            args.state_dir.mkdir(parents=True, exist_ok=True)
+            args.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # keys and secrets: owner only
             # Generated once and kept in a 0600 file: the gateway refuses to serve with none.
             env = dict(os.environ, **load_or_create_secrets(args.state_dir))
             key = _first_key(args, env)

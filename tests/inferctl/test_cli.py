@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from builders.build_cache import CACHE_ENV
 from inferctl.build_cmd import parse_weights
 from inferctl.cli import build_parser, main
 from serving.console import (
@@ -49,7 +51,8 @@ def test_history_of_an_empty_folder_prints_an_empty_table(tmp_path, capsys) -> N
 def _inferctl(*args: str) -> subprocess.CompletedProcess[str]:
     # A real subprocess: stdout and stderr are pipes, as in a CI log.
     return subprocess.run([sys.executable, "-m", "inferctl", *args], capture_output=True, text=True, timeout=300,
-                          cwd=Path(__file__).resolve().parents[2], env={"PATH": "/usr/bin:/bin", "COLUMNS": "80"})
+                          cwd=Path(__file__).resolve().parents[2], env={"PATH": "/usr/bin:/bin", "COLUMNS": "80",
+                                                                            CACHE_ENV: os.environ[CACHE_ENV]})
 
 
 def test_version_names_the_package_and_the_triton_it_ships() -> None:
