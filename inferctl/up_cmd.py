@@ -73,8 +73,9 @@ def _first_key(args: argparse.Namespace, env: dict[str, str]) -> str | None:
 
 
 #: the README's load-test example (loadtest/run.py's docstring): 16 users with 0.1-1 s of think time
-#: send up to ~29 requests/s over three models, ~580/min each; the first key's "standard" tier allows
-#: 100/min per model, "premium" 1,000/min (300 and 3,000 per key): premium fits it.
+#: send ~29 requests/s on average (no latency) over three models by the users' weights 3:3:2, ~650/min
+#: for the busiest; the first key's "standard" tier allows 100/min per model and 300 per key, "premium"
+#: 1,000 and 3,000: premium fits it (tests/inferctl/test_cli.py checks the sum).
 LOAD_TEST_TIER = "premium"
 LOAD_TEST_ARGS = "--scenarios classify,embeddings,v2 --users 16 --spawn-rate 4 --run-time 60s"
 
