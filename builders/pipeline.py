@@ -24,6 +24,7 @@ from rich.progress import Progress, TaskID
 
 from builders import repository as repo
 from builders import variants as precision_variants
+from builders.build_cache import BuildCache
 from builders.context import BuildContext, onnx_entry_config
 from builders.engine import DEFAULT_OPTIMIZATION_LEVEL, EngineOptions
 from builders.errors import ParityError
@@ -63,6 +64,9 @@ class BuildOptions:
     #: the repository is for Triton's native backends (the NGC container), which take a ragged input
     #: only as one flat tensor: no ``allow_ragged_batch`` on the inputs the Python-based backends pad
     native_backends: bool = False
+    #: a content-addressed cache of built entries shared by every repository (builders.build_cache);
+    #: None: off (engines and forced builds never use it)
+    cache: Path | None = None
 
     def engine_options(self) -> EngineOptions | None:
         if not (self.variants and self.engines):
@@ -243,22 +247,30 @@ def build_specs(specs: Iterable[Spec], options: BuildOptions, console: Console |
 
     reports: list[BuildReport] = []
     digests: dict[str, str] = {}
+    cache = BuildCache(options.cache) if options.cache and not options.force and not options.engines else None
     with progress_display(console) as progress:
         overall = progress.add_task("building", total=len(specs))
         for spec in specs:
             digest = digests[spec.name] = inputs_hash(spec, _requirement_hashes(spec, digests, options.repository),
                                                       gpu=options.gpu, native_backends=options.native_backends)
+            if cache is not None:
+                restored = cache.restore(options.repository, spec.name, digest, variants=options.variants)
+                if restored:
+                    progress.update(overall, description=f"{spec.name}: restored {', '.join(restored)} from the cache")
             previous = _up_to_date(options, spec.name, digest)
+            step: list[BuildReport]
             if isinstance(spec, AssetSpec):
-                reports.append(previous or _build_asset(
-                    spec, options, digest, lambda message: progress.update(overall, description=message)))
-                progress.advance(overall)
-                continue
-            current = _current_variants(spec, options, digest, notify) if previous is not None else None
-            if previous is not None and current is not None:
-                reports.extend([previous, *current])
+                step = [previous or _build_asset(
+                    spec, options, digest, lambda message: progress.update(overall, description=message))]
             else:
-                reports.extend(_build_model(spec, options, digest, progress, overall, previous, notify))
+                current = _current_variants(spec, options, digest, notify) if previous is not None else None
+                if previous is not None and current is not None:
+                    step = [previous, *current]
+                else:
+                    step = _build_model(spec, options, digest, progress, overall, previous, notify)
+            if cache is not None:
+                cache.store(options.repository, spec.name, digest, step)
+            reports.extend(step)
             progress.advance(overall)
     return reports
 

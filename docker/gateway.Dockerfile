@@ -31,4 +31,10 @@ WORKDIR /var/lib/gateway
 USER 10001
 # HTTP API (and /metrics) on 8080, the KServe v2 gRPC entry on 8081 (GATEWAY_GRPC_PORT).
 EXPOSE 8080 8081
+# Liveness: /healthz answers while the process serves (it does not ask Triton; readiness, /readyz, is
+# the orchestrator's business). Python's own urllib: the slim image has no curl. The gateway refuses
+# to start without real secrets (GATEWAY_ADMIN_TOKEN etc., see README), so an unconfigured container
+# exits instead of turning unhealthy.
+HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=4)"]
 CMD ["python", "-m", "gateway", "--host", "0.0.0.0", "--port", "8080"]

@@ -25,4 +25,9 @@ COPY serving/readiness.py /opt/triton-platform/model_readiness.py
 RUN useradd --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin triton-platform
 USER 10001
 EXPOSE 8000 8001 8002
+# Liveness: Triton's own /v2/health/live (the server process answers; model readiness is the pod's
+# readiness probe above). The image's Python 3.10 rather than curl, whose presence NGC does not promise.
+# The start period covers loading the repository's models.
+HEALTHCHECK --interval=15s --timeout=5s --start-period=120s --retries=3 \
+    CMD ["python3", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/v2/health/live', timeout=4)"]
 CMD ["tritonserver", "--model-repository=/models", "--model-control-mode=explicit", "--load-model=*", "--strict-readiness=true"]

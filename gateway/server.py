@@ -74,14 +74,17 @@ def serve(settings: GatewaySettings) -> None:
 
     Raises:
         ValueError: several workers asked for without Redis.
+        InsecureSecrets: a placeholder, weak or missing secret, without ``dev_insecure``.
     """
     import uvicorn
 
     from gateway.app import create_app
     from gateway.http_limits import ServerLimits, uvicorn_options
+    from gateway.secret_policy import check_secrets
     from gateway.stats import metrics_directory
 
     _configure_logging(settings.log_level)
+    check_secrets(settings)
     workers = settings.worker_count()
     log.info(
         "gateway: %d worker process%s, state %s, Triton over %s",
@@ -259,9 +262,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print(bootstrap_first_key(settings, name=args.create_key))
         return 0
+    from gateway.secret_policy import InsecureSecrets
+
     try:
         settings.worker_count()
     except ValueError as exc:
         parser.error(str(exc))
-    serve(settings)
+    try:
+        serve(settings)
+    except InsecureSecrets as exc:
+        parser.error(str(exc))
     return 0

@@ -268,6 +268,11 @@ class GatewaySettings(JobSettings):
         DEFAULT_IMAGE_URL_MAX_BYTES, ge=1, description="bytes of generated images kept for URLs (oldest go first)"
     )
     log_level: str = "info"
+    dev_insecure: bool = Field(
+        False,
+        description="development only: serve although a secret is empty or a placeholder (a warning is "
+        "logged); see gateway/secret_policy.py",
+    )
 
     @model_validator(mode="after")
     def _stats_buckets(self) -> GatewaySettings:

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import asdict
 from pathlib import Path
 
-from serving.console import make_console
+from serving.console import JSON_SCHEMA, json_document, make_console, quiet_library_progress
 
 DEFAULT_REPOSITORY = Path("model_repository")
 
@@ -34,11 +33,24 @@ def add_build_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--weights", action="append", default=[], metavar="MODEL=PATH", type=_weights_pair,
                         help="local weights file or checkpoint folder for a model (repeatable)")
     parser.add_argument("--force", action="store_true", help="rebuild even when the inputs are unchanged")
+    parser.add_argument("--build-cache", type=Path, metavar="DIR",
+                        help="entries kept by their inputs' hash and reused by any repository of this machine "
+                        "(default: $TRITON_PLATFORM_BUILD_CACHE, else ~/.cache/triton-platform/builds)")
+    parser.add_argument("--no-build-cache", action="store_true", help="neither reuse nor keep cached builds")
+
+
+def build_cache_dir(args: argparse.Namespace) -> Path | None:
+    """The build cache the options name (None: off)."""
+    from builders.build_cache import default_cache_dir
+
+    return None if args.no_build_cache else (args.build_cache or default_cache_dir())
 
 
 def add_json_option(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--json", action="store_true",
-                        help=f"print {what} as JSON on stdout (progress and messages stay on stderr)")
+                        help=f"print {what} as JSON on stdout, as every command's --json does: "
+                        f'{{"schema": "{JSON_SCHEMA}", "command": ..., "results": [...]}} '
+                        "(progress and messages stay on stderr)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -86,11 +98,12 @@ def run(args: argparse.Namespace) -> int:
     from builders.torchscript import TorchScriptOptions, build_torchscript
 
     console, errors = make_console(), make_console(stderr=True)
+    quiet_library_progress(errors)
     options = BuildOptions(repository=args.repository, force=args.force, weights=parse_weights(args.weights),
                            variants=not args.no_variants, engines=args.engines, timing_cache=args.timing_cache,
                            engine_compute_capability=args.engine_compute_capability, gpu=args.gpu,
                            native_backends=args.native_backends,
-                           triton_release=args.triton_release)
+                           triton_release=args.triton_release, cache=build_cache_dir(args))
     try:
         reports = build(args.models, options, console=errors)
         if args.torchscript:
@@ -101,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         errors.print(f"[red]build failed:[/red] {exc}")
         return 1
     if args.json:
-        print(json.dumps([asdict(r) for r in reports], indent=2, sort_keys=True))
+        print(json_document("build", [asdict(r) for r in reports]))
     else:
         print_summary(reports, console)
     return 0

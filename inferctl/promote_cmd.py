@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from dataclasses import asdict
 from pathlib import Path
 
 from inferctl.build_cmd import _weights_pair, add_json_option, parse_weights
-from serving.console import make_console
+from serving.console import json_document, make_console
 
 DEFAULT_RECORDS = Path("promotions")
 
@@ -80,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"[red]{exc}[/red]")
         return 2
     if args.json:
-        print(json.dumps(asdict(record), indent=2))
+        print(json_document("promote", [asdict(record)]))
     if record.decision == "rollback-incomplete":
         return 3  # an operator must look: the record names the rollback steps that could not run
     return 0 if record.decision in ("promoted", "gates-passed") else 1
@@ -96,7 +95,7 @@ def run_history(args: argparse.Namespace) -> int:
 
     records = history(args.records_dir, args.model)
     if args.json:
-        print(json.dumps([asdict(r) for r in records], indent=2))
+        print(json_document("history", [asdict(r) for r in records]))
     else:
         print_history(records, make_console())
     return 0

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import secrets
 import signal
 import threading
 from contextlib import AbstractContextManager, nullcontext
@@ -12,8 +11,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from inferctl.build_cmd import add_build_options, parse_weights
-from serving.console import make_console
+from inferctl.build_cmd import add_build_options, add_json_option, build_cache_dir, parse_weights
+from inferctl.up_secrets import SECRETS_FILE, load_or_create_secrets
+from serving.console import heading, json_document, make_console, quiet_library_progress
 from serving.processes import ManagedProcess, ProcessStartError, python_module
 
 STATE_DIR = Path(".platform")
@@ -40,19 +40,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="the gateway's KServe v2 gRPC entry; 0 for none (default: %(default)s)")
     parser.add_argument("--no-gateway", action="store_true", help="serve Triton alone")
     parser.add_argument("--state-dir", type=Path, default=STATE_DIR,
-                        help="where the gateway's key store and admin token live (default: %(default)s)")
+                        help="where the gateway's key store and secrets (secrets.env, mode 0600) live "
+                        "(default: %(default)s)")
+    add_json_option(parser, "the endpoints (and the first API key) once the platform is up")
     parser.set_defaults(handler=run)
-
-
-def _admin_token(state_dir: Path) -> str:
-    """The admin credential: from GATEWAY_ADMIN_TOKEN, else generated once and kept owner-readable only."""
-    if os.environ.get("GATEWAY_ADMIN_TOKEN"):
-        return os.environ["GATEWAY_ADMIN_TOKEN"]
-    path = state_dir / "admin_token"
-    if not path.exists():
-        path.write_text(secrets.token_urlsafe(32))
-        path.chmod(0o600)
-    return path.read_text().strip()
 
 
 def _gateway(args: argparse.Namespace, triton_http: str, env: dict[str, str],
@@ -81,25 +72,52 @@ def _first_key(args: argparse.Namespace, env: dict[str, str]) -> str | None:
     return bootstrap_first_key(settings, name="first-key", tier="standard")
 
 
+#: the README's load-test example (loadtest/run.py's docstring): 16 users with 0.1-1 s of think time
+#: send ~29 requests/s on average (no latency) over three models by the users' weights 3:3:2, ~650/min
+#: for the busiest; the first key's "standard" tier allows 100/min per model and 300 per key, "premium"
+#: 1,000 and 3,000: premium fits it (tests/inferctl/test_cli.py checks the sum).
+LOAD_TEST_TIER = "premium"
+LOAD_TEST_ARGS = "--scenarios classify,embeddings,v2 --users 16 --spawn-rate 4 --run-time 60s"
+
+
+def _endpoints(args: argparse.Namespace, triton_http: str) -> list[dict[str, object]]:
+    """What ``up`` serves, one record per server (the ``--json`` results)."""
+    triton: dict[str, object] = {"service": "triton", "url": f"http://{triton_http}",
+                                 "grpc": f"{args.host}:{args.triton_grpc_port}",
+                                 "metrics": f"http://{args.host}:{args.triton_metrics_port}/metrics"}
+    if args.no_gateway:
+        return [triton]
+    base = f"http://{args.host}:{args.gateway_port}"
+    gateway: dict[str, object] = {"service": "gateway", "url": base, "docs": f"{base}/docs",
+                                  "metrics": f"{base}/metrics",
+                                  "grpc": f"{args.host}:{args.gateway_grpc_port}" if args.gateway_grpc_port else None,
+                                  "keys_db": str(args.state_dir / "keys.sqlite3"),
+                                  "secrets_file": str(args.state_dir / SECRETS_FILE)}
+    return [triton, gateway]
+
+
 def _print_welcome(console: Console, args: argparse.Namespace, triton_http: str, key: str | None) -> None:
-    console.rule("[green]platform is up")
+    heading(console, "[green]platform is up")
     console.print(f"Triton   http://{triton_http}  (gRPC {args.host}:{args.triton_grpc_port}, "
                   f"metrics http://{args.host}:{args.triton_metrics_port}/metrics)")
     if args.no_gateway:
         console.print(f"\ncurl http://{triton_http}/v2/models/efficientnet_lite0")
         return
     base = f"http://{args.host}:{args.gateway_port}"
-    console.print(f"Gateway  {base}  (docs {base}/docs, metrics {base}/metrics with the admin token as bearer)")
+    keys_db = args.state_dir / "keys.sqlite3"
+    console.print(f"Gateway  {base}  (docs {base}/docs, metrics {base}/metrics with the metrics or admin token "
+                  "as bearer)")
     if args.gateway_grpc_port:
         console.print(f"         KServe v2 gRPC {args.host}:{args.gateway_grpc_port} "
                       "(tritonclient.grpc, metadata authorization: Bearer <key>)")
-    console.print(f"Admin token in {args.state_dir / 'admin_token'} (or GATEWAY_ADMIN_TOKEN)")
+    console.print(f"Admin token, JWT secret and metrics token in {args.state_dir / SECRETS_FILE} "
+                  "(mode 0600, reused by the next `up`; GATEWAY_ADMIN_TOKEN etc. override it)")
     shown = key or "<your API key>"
     if key:
-        console.print(f"\nYour first API key (shown once, stored hashed): [bold]{key}[/bold]")
+        console.print(f"\nYour first API key (tier standard; shown once, stored hashed): [bold]{key}[/bold]")
     else:
-        console.print(f"\nKeys already exist in {args.state_dir / 'keys.sqlite3'}; create one with "
-                      f"`python -m gateway --keys-db {args.state_dir / 'keys.sqlite3'} --create-key NAME`")
+        console.print(f"\nKeys already exist in {keys_db}; create one with "
+                      f"`python -m gateway keys create NAME --keys-db {keys_db}`")
     console.print("\nClassify a photo:")
     console.print(f'  curl -s -H "Authorization: Bearer {shown}" -F "file=@photo.jpg" {base}/v1/classify', soft_wrap=True)
     if "text_embedding" in args.models:
@@ -107,6 +125,9 @@ def _print_welcome(console: Console, args: argparse.Namespace, triton_http: str,
         console.print(f'  curl -s -H "Authorization: Bearer {shown}" -H "Content-Type: application/json" '
                       f"-d '{{\"model\": \"text_embedding\", \"input\": \"hello world\"}}' {base}/v1/embeddings",
                       soft_wrap=True)
+    console.print(f"\nLoad test (the first key's tier would answer most of it with 429): a {LOAD_TEST_TIER} key, then locust")
+    console.print(f"  python -m gateway keys create load-test --tier {LOAD_TEST_TIER} --keys-db {keys_db}", soft_wrap=True)
+    console.print(f"  LOADTEST_API_KEY=<that key> python -m loadtest.run --host {base} {LOAD_TEST_ARGS}", soft_wrap=True)
     console.print("\nPress Ctrl-C to stop.")
 
 
@@ -126,14 +147,17 @@ def run(args: argparse.Namespace) -> int:
     from serving.launcher import TritonPorts, TritonServer, TritonStartError
     from serving.supervisor import TritonSupervisor
 
-    console = make_console()
+    # With --json, stdout carries only the endpoints document; everything else goes to stderr.
+    console, build_console = make_console(stderr=args.json), make_console(stderr=True)
+    quiet_library_progress(build_console)
     # A version a promotion published but never finished is not production: Triton would load it
     # (it knows nothing of the marker), so it goes before anything starts.
     for folder in discard_unfinished(args.repository):
         console.print(f"removed {folder}: an unfinished promotion left it (see `inferctl history`)")
     try:
         reports = build(args.models, BuildOptions(repository=args.repository, force=args.force,
-                                                  weights=parse_weights(args.weights)), console=make_console(stderr=True))
+                                                  weights=parse_weights(args.weights), cache=build_cache_dir(args)),
+                        console=build_console)
     except BuildError as exc:
         console.print(f"[red]build failed:[/red] {exc}")
         return 1
@@ -162,13 +186,16 @@ def run(args: argparse.Namespace) -> int:
     try:
         key = None
         if not args.no_gateway:
-            args.state_dir.mkdir(parents=True, exist_ok=True)
-            env = dict(os.environ, GATEWAY_ADMIN_TOKEN=_admin_token(args.state_dir))
+            args.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # keys and secrets: owner only
+            # Generated once and kept in a 0600 file: the gateway refuses to serve with none.
+            env = dict(os.environ, **load_or_create_secrets(args.state_dir))
             key = _first_key(args, env)
             gateway = _gateway(args, server.http_url, env, [m for m in args.models if m in served]).start()
             with _status(console, "starting the gateway"):
                 gateway.wait_http(f"http://{args.host}:{args.gateway_port}/healthz", timeout_s=60)
         _print_welcome(console, args, server.http_url, key)
+        if args.json:
+            print(json_document("up", _endpoints(args, server.http_url), api_key=key, models=served), flush=True)
         while not stopped.wait(0.5):
             if gateway is not None and not gateway.running():
                 console.print(f"[red]the gateway exited with code {gateway.returncode}[/red]")

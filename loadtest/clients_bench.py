@@ -106,6 +106,7 @@ def run_benchmark(repository: Path, model: str, concurrencies: Sequence[int], du
         One :class:`PathFigures` per (concurrency, path), in :data:`PATHS` order.
     """
     from gateway.keys import bootstrap_first_key
+    from gateway.secret_policy import generate_secret
     from gateway.settings import GatewaySettings
     from serving.launcher import TritonPorts, TritonServer
     from serving.ports import reserve_port
@@ -119,6 +120,7 @@ def run_benchmark(repository: Path, model: str, concurrencies: Sequence[int], du
             "GATEWAY_TRITON_HTTP_URL": triton.http_url, "GATEWAY_KEYS_DB": str(Path(tmp) / "keys.sqlite3"),
             "GATEWAY_TIER_LIMITS": json.dumps(_BENCH_TIER), "GATEWAY_LOG_LEVEL": "warning",
             "GATEWAY_MAX_IN_FLIGHT_PER_MODEL": str(max(64, 2 * max(concurrencies))),
+            "GATEWAY_ADMIN_TOKEN": generate_secret(),  # unused here, but the gateway refuses to serve without one
         }
         key = bootstrap_first_key(GatewaySettings(keys_db=Path(tmp) / "keys.sqlite3"), name="bench", tier="bench")
         gateway = ManagedProcess(python_module("gateway"), name="gateway", env=child_env(env),

@@ -32,13 +32,13 @@ from pathlib import Path
 
 import httpx
 
+from gateway.secret_policy import generate_secret
 from loadtest.scaling import gateway_process, machine_load, redis_server, write_tiny_model
 from serving.console import Table, make_console, print_table
 from serving.quantiles import summarize
 
 __all__ = ["main", "measure"]
 
-_ADMIN_TOKEN = "propagation-bench-admin"
 _TIER = {"bench": {"per_minute": 1e12, "burst": 1_000_000_000}}
 _POLL_LIMIT_S = 10.0
 _MODEL = "bench_model"
@@ -69,7 +69,8 @@ def _shows(client: httpx.Client, admin: dict[str, str], share: float) -> bool:
 def measure(trials: int, sync_interval_s: float, seed: int = 0) -> dict[str, list[float]]:
     """Start Redis and two gateways; return the measured delays (seconds) per kind of change."""
     rng = random.Random(seed)
-    admin = {"X-Admin-Token": _ADMIN_TOKEN}
+    admin_token = generate_secret()  # the gateway refuses a placeholder; each run makes its own
+    admin = {"X-Admin-Token": admin_token}
     delays: dict[str, list[float]] = {"revocation": [], "canary weights": []}
     from serving.launcher import TritonPorts, TritonServer
 
@@ -77,7 +78,7 @@ def measure(trials: int, sync_interval_s: float, seed: int = 0) -> dict[str, lis
         write_tiny_model(Path(tmp) / "repository", _MODEL, versions=(1, 2))
         triton = TritonServer(Path(tmp) / "repository", models=[_MODEL], ports=TritonPorts.free())
         settings = {
-            "GATEWAY_REDIS_URL": redis_url, "GATEWAY_WORKERS": "1", "GATEWAY_ADMIN_TOKEN": _ADMIN_TOKEN,
+            "GATEWAY_REDIS_URL": redis_url, "GATEWAY_WORKERS": "1", "GATEWAY_ADMIN_TOKEN": admin_token,
             "GATEWAY_TIER_LIMITS": json.dumps(_TIER), "GATEWAY_STATE_SYNC_INTERVAL_S": str(sync_interval_s),
             "GATEWAY_TRITON_STATS_INTERVAL_S": "0",  # statistics are not what is measured
             "GATEWAY_TRITON_HTTP_URL": triton.http_url,

@@ -36,6 +36,7 @@ from typing import Any
 
 from builders.spec import BatchingPolicy, TensorSpec
 from builders.triton_config import model_config, write_config
+from gateway.secret_policy import generate_secret
 from loadtest.loadgen import HttpTarget, LoadResult, LoadSpec, run, run_load
 from serving.console import Table, make_console, print_table
 from serving.launcher import TritonPorts, TritonServer
@@ -128,6 +129,7 @@ def gateway(triton_http_url: str, workdir: Path, *, priorities: bool, max_in_fli
         "GATEWAY_MAX_IN_FLIGHT_PER_MODEL": str(max_in_flight),
         "GATEWAY_TRITON_STATS_INTERVAL_S": "0",
         "GATEWAY_LOG_LEVEL": "warning",
+        "GATEWAY_ADMIN_TOKEN": generate_secret(),  # unused here, but the gateway refuses to serve without one
     })
     command = python_module("gateway", "--host", "127.0.0.1", "--port", str(port), "--triton-url", triton_http_url,
                             "--keys-db", str(keys_db), "--log-level", "warning")

@@ -191,12 +191,14 @@ def redis_server(workdir: Path) -> Iterator[str]:
 @contextlib.contextmanager
 def gateway_process(name: str, settings: dict[str, str], workdir: Path) -> Iterator[str]:
     """``python -m gateway`` with ``GATEWAY_*`` ``settings`` on a free loopback port; yields ``host:port``."""
+    from gateway.secret_policy import generate_secret
     from serving.ports import reserve_port
     from serving.processes import ManagedProcess, child_env, python_module
 
     port = reserve_port()
+    # The gateway refuses to serve without a real admin token: a fresh one per run (settings may name theirs).
     env = {"GATEWAY_HOST": "127.0.0.1", "GATEWAY_PORT": str(port), "GATEWAY_LOG_LEVEL": "warning",
-           "GATEWAY_KEYS_DB": str(workdir / "unused.sqlite3"), **settings}
+           "GATEWAY_KEYS_DB": str(workdir / "unused.sqlite3"), "GATEWAY_ADMIN_TOKEN": generate_secret(), **settings}
     log = workdir / f"{name.replace(' ', '-')}.log"
     with ManagedProcess(python_module("gateway"), name=name, env=child_env(env), log_path=log).start() as process:
         process.wait_http(f"http://127.0.0.1:{port}/healthz", 120)

@@ -7,6 +7,7 @@ wheel, on free ports bound to 127.0.0.1.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +18,21 @@ from builders.pipeline import BuildOptions, build
 from builders.triton_config import is_tensorrt, read_config
 from serving.launcher import TritonPorts, TritonServer
 from tests.support.repository import TEST_MODELS, TEST_REPOSITORY
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_build_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Commands the tests run (``inferctl build``/``up``, in process or not) keep builds in a cache
+    of this session, never in the user's ``~/.cache`` (builders/build_cache.py)."""
+    from builders.build_cache import CACHE_ENV
+
+    before = os.environ.get(CACHE_ENV)
+    os.environ[CACHE_ENV] = str(tmp_path_factory.mktemp("build-cache"))
+    yield
+    if before is None:
+        os.environ.pop(CACHE_ENV, None)
+    else:
+        os.environ[CACHE_ENV] = before
 
 
 @pytest.fixture(scope="session")

@@ -96,6 +96,8 @@ def gateway_server(triton_http_url: str, workdir: Path, workers: int = 1) -> Ite
             "GATEWAY_MAX_IN_FLIGHT_PER_MODEL": "4096",
             "GATEWAY_LOG_LEVEL": "warning",
             "GATEWAY_METRICS_TOKEN": secrets.token_urlsafe(24),
+            # unused here, but the gateway refuses to serve without one
+            "GATEWAY_ADMIN_TOKEN": secrets.token_urlsafe(32),
         }
         keys_db = workdir / "gateway_keys.sqlite3"
         options: list[str] = ["--keys-db", str(keys_db)]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import fnmatch
 import importlib.metadata
+import json
 import re
 import shlex
 import subprocess
@@ -329,3 +330,21 @@ def test_the_import_check_can_fail(tmp_path: Path) -> None:
     assert ("cv2", None) in required and ("enum", "StrEnum") in required and optional == {"torchvision"}
     assert not any(m == "builders" for m, _ in required)
     assert "opencv-python" not in _triton_lock()
+
+
+@pytest.mark.parametrize(("dockerfile", "url"), [(GATEWAY, "http://127.0.0.1:8080/healthz"),
+                                                 (TRITON, "http://127.0.0.1:8000/v2/health/live")],
+                         ids=["gateway", "triton"])
+def test_images_declare_a_liveness_healthcheck(dockerfile: Path, url: str) -> None:
+    checks = [i for i in instructions(dockerfile) if i.keyword == "HEALTHCHECK"]
+    final = max(i.stage for i in instructions(dockerfile))
+    assert [c.stage for c in checks] == [final], "one HEALTHCHECK, in the image that runs"
+    options, _, command = checks[0].args.partition("CMD")
+    assert re.search(r"--timeout=\d+s", options) and re.search(r"--start-period=\d+s", options)
+    argv = json.loads(command)  # exec form: no shell needed in the image
+    # The image's own Python does the request (neither image promises curl), exiting non-zero on failure.
+    assert argv[0] in ("python", "python3") and argv[1] == "-c" and url in argv[2]
+    compile(argv[2], "<healthcheck>", "exec")
+    if dockerfile == GATEWAY:  # the port checked is the one its command listens on (Triton's: its default)
+        cmd = next(i for i in instructions(dockerfile) if i.keyword == "CMD" and i.stage == final)
+        assert '"--port", "8080"' in cmd.args

@@ -8,6 +8,8 @@ import httpx
 import pytest
 from PIL import Image
 
+from tests.support.gateway_procs import ADMIN_TOKEN
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 CAT_CLASSES = set(range(281, 286))  # ImageNet tabby, tiger cat, Persian, Siamese, Egyptian cat
@@ -19,7 +21,7 @@ def image_gateway(gateway_factory, triton):  # type: ignore[no-untyped-def]
     key = httpx.post(
         gateway.url + "/admin/keys",
         json={"name": "img", "scopes": ["image_classifier", "efficientnet_lite0"], "tier": "unlimited"},
-        headers={"X-Admin-Token": "test-admin-token-5f1c9e0b7a"},
+        headers={"X-Admin-Token": ADMIN_TOKEN},
     ).json()
     return gateway, {"Authorization": f"Bearer {key['api_key']}"}
 

@@ -10,7 +10,7 @@ import pytest
 
 from serving.ports import reserve_port
 from tests.support.api_errors import api_error
-from tests.support.gateway_procs import METRICS_HEADERS, tiny_request
+from tests.support.gateway_procs import ADMIN_TOKEN, METRICS_HEADERS, tiny_request
 
 pytestmark = pytest.mark.integration
 
@@ -112,7 +112,7 @@ def test_triton_down_is_fast_503_and_not_ready(gateway_factory, admin) -> None: 
     key = httpx.post(
         dead.url + "/admin/keys",
         json={"name": "d", "tier": "unlimited"},
-        headers={"X-Admin-Token": "test-admin-token-5f1c9e0b7a"},
+        headers={"X-Admin-Token": ADMIN_TOKEN},
     ).json()
     auth = {"Authorization": f"Bearer {key['api_key']}"}
     response = httpx.post(dead.url + INFER, json=tiny_request(), headers=auth)
@@ -135,7 +135,7 @@ def _tight_key(tight_gateway) -> dict[str, str]:  # type: ignore[no-untyped-def]
     key = httpx.post(
         tight_gateway.url + "/admin/keys",
         json={"name": "t", "tier": "unlimited"},
-        headers={"X-Admin-Token": "test-admin-token-5f1c9e0b7a"},
+        headers={"X-Admin-Token": ADMIN_TOKEN},
     ).json()
     return {"Authorization": f"Bearer {key['api_key']}"}
 

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import base64
 import os
+from pathlib import Path
 
 import pytest
 
+from gateway.secret_policy import secret_problems
 from gateway.server import build_parser
 from gateway.settings import GatewaySettings
 from tests.support.k8s_render import containers, find, rendered
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _gateway_container() -> dict:
@@ -65,6 +69,15 @@ def test_gateway_settings_load_from_the_manifest_env(monkeypatch: pytest.MonkeyP
     # Several workers need Redis; the manifest's count is what the gateway will run.
     assert settings.worker_count() == 2
     assert settings.admin_token.get_secret_value() and settings.jwt_secret.get_secret_value()
+    assert secret_problems(settings) == [] and not settings.dev_insecure  # filled in, the gateway serves
+
+
+def test_the_secrets_template_holds_no_value_the_gateway_would_serve_with() -> None:
+    template = (REPO / "k8s/base/secrets/gateway.env.example").read_text()
+    values = dict(line.split("=", 1) for line in template.splitlines() if line and not line.startswith("#"))
+    assert set(values) == {"GATEWAY_ADMIN_TOKEN", "GATEWAY_JWT_SECRET", "GATEWAY_METRICS_TOKEN"}
+    settings = GatewaySettings(**{name.removeprefix("GATEWAY_").lower(): value for name, value in values.items()})
+    assert any("GATEWAY_ADMIN_TOKEN" in p for p in secret_problems(settings)), "copied unfilled, it is refused"
 
 
 def test_container_ports_are_the_ones_the_gateway_binds() -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 
+from gateway.secret_policy import generate_secret
 from serving.ports import reserve_port
 from serving.processes import ManagedProcess, child_env, python_module
 
@@ -30,8 +31,10 @@ __all__ = [
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
-ADMIN_TOKEN = "test-admin-token-5f1c9e0b7a"
-METRICS_TOKEN = "test-metrics-token-0c4d2a9e81"
+#: fresh for each test session: the gateway refuses placeholder secrets, and a test must not lean on a
+#: known one (gateway/secret_policy.py)
+ADMIN_TOKEN = generate_secret()
+METRICS_TOKEN = generate_secret()
 #: what Prometheus sends to /metrics
 METRICS_HEADERS = {"Authorization": f"Bearer {METRICS_TOKEN}"}
 #: tiers the tests use: "tiny" makes the shared-limit test independent of how long it takes

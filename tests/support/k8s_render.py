@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shutil
 import subprocess
 import sysconfig
@@ -75,14 +76,16 @@ def render(kustomization: Path) -> list[dict[str, Any]]:
 @cache
 def _rendered_json(kustomization: str) -> str:
     # The secretGenerator needs the git-ignored *.env files: render a copy with the examples in place
-    # (a real local file wins), never the checkout itself.
+    # (a real local file wins), never the checkout itself. The examples leave secrets empty (the
+    # gateway refuses empty and placeholder ones): fill them as an operator would, with fresh secrets.
     with tempfile.TemporaryDirectory(prefix="k8s-render-") as tmp:
         copy = Path(tmp) / "k8s"
         shutil.copytree(K8S, copy)
         for example in copy.rglob("*.env.example"):
             target = example.with_suffix("")
             if not target.exists():
-                shutil.copyfile(example, target)
+                target.write_text(re.sub(r"^(\w+)=$", lambda m: f"{m.group(1)}={secrets.token_hex(32)}",
+                                         example.read_text(), flags=re.MULTILINE))
         return json.dumps(render(copy / kustomization))
 
 
