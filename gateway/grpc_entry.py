@@ -15,9 +15,10 @@ against the gateway unchanged. It is a second door to the same house, not a seco
   :data:`GRPC_STATUS` turns that status into a gRPC code. ``Retry-After`` and the ``RateLimit-*``
   fields travel as trailing metadata.
 
-Health (``ServerLive``, ``ServerReady``) needs no credential, as on REST. Calls the gateway does not
-serve (repository control, shared memory, tracing, logging, raw statistics) answer UNIMPLEMENTED
-with a message saying so.
+Health (``ServerLive``, ``ServerReady``) needs no credential, as on REST. ``RepositoryIndex`` and
+``ModelStatistics`` pass Triton's answers through for the admin credential only (PERMISSION_DENIED for
+an API key), as on REST. Calls the gateway does not serve (repository control, shared memory,
+tracing, logging) answer UNIMPLEMENTED with a message saying so.
 """
 
 from __future__ import annotations
@@ -70,8 +71,6 @@ GRPC_STATUS: dict[int, grpc.StatusCode] = {
 }
 
 _NOT_SERVED = {
-    "ModelStatistics": "per-model statistics are served by the gateway at GET /v1/stats",
-    "RepositoryIndex": "the model repository is managed by the operator, not through the gateway",
     "RepositoryModelLoad": "models are loaded by the operator, not through the gateway",
     "RepositoryModelUnload": "models are unloaded by the operator, not through the gateway",
     "SystemSharedMemoryStatus": "shared memory cannot be used through the gateway; send the data",
@@ -244,6 +243,23 @@ class KServeGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
         return await self._run("ModelConfig", context, pb.ModelConfigResponse(), handler)
 
+    # -- operator reads (the admin credential) ------------------------------------------------
+
+    async def RepositoryIndex(self, request: pb.RepositoryIndexRequest, context: Any) -> pb.RepositoryIndexResponse:
+        async def handler(ctx: RequestContext, call: _Call) -> pb.RepositoryIndexResponse:
+            index = await self.service.repository_index(ctx, ready_only=request.ready)
+            return json_format.ParseDict({"models": index}, pb.RepositoryIndexResponse(), ignore_unknown_fields=True)
+
+        return await self._run("RepositoryIndex", context, pb.RepositoryIndexResponse(), handler)
+
+    async def ModelStatistics(self, request: pb.ModelStatisticsRequest, context: Any) -> pb.ModelStatisticsResponse:
+        async def handler(ctx: RequestContext, call: _Call) -> pb.ModelStatisticsResponse:
+            stats = await self.service.statistics(ctx, request.name, request.version)
+            return json_format.ParseDict({"model_stats": stats}, pb.ModelStatisticsResponse(),
+                                         ignore_unknown_fields=True)
+
+        return await self._run("ModelStatistics", context, pb.ModelStatisticsResponse(), handler)
+
     # -- inference --------------------------------------------------------------------------
 
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
@@ -281,8 +297,6 @@ class KServeGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     # -- what the gateway does not serve -----------------------------------------------------
 
-    ModelStatistics = _not_served("ModelStatistics")
-    RepositoryIndex = _not_served("RepositoryIndex")
     RepositoryModelLoad = _not_served("RepositoryModelLoad")
     RepositoryModelUnload = _not_served("RepositoryModelUnload")
     SystemSharedMemoryStatus = _not_served("SystemSharedMemoryStatus")

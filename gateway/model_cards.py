@@ -3,7 +3,8 @@ read from Triton's model configs and cached briefly.
 
 The builders write a card into every entry's config ``parameters`` (task, internal pipeline step,
 creation time, embedding length and Matryoshka lengths); this is how the OpenAI routes know which
-models to list, which take ``/v1/embeddings`` and which ``dimensions`` a model allows. Only models
+models to list, which take ``/v1/embeddings``, how long their vectors are and how many inputs one
+Triton request may carry (the config's ``max_batch_size``). Only models
 Triton knows are cached (a config that cannot be read is not), so the cache is bounded by the
 repository, not by what clients type.
 """
@@ -37,12 +38,17 @@ class ModelCards:
         self._timeout_s = timeout_s
         self._ttl_s = ttl_s
         self._clock = clock
-        self._cards: dict[str, tuple[float, ModelCard, frozenset[str]]] = {}
+        self._cards: dict[str, tuple[float, ModelCard, frozenset[str], int]] = {}
 
     async def outputs(self, model: str) -> frozenset[str]:
         """The names of ``model``'s outputs (an entry built before an output existed lacks it)."""
         await self.get(model)
         return self._cards[model][2]
+
+    async def max_batch_size(self, model: str) -> int:
+        """``model``'s ``max_batch_size`` from its config (0: it does not batch)."""
+        await self.get(model)
+        return self._cards[model][3]
 
     async def get(self, model: str) -> ModelCard:
         """The card of ``model``.
@@ -58,5 +64,9 @@ class ModelCards:
         config = await self._backend.model_config(model, timeout_s=self._timeout_s)
         card = ModelCard.from_config({**config, "name": model})
         outputs = frozenset(str(o.get("name", "")) for o in config.get("output", []) if isinstance(o, dict))
-        self._cards[model] = (now, card, outputs)
+        try:
+            batch = max(0, int(config.get("max_batch_size", 0)))
+        except (TypeError, ValueError):  # Triton writes an integer; anything else means "no batching"
+            batch = 0
+        self._cards[model] = (now, card, outputs, batch)
         return card

@@ -8,11 +8,12 @@ service's; what a model is and allows comes from its card
 
 - Listing: Triton's READY models in the caller's scope, without internal pipeline steps (their card
   says ``visibility: internal``), plus configured aliases of listed models.
-- Embeddings: strings or token-id arrays of the model's own vocabulary (WordPiece for MiniLM), split
-  into the encoder's batch size and run under one admission; ``usage`` is the tokenizer's count;
-  ``dimensions`` is honoured only where the card lists it (a Matryoshka-trained model), then the
-  vectors are truncated and re-normalised; elsewhere it is refused, since a truncated vector of a
-  model not trained for it is not an embedding.
+- Embeddings: up to ``max_inputs`` strings or token-id arrays of the model's own vocabulary (WordPiece
+  for MiniLM; the model's tokenizer refuses ids that text never produces, so ids of another tokenizer
+  such as tiktoken's are refused, not misread), split into the model's ``max_batch_size``, run under
+  one admission with a bounded number of chunks in Triton at once, answered in order; ``usage`` is the
+  tokenizer's count; ``dimensions`` (1 to the model's length) truncates and re-normalises the vectors.
+  The card's Matryoshka lengths say where that keeps the model's quality (a model trained for it).
 - Images: ``n`` pipeline runs (seeds ``seed``, ``seed + 1``, ...) under one admission, encoded as
   PNG, JPEG or WebP off the event loop; now (:meth:`OpenAITasks.generate_images`), or as a job
   (:mod:`gateway.job_runner`) that passed admission when it was submitted and takes only its
@@ -24,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import io
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict, dataclass, fields
 from typing import Any
@@ -33,12 +34,13 @@ import numpy as np
 
 from gateway.admission import Ticket
 from gateway.context import RequestContext
-from gateway.errors import BadRequest, InferenceInputError, ModelNotFound
+from gateway.errors import BadRequest, GatewayError, InferenceInputError, ModelNotFound
 from gateway.model_cards import ModelCards
 from gateway.service import InferenceService
 from gateway.triton import Tensor
 from serving.limits import DEFAULT_LIMITS, RequestLimits
 from serving.model_card import ModelCard, Task
+from serving.token_ids import token_row_of
 
 __all__ = ["IMAGE_FORMATS", "Embeddings", "ImageRequest", "OpenAITasks", "PublicModel"]
 
@@ -163,15 +165,14 @@ class OpenAITasks:
 
     # -- embeddings --------------------------------------------------------------------------
 
-    def _tensors(self, inputs: Sequence[str] | Sequence[Sequence[int]]) -> list[Tensor]:
-        """``inputs`` checked and split into the encoder's batch size, as TEXT or TOKEN_IDS tensors."""
+    def _tensors(self, inputs: Sequence[str] | Sequence[Sequence[int]], size: int) -> list[Tensor]:
+        """``inputs`` checked and split into chunks of ``size``, as TEXT or TOKEN_IDS tensors."""
         limits = self.limits.embeddings
         if not inputs:
             raise BadRequest("input must hold at least one string or token array", field="input")
         if len(inputs) > limits.max_inputs:
             raise BadRequest(f"input holds {len(inputs)} items; at most {limits.max_inputs} per request",
                              field="input")
-        size = limits.batch_size
         if all(isinstance(item, str) for item in inputs):
             encoded = [_text(item, index, limits.max_text_chars, limits.max_text_bytes)  # type: ignore[arg-type]
                        for index, item in enumerate(inputs)]
@@ -191,46 +192,77 @@ class OpenAITasks:
                     dimensions: int | None = None) -> Embeddings:
         """Embeddings of strings or token arrays, in order.
 
+        The inputs travel in chunks of the model's ``max_batch_size`` (its config's), at most
+        ``batches_in_flight`` of them in Triton at once, and come back in the order they were sent.
+
         Raises:
-            BadRequest: a malformed input (``input.N``) or ``dimensions`` the model cannot give.
+            BadRequest: a malformed input (``input.N``), or ``dimensions`` outside 1..the model's length.
+            InferenceInputError: the model refused an input (``input.N`` where the model names its row).
             ModelNotFound: no such model, or not an embedding model.
         """
         settings = self.service.settings
         triton_model, card = await self._card(ctx, model, Task.EMBEDDINGS, settings.embedding_model)
-        if dimensions is not None and dimensions != card.dimensions and not card.allows_dimensions(dimensions):
-            shorter = f"; it was trained to be shortened to {list(card.matryoshka)}" if card.matryoshka else (
-                " and was not trained to be shortened (Matryoshka), so a truncated vector would not be an embedding")
-            raise BadRequest(f"dimensions={dimensions} is not available for model '{model}': it returns "
-                             f"{card.dimensions or 'fixed-length'}-dimensional vectors{shorter}", field="dimensions")
-        chunks = self._tensors(inputs)
+        if dimensions is not None:
+            _check_dimensions(dimensions, card.dimensions, model)
+        size = await self.cards.max_batch_size(triton_model) or self.limits.embeddings.batch_size
+        chunks = self._tensors(inputs, size)
         # The tokenizer's own count; entries built before TOKENS existed report none (usage 0 then).
         counted = "TOKENS" in await self.cards.outputs(triton_model)
-        try:
-            outputs = await self._run(ctx, [[t] for t in chunks], ["EMBEDDING", "TOKENS"] if counted else ["EMBEDDING"],
-                                      self.service.admission.admit(ctx, triton_model))
-        except InferenceInputError as exc:  # e.g. a token id outside the vocabulary
-            raise InferenceInputError(f"input was refused by model '{model}': {exc.detail}", field="input") from exc
+
+        def refused(chunk: int, exc: GatewayError) -> GatewayError:
+            if not isinstance(exc, InferenceInputError):
+                return exc
+            row = token_row_of(exc.detail)
+            if row is None:
+                return InferenceInputError(f"input was refused by model '{model}': {exc.detail}", field="input")
+            index = chunk * size + row
+            return InferenceInputError(f"input[{index}] was refused by model '{model}': {exc.detail}",
+                                       field=f"input.{index}")
+
+        outputs = await self._run(ctx, [[t] for t in chunks], ["EMBEDDING", "TOKENS"] if counted else ["EMBEDDING"],
+                                  self.service.admission.admit(ctx, triton_model),
+                                  concurrency=self.limits.embeddings.batches_in_flight, relabel=refused)
         vectors = np.concatenate([o["EMBEDDING"] for o in outputs]).astype(np.float32, copy=False)
         tokens = int(sum(int(o["TOKENS"].sum()) for o in outputs)) if counted else 0
         ctx.usage.inputs, ctx.usage.tokens = len(vectors), tokens
-        if dimensions is not None and dimensions < vectors.shape[1]:
+        if dimensions is not None and dimensions != vectors.shape[1]:
+            _check_dimensions(dimensions, vectors.shape[1], model)  # a card that did not say its length
             vectors = vectors[:, :dimensions]
             vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
         return Embeddings(vectors, tokens)
 
     async def _run(self, ctx: RequestContext, requests: Sequence[Sequence[Tensor]], outputs: Sequence[str],
-                   admission: AbstractAsyncContextManager[Ticket]) -> list[dict[str, np.ndarray]]:
-        """Run several requests of one client request concurrently, under one admission and one deadline."""
+                   admission: AbstractAsyncContextManager[Ticket], *, concurrency: int = 0,
+                   relabel: Callable[[int, GatewayError], GatewayError] | None = None) -> list[dict[str, np.ndarray]]:
+        """Run several requests of one client request concurrently, under one admission and one deadline.
+
+        Args:
+            concurrency: at most this many in Triton at once (0: all of them).
+            relabel: turns a failure of request ``i`` into the answer (e.g. naming the input at fault).
+
+        Returns:
+            The outputs of each request, in the order of ``requests``.
+        """
         service = self.service
+        gate = asyncio.Semaphore(concurrency or max(1, len(requests)))
+
+        async def one(index: int, inputs: Sequence[Tensor], ticket: Ticket) -> dict[str, np.ndarray]:
+            async with gate:
+                route = service.traffic.route(ticket.model)
+                try:
+                    return await service.routed(ticket.model, route, service.backend.infer(
+                        route.model, inputs, outputs, timeout_s=ticket.remaining_s(),
+                        version=route.version, priority=ticket.priority))
+                except GatewayError as exc:
+                    if relabel is None:
+                        raise
+                    raise relabel(index, exc) from exc
+
         async with admission as ticket:
             with ctx.stages.stage("upstream"):
                 try:
                     async with asyncio.TaskGroup() as group:  # one failure cancels the others
-                        routes = [service.traffic.route(ticket.model) for _ in requests]
-                        tasks = [group.create_task(service.routed(ticket.model, route, service.backend.infer(
-                            route.model, inputs, outputs, timeout_s=ticket.remaining_s(),
-                            version=route.version, priority=ticket.priority)))
-                            for route, inputs in zip(routes, requests, strict=True)]
+                        tasks = [group.create_task(one(index, inputs, ticket)) for index, inputs in enumerate(requests)]
                 except ExceptionGroup as failed:
                     raise failed.exceptions[0] from None  # the first failure is the answer; the rest were cancelled
         return [task.result() for task in tasks]
@@ -344,6 +376,14 @@ def _text(value: str, index: int, max_chars: int, max_bytes: int, *, field: str 
     if len(data) > max_bytes:
         raise BadRequest(f"{shown} is {len(data)} UTF-8 bytes; at most {max_bytes}", field=where)
     return data
+
+
+def _check_dimensions(dimensions: int, length: int, model: str) -> None:
+    """Refuse ``dimensions`` outside 1..``length`` (``length`` 0: the card does not say; checked later)."""
+    if dimensions < 1 or (length and dimensions > length):
+        raise BadRequest(f"dimensions={dimensions} is not available for model '{model}': it returns "
+                         f"{length or 'fixed-length'}-dimensional vectors; ask for 1 to {length or 'that many'}",
+                         field="dimensions")
 
 
 def _token_row(ids: Sequence[int], index: int, max_ids: int) -> list[int]:

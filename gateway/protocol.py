@@ -167,16 +167,23 @@ class EmbeddingsRequest(BaseModel):
         json_schema_extra=_state_input_limits,
         description=(
             f"one string, a list of up to {_EMBEDDINGS.max_inputs} strings (each 1 to "
-            f"{_EMBEDDINGS.max_text_chars} characters), or token arrays: ids of the model's own vocabulary "
-            f"(WordPiece for text_embedding; up to {_EMBEDDINGS.max_token_ids} per input, [CLS]/[SEP] added "
-            "where missing). The encoder reads the first 256 tokens."
+            f"{_EMBEDDINGS.max_text_chars} characters), or up to {_EMBEDDINGS.max_inputs} token arrays: ids of "
+            f"the model's own vocabulary (WordPiece for text_embedding; up to {_EMBEDDINGS.max_token_ids} per "
+            "input, [CLS]/[SEP] added where missing). An array holding an id that tokenizer never makes from "
+            "text (outside the vocabulary, a reserved entry, [CLS]/[SEP] in the middle), such as another "
+            "tokenizer's (tiktoken's), is refused with 400 naming the input. Large lists are split into the "
+            "model's batch size and answered in order. The encoder reads the first 256 tokens."
         )
     )
     encoding_format: Literal["float", "base64"] = Field(
         "float", description="base64: each vector as little-endian float32 bytes (what the OpenAI SDKs send)"
     )
     dimensions: int | None = Field(
-        None, ge=1, description="shorter vectors, only for models trained for it (Matryoshka); else 400"
+        None, ge=1, description=(
+            "shorter vectors: the first `dimensions` values, L2-renormalised; 1 to the model's length (384 for "
+            "text_embedding), else 400 naming `dimensions`. Models trained for it (Matryoshka) keep most of "
+            "their quality when shortened; all-MiniLM-L6-v2 was not, and loses more the shorter it gets"
+        ),
     )
     user: str | None = None
 

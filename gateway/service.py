@@ -20,7 +20,7 @@ import numpy as np
 from gateway.admission import AdmissionControl, Ticket
 from gateway.catalog import ModelCatalog, check_model_name
 from gateway.context import RequestContext
-from gateway.errors import BadRequest, Conflict, ModelNotFound
+from gateway.errors import BadRequest, Conflict, ModelNotFound, PermissionDenied
 from gateway.kserve import GrpcBody, InferRequest, ParseLimits, RestBody
 from gateway.ratelimit import RateLimiter
 from gateway.readiness import ReadinessProbe
@@ -35,9 +35,11 @@ __all__ = ["PARSE_INLINE_WORK", "SERVED_EXTENSIONS", "Classification", "Inferenc
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-#: Triton's KServe v2 extensions a client can use through the gateway. Shared memory, sequences,
-#: client-set scheduling, repository control, tracing, logging and raw statistics are not served.
-SERVED_EXTENSIONS = frozenset({"classification", "model_configuration", "binary_tensor_data", "parameters"})
+#: Triton's KServe v2 extensions a client can use through the gateway (statistics and the repository
+#: index with the admin credential only). Shared memory, sequences, client-set scheduling, repository
+#: control (load, unload), tracing and logging are not served.
+SERVED_EXTENSIONS = frozenset({"classification", "model_configuration", "binary_tensor_data", "parameters",
+                               "statistics"})
 
 _IMAGE_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF87a", b"GIF89a", b"BM", b"RIFF")
 
@@ -166,6 +168,9 @@ class InferenceService:
             if isinstance(request, RestBody | GrpcBody):
                 with ctx.stages.stage("parse"):
                     request = await self._parse(request)
+            if request.model_name and request.model_name != model:
+                raise BadRequest(f"the body names model '{request.model_name}' but the path names '{model}'",
+                                 field="model_name")
             request = _apply_policy(request, ticket)
             # A version the client named is served as asked; otherwise the canary weights route.
             route = Route(ticket.model, version) if version else self.traffic.route(ticket.model)
@@ -228,6 +233,29 @@ class InferenceService:
         return {"name": str(meta.get("name", "triton")), "version": str(meta.get("version", "")),
                 "extensions": extensions}
 
+
+    async def repository_index(self, ctx: RequestContext, *, ready_only: bool = False) -> list[dict[str, Any]]:
+        """Triton's model repository index (every model, its version, state and reason), for the admin.
+
+        Raises:
+            PermissionDenied: the caller is not the admin credential.
+        """
+        _require_admin(ctx, "the model repository index")
+        index = await self.backend.repository_index(timeout_s=self.settings.triton_health_timeout_s * 4)
+        return [entry for entry in index if entry.get("state") == "READY"] if ready_only else index
+
+    async def statistics(self, ctx: RequestContext, model: str = "", version: str = "") -> list[dict[str, Any]]:
+        """Triton's statistics extension (cumulative counters) of every model, or of one (version).
+
+        Raises:
+            PermissionDenied: the caller is not the admin credential.
+            ModelNotFound: no such model or version.
+        """
+        _require_admin(ctx, "Triton's inference statistics")
+        if model:
+            model, version = await self._known(ctx, model, version)
+        return await self.backend.statistics(timeout_s=self.settings.triton_health_timeout_s * 4, model=model,
+                                             version=version)
 
     async def ready(self) -> bool:
         """Triton's own server readiness (a short, bounded probe); ``/readyz`` asks more, see
@@ -295,6 +323,15 @@ class InferenceService:
             )
             for i in range(len(images))
         ]
+
+
+def _require_admin(ctx: RequestContext, what: str) -> None:
+    """Operator reads (Triton's own view of every model) need the admin credential, not an API key."""
+    principal = ctx.principal
+    if principal is None or principal.kind != "admin":
+        raise PermissionDenied(f"{what} is for operators: send the admin credential (GATEWAY_ADMIN_TOKEN) as "
+                               "'Authorization: Bearer <admin token>'; an API key or JWT cannot read it",
+                               field="authorization")
 
 
 def _apply_policy(request: InferRequest, ticket: Ticket) -> InferRequest:

@@ -126,7 +126,7 @@ class InferenceBackend(Protocol):
 
     async def repository_index(self, *, timeout_s: float) -> list[dict[str, Any]]: ...
 
-    async def statistics(self, *, timeout_s: float) -> list[dict[str, Any]]: ...
+    async def statistics(self, *, timeout_s: float, model: str = "", version: str = "") -> list[dict[str, Any]]: ...
 
     async def close(self) -> None: ...
 
@@ -367,13 +367,14 @@ class TritonHttpBackend:
         except Exception as exc:
             raise translate_error(exc) from exc
 
-    async def statistics(self, *, timeout_s: float) -> list[dict[str, Any]]:
-        """Triton's statistics extension for every loaded model (cumulative counters)."""
+    async def statistics(self, *, timeout_s: float, model: str = "", version: str = "") -> list[dict[str, Any]]:
+        """Triton's statistics extension (cumulative counters) for every loaded model, or for ``model``
+        (its ``version``, when given)."""
         try:
             async with asyncio.timeout(timeout_s):
-                stats = await self._client.get_inference_statistics()
+                stats = await self._client.get_inference_statistics(model_name=model, model_version=version)
         except Exception as exc:
-            raise translate_error(exc) from exc
+            raise translate_error(exc, model or None) from exc
         return list(stats.get("model_stats", []))
 
     async def close(self) -> None:

@@ -266,10 +266,12 @@ class TritonGrpcBackend:
         response = await self._call(lambda stub: stub.RepositoryIndex(message, timeout=timeout_s), timeout_s, None)
         return [_as_json(m, defaults=False) for m in response.models]
 
-    async def statistics(self, *, timeout_s: float) -> list[dict[str, Any]]:
-        """Triton's statistics extension for every loaded model (counters as integers, as over HTTP)."""
-        message = service_pb2.ModelStatisticsRequest()
-        response = await self._call(lambda stub: stub.ModelStatistics(message, timeout=timeout_s), timeout_s, None)
+    async def statistics(self, *, timeout_s: float, model: str = "", version: str = "") -> list[dict[str, Any]]:
+        """Triton's statistics extension for every loaded model, or for ``model`` (its ``version``, when
+        given); counters as integers, as over HTTP."""
+        message = service_pb2.ModelStatisticsRequest(name=model, version=version)
+        response = await self._call(lambda stub: stub.ModelStatistics(message, timeout=timeout_s), timeout_s,
+                                    model or None)
         return [_as_json(m) for m in response.model_stats]
 
     async def close(self) -> None:

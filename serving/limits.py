@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 __all__ = [
+    "DEFAULT_EMBEDDING_BATCHES_IN_FLIGHT",
     "DEFAULT_EMBEDDING_BATCH_SIZE",
     "DEFAULT_EMBEDDING_MAX_INPUTS",
     "DEFAULT_EMBEDDING_MAX_TEXT_BYTES",
@@ -71,11 +72,15 @@ __all__ = [
 ]
 
 # -- /v1/embeddings and the text_embedding ensemble ------------------------------------------------
-#: strings one request may carry; the gateway splits them into encoder batches, so this may exceed
-#: the encoder's batch size
-DEFAULT_EMBEDDING_MAX_INPUTS = 64
-#: the text encoder's ``max_batch_size`` (tokenizer, encoder, pooling and the ensemble share it)
+#: inputs (strings or token arrays) one request may carry: OpenAI's own limit (LangChain sends chunks of
+#: 1,000). The gateway splits them into the model's ``max_batch_size``, read from its config.
+DEFAULT_EMBEDDING_MAX_INPUTS = 2048
+#: the text encoder's ``max_batch_size`` (tokenizer, encoder, pooling and the ensemble share it); the
+#: gateway uses it only for an entry whose config declares none
 DEFAULT_EMBEDDING_BATCH_SIZE = 32
+#: encoder batches of one request in Triton at once: 2,048 inputs are 64 batches, as many as the
+#: lowest priority level queues (DEFAULT_QUEUE_MAX_SIZES), so one request must not send them all at once
+DEFAULT_EMBEDDING_BATCHES_IN_FLIGHT = 8
 #: characters per string. The tokenizer truncates at 256 tokens (about 1,000-1,500 characters of
 #: English), but it reads the whole string first: this bounds that work and its memory.
 DEFAULT_EMBEDDING_MAX_TEXT_CHARS = 8192
@@ -157,8 +162,10 @@ class EmbeddingLimits:
     """Limits of one embeddings request.
 
     Attributes:
-        max_inputs: strings per request.
-        batch_size: the encoder's ``max_batch_size``; larger requests are split into chunks of it.
+        max_inputs: inputs (strings or token arrays) per request.
+        batch_size: the encoder's ``max_batch_size`` where a model's config gives none; larger
+            requests are split into chunks of the model's own ``max_batch_size``.
+        batches_in_flight: chunks of one request sent to Triton at once.
         max_text_chars: characters per string.
         max_text_bytes: UTF-8 bytes per string.
         max_token_ids: ids per input when the input is token arrays.
@@ -166,6 +173,7 @@ class EmbeddingLimits:
 
     max_inputs: int = DEFAULT_EMBEDDING_MAX_INPUTS
     batch_size: int = DEFAULT_EMBEDDING_BATCH_SIZE
+    batches_in_flight: int = DEFAULT_EMBEDDING_BATCHES_IN_FLIGHT
     max_text_chars: int = DEFAULT_EMBEDDING_MAX_TEXT_CHARS
     max_text_bytes: int = DEFAULT_EMBEDDING_MAX_TEXT_BYTES
     max_token_ids: int = DEFAULT_EMBEDDING_MAX_TOKEN_IDS

@@ -10,8 +10,8 @@ Triton's model-config API. One vocabulary for both, so neither guesses from mode
 - ``created``: Unix time (seconds) the entry was published.
 - ``embedding_dimensions``: the length of the vectors an embedding model returns.
 - ``matryoshka_dimensions``: comma-separated shorter lengths the model was trained to be truncated to
-  (Matryoshka representation learning); empty when it was not, and then a shortened vector is not a
-  valid embedding, so ``dimensions`` other than the native length is refused.
+  (Matryoshka representation learning); empty when it was not. The gateway shortens to any length up
+  to ``embedding_dimensions`` on request; these are the lengths where that keeps the model's quality.
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ class ModelCard:
         )
 
     def allows_dimensions(self, dimensions: int) -> bool:
-        """Whether an embedding of ``dimensions`` values is valid for this model."""
+        """Whether ``dimensions`` is a length this model was trained to give (its own, or a Matryoshka one)."""
         return dimensions == self.dimensions or dimensions in self.matryoshka
 
 

@@ -37,7 +37,7 @@ from builders.export import select_output
 from builders.report import file_sha256
 from builders.spec import AssetSpec, BatchingPolicy, ModelSpec, TensorSpec, Tolerance, WeightsInfo
 from builders.triton_config import ensemble_config, model_config
-from serving import text_tokenization
+from serving import text_tokenization, token_ids
 from serving.limits import DEFAULT_LIMITS
 from serving.model_card import ModelCard, Task, internal_parameters
 from serving.text_tokenization import DEFAULT_MAX_LENGTH, load_tokenizer, tokenize
@@ -225,6 +225,7 @@ def tokenizer_spec() -> AssetSpec:
     return AssetSpec("text_tokenizer", "python", f"BERT WordPiece tokenizer (all-MiniLM-L6-v2), max {MAX_LENGTH} tokens",
                      config, files={"model.py": _MODELS / "text_tokenizer.py",
                                     "text_tokenization.py": Path(text_tokenization.__file__),
+                                    "token_ids.py": Path(token_ids.__file__),
                                     "tokenizer.json": model_dir() / "tokenizer.json"})
 
 

@@ -4,7 +4,8 @@ The tokenization itself is ``text_tokenization.py`` (``serving/text_tokenization
 this file by the build): the one definition the builders make the encoder's samples with.
 
 A request carries either ``TEXT`` ([n, 1] strings) or ``TOKEN_IDS`` ([n, len] int64 ids of this
-tokenizer's vocabulary, each row padded at its end with -1). ``TOKENS`` ([n, 1]) counts the tokens
+tokenizer's vocabulary, each row padded at its end with -1; ``token_ids.py`` refuses ids this
+tokenizer never makes from text, so another tokenizer's ids are refused, not misread). ``TOKENS`` ([n, 1]) counts the tokens
 the encoder sees per input, special tokens included: usage. Text length limits (``max_text_bytes``,
 ``max_text_chars``) come from ``serving.limits``, written into the config at build time.
 """
@@ -25,8 +26,10 @@ if TYPE_CHECKING:
         load_tokenizer,
         tokenize,
     )
-else:  # Triton imports this file with its version folder, holding a copy of the module, on sys.path
+    from serving.token_ids import ROW_PREFIX, TokenIdCheck
+else:  # Triton imports this file with its version folder, holding copies of the modules, on sys.path
     from text_tokenization import DEFAULT_MAX_LENGTH, decode_texts, encode_ids, load_tokenizer, tokenize
+    from token_ids import ROW_PREFIX, TokenIdCheck
 
 
 class TritonPythonModel:
@@ -45,6 +48,7 @@ class TritonPythonModel:
         self.max_text_chars = int(params["max_text_chars"]) if "max_text_chars" in params else None
         self.name = args.get("model_name", "text_tokenizer")
         self.tokenizer = load_tokenizer(path, self.max_length)
+        self.id_check = TokenIdCheck(self.tokenizer)
         self.outputs = [o["name"] for o in config["output"]]
 
     def _encode(self, request: Any) -> dict[str, np.ndarray]:
@@ -55,11 +59,21 @@ class TritonPythonModel:
         raw = (text if text is not None else ids).as_numpy()
         if raw.size == 0:
             raise ValueError(f"{'TEXT' if text is not None else 'TOKEN_IDS'} is an empty batch")
-        encoded = (tokenize(self.tokenizer, decode_texts(raw, self.max_text_bytes, self.max_text_chars))
-                   if text is not None
-                   else encode_ids(self.tokenizer, raw, self.max_length))
+        if text is not None:
+            encoded = tokenize(self.tokenizer, decode_texts(raw, self.max_text_bytes, self.max_text_chars))
+        else:
+            self._check_ids(raw)
+            encoded = encode_ids(self.tokenizer, raw, self.max_length)
         encoded["TOKENS"] = encoded["attention_mask"].sum(axis=1, keepdims=True).astype(np.int64)
         return encoded
+
+    def _check_ids(self, rows: np.ndarray) -> None:
+        """Refuse a row holding an id this tokenizer never makes from text (its -1 padding removed)."""
+        for index, row in enumerate(np.asarray(rows, dtype=np.int64).reshape(rows.shape[0], -1)):
+            negative = np.flatnonzero(row < 0)
+            problem = self.id_check.problem(row[: int(negative[0])] if negative.size else row)
+            if problem is not None:
+                raise ValueError(f"{ROW_PREFIX.format(row=index)} {problem}")
 
     def execute(self, requests: list[Any]) -> list[Any]:
         responses = []

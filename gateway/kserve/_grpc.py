@@ -136,11 +136,17 @@ def parse_grpc(message: pb.ModelInferRequest, limits: ParseLimits | None = None)
         if tensor.datatype not in DATATYPES:
             raise _bad(f"input '{name}': datatype must be one of {', '.join(DATATYPES)}", f"{where}.datatype")
         shape = _shape(list(tensor.shape), f"{where}.shape", limits)
-        _tensor_parameters(_parameters(tensor.parameters, f"{where}.parameters"), f"{where}.parameters", frozenset())
+        # KServe's Python client states each raw input's size, as REST's binary extension does.
+        params = _tensor_parameters(_parameters(tensor.parameters, f"{where}.parameters"), f"{where}.parameters",
+                                    frozenset({"binary_data_size"}) if raw_contents else frozenset())
         data: np.ndarray | bytes
         if raw_contents:
             if tensor.HasField("contents"):
                 raise _bad(f"input '{name}' has both contents and raw_input_contents", f"{where}.contents")
+            if "binary_data_size" in params and params["binary_data_size"] != len(raw_contents[index]):
+                raise _bad(f"input '{name}': binary_data_size {params['binary_data_size']} is not the "
+                           f"{len(raw_contents[index])} bytes of its raw_input_contents",
+                           f"{where}.parameters.binary_data_size")
             data = _binary_data(raw_contents[index], name, tensor.datatype, shape, where)
         else:
             data = _typed_contents(tensor, shape, where)

@@ -56,7 +56,8 @@ _MAX_DIM = 2**31 - 1
 _INT64 = (-(2**63), 2**63 - 1)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _SHARED_MEMORY = ("shared_memory_region", "shared_memory_byte_size", "shared_memory_offset")
-_REQUEST_KEYS = frozenset({"id", "parameters", "inputs", "outputs"})
+# ``model_name``: KServe's Python client (``InferRequest.to_rest``) names the model in the body too.
+_REQUEST_KEYS = frozenset({"id", "model_name", "parameters", "inputs", "outputs"})
 _INPUT_KEYS = frozenset({"name", "shape", "datatype", "parameters", "data"})
 _OUTPUT_KEYS = frozenset({"name", "parameters"})
 
@@ -298,6 +299,7 @@ def parse_rest(
         or _CONTROL.search(request_id)
     ):
         raise _bad(f"id must be a string of at most {limits.max_text_chars} printable characters", "id")
+    model_name = _name(document["model_name"], "model_name", limits) if "model_name" in document else ""
     return InferRequest(
         inputs=tuple(inputs),
         outputs=outputs,
@@ -305,6 +307,7 @@ def parse_rest(
         parameters=custom,
         binary_data_output=reserved.get("binary_data_output"),
         timeout_us=reserved.get("timeout"),
+        model_name=model_name,
     )
 
 

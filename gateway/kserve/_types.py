@@ -153,6 +153,8 @@ class InferRequest:
         binary_data_output: REST only: every output in binary unless an output says otherwise.
         timeout_us: the client's own deadline for Triton, in microseconds (``None``: none given).
         priority: the Triton request priority (set by the gateway's policy, never by the client).
+        model_name: the model a REST body names (KServe's Python client sends it; '' when absent):
+            checked against the path's model, never sent on.
     """
 
     inputs: tuple[InputTensor, ...]
@@ -162,6 +164,7 @@ class InferRequest:
     binary_data_output: bool | None = None
     timeout_us: int | None = None
     priority: int | None = None
+    model_name: str = ""
 
     def input(self, name: str) -> InputTensor:
         """The input called ``name``.

@@ -1,23 +1,28 @@
 """KServe v2 over REST: server metadata, model metadata/config/readiness and inference, each with and
 without ``/versions/{version}``; inference bodies are checked, then sent to Triton re-encoded.
 
+Triton's repository index and statistics extension pass through for the admin credential only (an
+API key gets 403), so ``tritonclient``'s ``get_model_repository_index`` and
+``get_inference_statistics`` work through the gateway for operators.
+
 Health (``/v2/health/live``, ``/v2/health/ready``) is public and lives with the other probes in
 :mod:`gateway.routes.health`. Errors on every ``/v2`` path are KServe's ``{"error": "..."}``.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Request, Response
 
 from gateway.context import CONTEXT_KEY, RequestContext
-from gateway.errors import ModelNotReady
+from gateway.errors import BadRequest, ModelNotReady
 from gateway.kserve import HEADER_LENGTH, RestBody
 from gateway.protocol import KSERVE_ERRORS, kserve_responses
 from gateway.service import InferenceService
 
-from ._deps import get_context, get_service
+from ._deps import ADMIN_AUTH, get_context, get_service
 
 router = APIRouter(prefix="/v2", tags=["kserve-v2"])
 
@@ -138,6 +143,46 @@ def _response_encoding(accept: str) -> str:
 
 Service = Annotated[InferenceService, Depends(get_service)]
 Context = Annotated[RequestContext, Depends(get_context)]
+
+
+# -- operator reads (the admin credential): Triton's repository index and statistics extension ----------
+# Declared before ``/models/{name}``, which would otherwise take ``/models/stats`` for a model's metadata.
+
+_ADMIN_READ_ERRORS = kserve_responses(400, 401, 403, 404, 503, 504)
+_ADMIN_READ = "Needs the admin credential (`Authorization: Bearer <GATEWAY_ADMIN_TOKEN>`); an API key gets 403."
+
+
+@router.post("/repository/index", summary="Triton's model repository index (admin credential)",
+             description=_ADMIN_READ + " The body may be empty or `{\"ready\": true}` (READY models only), as on Triton.",
+             responses=_ADMIN_READ_ERRORS, openapi_extra=ADMIN_AUTH)
+async def repository_index(request: Request, service: Service, ctx: Context) -> list[dict[str, Any]]:
+    raw = await request.body()
+    try:
+        document = json.loads(raw) if raw.strip() else {}
+    except ValueError as exc:
+        raise BadRequest('the body must be empty or a JSON object such as {"ready": true}', field="body") from exc
+    if not isinstance(document, dict) or set(document) - {"ready"} or not isinstance(document.get("ready", False), bool):
+        raise BadRequest('the body may only hold "ready": true or false', field="ready")
+    return await service.repository_index(ctx, ready_only=document.get("ready", False))
+
+
+@router.get("/models/stats", summary="Triton's inference statistics of every model (admin credential)",
+            description=_ADMIN_READ, responses=_ADMIN_READ_ERRORS, openapi_extra=ADMIN_AUTH)
+async def all_statistics(service: Service, ctx: Context) -> dict[str, Any]:
+    return {"model_stats": await service.statistics(ctx)}
+
+
+@router.get("/models/{name}/stats", summary="Triton's inference statistics of one model (admin credential)",
+            description=_ADMIN_READ, responses=_ADMIN_READ_ERRORS, openapi_extra=ADMIN_AUTH)
+async def statistics(name: ModelName, service: Service, ctx: Context) -> dict[str, Any]:
+    return {"model_stats": await service.statistics(ctx, name)}
+
+
+@router.get("/models/{name}/versions/{version}/stats",
+            summary="Triton's inference statistics of one model version (admin credential)",
+            description=_ADMIN_READ, responses=_ADMIN_READ_ERRORS, openapi_extra=ADMIN_AUTH)
+async def version_statistics(name: ModelName, version: Version, service: Service, ctx: Context) -> dict[str, Any]:
+    return {"model_stats": await service.statistics(ctx, name, version)}
 
 
 @router.get("/models/{name}", summary="Model metadata (KServe v2)", responses=_INFO_ERRORS)

@@ -90,7 +90,6 @@ def test_a_key_limit_spans_models(redis_gateway) -> None:  # type: ignore[no-unt
 @pytest.mark.parametrize(
     ("method", "path"),
     [
-        ("GET", "/v2/models/stats"),
         ("GET", "/v2/models/stats/ready"),
         ("POST", "/v2/models/stats/infer"),
         ("GET", "/v2/models/ready"),

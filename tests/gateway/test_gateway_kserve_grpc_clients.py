@@ -139,7 +139,7 @@ def test_errors_are_status_codes_with_the_gateways_message(grpc_gateway, auth) -
         too_big = refused(client.infer, MODEL, _inputs(grpcclient, big), headers=auth)
         assert too_big.status() == "StatusCode.RESOURCE_EXHAUSTED"
         index = refused(client.get_model_repository_index, headers=auth)
-        assert index.status() == "StatusCode.UNIMPLEMENTED" and "operator" in index.message()
+        assert index.status() == "StatusCode.PERMISSION_DENIED" and "admin credential" in index.message()
         assert client.infer(MODEL, _inputs(grpcclient), headers=auth).as_numpy("output").shape == (3, 2)
     finally:
         client.close()

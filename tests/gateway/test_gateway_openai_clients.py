@@ -93,16 +93,38 @@ def test_token_arrays_of_the_models_vocabulary_embed_as_their_text(client, direc
     assert _vectors(one).tobytes() == expected[:1].tobytes(), "[CLS]/[SEP] are added where missing"
     with pytest.raises(openai.BadRequestError) as outside:
         client.embeddings.create(model="text_embedding", input=[[7592, 10**6]])
-    assert "outside the vocabulary" in outside.value.message and outside.value.param == "input"
+    assert "outside the vocabulary" in outside.value.message and outside.value.param == "input.0"
 
 
-def test_dimensions_are_honoured_only_where_the_model_allows(client) -> None:  # type: ignore[no-untyped-def]
-    assert len(client.embeddings.create(model="text_embedding", input="x", dimensions=HIDDEN).data[0].embedding) == HIDDEN
-    with pytest.raises(openai.BadRequestError) as refused:
-        client.embeddings.create(model="text_embedding", input="x", dimensions=128)
-    error = refused.value
-    assert error.status_code == 400 and error.param == "dimensions" and "Matryoshka" in error.message
-    assert "dimensions=128" in str(error), "the SDK shows the gateway's message"
+def test_dimensions_truncate_and_renormalise_up_to_the_models_length(client, direct) -> None:  # type: ignore[no-untyped-def]
+    expected, _ = _triton_embed(direct, TEXTS)
+    for length in (HIDDEN, 128, 1):
+        for encoding in (openai.NOT_GIVEN, "float"):  # the SDK's default (base64, decoded by it), and floats
+            got = _vectors(client.embeddings.create(model="text_embedding", input=TEXTS, dimensions=length,
+                                                    encoding_format=encoding))
+            short = expected[:, :length] / np.linalg.norm(expected[:, :length], axis=1, keepdims=True)
+            assert got.shape == (len(TEXTS), length)
+            np.testing.assert_allclose(got, short, rtol=1e-6, atol=1e-7)
+            np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, rtol=1e-6)
+    for past in (HIDDEN + 1, 0):
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.embeddings.create(model="text_embedding", input="x", dimensions=past)
+        error = refused.value
+        assert error.status_code == 400 and error.param == "dimensions", error.message
+
+
+def test_ids_the_models_tokenizer_never_makes_are_refused_naming_the_input(client) -> None:  # type: ignore[no-untyped-def]
+    tokenizer = load_tokenizer(model_dir() / "tokenizer.json", MAX_LENGTH)
+    good = tokenizer.encode(TEXTS[0], add_special_tokens=False).ids
+    # Reserved WordPiece slots ([unused12], [unused278]): where tiktoken keeps "." (13) and " the" (279).
+    for bad, problem in (([*good[:2], 13, 279], "[unused12]"), ([good[0], 102, good[1]], "[SEP]"),
+                         ([good[0], 0], "[PAD]"), ([good[0], 30522], "outside the vocabulary")):
+        inputs = [good] * 40 + [bad] + [good]  # past the first encoder batch: the index is the request's
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.embeddings.create(model="text_embedding", input=inputs)
+        error = refused.value
+        assert error.param == "input.40" and "input[40]" in error.message and problem in error.message, error.message
+    assert client.embeddings.create(model="text_embedding", input=[[100, *good]]).data, "[UNK] is text's own"
 
 
 def test_errors_reach_the_sdk_with_their_reason(client, text_gateway) -> None:  # type: ignore[no-untyped-def]

@@ -217,7 +217,6 @@ def grpc_cases() -> Iterator[Hostile]:
             lambda: pb.SystemSharedMemoryRegisterRequest(name="r", key="/k", byte_size=1 << 40),
         ),
         ("CudaSharedMemoryRegister", lambda: pb.CudaSharedMemoryRegisterRequest(name="r", byte_size=1 << 40)),
-        ("ModelStatistics", lambda: pb.ModelStatisticsRequest(name="")),
         ("TraceSetting", lambda: pb.TraceSettingRequest()),
         ("LogSettings", lambda: pb.LogSettingsRequest()),
     ):
@@ -229,6 +228,9 @@ def grpc_cases() -> Iterator[Hostile]:
             "shared memory",
             "operator",
         )
+    # Triton's statistics are an operator's read: an API key is refused, naming the admin credential.
+    yield _case("statistics-with-a-key", GrpcAttempt("ModelStatistics", lambda: pb.ModelStatisticsRequest(name="")),
+                (403,), "admin credential")
     yield _case(
         "no-credential",
         GrpcAttempt(

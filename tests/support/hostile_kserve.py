@@ -79,7 +79,11 @@ def _structure_cases(model: str, name: str, datatype: str, dims: list[int]) -> I
     yield bad_request("inputs-object", f, model, json_body({"inputs": good}), "inputs")
     yield bad_request("inputs-missing", f, model, json_body({"outputs": []}), "inputs")
     yield bad_request(
-        "unknown-top-field", f, model, json_body({"inputs": [good], "model_name": "other"}), "model_name"
+        "unknown-top-field", f, model, json_body({"inputs": [good], "model": "other"}), "model"
+    )
+    # KServe's Python client names the model in the body too: another model than the path's is refused.
+    yield bad_request(
+        "model-name-not-the-path", f, model, json_body({"inputs": [good], "model_name": "other"}), "model_name"
     )
     yield bad_request(
         "unknown-input-field", f, model, json_body({"inputs": [{**good, "contents": {}}]}), "contents"
