@@ -266,6 +266,10 @@ class TritonGrpcBackend:
         response = await self._call(lambda stub: stub.RepositoryIndex(message, timeout=timeout_s), timeout_s, None)
         return [_as_json(m, defaults=False) for m in response.models]
 
+    async def load_model(self, model: str, *, timeout_s: float) -> None:
+        message = service_pb2.RepositoryModelLoadRequest(model_name=model)
+        await self._call(lambda stub: stub.RepositoryModelLoad(message, timeout=timeout_s), timeout_s, model)
+
     async def statistics(self, *, timeout_s: float) -> list[dict[str, Any]]:
         """Triton's statistics extension for every loaded model (counters as integers, as over HTTP)."""
         message = service_pb2.ModelStatisticsRequest()
