@@ -36,6 +36,7 @@ import asyncio
 import json
 import logging
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -59,8 +60,8 @@ from gateway.errors import (
 )
 from gateway.kserve import InferRequest, encode_rest
 
-__all__ = ["InferenceBackend", "RawResponse", "Tensor", "TritonHttpBackend", "safe_message", "timeout_us",
-           "translate_error"]
+__all__ = ["RELOAD_PARAMETER", "InferenceBackend", "RawResponse", "Tensor", "TritonHttpBackend", "safe_message", "timeout_us",
+           "reload_config", "translate_error"]
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +135,7 @@ class InferenceBackend(Protocol):
     async def statistics(self, *, timeout_s: float) -> list[dict[str, Any]]: ...
 
     async def load_model(self, model: str, *, timeout_s: float) -> None:
-        """Load ``model`` through Triton's repository API; a loaded one gets fresh instances."""
+        """Reload ``model`` through Triton's repository API with fresh instances (:func:`reload_config`)."""
         ...
 
     async def close(self) -> None: ...
@@ -394,13 +395,31 @@ class TritonHttpBackend:
     async def load_model(self, model: str, *, timeout_s: float) -> None:
         try:
             async with asyncio.timeout(timeout_s):
-                await self._client.load_model(model)
+                config = await self._client.get_model_config(model)
+                await self._client.load_model(model, config=reload_config(config))
         except Exception as exc:
             raise translate_error(exc, model) from exc
 
     async def close(self) -> None:
         await self._client.close()
         await self._raw.close()
+
+
+#: the config parameter a reload stamps (Unix time in ns); it only makes the reload a real one
+RELOAD_PARAMETER = "reloaded_at_ns"
+
+
+def reload_config(config: dict[str, Any]) -> str:
+    """The load request's ``config`` that replaces every instance of a loaded model.
+
+    Triton treats a load of an unchanged, loaded model as a no-op, and a load whose config differs
+    only in its instance groups as an in-place update that keeps the existing instances: either
+    leaves a dead stub in place. A changed parameter makes it load the model anew.
+    """
+    stamped = dict(config)
+    stamped["parameters"] = {**(config.get("parameters") or {}),
+                             RELOAD_PARAMETER: {"string_value": str(time.time_ns())}}
+    return json.dumps(stamped)
 
 
 def timeout_us(timeout_s: float) -> int:

@@ -37,7 +37,7 @@ from tritonclient.utils import InferenceServerException, deserialize_bytes_tenso
 from gateway.errors import GatewayError, UpstreamUnavailable
 from gateway.kserve import HEADER_LENGTH, InferRequest, InputTensor
 from gateway.kserve._types import numpy_dtype
-from gateway.triton import RawResponse, Tensor, timeout_us, translate_error
+from gateway.triton import RawResponse, Tensor, reload_config, timeout_us, translate_error
 
 __all__ = ["TritonGrpcBackend", "grpc_error"]
 
@@ -267,7 +267,9 @@ class TritonGrpcBackend:
         return [_as_json(m, defaults=False) for m in response.models]
 
     async def load_model(self, model: str, *, timeout_s: float) -> None:
+        config = reload_config(await self.model_config(model, timeout_s=timeout_s))
         message = service_pb2.RepositoryModelLoadRequest(model_name=model)
+        message.parameters["config"].string_param = config
         await self._call(lambda stub: stub.RepositoryModelLoad(message, timeout=timeout_s), timeout_s, model)
 
     async def statistics(self, *, timeout_s: float) -> list[dict[str, Any]]:
