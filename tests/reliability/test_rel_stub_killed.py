@@ -195,4 +195,4 @@ def test_a_stub_over_its_memory_limit_dies_alone_and_is_healed(healing_triton, g
     assert hog.pid not in {s.pid for s in stub_processes(healing_triton.pid)}
     assert others_before <= {s.pid for s in stub_processes(healing_triton.pid)}, "another model's stub died too"
     log = Path(gateway.log_path).read_text()
-    assert f"model '{HOG_MODEL}'" in log or HOG_MODEL in log
+    assert f"model '{HOG_MODEL}': circuit breaker open" in log and f"model '{HOG_MODEL}': circuit breaker closed" in log
