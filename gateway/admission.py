@@ -12,6 +12,8 @@ and nothing per model exists before the model is known):
 6. the tier's share of the model's in-flight bound (429 + Retry-After): under overload the lower
    tiers, whose share is smaller, are shed first while the rest of the bound stays free for higher
    ones.
+7. the model's circuit breaker (503 + Retry-After) while the model is being healed
+   (:mod:`gateway.model_healer`), which also hears how each admitted request ended.
 
 Steps 3 and 5 are one call to the rate limiter (one Redis round trip), so the index of step 4 is
 read before it; the answers still come in this order, and a model's bucket is only touched once
@@ -34,7 +36,15 @@ from dataclasses import dataclass
 
 from gateway.catalog import ModelCatalog, check_model_name
 from gateway.context import RequestContext
-from gateway.errors import ModelNotFound, Overloaded, PermissionDenied, RateLimited, UpstreamTimeout
+from gateway.errors import (
+    ModelNotFound,
+    ModelUnhealthy,
+    Overloaded,
+    PermissionDenied,
+    RateLimited,
+    UpstreamTimeout,
+)
+from gateway.model_healer import ModelHealer
 from gateway.ratelimit import Decision, RateLimiter
 from gateway.settings import GatewaySettings
 from gateway.stats import LatencyTracker
@@ -90,15 +100,18 @@ class AdmissionControl:
         catalog: the known model names.
         limiter: the rate limiter (in process or Redis).
         tracker: rejection counters and the in-flight gauge.
+        healer: the per-model circuit breakers and their healing (``None``: none).
     """
 
     def __init__(
-        self, settings: GatewaySettings, catalog: ModelCatalog, limiter: RateLimiter, tracker: LatencyTracker
+        self, settings: GatewaySettings, catalog: ModelCatalog, limiter: RateLimiter, tracker: LatencyTracker,
+        healer: ModelHealer | None = None,
     ) -> None:
         self.settings = settings
         self.catalog = catalog
         self.limiter = limiter
         self.tracker = tracker
+        self.healer = healer
         self._in_flight: dict[str, int] = {}
 
     def in_flight(self, model: str) -> int:
@@ -222,10 +235,17 @@ class AdmissionControl:
 
         Raises:
             Overloaded: the tier's share is taken.
+            ModelUnhealthy: the model's circuit breaker is open (it is being reloaded).
         """
         principal = ctx.principal
         if principal is None:
             raise RuntimeError("admission without an authenticated principal")
+        if self.healer is not None:
+            try:
+                self.healer.check(model)
+            except ModelUnhealthy:
+                self.tracker.reject("breaker_open")
+                raise
         tier = self.settings.tier_limit(principal.tier)
         bound = self.settings.max_in_flight_per_model
         share = max(1, math.floor(bound * tier.in_flight_share + 1e-9))
@@ -248,6 +268,13 @@ class AdmissionControl:
                 priority=tier.priority,
                 deadline=time.monotonic() + (self.settings.upstream_timeout_s if timeout_s is None else timeout_s),
             )
+        except BaseException as exc:
+            if self.healer is not None:
+                self.healer.observe(model, exc)
+            raise
+        else:
+            if self.healer is not None:
+                self.healer.observe(model, None)
         finally:
             self._in_flight[model] -= 1
             self.tracker.in_flight.labels(model).dec()

@@ -244,6 +244,7 @@ def create_app(
             await job_store.close()
             await app.state.images.close()
             await app.state.service.catalog.close()
+            await app.state.service.healer.close()
             await backend.close()
             await limiter.close()
             store.close()

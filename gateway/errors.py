@@ -20,6 +20,7 @@
     ├── ServiceUnavailable          503  (Retry-After)
     │   ├── UpstreamUnavailable     503  Triton cannot be reached or is not ready
     │   ├── ModelNotReady           503  the model exists but is loading/unloading
+    │   ├── ModelUnhealthy          503  an instance of the model (or of a step it calls) died; it is being reloaded
     │   ├── RateLimiterUnavailable  503  Redis is down and the policy is "closed"
     │   └── StateStoreUnavailable   503  the shared key / canary store (Redis) cannot be reached
     ├── UpstreamTimeout             504  Triton did not answer within the per-request timeout
@@ -38,6 +39,7 @@ __all__ = [
     "JobNotFinished",
     "ModelNotFound",
     "ModelNotReady",
+    "ModelUnhealthy",
     "NotFound",
     "Overloaded",
     "PayloadTooLarge",
@@ -156,6 +158,22 @@ class UpstreamUnavailable(ServiceUnavailable):
 
 class ModelNotReady(ServiceUnavailable):
     title = "Model not ready"
+
+
+class ModelUnhealthy(ServiceUnavailable):
+    """A worker process of a model died (a Python stub killed or out of memory), or the model keeps
+    failing: the gateway reloads it (:mod:`gateway.model_healer`) and answers 503 meanwhile.
+
+    Args:
+        failed_model: the Triton model whose instance failed: the model called, or a step of its
+            pipeline (an ensemble's tokenizer); that one is reloaded.
+    """
+
+    title = "Model unhealthy"
+
+    def __init__(self, detail: str, *, failed_model: str, retry_after_s: float) -> None:
+        super().__init__(detail, retry_after_s=retry_after_s)
+        self.failed_model = failed_model
 
 
 class RateLimiterUnavailable(ServiceUnavailable):

@@ -72,7 +72,7 @@ def synthetic_inputs(config: Mapping[str, Any]) -> list[Tensor]:
         if item.datatype == "BYTES":
             data = np.full(item.shape, item.value, dtype=np.object_)
         else:
-            data = np.zeros(item.shape, dtype=triton_to_np_dtype(item.datatype))
+            data = np.full(item.shape, item.number, dtype=triton_to_np_dtype(item.datatype))
         tensors.append(Tensor(item.name, data))
     return tensors
 

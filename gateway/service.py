@@ -22,6 +22,8 @@ from gateway.catalog import ModelCatalog, check_model_name
 from gateway.context import RequestContext
 from gateway.errors import BadRequest, Conflict, ModelNotFound, PermissionDenied
 from gateway.kserve import GrpcBody, InferRequest, ParseLimits, RestBody
+from gateway.model_breaker import Breakers
+from gateway.model_healer import ModelHealer
 from gateway.ratelimit import RateLimiter
 from gateway.readiness import ReadinessProbe
 from gateway.settings import GatewaySettings
@@ -98,7 +100,12 @@ class InferenceService:
             min_refresh_s=settings.model_index_min_refresh_s,
             timeout_s=settings.triton_health_timeout_s * 4,
         )
-        self.admission = AdmissionControl(settings, self.catalog, limiter, tracker)
+        self.healer = ModelHealer(
+            backend, Breakers(settings.breaker_failures), tracker.registry,
+            load_timeout_s=settings.heal_load_timeout_s, probe_timeout_s=settings.ready_timeout_s,
+            max_backoff_s=settings.heal_max_backoff_s,
+        )
+        self.admission = AdmissionControl(settings, self.catalog, limiter, tracker, self.healer)
         self.readiness = ReadinessProbe(
             backend,
             [self.catalog.alias(m) for m in settings.ready_models],

@@ -18,6 +18,8 @@ from pydantic_settings import NoDecode, SettingsConfigDict
 
 from gateway.catalog import model_name_problem
 from gateway.job_settings import JobSettings
+from gateway.model_breaker import DEFAULT_BREAKER_FAILURES
+from gateway.model_healer import DEFAULT_HEAL_LOAD_TIMEOUT_S, DEFAULT_HEAL_MAX_BACKOFF_S
 from gateway.tiers import DEFAULT_TIER, DEFAULT_TIER_LIMITS, TierLimit
 from serving.readiness import parse_model_list
 
@@ -257,6 +259,16 @@ class GatewaySettings(JobSettings):
         "(comma-separated in the environment); empty: Triton's server readiness only",
     )
     ready_cache_s: float = Field(DEFAULT_READY_CACHE_S, ge=0, description="how long a /readyz answer is reused")
+    breaker_failures: int = Field(
+        DEFAULT_BREAKER_FAILURES, ge=1,
+        description="internal errors in a row that open a model's circuit breaker (a dead worker opens it at once)",
+    )
+    heal_max_backoff_s: float = Field(
+        DEFAULT_HEAL_MAX_BACKOFF_S, gt=0, description="longest wait between two reloads of a model being healed"
+    )
+    heal_load_timeout_s: float = Field(
+        DEFAULT_HEAL_LOAD_TIMEOUT_S, gt=0, description="deadline of one model reload through Triton's repository API"
+    )
     ready_timeout_s: float = Field(
         DEFAULT_READY_TIMEOUT_S, gt=0, description="deadline of each /readyz call to Triton (synthetic inference too)"
     )

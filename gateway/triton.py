@@ -12,6 +12,8 @@ Every tritonclient / aiohttp / timeout error is translated here into :mod:`gatew
 - "unknown model" / "no available versions" -> :class:`ModelNotFound` (404)
 - any other 4xx from Triton -> :class:`InferenceInputError` (400, the input named)
 - 5xx from Triton -> :class:`UpstreamError` (502), or :class:`ModelNotReady` when it says so
+- "Stub process '<instance>' is not healthy" (a Python stub died) -> :class:`ModelUnhealthy` (503,
+  naming the model of that instance, which may be a step of the pipeline called)
 
 Triton's own words go to the log in full; a client sees only :func:`safe_message` of them (no
 traceback, file path, memory address or request id; one line), or for a 5xx a message of ours,
@@ -34,6 +36,7 @@ import asyncio
 import json
 import logging
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -49,6 +52,7 @@ from gateway.errors import (
     InferenceInputError,
     ModelNotFound,
     ModelNotReady,
+    ModelUnhealthy,
     Overloaded,
     UpstreamError,
     UpstreamTimeout,
@@ -56,8 +60,8 @@ from gateway.errors import (
 )
 from gateway.kserve import InferRequest, encode_rest
 
-__all__ = ["InferenceBackend", "RawResponse", "Tensor", "TritonHttpBackend", "safe_message", "timeout_us",
-           "translate_error"]
+__all__ = ["RELOAD_PARAMETER", "InferenceBackend", "RawResponse", "Tensor", "TritonHttpBackend", "safe_message", "timeout_us",
+           "reload_config", "translate_error"]
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +69,8 @@ log = logging.getLogger(__name__)
 _RESPONSE_HEADERS = ("content-type", "inference-header-content-length", "content-encoding")
 _INPUT_NAME = re.compile(r"input '([^']+)'")
 _MAX_MESSAGE_CHARS = 400
+# The Python backend's answer once a stub process is gone; instances are named <model>_<group>_<index>.
+_STUB_UNHEALTHY = re.compile(r"Stub process '(?P<model>[^']+?)_\d+_\d+' is not healthy")
 # What a Triton or Python-backend message may carry that a client must not see.
 _REQUEST_ID = re.compile(r"^\s*\[request id: [^\]]*\]\s*")
 _TRACEBACK = re.compile(r"(\n\s*At:\s*\n|Traceback \(most recent call last\)).*", re.DOTALL)
@@ -127,6 +133,10 @@ class InferenceBackend(Protocol):
     async def repository_index(self, *, timeout_s: float) -> list[dict[str, Any]]: ...
 
     async def statistics(self, *, timeout_s: float, model: str = "", version: str = "") -> list[dict[str, Any]]: ...
+
+    async def reload_model(self, model: str, *, timeout_s: float) -> None:
+        """Reload ``model`` through Triton's repository API with fresh instances (:func:`reload_config`)."""
+        ...
 
     async def close(self) -> None: ...
 
@@ -198,6 +208,12 @@ def _from_status(status: str | int | None, message: str, model: str | None) -> G
     if "exceeds maximum queue size" in message.lower():
         return Overloaded(
             f"Triton's queue{f' for model {model!r}' if model else ''} is full; retry shortly", retry_after_s=1
+        )
+    stub = _STUB_UNHEALTHY.search(message)
+    if stub:
+        return ModelUnhealthy(
+            f"model '{model}' lost a worker process; it is being reloaded, retry shortly",
+            failed_model=stub.group("model"), retry_after_s=1,
         )
     if code == 503 or "not ready" in message.lower():
         return ModelNotReady(f"model '{model}' is not ready", retry_after_s=1)
@@ -377,9 +393,34 @@ class TritonHttpBackend:
             raise translate_error(exc, model or None) from exc
         return list(stats.get("model_stats", []))
 
+    async def reload_model(self, model: str, *, timeout_s: float) -> None:
+        try:
+            async with asyncio.timeout(timeout_s):
+                config = await self._client.get_model_config(model)
+                await self._client.load_model(model, config=reload_config(config))
+        except Exception as exc:
+            raise translate_error(exc, model) from exc
+
     async def close(self) -> None:
         await self._client.close()
         await self._raw.close()
+
+
+#: the config parameter a reload stamps (Unix time in ns); it only makes the reload a real one
+RELOAD_PARAMETER = "reloaded_at_ns"
+
+
+def reload_config(config: dict[str, Any]) -> str:
+    """The load request's ``config`` that replaces every instance of a loaded model.
+
+    Triton treats a load of an unchanged, loaded model as a no-op, and a load whose config differs
+    only in its instance groups as an in-place update that keeps the existing instances: either
+    leaves a dead stub in place. A changed parameter makes it load the model anew.
+    """
+    stamped = dict(config)
+    stamped["parameters"] = {**(config.get("parameters") or {}),
+                             RELOAD_PARAMETER: {"string_value": str(time.time_ns())}}
+    return json.dumps(stamped)
 
 
 def timeout_us(timeout_s: float) -> int:

@@ -37,7 +37,7 @@ from tritonclient.utils import InferenceServerException, deserialize_bytes_tenso
 from gateway.errors import GatewayError, UpstreamUnavailable
 from gateway.kserve import HEADER_LENGTH, InferRequest, InputTensor
 from gateway.kserve._types import numpy_dtype
-from gateway.triton import RawResponse, Tensor, timeout_us, translate_error
+from gateway.triton import RawResponse, Tensor, reload_config, timeout_us, translate_error
 
 __all__ = ["TritonGrpcBackend", "grpc_error"]
 
@@ -265,6 +265,12 @@ class TritonGrpcBackend:
         message = service_pb2.RepositoryIndexRequest()
         response = await self._call(lambda stub: stub.RepositoryIndex(message, timeout=timeout_s), timeout_s, None)
         return [_as_json(m, defaults=False) for m in response.models]
+
+    async def reload_model(self, model: str, *, timeout_s: float) -> None:
+        config = reload_config(await self.model_config(model, timeout_s=timeout_s))
+        message = service_pb2.RepositoryModelLoadRequest(model_name=model)
+        message.parameters["config"].string_param = config
+        await self._call(lambda stub: stub.RepositoryModelLoad(message, timeout=timeout_s), timeout_s, model)
 
     async def statistics(self, *, timeout_s: float, model: str = "", version: str = "") -> list[dict[str, Any]]:
         """Triton's statistics extension for every loaded model, or for ``model`` (its ``version``, when

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from serving.ports import reserve_ports
 from serving.processes import ManagedProcess, ProcessStartError, http_ready
+from serving.stub_watch import remove_regions, stub_processes
 
 __all__ = ["TritonPorts", "TritonServer", "TritonStartError", "assemble_backends"]
 
@@ -216,7 +217,11 @@ class TritonServer:
 
     def stop(self, timeout_s: float = 15.0) -> None:
         if self._process is not None:
+            # Triton leaves its stubs' shared memory in /dev/shm even at shutdown: note it, remove it after.
+            pid = self._process.pid
+            regions = {stub.region for stub in stub_processes(pid)} if pid and self._process.running() else set()
             self._process.stop(timeout_s)
+            remove_regions(regions)
         if self._workdir is not None:
             self._workdir.cleanup()
             self._workdir = None

@@ -141,6 +141,15 @@ def _drop_readiness(docs: Docs) -> None:
     del _container(docs, "redis", "redis")["readinessProbe"]
 
 
+def _liveness_is_readiness(docs: Docs) -> None:
+    gateway = _container(docs, "gateway", "gateway")
+    gateway["livenessProbe"] = dict(gateway["readinessProbe"])
+
+
+def _gateway_without_startup(docs: Docs) -> None:
+    del _container(docs, "gateway", "gateway")["startupProbe"]
+
+
 def _probe_on_init(docs: Docs) -> None:
     _container(docs, "triton", "model-sync", init=True)["livenessProbe"] = {"exec": {"command": ["true"]}}
 
@@ -318,6 +327,8 @@ BREAKAGES: list[tuple[str, Callable[[Docs], None], str]] = [
     ("schema", _break_crd_schema, "is not of type 'string'"),
     ("probes", _drop_readiness, "no readinessProbe"),
     ("probes", _probe_on_init, "init container model-sync has a livenessProbe"),
+    ("probes", _liveness_is_readiness, "liveness and readiness probes ask the same"),
+    ("probes", _gateway_without_startup, "container gateway has an HTTP livenessProbe but no startupProbe"),
     ("resources", _drop_limits, "no cpu limit"),
     ("resources", _request_over_limit, "memory request 2Gi over limit"),
     ("images_pinned", _latest_tag, "moving tag 'latest'"),

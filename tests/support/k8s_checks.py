@@ -96,8 +96,15 @@ def check_schema(docs: list[dict[str, Any]]) -> list[str]:
 # --- invariants ------------------------------------------------------------------------------
 
 
+def _probe_action(probe: dict[str, Any]) -> object:
+    """What a probe asks (its handler, without timings), to tell two probes apart."""
+    return {k: probe[k] for k in ("httpGet", "exec", "tcpSocket", "grpc") if k in probe}
+
+
 def check_probes(docs: list[dict[str, Any]]) -> list[str]:
-    """Every container has liveness and readiness probes; init containers have none (not allowed)."""
+    """Every container has liveness and readiness probes that ask different things (liveness: the
+    process answers; readiness: it can serve), and a startupProbe where it has an HTTP liveness
+    (an HTTP server's start must not count against liveness); init containers have none (not allowed)."""
     errors = []
     for w in workloads(docs):
         for kind, c in containers(w):
@@ -105,6 +112,11 @@ def check_probes(docs: list[dict[str, Any]]) -> list[str]:
                 for probe in ("livenessProbe", "readinessProbe"):
                     if probe not in c:
                         errors.append(f"{name_of(w)}: container {c['name']} has no {probe}")
+                live, ready = c.get("livenessProbe"), c.get("readinessProbe")
+                if live and ready and _probe_action(live) == _probe_action(ready):
+                    errors.append(f"{name_of(w)}: container {c['name']}'s liveness and readiness probes ask the same")
+                if live and "httpGet" in live and "startupProbe" not in c:
+                    errors.append(f"{name_of(w)}: container {c['name']} has an HTTP livenessProbe but no startupProbe")
             else:
                 for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
                     if probe in c:
