@@ -21,7 +21,9 @@
     │   ├── UpstreamUnavailable     503  Triton cannot be reached or is not ready
     │   ├── ModelNotReady           503  the model exists but is loading/unloading
     │   ├── RateLimiterUnavailable  503  Redis is down and the policy is "closed"
-    │   └── StateStoreUnavailable   503  the shared key / canary store (Redis) cannot be reached
+    │   ├── StateStoreUnavailable   503  the shared key / canary store (Redis) cannot be reached
+    │   └── ModelLoadFailed         503  loading the model on demand failed (retried after a backoff)
+    ├── ModelTooLarge               507  the model's footprint exceeds the whole memory budget
     ├── UpstreamTimeout             504  Triton did not answer within the per-request timeout
     └── UpstreamError               502  Triton answered with an error we cannot attribute to the client
 """
@@ -37,7 +39,9 @@ __all__ = [
     "InferenceInputError",
     "JobNotFinished",
     "ModelNotFound",
+    "ModelLoadFailed",
     "ModelNotReady",
+    "ModelTooLarge",
     "NotFound",
     "Overloaded",
     "PayloadTooLarge",
@@ -164,6 +168,16 @@ class RateLimiterUnavailable(ServiceUnavailable):
 
 class StateStoreUnavailable(ServiceUnavailable):
     title = "Shared state store unavailable"
+
+
+class ModelLoadFailed(ServiceUnavailable):
+    title = "Model failed to load"
+
+
+class ModelTooLarge(GatewayError):
+    """The model's footprint is larger than the memory budget of a Triton instance."""
+
+    title = "Model larger than the memory budget"
 
 
 class UpstreamTimeout(GatewayError):
