@@ -258,6 +258,9 @@ class AdmissionControl:
                 yield ticket
             else:
                 # Loaded on demand (within this request's deadline) and kept from eviction while it runs.
+                if not self.residency.loaded(model):
+                    with ctx.stages.stage("load"):
+                        await self.residency.ensure(model, ticket.deadline)
                 async with self.residency.hold(model, ticket.deadline):
                     yield ticket
         finally:

@@ -12,7 +12,9 @@ On when ``GATEWAY_RESIDENCY_BUDGET_BYTES`` is set (Triton in explicit model-cont
   remembered in a JSON file, so the next start charges the measured size, not the estimate.
 - **Eviction** picks victims with :meth:`gateway.residency_policy.ResidencyTable.victims` (least
   recently used, never pinned, never with requests in flight, never a step another resident
-  ensemble uses) and only when evicting them makes room; a model bigger than the whole budget is
+  ensemble uses) and only when evicting them makes room (when only requests in flight stand in the
+  way, the load waits up to ``drain_timeout_s`` for them to finish); a model bigger than the whole
+  budget is
   refused (507) before anything is evicted. Choosing a victim and marking it UNLOADING happen with
   no await in between, so no request can start on a model being evicted. If a measured footprint
   turns out larger than its estimate, older models are evicted after the load until the charges
@@ -70,6 +72,7 @@ class ResidencyConfig:
         footprints_path: the JSON file measured footprints are kept in (``None``: not kept).
         max_pending_loads: loads queued at most; more cold requests are refused (429).
         failure_backoff_s: the first wait after a failed load (doubles per failure, at most 300 s).
+        drain_timeout_s: how long a load waits for requests in flight on the models it must evict.
     """
 
     budget_bytes: int
@@ -80,6 +83,7 @@ class ResidencyConfig:
     footprints_path: Path | None = None
     max_pending_loads: int = 16
     failure_backoff_s: float = 5.0
+    drain_timeout_s: float = 5.0
 
 
 @dataclass(frozen=True)
@@ -129,6 +133,7 @@ class ResidencyManager:
         self.metrics = _Metrics(registry, config.budget_bytes)
         self._queue: asyncio.Queue[str] = asyncio.Queue(maxsize=config.max_pending_loads)
         self._pending: dict[str, asyncio.Future[None]] = {}
+        self._released = asyncio.Event()
         self._remembered = self._read_footprints()
         self._worker: asyncio.Task[None] | None = None
         #: Triton's memory when the manager started (before any load of its own)
@@ -174,6 +179,21 @@ class ResidencyManager:
 
     # -- the request path ------------------------------------------------------------------------
 
+    def loaded(self, model: str) -> bool:
+        """Whether a request for ``model`` can go on at once (no load to wait for)."""
+        entry = self.table.entries.get(model)
+        return entry is not None and entry.usable
+
+    async def ensure(self, model: str, deadline: float) -> None:
+        """Wait until ``model`` is loaded (loading it if need be); :meth:`hold` says what it raises."""
+        entry = self._entry(model)
+        # Bounded: each round either finds it loaded or waits for a load that ends or fails.
+        for _ in range(8):
+            if entry.usable:
+                return
+            await self._wait_loaded(entry, deadline)
+        raise ModelNotReady(f"model '{model}' was evicted again while its requests waited", retry_after_s=1)
+
     @contextlib.asynccontextmanager
     async def hold(self, model: str, deadline: float) -> AsyncIterator[None]:
         """Keep ``model`` loaded while the block runs; load it first if it is not.
@@ -190,13 +210,8 @@ class ResidencyManager:
             UpstreamTimeout: the deadline passed while it loaded.
         """
         entry = self._entry(model)
-        # Bounded: each round either finds it loaded or waits for a load that ends or fails.
-        for _ in range(8):
-            if entry.state is State.LOADED:
-                break
-            await self._wait_loaded(entry, deadline)
-        else:
-            raise ModelNotReady(f"model '{model}' was evicted again while its requests waited", retry_after_s=1)
+        if not entry.usable:
+            await self.ensure(model, deadline)
         entry.in_flight += 1
         entry.last_used = time.monotonic()
         try:
@@ -204,6 +219,8 @@ class ResidencyManager:
         finally:
             entry.in_flight -= 1
             entry.last_used = time.monotonic()
+            if not entry.in_flight:
+                self._released.set()  # a load waiting for room may find it now
 
     async def _wait_loaded(self, entry: Entry, deadline: float) -> None:
         future = self._pending.get(entry.name)
@@ -212,10 +229,15 @@ class ResidencyManager:
         left = deadline - time.monotonic()
         if left <= 0:
             raise UpstreamTimeout(f"the request's deadline passed while model '{entry.name}' loaded")
+        # Counted as waiting: the load's next victim choice (which may run before this request wakes)
+        # must not take the model it loaded for it.
+        entry.waiters += 1
         try:
             await asyncio.wait_for(asyncio.shield(future), left)
         except TimeoutError as exc:
             raise UpstreamTimeout(f"the request's deadline passed while model '{entry.name}' loaded") from exc
+        finally:
+            entry.waiters -= 1
 
     def _enqueue(self, entry: Entry) -> asyncio.Future[None]:
         now = time.monotonic()
@@ -271,14 +293,7 @@ class ResidencyManager:
         if entry.state is State.LOADED:
             return
         self._check_fits(entry)
-        victims = self.table.victims(entry.size_bytes, protect=entry.name)
-        if victims is None:
-            raise ModelNotReady(
-                f"no room for model '{entry.name}' ({entry.size_bytes} bytes): the budget of "
-                f"{self.table.budget_bytes} bytes is held by pinned models and models with requests in flight",
-                retry_after_s=1,
-            )
-        for victim in victims:
+        for victim in await self._room_for(entry):
             await self._evict(victim, reason="lru")
         before_loaded = {n for n, e in self.table.entries.items() if e.state is State.LOADED}
         entry.state = State.LOADING
@@ -314,9 +329,53 @@ class ResidencyManager:
         # The measurement may exceed the estimate it was admitted on: make the charges fit again.
         over = self.table.used_bytes() - self.table.budget_bytes
         if over > 0:
-            for victim in self.table.victims(0, protect=entry.name) or []:
+            for victim in self._claim(self.table.victims(0, protect=entry.name) or []):
                 await self._evict(victim, reason="measured_over")
         self._update_charged()
+
+    async def _room_for(self, entry: Entry) -> list[Entry]:
+        """The victims that make room for ``entry``, claimed (no request starts on them any more).
+
+        When only requests in flight stand in the way, the victims are claimed first and the load
+        waits (at most ``drain_timeout_s``) for those requests to finish: they are never dropped.
+
+        Raises:
+            ModelNotReady: no room can be made, or the requests in the way did not finish in time.
+        """
+        victims = self.table.victims(entry.size_bytes, protect=entry.name)
+        if victims is not None:
+            return self._claim(victims)
+        victims = self.table.victims(entry.size_bytes, protect=entry.name, when_idle=True)
+        if victims is None:
+            raise ModelNotReady(
+                f"no room for model '{entry.name}' ({entry.size_bytes} bytes): the budget of "
+                f"{self.table.budget_bytes} bytes is held by pinned models and models with requests in flight",
+                retry_after_s=1,
+            )
+        self._claim(victims)
+        models = [m for v in victims for m in (v, *self.table.going_with(v))]
+        give_up = time.monotonic() + self.config.drain_timeout_s
+        while any(m.in_flight for m in models):
+            left = give_up - time.monotonic()
+            if left <= 0:
+                for model in models:
+                    model.draining = False
+                raise ModelNotReady(
+                    f"no room for model '{entry.name}' yet: requests to "
+                    f"{', '.join(m.name for m in models if m.in_flight)} did not finish within "
+                    f"{self.config.drain_timeout_s:g} s", retry_after_s=1)
+            self._released.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._released.wait(), left)
+        return victims
+
+    def _claim(self, victims: list[Entry]) -> list[Entry]:
+        """Mark ``victims`` (and the steps that go with them) draining: from now on no request starts
+        on them, so evicting them one after another (with awaits between) drops nothing."""
+        for victim in victims:
+            for model in (victim, *self.table.going_with(victim)):
+                model.draining = True
+        return victims
 
     async def _note_steps(self, entry: Entry, before: set[str] | None) -> None:
         """Record an ensemble's steps: holders, and which ones its load carried in (those not loaded
@@ -337,7 +396,7 @@ class ResidencyManager:
 
     async def _evict(self, entry: Entry, reason: str) -> None:
         going = self.table.going_with(entry)
-        # No await between the choice and this: no request can start on these models now.
+        # Claimed (draining) or checked idle with no await since: no request can start on these now.
         for model in (entry, *going):
             model.state = State.UNLOADING
         for model in (entry, *going):
@@ -347,6 +406,7 @@ class ResidencyManager:
                 log.warning("residency: unloading %r failed: %s", model.name, exc.detail)
             model.state = State.AVAILABLE
             model.carried = False
+            model.draining = False
             self.metrics.evictions.labels(model.name, reason).inc()
         for name in entry.steps:
             step = self.table.entries.get(name)

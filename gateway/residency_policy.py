@@ -49,10 +49,13 @@ class Entry:
         footprint_bytes: the measured footprint (``None`` until a load here measured it).
         last_used: monotonic time of its last request (or load).
         in_flight: requests holding it now.
+        waiters: requests waiting for its load (it is not evicted before they have started).
         pinned: never evicted.
         steps: the models an ensemble runs (empty for other models).
         held_by: resident ensembles whose steps include this model.
         carried: loaded only because an ensemble was (unloaded with its last holder).
+        draining: chosen to make room once its requests in flight finish; new requests wait for
+            its reload instead of starting on it.
         failures: consecutive failed loads.
         retry_at: monotonic time before which a failed model is not tried again.
     """
@@ -63,12 +66,19 @@ class Entry:
     footprint_bytes: int | None = None
     last_used: float = 0.0
     in_flight: int = 0
+    waiters: int = 0
     pinned: bool = False
     steps: tuple[str, ...] = ()
     held_by: set[str] = field(default_factory=set)
     carried: bool = False
+    draining: bool = False
     failures: int = 0
     retry_at: float = 0.0
+
+    @property
+    def usable(self) -> bool:
+        """Whether a request may start on it now."""
+        return self.state is State.LOADED and not self.draining
 
     @property
     def measured(self) -> bool:
@@ -132,21 +142,25 @@ class ResidencyTable:
                 out.append(step)
         return out
 
-    def evictable(self, entry: Entry, protect: str = "") -> bool:
-        """Whether ``entry`` may be evicted now (see the module docstring)."""
+    def evictable(self, entry: Entry, protect: str = "", *, when_idle: bool = False) -> bool:
+        """Whether ``entry`` may be evicted now (see the module docstring); ``when_idle``: once its
+        requests in flight (and its steps') have finished."""
         if entry.name == protect or entry.state is not State.LOADED or entry.pinned or entry.held_by:
             return False
-        if entry.in_flight:
+        if (entry.in_flight or entry.waiters) and not when_idle:
             return False
-        return all(step.in_flight == 0 and not step.pinned for step in self.going_with(entry))
+        return all((when_idle or step.in_flight == 0) and not step.pinned for step in self.going_with(entry))
 
-    def victims(self, need_bytes: int, protect: str = "", exclude: Iterable[str] = ()) -> list[Entry] | None:
+    def victims(self, need_bytes: int, protect: str = "", exclude: Iterable[str] = (), *,
+                when_idle: bool = False) -> list[Entry] | None:
         """Least recently used models to evict so that ``need_bytes`` more fit in the budget.
 
         Args:
             need_bytes: the charge about to be added.
             protect: a model never chosen (the one being loaded).
             exclude: more models never chosen.
+            when_idle: count models with requests in flight as evictable (would room be made once
+                they finish?).
 
         Returns:
             The victims, oldest first (empty when it already fits), or ``None`` when even evicting
@@ -158,7 +172,7 @@ class ResidencyTable:
             return []
         chosen: list[Entry] = []
         candidates = sorted(
-            (e for e in self.entries.values() if e.name not in skip and self.evictable(e, protect)),
+            (e for e in self.entries.values() if e.name not in skip and self.evictable(e, protect, when_idle=when_idle)),
             key=lambda e: e.last_used,
         )
         for entry in candidates:

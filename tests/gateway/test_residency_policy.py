@@ -70,3 +70,19 @@ def test_gpu_memory_is_the_sum_of_tritons_gauges() -> None:
             'nv_gpu_memory_used_bytes{gpu_uuid="GPU-2"} 500000000\n'
             'nv_gpu_memory_total_bytes{gpu_uuid="GPU-1"} 8e+10\n')
     assert parse_gpu_used(page) == 2_000_000_000
+
+
+def test_room_that_only_requests_in_flight_hold_is_told_from_room_that_cannot_be_made() -> None:
+    table = _table(200, a=100, b=100)
+    table.entries["a"].in_flight = 1
+    table.entries["b"].in_flight = 2
+    assert table.victims(100) is None
+    assert [e.name for e in table.victims(100, when_idle=True)] == ["a"]  # wait for a's request, then evict
+    table.entries["a"].pinned = table.entries["b"].pinned = True
+    assert table.victims(100, when_idle=True) is None  # no wait can help
+
+
+def test_a_model_loaded_for_waiting_requests_is_not_taken_before_they_start() -> None:
+    table = _table(200, a=100, b=100)
+    table.entries["a"].waiters = 2
+    assert [e.name for e in table.victims(100)] == ["b"]
