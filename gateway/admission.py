@@ -33,6 +33,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gateway.catalog import ModelCatalog, check_model_name
 from gateway.context import RequestContext
@@ -48,6 +49,9 @@ from gateway.model_healer import ModelHealer
 from gateway.ratelimit import Decision, RateLimiter
 from gateway.settings import GatewaySettings
 from gateway.stats import LatencyTracker
+
+if TYPE_CHECKING:
+    from gateway.residency import ResidencyManager
 
 __all__ = ["AdmissionControl", "Ticket", "key_bucket", "model_bucket"]
 
@@ -113,6 +117,8 @@ class AdmissionControl:
         self.tracker = tracker
         self.healer = healer
         self._in_flight: dict[str, int] = {}
+        #: loads models on demand under a memory budget (:mod:`gateway.residency`); ``None``: off
+        self.residency: ResidencyManager | None = None
 
     def in_flight(self, model: str) -> int:
         """Requests for ``model`` admitted and not yet answered."""
@@ -262,12 +268,21 @@ class AdmissionControl:
         self.tracker.in_flight.labels(model).inc()
         ctx.model = model
         ctx.admitted = True
+        ticket = Ticket(
+            model=model,
+            priority=tier.priority,
+            deadline=time.monotonic() + (self.settings.upstream_timeout_s if timeout_s is None else timeout_s),
+        )
         try:
-            yield Ticket(
-                model=model,
-                priority=tier.priority,
-                deadline=time.monotonic() + (self.settings.upstream_timeout_s if timeout_s is None else timeout_s),
-            )
+            if self.residency is None:
+                yield ticket
+            else:
+                # Loaded on demand (within this request's deadline) and kept from eviction while it runs.
+                if not self.residency.loaded(model):
+                    with ctx.stages.stage("load"):
+                        await self.residency.ensure(model, ticket.deadline)
+                async with self.residency.hold(model, ticket.deadline):
+                    yield ticket
         except BaseException as exc:
             if self.healer is not None:
                 self.healer.observe(model, exc)

@@ -44,7 +44,8 @@ from gateway.openai_tasks import OpenAITasks
 from gateway.openapi_doc import document_security
 from gateway.problems import ErrorReport, ErrorShape, ProblemRenderer
 from gateway.ratelimit import RateLimiter
-from gateway.routes import admin, classify, health, jobs, kserve, openai, stats, usage
+from gateway.residency import build_residency
+from gateway.routes import admin, classify, health, jobs, kserve, openai, residency_admin, stats, usage
 from gateway.routes import traffic as traffic_routes
 from gateway.service import InferenceService
 from gateway.settings import GatewaySettings
@@ -75,6 +76,7 @@ ERROR_STATUS: dict[type[errors.GatewayError], int] = {
     errors.UpstreamError: 502,
     errors.ServiceUnavailable: 503,
     errors.UpstreamTimeout: 504,
+    errors.ModelTooLarge: 507,
 }
 
 # Which API's error body each path answers with (problem+json elsewhere): the OpenAI SDKs show only
@@ -190,6 +192,11 @@ def create_app(
         app.state.backend = backend
         app.state.limiter = limiter
         app.state.service = InferenceService(settings, backend, limiter, tracker, traffic)
+        residency = build_residency(settings, settings.triton_http_url, settings.keys_db, tracker.registry)
+        if residency is not None:
+            await residency.start()
+            app.state.service.admission.residency = residency
+        app.state.residency = residency
         app.state.openai = OpenAITasks(
             app.state.service, ModelCards(backend, timeout_s=settings.triton_health_timeout_s * 4)
         )
@@ -245,6 +252,8 @@ def create_app(
             await app.state.images.close()
             await app.state.service.catalog.close()
             await app.state.service.healer.close()
+            if residency is not None:
+                await residency.close()
             await backend.close()
             await limiter.close()
             store.close()
@@ -326,7 +335,7 @@ def create_app(
     app.add_exception_handler(Exception, unexpected)
 
     # Inference routes first: Starlette matches routes in order, and these carry the traffic.
-    for module in (kserve, openai, jobs, classify, health, stats, usage, admin, traffic_routes):
+    for module in (kserve, openai, jobs, classify, health, stats, usage, admin, residency_admin, traffic_routes):
         app.include_router(module.router)
     document_security(app, PUBLIC_PATHS, METRICS_PATHS)
     return app

@@ -62,6 +62,7 @@ _DESCRIPTIONS = {
     502: "Triton answered with an internal error",
     503: "Triton, or the shared store (Redis), is unavailable (Retry-After)",
     504: "Triton did not answer within GATEWAY_UPSTREAM_TIMEOUT_S",
+    507: "the model is larger than the memory budget of a Triton instance (GATEWAY_RESIDENCY_BUDGET_BYTES)",
 }
 
 

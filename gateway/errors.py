@@ -22,7 +22,9 @@
     │   ├── ModelNotReady           503  the model exists but is loading/unloading
     │   ├── ModelUnhealthy          503  an instance of the model (or of a step it calls) died; it is being reloaded
     │   ├── RateLimiterUnavailable  503  Redis is down and the policy is "closed"
-    │   └── StateStoreUnavailable   503  the shared key / canary store (Redis) cannot be reached
+    │   ├── StateStoreUnavailable   503  the shared key / canary store (Redis) cannot be reached
+    │   └── ModelLoadFailed         503  loading the model on demand failed (retried after a backoff)
+    ├── ModelTooLarge               507  the model's footprint exceeds the whole memory budget
     ├── UpstreamTimeout             504  Triton did not answer within the per-request timeout
     └── UpstreamError               502  Triton answered with an error we cannot attribute to the client
 """
@@ -38,8 +40,10 @@ __all__ = [
     "InferenceInputError",
     "JobNotFinished",
     "ModelNotFound",
+    "ModelLoadFailed",
     "ModelNotReady",
     "ModelUnhealthy",
+    "ModelTooLarge",
     "NotFound",
     "Overloaded",
     "PayloadTooLarge",
@@ -182,6 +186,16 @@ class RateLimiterUnavailable(ServiceUnavailable):
 
 class StateStoreUnavailable(ServiceUnavailable):
     title = "Shared state store unavailable"
+
+
+class ModelLoadFailed(ServiceUnavailable):
+    title = "Model failed to load"
+
+
+class ModelTooLarge(GatewayError):
+    """The model's footprint is larger than the memory budget of a Triton instance."""
+
+    title = "Model larger than the memory budget"
 
 
 class UpstreamTimeout(GatewayError):

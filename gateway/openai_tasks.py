@@ -27,7 +27,7 @@ import io
 import math
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -55,6 +55,9 @@ class PublicModel:
     id: str
     created: int
     task: Task | None
+    #: with residency on (:mod:`gateway.residency`): its state and footprint
+    state: str | None = None
+    footprint_bytes: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,9 +135,23 @@ class OpenAITasks:
             card = await self.cards.get(name)
             if not card.internal:
                 listed[name] = PublicModel(name, card.created, card.task)
+        residency = self.service.admission.residency
+        if residency is not None:
+            # Not loaded yet, but a request loads them: listed too, with their state and footprint.
+            for entry in index:
+                name = str(entry.get("name", ""))
+                if name in listed or principal is None or not principal.allows(name):
+                    continue
+                held = residency.state(name)
+                if held is not None and not residency.table.entries[name].held_by:
+                    listed[name] = PublicModel(name, 0, None)
+            for name, model in list(listed.items()):
+                held = residency.state(name)
+                if held is not None:
+                    listed[name] = replace(model, state=held.state, footprint_bytes=held.footprint_bytes)
         for alias, target in settings.model_aliases.items():
             if target in listed and alias not in listed:
-                listed[alias] = PublicModel(alias, listed[target].created, listed[target].task)
+                listed[alias] = replace(listed[target], id=alias)
         return sorted(listed.values(), key=lambda m: m.id)
 
     async def model(self, ctx: RequestContext, model: str) -> PublicModel:

@@ -75,6 +75,10 @@ class ModelObject(BaseModel):
     object: Literal["model"] = "model"
     created: int = Field(description="Unix time the model's entry was published (0 when it does not say)")
     owned_by: str = "triton"
+    state: str | None = Field(None, description="with residency on: loaded, loading, unloading or available "
+                              "(loaded on the first request)")
+    footprint_bytes: int | None = Field(None, description="with residency on: its memory, measured at its last "
+                                        "load (or estimated before one)")
 
 
 class ModelList(BaseModel):

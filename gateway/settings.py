@@ -20,6 +20,7 @@ from gateway.catalog import model_name_problem
 from gateway.job_settings import JobSettings
 from gateway.model_breaker import DEFAULT_BREAKER_FAILURES
 from gateway.model_healer import DEFAULT_HEAL_LOAD_TIMEOUT_S, DEFAULT_HEAL_MAX_BACKOFF_S
+from gateway.residency_settings import ResidencySettings
 from gateway.tiers import DEFAULT_TIER, DEFAULT_TIER_LIMITS, TierLimit
 from serving.readiness import parse_model_list
 
@@ -130,7 +131,7 @@ class TritonProtocol(StrEnum):
     GRPC = "grpc"  # tritonclient.grpc.aio, a few channels used in turn
 
 
-class GatewaySettings(JobSettings):
+class GatewaySettings(JobSettings, ResidencySettings):
     """Everything the gateway can be told, each field also an env var ``GATEWAY_<FIELD>``.
 
     Complex fields (``tier_limits``, ``model_aliases``) take JSON in the environment, e.g.

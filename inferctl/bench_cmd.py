@@ -8,17 +8,19 @@ import argparse
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "bench",
-        help="side-by-side benchmarks (platform vs baselines, gateway overhead, clients, QoS by tier)",
+        help="side-by-side benchmarks (platform vs baselines, gateway overhead, clients, QoS by tier, many models)",
         description="`inferctl bench platform ...` runs loadtest.bench (batching on/off, gateway vs direct, "
         "naive FastAPI+PyTorch, raw onnxruntime); `inferctl bench gateway ...` runs "
         "loadtest.bench.gateway_overhead (the gateway's added latency); `inferctl bench clients ...` runs "
         "loadtest.clients_bench (gateway vs direct Triton over KServe v2 HTTP and gRPC with tritonclient); "
         "`inferctl bench qos ...` runs loadtest.qos (premium P99 and free-tier shedding at 2x the saturating "
-        "load, tier priorities off and on). "
+        "load, tier priorities off and on); `inferctl bench multimodel ...` runs loadtest.multimodel (many "
+        "models under a memory budget: hit rate, cold-load P50/P99, loaded models' P99 beside all loaded, "
+        "memory against the budget). "
         "Options after the name go to that benchmark; see "
         "`inferctl bench platform --help`.",
     )
-    parser.add_argument("which", choices=["platform", "gateway", "clients", "qos"])
+    parser.add_argument("which", choices=["platform", "gateway", "clients", "qos", "multimodel"])
     parser.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options")
     parser.set_defaults(handler=run)
 
@@ -30,6 +32,8 @@ def run(args: argparse.Namespace) -> int:
         from loadtest.clients_bench import main
     elif args.which == "qos":
         from loadtest.qos import main
+    elif args.which == "multimodel":
+        from loadtest.multimodel import main
     else:
         from loadtest.bench.gateway_overhead import main
     return int(main(args.options) or 0)

@@ -54,9 +54,11 @@ Context = Annotated[RequestContext, Depends(get_context)]
     response_model=ModelList,
     summary="Models this credential can call (pipeline steps such as tokenizers are not listed)",
     responses=openai_responses(401, 503, 504),
+    response_model_exclude_none=True,
 )
 async def list_models(tasks: Tasks, ctx: Context) -> ModelList:
-    return ModelList(data=[ModelObject(id=m.id, created=m.created) for m in await tasks.models(ctx)])
+    return ModelList(data=[ModelObject(id=m.id, created=m.created, state=m.state, footprint_bytes=m.footprint_bytes)
+                           for m in await tasks.models(ctx)])
 
 
 @router.get(

@@ -1,0 +1,97 @@
+"""Admin API for model residency: list, pin, unpin, preload and evict, behind ``GATEWAY_ADMIN_TOKEN``.
+
+Answers 409 while residency is off (no ``GATEWAY_RESIDENCY_BUDGET_BYTES``): every model then stays
+as Triton loaded it, and there is nothing to pin or evict.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path, Request
+from pydantic import BaseModel, Field
+
+from gateway.errors import Conflict
+from gateway.protocol import problem_responses
+from gateway.residency import ModelResidency, ResidencyManager
+from gateway.service import InferenceService
+
+from ._deps import get_service
+
+# The auth middleware demands the admin token on every /admin/ path.
+router = APIRouter(prefix="/admin/models", tags=["admin"])
+_ERRORS = problem_responses(400, 401, 403, 404, 409, 422, 429, 503, 504, 507)
+Model = Annotated[str, Path(description="a Triton model name", examples=["efficientnet_lite0"])]
+
+
+class Residency(BaseModel):
+    model: str
+    state: str = Field(description="loaded, loading, unloading or available (loaded on demand)")
+    footprint_bytes: int = Field(description="measured at its last load here, else the estimate")
+    measured: bool = Field(description="whether footprint_bytes was measured (false: an estimate)")
+    pinned: bool
+    in_flight: int
+
+
+class ResidencyTableOut(BaseModel):
+    budget_bytes: int
+    charged_bytes: int = Field(description="what resident models are charged against the budget")
+    measured_bytes: int = Field(description="Triton's memory at the last load or eviction, as the meter read it")
+    baseline_bytes: int = Field(description="Triton's memory when the gateway started")
+    models: list[Residency]
+
+
+def _out(item: ModelResidency) -> Residency:
+    return Residency(model=item.model, state=item.state, footprint_bytes=item.footprint_bytes,
+                     measured=item.measured, pinned=item.pinned, in_flight=item.in_flight)
+
+
+async def get_residency(request: Request) -> ResidencyManager:
+    manager = request.app.state.residency
+    if manager is None:
+        raise Conflict("model residency is off: set GATEWAY_RESIDENCY_BUDGET_BYTES to load models on demand")
+    return manager  # type: ignore[no-any-return]
+
+
+Manager = Annotated[ResidencyManager, Depends(get_residency)]
+Service = Annotated[InferenceService, Depends(get_service)]
+
+
+async def _known(service: InferenceService, model: str) -> str:
+    # Unknown names create no state (a residency entry is per-model memory): 400 or 404 first.
+    return await service.catalog.resolve(model)
+
+
+@router.get("", response_model=ResidencyTableOut, summary="Every model's residency and the budget",
+            responses=_ERRORS)
+async def list_residency(manager: Manager) -> ResidencyTableOut:
+    return ResidencyTableOut(
+        budget_bytes=manager.table.budget_bytes,
+        charged_bytes=manager.table.used_bytes(),
+        measured_bytes=manager.measured_bytes,
+        baseline_bytes=manager.baseline_bytes,
+        models=[_out(m) for m in manager.models()],
+    )
+
+
+@router.post("/{model}/pin", response_model=Residency, summary="Never evict this model", responses=_ERRORS)
+async def pin(model: Model, manager: Manager, service: Service) -> Residency:
+    return _out(manager.pin(await _known(service, model), True))
+
+
+@router.post("/{model}/unpin", response_model=Residency, summary="Let this model be evicted again",
+             responses=_ERRORS)
+async def unpin(model: Model, manager: Manager, service: Service) -> Residency:
+    return _out(manager.pin(await _known(service, model), False))
+
+
+@router.post("/{model}/preload", response_model=Residency, summary="Load this model now (evicting LRU models)",
+             responses=_ERRORS)
+async def preload(model: Model, manager: Manager, service: Service) -> Residency:
+    return _out(await manager.preload(await _known(service, model), service.settings.residency_load_timeout_s))
+
+
+@router.post("/{model}/evict", response_model=Residency,
+             summary="Unload this model now (not while pinned or with requests in flight)", responses=_ERRORS)
+async def evict(model: Model, manager: Manager, service: Service) -> Residency:
+    return _out(await manager.evict(await _known(service, model)))

@@ -1,0 +1,344 @@
+"""Many models, one Triton instance, a memory budget: what load on demand costs, measured.
+
+``python -m loadtest.multimodel`` (or ``inferctl bench multimodel``):
+
+1. writes ``--models`` classifier variants (the same small ONNX MLP, different random weights),
+   configured as the builders configure every model, and starts the real Triton binary with none
+   of them loaded;
+2. calibrates: loads one variant directly, reads the tritonserver process tree's memory before and
+   after (the meter the gateway uses, :mod:`gateway.residency_memory`), unloads it; the budget is
+   ``--budget-models`` such footprints (plus 10% for the meter's noise);
+3. **on demand**: a gateway with that budget (:mod:`gateway.residency`), Zipf-distributed traffic
+   (``s`` = ``--zipf-s``, the most popular variant first) at ``--concurrency`` for ``--duration``
+   seconds through the platform's load generator, while the meter is sampled every 0.25 s;
+4. **all loaded**: every variant loaded, a gateway with residency off, the same traffic.
+
+A request is a *hit* when the gateway did not have to wait for a load (its ``Server-Timing`` has
+no ``load`` stage, :mod:`loadtest.loadgen.mix`). The figures: hit rate; the cold requests' latency
+(P50/P99: what a request that found its model unloaded waited, load included); the P99 of hits
+beside the P99 of the same traffic with every model loaded; and the most the sampled memory went
+above baseline + budget. ``multimodel.json`` holds exactly the figures the issue asks for,
+``multimodel-detail.json`` the rest, ``multimodel.png`` the plot. Measured, never asserted: the
+machine is shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from loadtest.loadgen import closed_loop
+from loadtest.loadgen.mix import ModelMixTarget
+from loadtest.loadgen.samples import Samples
+from serving.console import Table, print_table
+from serving.launcher import TritonPorts, TritonServer
+from serving.ports import reserve_port
+from serving.processes import ManagedProcess, child_env, python_module
+from serving.quantiles import quantile
+
+__all__ = ["DEFAULT_SETTINGS", "MultiModelSettings", "build_parser", "main", "run_multimodel", "zipf_sequence"]
+
+FEATURES = 64
+CLASSES = 10
+_SAMPLE_S = 0.25
+_MARGIN = 1.10  # the budget over budget_models footprints: the meter's noise, not a whole model
+
+
+@dataclass(frozen=True, kw_only=True)
+class MultiModelSettings:
+    """What the benchmark runs (the issue's full scale: 20 models, a budget of 5, 60 s)."""
+
+    models: int = 20
+    budget_models: int = 5
+    concurrency: int = 8
+    duration_s: float = 60.0
+    warmup_s: float = 10.0
+    zipf_s: float = 1.1
+    hidden: int = 256
+    seed: int = 0
+    out_dir: Path = Path("multimodel-results")
+
+
+DEFAULT_SETTINGS = MultiModelSettings()
+
+
+def variant(index: int) -> str:
+    return f"classifier_v{index:02d}"
+
+
+def zipf_sequence(models: Sequence[str], s: float, length: int, seed: int) -> tuple[str, ...]:
+    """``length`` draws from ``models`` with P(rank k) proportional to 1 / k^s (the first is rank 1)."""
+    weights = 1.0 / np.arange(1, len(models) + 1, dtype=np.float64) ** s
+    draws = np.random.default_rng(seed).choice(len(models), size=length, p=weights / weights.sum())
+    return tuple(models[int(k)] for k in draws)
+
+
+def build_variants(root: Path, settings: MultiModelSettings) -> list[str]:
+    """Write the classifier variants (same graph, weights from ``seed + index``) into ``root``."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from builders.spec import BatchingPolicy, TensorSpec
+    from builders.triton_config import model_config, write_config
+
+    names = []
+    for index in range(settings.models):
+        rng = np.random.default_rng(settings.seed + index)
+        w1 = rng.normal(0, 0.1, (FEATURES, settings.hidden)).astype(np.float32)
+        w2 = rng.normal(0, 0.1, (settings.hidden, CLASSES)).astype(np.float32)
+        graph = helper.make_graph(
+            [helper.make_node("MatMul", ["input", "W1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("MatMul", ["r", "W2"], ["logits"])],
+            "classifier",
+            [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", FEATURES])],
+            [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", CLASSES])],
+            initializer=[numpy_helper.from_array(w1, "W1"), numpy_helper.from_array(w2, "W2")],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 8
+        onnx.checker.check_model(model)
+        name = variant(index)
+        (root / name / "1").mkdir(parents=True, exist_ok=True)
+        onnx.save(model, str(root / name / "1" / "model.onnx"))
+        config = model_config(
+            name, platform="onnxruntime_onnx",
+            inputs=[TensorSpec("input", "float32", (FEATURES,))], outputs=[TensorSpec("logits", "float32", (CLASSES,))],
+            batching=BatchingPolicy(max_batch_size=8, max_queue_delay_us=100, instance_count=1),
+            parameters={"intra_op_thread_count": "1", "inter_op_thread_count": "1"}, warmup=False,
+        )
+        write_config(config, root / name / "config.pbtxt")
+        names.append(name)
+    return names
+
+
+@contextlib.contextmanager
+def gateway(triton_http_url: str, workdir: Path, env: dict[str, str]) -> Iterator[tuple[str, str]]:
+    """A real gateway (``env`` adds its settings) with one unlimited key; yields ``(base URL, api key)``."""
+    from gateway.keys_sqlite import SqliteKeyStore
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    keys_db = workdir / "keys.sqlite3"
+    key = SqliteKeyStore(keys_db).create("multimodel", ["*"], "unlimited")[1]
+    port = reserve_port()
+    tiers = {"unlimited": {"per_minute": 1e9, "burst": 1_000_000}}
+    full_env = child_env({"GATEWAY_TIER_LIMITS": json.dumps(tiers), "GATEWAY_TRITON_STATS_INTERVAL_S": "0",
+                          "GATEWAY_LOG_LEVEL": "warning", **env})
+    command = python_module("gateway", "--host", "127.0.0.1", "--port", str(port), "--triton-url", triton_http_url,
+                            "--keys-db", str(keys_db), "--log-level", "warning")
+    with ManagedProcess(command, name="gateway", log_path=workdir / "gateway.log", env=full_env) as process:
+        process.wait_http(f"http://127.0.0.1:{port}/healthz", 120)
+        yield f"http://127.0.0.1:{port}", key
+
+
+async def _drive(base_url: str, key: str, sequence: tuple[str, ...], settings: MultiModelSettings,
+                 meter: Any) -> tuple[Samples, list[tuple[float, int]]]:
+    """The Zipf traffic through the gateway, with the meter sampled meanwhile."""
+    body = json.dumps({"inputs": [{"name": "input", "shape": [1, FEATURES], "datatype": "FP32",
+                                   "data": [0.5] * FEATURES}]}).encode()
+    target = ModelMixTarget(base_url=base_url, sequence=sequence, body=body,
+                            headers={"Authorization": f"Bearer {key}"})
+    samples: list[tuple[float, int]] = []
+    done = asyncio.Event()
+    started = time.monotonic()
+
+    async def sample() -> None:
+        while not done.is_set():
+            samples.append((time.monotonic() - started, await meter.used_bytes()))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(done.wait(), _SAMPLE_S)
+
+    sampler = asyncio.create_task(sample())
+    try:
+        result = await closed_loop(target, concurrency=settings.concurrency, duration_s=settings.duration_s,
+                                   warmup_s=settings.warmup_s)
+    finally:
+        done.set()
+        await sampler
+    return result, samples
+
+
+def _ms(values: np.ndarray, q: float) -> float:
+    return float(quantile(values, q) * 1000) if values.size else math.nan
+
+
+def run_multimodel(settings: MultiModelSettings) -> dict[str, Any]:
+    """Run both phases; write the JSON documents and the plot to ``settings.out_dir``."""
+    from gateway.residency_memory import ProcessTreeMeter
+    from gateway.residency_triton import TritonRepository
+
+    settings.out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="multimodel-") as tmp:
+        root = Path(tmp)
+        names = build_variants(root / "repository", settings)
+        sequence = zipf_sequence(names, settings.zipf_s, 50_000, settings.seed)
+        with TritonServer(root / "repository", models=[], ports=TritonPorts.free()) as triton:
+            assert triton.pid is not None
+            meter = ProcessTreeMeter(triton.pid)
+
+            async def calibrate() -> tuple[int, int]:
+                repository = TritonRepository(triton.http_url, 300)
+                try:
+                    before = await meter.used_bytes()
+                    await repository.load(names[0])
+                    footprint = await meter.used_bytes() - before
+                    await repository.unload(names[0])
+                    return await meter.used_bytes(), footprint
+                finally:
+                    await repository.close()
+
+            baseline, footprint = asyncio.run(calibrate())
+            budget = int(settings.budget_models * footprint * _MARGIN)
+            env = {"GATEWAY_RESIDENCY_BUDGET_BYTES": str(budget), "GATEWAY_RESIDENCY_TRITON_PID": str(triton.pid),
+                   "GATEWAY_RESIDENCY_DEFAULT_ESTIMATE_BYTES": str(footprint),
+                   "GATEWAY_RESIDENCY_FOOTPRINTS_PATH": str(root / "footprints.json")}
+            with gateway(triton.http_url, root / "on-demand", env) as (url, key):
+                on_demand, memory = asyncio.run(_drive(url, key, sequence, settings, meter))
+
+            async def load_all() -> None:
+                repository = TritonRepository(triton.http_url, 300)
+                try:
+                    for name in names:
+                        await repository.load(name)
+                finally:
+                    await repository.close()
+
+            asyncio.run(load_all())
+            with gateway(triton.http_url, root / "all-loaded", {}) as (url, key):
+                all_loaded, _ = asyncio.run(_drive(url, key, sequence, settings, meter))
+    return _report(settings, on_demand, all_loaded, memory, baseline=baseline, budget=budget, footprint=footprint)
+
+
+def _report(settings: MultiModelSettings, on_demand: Samples, all_loaded: Samples, memory: list[tuple[float, int]],
+            *, baseline: int, budget: int, footprint: int) -> dict[str, Any]:
+    ok = on_demand.status == 200
+    hits = on_demand.latency_s[ok & (on_demand.correct == 1)]
+    cold = on_demand.latency_s[ok & (on_demand.correct == 0)]
+    every = all_loaded.latency_s[all_loaded.status == 200]
+    over = max((used - baseline - budget for _, used in memory), default=0)
+    figures = {
+        "device": "cpu",
+        "models": settings.models,
+        "budget_models": settings.budget_models,
+        "hit_rate": float(hits.size / max(1, hits.size + cold.size)),
+        "cold_load_p99_ms": _ms(cold, 0.99),
+        "hot_p99_ms": _ms(hits, 0.99),
+        "all_loaded_p99_ms": _ms(every, 0.99),
+        "max_memory_over_budget_bytes": int(max(0, over)),
+    }
+    detail = {
+        **figures,
+        "cold_load_p50_ms": _ms(cold, 0.50),
+        "hot_p50_ms": _ms(hits, 0.50),
+        "all_loaded_p50_ms": _ms(every, 0.50),
+        "requests": {"hits": int(hits.size), "cold": int(cold.size), "errors": int((~ok).sum()),
+                     "all_loaded": int(every.size), "all_loaded_errors": int((all_loaded.status != 200).sum()),
+                     "first_error_by_status": {str(k): v for k, v in {**all_loaded.messages,
+                                                                      **on_demand.messages}.items()}},
+        "memory": {"baseline_bytes": baseline, "budget_bytes": budget, "footprint_bytes": footprint,
+                   "samples": [[round(t, 2), used] for t, used in memory]},
+        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(settings).items()},
+    }
+    out = settings.out_dir
+    (out / "multimodel.json").write_text(json.dumps(figures, indent=2) + "\n")
+    (out / "multimodel-detail.json").write_text(json.dumps(detail, indent=2) + "\n")
+    save_plot(detail, out / "multimodel.png")
+    return detail
+
+
+def report_table(detail: dict[str, Any]) -> Table:
+    table = Table(
+        title=f"{detail['models']} models, a budget of {detail['budget_models']} "
+        f"({detail['memory']['budget_bytes'] / 2**20:.0f} MiB), Zipf s={detail['settings']['zipf_s']}",
+        columns=["traffic", "requests", "P50 ms", "P99 ms"],
+        caption=f"hit rate {100 * detail['hit_rate']:.1f}%; memory above baseline + budget at most "
+        f"{detail['max_memory_over_budget_bytes']} bytes; one model's footprint "
+        f"{detail['memory']['footprint_bytes'] / 2**20:.0f} MiB",
+    )
+    counts = detail["requests"]
+    table.add_row("hits (model loaded)", counts["hits"], f"{detail['hot_p50_ms']:.1f}", f"{detail['hot_p99_ms']:.1f}")
+    table.add_row("cold (waited for a load)", counts["cold"], f"{detail['cold_load_p50_ms']:.1f}",
+                  f"{detail['cold_load_p99_ms']:.1f}")
+    table.add_row("all models loaded", counts["all_loaded"], f"{detail['all_loaded_p50_ms']:.1f}",
+                  f"{detail['all_loaded_p99_ms']:.1f}")
+    return table
+
+
+def save_plot(detail: dict[str, Any], path: Path) -> Path:
+    """Latency by kind of request beside the memory sampled against baseline + budget."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    labels = ["hits", "all loaded", "cold"]
+    p50 = [detail["hot_p50_ms"], detail["all_loaded_p50_ms"], detail["cold_load_p50_ms"]]
+    p99 = [detail["hot_p99_ms"], detail["all_loaded_p99_ms"], detail["cold_load_p99_ms"]]
+    xs = range(len(labels))
+    left.bar([x - 0.2 for x in xs], [0 if math.isnan(v) else v for v in p50], width=0.4, label="P50")
+    left.bar([x + 0.2 for x in xs], [0 if math.isnan(v) else v for v in p99], width=0.4, label="P99")
+    left.set_xticks(list(xs), labels)
+    left.set_yscale("log")
+    left.set_ylabel("latency (ms)")
+    left.legend()
+    memory = detail["memory"]
+    samples = memory["samples"]
+    right.plot([t for t, _ in samples], [(u - memory["baseline_bytes"]) / 2**20 for _, u in samples], label="models")
+    right.axhline(memory["budget_bytes"] / 2**20, color="tab:red", linestyle="--", label="budget")
+    right.set_xlabel("seconds")
+    right.set_ylabel("Triton memory above baseline (MiB)")
+    right.legend()
+    fig.suptitle(f"{detail['models']} models, budget {detail['budget_models']}: hit rate "
+                 f"{100 * detail['hit_rate']:.1f}%")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = DEFAULT_SETTINGS
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.multimodel",
+        description="Many models under a memory budget: hit rate, cold-load P50/P99 and the P99 of loaded "
+        "models beside the same Zipf traffic with every model loaded, memory sampled against the budget "
+        "(real Triton, real gateway, the platform's load generator). Prints a table, writes multimodel.json, "
+        "multimodel-detail.json and multimodel.png.",
+    )
+    parser.add_argument("--models", type=int, default=d.models, help="classifier variants")
+    parser.add_argument("--budget-models", type=int, default=d.budget_models, help="how many fit the budget")
+    parser.add_argument("--concurrency", type=int, default=d.concurrency, help="requests in flight")
+    parser.add_argument("--duration", type=float, default=d.duration_s, help="seconds measured per phase")
+    parser.add_argument("--warmup", type=float, default=d.warmup_s, help="seconds of warm-up per phase")
+    parser.add_argument("--zipf-s", type=float, default=d.zipf_s, help="Zipf exponent of the traffic")
+    parser.add_argument("--seed", type=int, default=d.seed, help="weights and traffic seed")
+    parser.add_argument("--out", type=Path, default=d.out_dir, help="folder for the results")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if not 1 <= args.budget_models < args.models:
+        raise SystemExit("--budget-models must be at least 1 and fewer than --models")
+    settings = replace(DEFAULT_SETTINGS, models=args.models, budget_models=args.budget_models,
+                       concurrency=args.concurrency, duration_s=args.duration, warmup_s=args.warmup,
+                       zipf_s=args.zipf_s, seed=args.seed, out_dir=args.out)
+    detail = run_multimodel(settings)
+    print_table(report_table(detail))
+    print(f"wrote {settings.out_dir / 'multimodel.json'} and {settings.out_dir / 'multimodel.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
