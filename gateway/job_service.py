@@ -125,7 +125,7 @@ class ImageJobs:
         principal = ctx.principal
         if principal is None:
             raise RuntimeError("a job submitted without an authenticated principal")
-        triton_model = await self.tasks.image_model(ctx, request)
+        triton_model, request = await self.tasks.resolve_image(ctx, request)  # stored with the model's defaults
         if callback_url:
             await self.policy.addresses(self.policy.check_url(callback_url))
         await self.tasks.service.admission.check(ctx, triton_model)
