@@ -99,6 +99,7 @@ def test_long_requests_become_jobs(eager_gateway) -> None:  # type: ignore[no-un
                                max_retries=0, timeout=300)
     # No estimate before the first generation: it runs now, and teaches the gateway the model's pace.
     first = key_client.images.generate(prompt="warm-up", extra_body={"steps": 2})
+    assert first.data and first.data[0].b64_json
     assert _png(base64.b64decode(first.data[0].b64_json)).size == (64, 64)
     raw = key_client.images.with_raw_response.generate(prompt="a slow fox", response_format="b64_json",
                                                        extra_body={"steps": 3})
