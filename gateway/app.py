@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import AsyncIterator, Callable
 
 from fastapi import FastAPI, Request
@@ -101,6 +102,8 @@ PUBLIC_PATHS = (
 )
 # Signed image URLs carry their own credential (an HMAC and an expiry, checked by the route).
 PUBLIC_PREFIXES = ("/docs/", "/v1/images/files/")
+# A job's image URLs open with their signature alone too (the route checks it; with a key, the owner's).
+SIGNED_PATHS = re.compile(r"/v1/images/jobs/[^/]+/images/[0-9]+")
 # Metrics name every model and client: behind GATEWAY_METRICS_TOKEN (or the admin token).
 METRICS_PATHS = ("/metrics",)
 
@@ -266,6 +269,7 @@ def create_app(
             public=PUBLIC_PATHS,
             public_prefixes=PUBLIC_PREFIXES,
             metrics_paths=METRICS_PATHS,
+            signed_paths=SIGNED_PATHS,
         ),
         # Inside auth: nothing is decompressed for a caller without credentials.
         Middleware(DecompressionMiddleware, max_bytes=settings.max_body_bytes, renderer=renderer),
