@@ -8,7 +8,7 @@ from builders.errors import UnknownModelError
 from builders.families import diffusion, efficientnet, image_pipeline, resnet, text_embedding
 from builders.spec import AssetSpec, Spec
 
-__all__ = ["DEFAULT_MODELS", "DEFAULT_NETWORKS", "available", "get_spec", "resolve"]
+__all__ = ["DEFAULT_MODELS", "DEFAULT_NETWORKS", "DEFAULT_STACK", "available", "get_spec", "resolve"]
 
 Factory = Callable[[Mapping[str, str]], Spec]
 
@@ -44,8 +44,12 @@ def _cuda_available() -> bool:
 
     return bool(torch.cuda.is_available())
 
-#: what ``inferctl up`` builds and serves when not told otherwise
+#: what ``inferctl build`` builds when not told otherwise (and what a push to main promotes from)
 DEFAULT_MODELS: tuple[str, ...] = ("efficientnet_lite0", "resnet50", "image_classifier", "text_embedding")
+#: what ``inferctl up`` builds and serves when not told otherwise: the default models plus image
+#: generation, built from a named checkpoint folder or else a tiny random-init one (random weights,
+#: served so ``/v1/images/generations`` works on a fresh stack; never promoted)
+DEFAULT_STACK: tuple[str, ...] = (*DEFAULT_MODELS, "stable_diffusion")
 #: the networks (not pipelines) ``DEFAULT_MODELS`` serve: what a push to main promotes (a pipeline is
 #: not promoted; it calls whatever version of these is in production). A literal, so the workflow can
 #: read it without installing anything; a test keeps it equal to what ``resolve`` finds.

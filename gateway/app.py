@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import AsyncIterator, Callable
 
 from fastapi import FastAPI, Request
@@ -35,6 +36,7 @@ from gateway.callbacks import CallbackPolicy, CallbackSender
 from gateway.compression import DecompressionMiddleware
 from gateway.context import CONTEXT_KEY
 from gateway.grpc_entry import start_grpc_server
+from gateway.image_urls import ImageUrlSigner
 from gateway.job_runner import JobRunner
 from gateway.job_service import ImageJobs
 from gateway.keys import open_key_store
@@ -69,6 +71,7 @@ ERROR_STATUS: dict[type[errors.GatewayError], int] = {
     errors.PermissionDenied: 403,
     errors.NotFound: 404,
     errors.Conflict: 409,
+    errors.Gone: 410,
     errors.PayloadTooLarge: 413,
     errors.UnsupportedMediaType: 415,
     errors.RateLimited: 429,
@@ -85,6 +88,8 @@ ERROR_SHAPES: tuple[tuple[str, ErrorShape], ...] = (
     ("/v2", ErrorShape.KSERVE),
     ("/v1/models", ErrorShape.OPENAI),
     ("/v1/embeddings", ErrorShape.OPENAI),
+    # Signed image URLs are fetched by browsers and image loaders, not the SDKs: problem+json.
+    ("/v1/images/files", ErrorShape.PROBLEM),
     ("/v1/images", ErrorShape.OPENAI),
 )
 
@@ -97,7 +102,10 @@ PUBLIC_PATHS = (
     "/redoc",
     "/openapi.json",
 )
-PUBLIC_PREFIXES = ("/docs/",)
+# Signed image URLs carry their own credential (an HMAC and an expiry, checked by the route).
+PUBLIC_PREFIXES = ("/docs/", "/v1/images/files/")
+# A job's image URLs open with their signature alone too (the route checks it; with a key, the owner's).
+SIGNED_PATHS = re.compile(r"/v1/images/jobs/[^/]+/images/[0-9]+")
 # Metrics name every model and client: behind GATEWAY_METRICS_TOKEN (or the admin token).
 METRICS_PATHS = ("/metrics",)
 
@@ -271,6 +279,7 @@ def create_app(
             public=PUBLIC_PATHS,
             public_prefixes=PUBLIC_PREFIXES,
             metrics_paths=METRICS_PATHS,
+            signed_paths=SIGNED_PATHS,
         ),
         # Inside auth: nothing is decompressed for a caller without credentials.
         Middleware(DecompressionMiddleware, max_bytes=settings.max_body_bytes, renderer=renderer),
@@ -291,6 +300,8 @@ def create_app(
     app.state.authenticator = authenticator
     app.state.renderer = renderer
     app.state.images = build_image_store(settings)
+    app.state.image_urls = ImageUrlSigner(settings.admin_token.get_secret_value()
+                                          or settings.jwt_secret.get_secret_value())
 
     async def gateway_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, errors.GatewayError)

@@ -10,6 +10,7 @@
     ├── PermissionDenied            403  a valid credential without the scope for this model/route
     ├── NotFound                    404  no such thing (an API key id, a route's resource)
     │   └── ModelNotFound           404  Triton does not serve this model (yet)
+    ├── Gone                        410  it existed and has expired (a signed image URL past its time)
     ├── Conflict                    409  the request contradicts stored state (an imported key id, a version not READY)
     │   └── JobNotFinished          409  a job's result asked for before it succeeded; a finished job cancelled
     ├── PayloadTooLarge             413  the body is over the configured limit (also once decompressed)
@@ -37,6 +38,7 @@ __all__ = [
     "CallbackRefused",
     "Conflict",
     "GatewayError",
+    "Gone",
     "InferenceInputError",
     "JobNotFinished",
     "ModelNotFound",
@@ -102,6 +104,12 @@ class PermissionDenied(GatewayError):
 
 class NotFound(GatewayError):
     title = "Not found"
+
+
+class Gone(GatewayError):
+    """It existed and has expired (a signed image URL past its expiry)."""
+
+    title = "Gone"
 
 
 class ModelNotFound(NotFound):

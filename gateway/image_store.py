@@ -4,7 +4,9 @@
 the bytes. Each image is held for ``ttl_s`` seconds and handed out only to the credential that
 generated it (the token alone is not enough; it is also long and random, so it cannot be guessed).
 The store is bounded in bytes: past the bound the oldest images go first, and an image that is gone
-answers 404 like one that never was.
+answers 404 like one that never was. The URLs themselves are signed and expire
+(:mod:`gateway.image_urls`), so they open without the key; the route checks the signature before it
+asks the store (``owner=None``).
 
 Two stores, one behaviour: :class:`MemoryImageStore` in the process (the single-process default) and
 :class:`RedisImageStore` when ``GATEWAY_REDIS_URL`` is set, so a URL made by one replica or worker is
@@ -71,8 +73,9 @@ class ImageStore(ABC):
         """
 
     @abstractmethod
-    async def get(self, owner: str, token: str) -> StoredImage | None:
-        """The image behind ``token`` if ``owner`` made it and it has not expired, else ``None``."""
+    async def get(self, owner: str | None, token: str) -> StoredImage | None:
+        """The image behind ``token`` if ``owner`` made it (``None``: anyone, once a signed URL was
+        checked) and it has not expired, else ``None``."""
 
     async def close(self) -> None:
         return None
@@ -97,10 +100,10 @@ class MemoryImageStore(ImageStore):
         self._bytes += len(data)
         return token
 
-    async def get(self, owner: str, token: str) -> StoredImage | None:
+    async def get(self, owner: str | None, token: str) -> StoredImage | None:
         self._expire(self._clock())
         image = self._images.get(token)
-        if image is None or not secrets.compare_digest(image.owner, owner):
+        if image is None or (owner is not None and not secrets.compare_digest(image.owner, owner)):
             return None
         return image
 
@@ -186,12 +189,12 @@ class RedisImageStore(ImageStore):
                                    args=[p, self._clock(), self.ttl_s, self.max_bytes, token, owner, media_type, data]))
         return token
 
-    async def get(self, owner: str, token: str) -> StoredImage | None:
+    async def get(self, owner: str | None, token: str) -> StoredImage | None:
         stored_owner, media_type, data, expires = await self._call(
             self._redis.hmget(self._prefix + token, "owner", "media_type", "data", "expires"))
-        if stored_owner is None or not secrets.compare_digest(stored_owner, owner.encode()):
+        if stored_owner is None or (owner is not None and not secrets.compare_digest(stored_owner, owner.encode())):
             return None
-        image = StoredImage(owner, data, media_type.decode(), float(expires))
+        image = StoredImage(stored_owner.decode(), data, media_type.decode(), float(expires))
         return image if image.expires > self._clock() else None
 
     async def close(self) -> None:

@@ -125,7 +125,7 @@ class ImageJobs:
         principal = ctx.principal
         if principal is None:
             raise RuntimeError("a job submitted without an authenticated principal")
-        triton_model = await self.tasks.image_model(ctx, request)
+        triton_model, request = await self.tasks.resolve_image(ctx, request)  # stored with the model's defaults
         if callback_url:
             await self.policy.addresses(self.policy.check_url(callback_url))
         await self.tasks.service.admission.check(ctx, triton_model)
@@ -188,13 +188,27 @@ class ImageJobs:
             raise JobNotFinished(f"job '{job.id}' is {job.status.value}; cancel it before deleting it",
                                  field="job_id")
 
+    async def signed_result(self, job_id: str) -> JobResult:
+        """A succeeded job's images for a signed URL (the route checked the signature: no owner here).
+
+        Raises:
+            NotFound: no such job, or it has expired or been deleted. JobNotFinished: it has not succeeded.
+        """
+        job = await self.store.get(job_id) if looks_like_job_id(job_id) else None
+        if job is None:
+            raise NotFound(f"no job '{job_id[:64]}' (jobs expire, and deleting one removes its images)",
+                           field="job_id")
+        return await self._result(job)
+
     async def result(self, ctx: RequestContext, job_id: str) -> JobResult:
         """The images of the caller's succeeded job.
 
         Raises:
             NotFound: no such job for this caller. JobNotFinished: it has not succeeded (409).
         """
-        job = await self._find(ctx, job_id, admin_too=False)
+        return await self._result(await self._find(ctx, job_id, admin_too=False))
+
+    async def _result(self, job: Job) -> JobResult:
         if job.status is not JobStatus.SUCCEEDED:
             why = f": {job.error.message}" if job.error is not None else ""
             raise JobNotFinished(f"job '{job.id}' is {job.status.value}{why}; a result exists once it has succeeded",

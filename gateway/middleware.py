@@ -16,6 +16,7 @@ Errors raised here never reach FastAPI's handlers, so each middleware answers wi
 from __future__ import annotations
 
 import logging
+import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
@@ -186,6 +187,8 @@ class AuthMiddleware:
         public_prefixes: path prefixes anyone may call.
         admin_prefix: paths that need the admin credential instead of a client one.
         metrics_paths: exact paths that need the metrics (or admin) credential.
+        signed_paths: paths that, with a ``signature`` in the query and no ``Authorization``, pass
+            without a credential: their route checks the signature (signed image URLs).
     """
 
     def __init__(
@@ -197,6 +200,7 @@ class AuthMiddleware:
         public_prefixes: Iterable[str] = (),
         admin_prefix: str = "/admin/",
         metrics_paths: Iterable[str] = (),
+        signed_paths: re.Pattern[str] | None = None,
     ) -> None:
         self.app = app
         self.authenticator = authenticator
@@ -205,6 +209,7 @@ class AuthMiddleware:
         self.public_prefixes = tuple(public_prefixes)
         self.admin_prefix = admin_prefix
         self.metrics_paths = frozenset(metrics_paths)
+        self.signed_paths = signed_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope.get("path", "")
@@ -213,6 +218,10 @@ class AuthMiddleware:
             return
         ctx: RequestContext | None = scope.get(CONTEXT_KEY)
         headers = _headers(scope)
+        if (self.signed_paths is not None and self.signed_paths.fullmatch(path)
+                and b"signature=" in scope.get("query_string", b"") and "authorization" not in headers):
+            await self.app(scope, receive, send)  # no principal: the route checks the signature
+            return
         try:
             if path.startswith(self.admin_prefix):
                 principal = self.authenticator.check_admin(headers)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import io
 import math
+import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict, dataclass, fields, replace
@@ -34,7 +35,8 @@ import numpy as np
 
 from gateway.admission import Ticket
 from gateway.context import RequestContext
-from gateway.errors import BadRequest, GatewayError, InferenceInputError, ModelNotFound
+from gateway.errors import BadRequest, GatewayError, InferenceInputError, ModelNotFound, UpstreamTimeout
+from gateway.generation_pace import GenerationPace, generation_work
 from gateway.model_cards import ModelCards
 from gateway.service import InferenceService
 from gateway.triton import Tensor
@@ -68,9 +70,9 @@ class ImageRequest:
         prompt, negative_prompt: the texts (checked against the limits by the tasks).
         model: the public model name; ``None`` is the configured diffusion model.
         n: images, image ``k`` with seed ``seed + k``.
-        width, height: pixels.
+        width, height: pixels; ``None``: the model's own side (its card's).
         output_format: ``png``, ``jpeg`` or ``webp``.
-        steps: denoising steps.
+        steps: denoising steps; ``None``: the model's own default (its card's).
         guidance: the classifier-free guidance scale.
         seed: the seed of the first image.
         scheduler: ``default`` (the checkpoint's own) or a name of ``serving.limits``' schedulers.
@@ -79,11 +81,11 @@ class ImageRequest:
     prompt: str
     model: str | None = None
     n: int = 1
-    width: int = DEFAULT_LIMITS.image_generation.default_side
-    height: int = DEFAULT_LIMITS.image_generation.default_side
+    width: int | None = None
+    height: int | None = None
     output_format: str = "png"
     negative_prompt: str = ""
-    steps: int = DEFAULT_LIMITS.image_generation.default_steps
+    steps: int | None = None
     guidance: float = DEFAULT_LIMITS.image_generation.default_guidance
     seed: int = 0
     scheduler: str = "default"
@@ -119,6 +121,7 @@ class OpenAITasks:
         self.service = service
         self.cards = cards
         self.limits = limits
+        self.pace = GenerationPace()
 
     # -- models -----------------------------------------------------------------------------
 
@@ -294,15 +297,19 @@ class OpenAITasks:
         """
         limits = self.limits.image_generation
         n, seed = request.n, request.seed
+        # Unresolved (None) sides and steps are checked as the platform's defaults; resolve_image fills them.
+        width = limits.default_side if request.width is None else request.width
+        height = limits.default_side if request.height is None else request.height
+        steps = limits.default_steps if request.steps is None else request.steps
         if not request.prompt.strip():
             raise BadRequest("prompt must not be empty", field="prompt")
         if not 1 <= n <= limits.max_images:
             raise BadRequest(f"n must be between 1 and {limits.max_images}", field="n")
-        for name, side in (("width", request.width), ("height", request.height)):
+        for name, side in (("width", width), ("height", height)):
             problem = limits.side_problem(name, side)
             if problem is not None:
                 raise BadRequest(problem, field="size")
-        if not limits.min_steps <= request.steps <= limits.max_steps:
+        if not limits.min_steps <= steps <= limits.max_steps:
             raise BadRequest(f"steps must be between {limits.min_steps} and {limits.max_steps}", field="steps")
         guidance = request.guidance
         if not (math.isfinite(guidance) and limits.min_guidance <= guidance <= limits.max_guidance):
@@ -323,10 +330,10 @@ class OpenAITasks:
         return [[
             Tensor("PROMPT", np.array([[texts["prompt"]]], dtype=np.object_)),
             Tensor("NEGATIVE_PROMPT", np.array([[texts["negative_prompt"]]], dtype=np.object_)),
-            Tensor("STEPS", np.array([[request.steps]], dtype=np.int32)),
+            Tensor("STEPS", np.array([[steps]], dtype=np.int32)),
             Tensor("GUIDANCE", np.array([[guidance]], dtype=np.float32)),
-            Tensor("HEIGHT", np.array([[request.height]], dtype=np.int32)),
-            Tensor("WIDTH", np.array([[request.width]], dtype=np.int32)),
+            Tensor("HEIGHT", np.array([[height]], dtype=np.int32)),
+            Tensor("WIDTH", np.array([[width]], dtype=np.int32)),
             Tensor("SEED", np.array([[seed + k]], dtype=np.int64)),
             Tensor("SCHEDULER", np.array([[request.scheduler.encode()]], dtype=np.object_)),
         ] for k in range(n)]
@@ -339,10 +346,28 @@ class OpenAITasks:
             PermissionDenied: the model is out of the caller's scope.
             ModelNotFound: no such model, or not an image-generation model.
         """
-        self._image_requests(request)
+        return (await self.resolve_image(ctx, request))[0]
+
+    async def resolve_image(self, ctx: RequestContext, request: ImageRequest) -> tuple[str, ImageRequest]:
+        """The Triton model ``request`` runs on and ``request`` with the model's own defaults filled in.
+
+        A size or step count the request leaves out is the model's (its card's ``limit_default_*``:
+        64 pixels for the tiny default model, 512 for SD 1.5), else the platform's.
+
+        Raises:
+            BadRequest: a parameter out of range (the field is named).
+            PermissionDenied: the model is out of the caller's scope.
+            ModelNotFound: no such model, or not an image-generation model.
+        """
+        self._image_requests(request)  # what the caller named, before anything is looked up
         default = self.service.settings.image_generation_model
-        triton_model, _ = await self._card(ctx, request.model or default, Task.IMAGE_GENERATION, default)
-        return triton_model
+        triton_model, card = await self._card(ctx, request.model or default, Task.IMAGE_GENERATION, default)
+        limits = self.limits.image_generation
+        side = card.image_side or limits.default_side
+        resolved = replace(request, width=request.width or side, height=request.height or side,
+                           steps=request.steps or card.image_steps or limits.default_steps)
+        self._image_requests(resolved)
+        return triton_model, resolved
 
     async def generate_images(self, ctx: RequestContext, request: ImageRequest) -> list[bytes]:
         """``request.n`` encoded images for ``request.prompt`` (seeds ``seed``..``seed + n - 1``), now.
@@ -352,7 +377,7 @@ class OpenAITasks:
             ModelNotFound: no such model, or not an image-generation model.
             RateLimited, Overloaded: see :meth:`gateway.admission.AdmissionControl.admit`.
         """
-        triton_model = await self.image_model(ctx, request)
+        triton_model, request = await self.resolve_image(ctx, request)
         return await self._images(ctx, request, self.service.admission.admit(ctx, triton_model))
 
     async def run_image_job(self, ctx: RequestContext, triton_model: str, request: ImageRequest,
@@ -368,13 +393,34 @@ class OpenAITasks:
         """
         return await self._images(ctx, request, self.service.admission.slot(ctx, triton_model, timeout_s))
 
+    def runs_long(self, triton_model: str, request: ImageRequest) -> bool:
+        """Whether ``request`` (resolved) is estimated to take longer than ``image_async_after_s``
+        (:mod:`gateway.generation_pace`); ``False`` while there is no estimate yet."""
+        estimate = self.pace.estimate_s(triton_model, _work(request))
+        return estimate is not None and estimate > self.service.settings.image_async_after_s
+
     async def _images(self, ctx: RequestContext, request: ImageRequest,
                       admission: AbstractAsyncContextManager[Ticket]) -> list[bytes]:
         requests = self._image_requests(request)
-        outputs = await self._run(ctx, requests, ["IMAGE"], admission)
+        started = time.monotonic()
+        try:
+            outputs = await self._run(ctx, requests, ["IMAGE"], admission)
+        except UpstreamTimeout:
+            if ctx.model is not None:  # the time it had is a lower bound of the time it needs
+                self.pace.observe(ctx.model, _work(request), time.monotonic() - started)
+            raise
+        if ctx.model is not None:
+            self.pace.observe(ctx.model, _work(request), time.monotonic() - started)
         ctx.usage.images = request.n
         # Encoding is CPU work: keep it off the event loop. IMAGE is [1, height, width, 3].
         return [await asyncio.to_thread(_encode_image, o["IMAGE"][0], request.output_format) for o in outputs]
+
+
+def _work(request: ImageRequest) -> float:
+    limits = DEFAULT_LIMITS.image_generation
+    side = limits.default_side
+    return generation_work(request.n, request.steps or limits.default_steps, request.width or side,
+                           request.height or side)
 
 
 def _text(value: str, index: int, max_chars: int, max_bytes: int, *, field: str = "",

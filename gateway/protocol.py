@@ -263,11 +263,12 @@ class ImageGenerationRequest(BaseModel):
     model: str | None = Field(None, description="defaults to the configured diffusion model")
     n: int | None = Field(1, ge=1, le=_GENERATION.max_images, description="images, each its own seed")
     size: str | None = Field(
-        f"{_GENERATION.default_side}x{_GENERATION.default_side}",
+        None,
         pattern=r"^(auto|\d{2,4}x\d{2,4})$",
         description=(
             f"WIDTHxHEIGHT, each a multiple of {_GENERATION.side_multiple} from {_GENERATION.min_side} to "
-            f"{_GENERATION.max_side}; 'auto' is {_GENERATION.default_side}x{_GENERATION.default_side}"
+            f"{_GENERATION.max_side}; absent or 'auto': the model's own side (its card's limit_default_side: 64 "
+            "for the tiny default model, 512 for SD 1.5)"
         ),
     )
     response_format: Literal["b64_json", "url"] | None = Field(
@@ -275,7 +276,8 @@ class ImageGenerationRequest(BaseModel):
     )
     output_format: Literal["png", "jpeg", "webp"] | None = "png"
     negative_prompt: str = Field("", max_length=_GENERATION.max_prompt_chars)
-    steps: int = Field(_GENERATION.default_steps, ge=_GENERATION.min_steps, le=_GENERATION.max_steps)
+    steps: int | None = Field(None, ge=_GENERATION.min_steps, le=_GENERATION.max_steps,
+                              description="denoising steps; absent: the model's own default (limit_default_steps)")
     guidance_scale: float = Field(
         _GENERATION.default_guidance, ge=_GENERATION.min_guidance, le=_GENERATION.max_guidance, allow_inf_nan=False
     )
@@ -284,9 +286,10 @@ class ImageGenerationRequest(BaseModel):
     scheduler: str = Field("default", max_length=64,
                            description=f"default (the checkpoint's own) or one of {', '.join(_GENERATION.schedulers)}")
 
-    def dimensions(self) -> tuple[int, int]:
+    def dimensions(self) -> tuple[int | None, int | None]:
+        """(width, height) asked for; ``None`` for the model's own side."""
         if self.size in (None, "auto"):
-            return _GENERATION.default_side, _GENERATION.default_side
+            return None, None
         width, height = self.size.split("x")
         return int(width), int(height)
 

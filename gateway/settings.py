@@ -93,6 +93,8 @@ DEFAULT_REDIS_TIMEOUT_S = 0.25
 DEFAULT_REDIS_RETRY_AFTER_S = 1.0
 DEFAULT_RETRY_AFTER_S = 1
 DEFAULT_IMAGE_URL_TTL_S = 600.0
+# Half the default deadline: a generation estimated past it becomes a job rather than risk a 504.
+DEFAULT_IMAGE_ASYNC_AFTER_S = 15.0
 DEFAULT_IMAGE_URL_MAX_BYTES = 256 * 1024 * 1024
 DEFAULT_MODEL_INDEX_TTL_S = 5.0
 DEFAULT_MODEL_INDEX_MIN_REFRESH_S = 1.0
@@ -277,6 +279,11 @@ class GatewaySettings(JobSettings, ResidencySettings):
         "", description="the gateway's external base URL, for image URLs; empty: the request's own Host"
     )
     image_url_ttl_s: float = Field(DEFAULT_IMAGE_URL_TTL_S, gt=0, description="how long an image URL is served")
+    image_async_after_s: float = Field(
+        DEFAULT_IMAGE_ASYNC_AFTER_S, gt=0,
+        description="an image generation estimated to take longer is answered as a job (202 + its URL), not held "
+        "until the deadline",
+    )
     image_url_max_bytes: int = Field(
         DEFAULT_IMAGE_URL_MAX_BYTES, ge=1, description="bytes of generated images kept for URLs (oldest go first)"
     )

@@ -20,7 +20,7 @@ STATE_DIR = Path(".platform")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from builders.registry import DEFAULT_MODELS
+    from builders.registry import DEFAULT_STACK
 
     parser = sub.add_parser(
         "up",
@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "and the gateway in front of it, create a first API key and print a ready-to-paste request. "
         "Runs in the foreground until Ctrl-C.",
     )
-    parser.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS), help="models to serve (default: %(default)s)")
+    parser.add_argument("--models", nargs="+", default=list(DEFAULT_STACK), help="models to serve (default: %(default)s)")
     add_build_options(parser)
     parser.add_argument("--host", default="127.0.0.1", help="address Triton and the gateway bind (default: %(default)s)")
     parser.add_argument("--triton-http-port", type=int, default=8000)
@@ -44,6 +44,27 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(default: %(default)s)")
     add_json_option(parser, "the endpoints (and the first API key) once the platform is up")
     parser.set_defaults(handler=run)
+
+
+def _generation_weights(args: argparse.Namespace, weights: dict[str, str], console: Console) -> dict[str, str]:
+    """``weights`` plus a tiny random-init Stable Diffusion checkpoint when a diffusion model is to be
+    served and no checkpoint folder is named (``--weights stable_diffusion=PATH`` or ``SD_CHECKPOINT``).
+
+    The folder is written once under the state directory and reused, so the build is reused too.
+    """
+    from builders.families import diffusion
+
+    names = {diffusion.PIPELINE, diffusion.FP16_PIPELINE, diffusion.TORCH_PIPELINE, diffusion.TEXT_ENCODER,
+             diffusion.UNET, diffusion.VAE_DECODER, "sd_unet_fp16"}
+    if not names & set(args.models) or names & set(weights) or os.environ.get(diffusion.CHECKPOINT_ENV):
+        return weights
+    folder = args.state_dir / "checkpoints" / "stable_diffusion-tiny-random"
+    with _status(console, "writing a tiny random-init Stable Diffusion checkpoint"):
+        diffusion.ensure_random_checkpoint(folder, "tiny", seed=0)
+    console.print(f"[yellow]stable_diffusion: random weights[/yellow] (the tiny preset, {folder}): images are noise; "
+                  f"serve a real checkpoint with --weights {diffusion.PIPELINE}=PATH or {diffusion.CHECKPOINT_ENV}",
+                  soft_wrap=True)
+    return {**weights, diffusion.PIPELINE: str(folder)}
 
 
 def _gateway(args: argparse.Namespace, triton_http: str, env: dict[str, str],
@@ -128,6 +149,11 @@ def _print_welcome(console: Console, args: argparse.Namespace, triton_http: str,
     console.print(f"\nLoad test (the first key's tier would answer most of it with 429): a {LOAD_TEST_TIER} key, then locust")
     console.print(f"  python -m gateway keys create load-test --tier {LOAD_TEST_TIER} --keys-db {keys_db}", soft_wrap=True)
     console.print(f"  LOADTEST_API_KEY=<that key> python -m loadtest.run --host {base} {LOAD_TEST_ARGS}", soft_wrap=True)
+    if "stable_diffusion" in args.models:
+        console.print("\nGenerate an image (OpenAI-style; the answer's URL opens without the key until it expires):")
+        console.print(f'  curl -s -H "Authorization: Bearer {shown}" -H "Content-Type: application/json" '
+                      f"-d '{{\"prompt\": \"a red fox\", \"response_format\": \"url\"}}' {base}/v1/images/generations",
+                      soft_wrap=True)
     console.print("\nPress Ctrl-C to stop.")
 
 
@@ -155,8 +181,9 @@ def run(args: argparse.Namespace) -> int:
     for folder in discard_unfinished(args.repository):
         console.print(f"removed {folder}: an unfinished promotion left it (see `inferctl history`)")
     try:
+        weights = _generation_weights(args, parse_weights(args.weights), console)
         reports = build(args.models, BuildOptions(repository=args.repository, force=args.force,
-                                                  weights=parse_weights(args.weights), cache=build_cache_dir(args)),
+                                                  weights=weights, cache=build_cache_dir(args)),
                         console=build_console)
     except BuildError as exc:
         console.print(f"[red]build failed:[/red] {exc}")

@@ -12,6 +12,9 @@ Triton's model-config API. One vocabulary for both, so neither guesses from mode
 - ``matryoshka_dimensions``: comma-separated shorter lengths the model was trained to be truncated to
   (Matryoshka representation learning); empty when it was not. The gateway shortens to any length up
   to ``embedding_dimensions`` on request; these are the lengths where that keeps the model's quality.
+- ``limit_default_side``, ``limit_default_steps``: an image-generation model's own default image side
+  (pixels) and denoising steps (the pipeline model writes its limits as ``limit_*``); what a request
+  that names no ``size`` or ``steps`` gets.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from typing import Any
 __all__ = [
     "PARAM_CREATED",
     "PARAM_DIMENSIONS",
+    "PARAM_IMAGE_SIDE",
+    "PARAM_IMAGE_STEPS",
     "PARAM_MATRYOSHKA",
     "PARAM_TASK",
     "PARAM_VISIBILITY",
@@ -37,6 +42,8 @@ PARAM_VISIBILITY = "visibility"
 PARAM_CREATED = "created"
 PARAM_DIMENSIONS = "embedding_dimensions"
 PARAM_MATRYOSHKA = "matryoshka_dimensions"
+PARAM_IMAGE_SIDE = "limit_default_side"
+PARAM_IMAGE_STEPS = "limit_default_steps"
 _INTERNAL = "internal"
 
 
@@ -64,6 +71,7 @@ class ModelCard:
         created: Unix time of publication (0 when the entry does not say).
         dimensions: embedding length (embedding models), else 0.
         matryoshka: shorter lengths the embedding may be truncated to (empty: none).
+        image_side, image_steps: an image-generation model's default side and steps (0: not said).
     """
 
     name: str
@@ -72,6 +80,8 @@ class ModelCard:
     created: int = 0
     dimensions: int = 0
     matryoshka: tuple[int, ...] = field(default_factory=tuple)
+    image_side: int = 0
+    image_steps: int = 0
 
     def parameters(self) -> dict[str, str]:
         """The config ``parameters`` that describe this card (what the builders write)."""
@@ -85,6 +95,10 @@ class ModelCard:
         if self.dimensions:
             params[PARAM_DIMENSIONS] = str(self.dimensions)
             params[PARAM_MATRYOSHKA] = ",".join(str(d) for d in self.matryoshka)
+        if self.image_side:
+            params[PARAM_IMAGE_SIDE] = str(self.image_side)
+        if self.image_steps:
+            params[PARAM_IMAGE_STEPS] = str(self.image_steps)
         return params
 
     @classmethod
@@ -112,6 +126,8 @@ class ModelCard:
             matryoshka=tuple(
                 sorted({d for d in (_int(p) for p in params.get(PARAM_MATRYOSHKA, "").split(",")) if d > 0})
             ),
+            image_side=_int(params.get(PARAM_IMAGE_SIDE, "")),
+            image_steps=_int(params.get(PARAM_IMAGE_STEPS, "")),
         )
 
     def allows_dimensions(self, dimensions: int) -> bool:

@@ -17,6 +17,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
 from gateway.context import RequestContext
 from gateway.errors import NotFound
+from gateway.image_urls import ImageUrlSigner
 from gateway.job_protocol import DeletedJob, ImageJob, ImageJobList, ImageJobRequest
 from gateway.job_runner import JobRunner
 from gateway.job_service import MAX_LISTED, ImageJobs
@@ -31,6 +32,10 @@ router = APIRouter(prefix="/v1/images/jobs", tags=["image jobs"])
 
 async def get_jobs(request: Request) -> ImageJobs:
     return request.app.state.jobs  # type: ignore[no-any-return]
+
+
+async def get_image_urls(request: Request) -> ImageUrlSigner:
+    return request.app.state.image_urls  # type: ignore[no-any-return]
 
 
 async def get_runner(request: Request) -> JobRunner:
@@ -115,12 +120,18 @@ async def delete_job(job_id: JobId, jobs: Jobs, ctx: Context) -> DeletedJob:
     summary="A succeeded job's images, as /v1/images/generations answers (b64_json, or url)",
     responses=openai_responses(401, 404, 409, 503),
 )
-async def job_result(job_id: JobId, request: Request, jobs: Jobs, ctx: Context) -> ImageGenerationResponse:
+async def job_result(job_id: JobId, request: Request, jobs: Jobs, ctx: Context,
+                     signer: Annotated[ImageUrlSigner, Depends(get_image_urls)]) -> ImageGenerationResponse:
     result = await jobs.result(ctx, job_id)
     created = int(result.job.finished_at or time.time())
     if result.response_format == "url":
-        base = jobs.tasks.service.settings.public_url.rstrip("/") or str(request.base_url).rstrip("/")
-        data = [ImageData(url=f"{base}/v1/images/jobs/{result.job.id}/images/{k}") for k in range(len(result.images))]
+        settings = jobs.tasks.service.settings
+        base = settings.public_url.rstrip("/") or str(request.base_url).rstrip("/")
+        # Signed like /v1/images/generations' URLs; they open until the job expires (or the URL's own
+        # expiry, the sooner), and deleting the job removes what they point at.
+        ttl = min(settings.image_url_ttl_s, max(1.0, (result.job.expires_at or 0) - time.time()))
+        data = [ImageData(url=base + signer.sign(f"/v1/images/jobs/{result.job.id}/images/{k}", ttl).relative())
+                for k in range(len(result.images))]
     else:
         data = [ImageData(b64_json=base64.b64encode(image).decode("ascii")) for image in result.images]
     return ImageGenerationResponse(created=created, data=data)
@@ -128,13 +139,20 @@ async def job_result(job_id: JobId, request: Request, jobs: Jobs, ctx: Context) 
 
 @router.get(
     "/{job_id}/images/{index}",
-    summary="One image of a succeeded job, for the credential that submitted it, until the job expires",
+    summary="One image of a succeeded job: by its signed URL (no key), or for the credential that submitted it",
     response_class=Response,
     responses={200: {"content": {"image/png": {}, "image/jpeg": {}, "image/webp": {}}},
                **openai_responses(401, 404, 409, 503)},
 )
-async def job_image(job_id: JobId, index: Annotated[int, Path(ge=0, le=64)], jobs: Jobs, ctx: Context) -> Response:
-    result = await jobs.result(ctx, job_id)
+async def job_image(job_id: JobId, index: Annotated[int, Path(ge=0, le=64)], request: Request, jobs: Jobs,
+                    ctx: Context, signer: Annotated[ImageUrlSigner, Depends(get_image_urls)],
+                    expires: Annotated[str | None, Query(max_length=16)] = None,
+                    signature: Annotated[str | None, Query(max_length=64)] = None) -> Response:
+    if ctx.principal is None:  # no credential: the auth middleware let a signed URL through
+        signer.check(request.url.path, expires, signature)
+        result = await jobs.signed_result(job_id)
+    else:
+        result = await jobs.result(ctx, job_id)
     if index >= len(result.images):
         raise NotFound(f"job '{result.job.id}' has {len(result.images)} images", field="index")
     remaining = max(0, int((result.job.expires_at or 0) - time.time()))

@@ -1,5 +1,6 @@
 """OpenAI-compatible routes: ``/v1/models``, ``/v1/models/{id}``, ``/v1/embeddings``,
-``/v1/images/generations`` and the short-lived image files its ``url`` answers point to.
+``/v1/images/generations`` (a long one answered as a job: 202) and the signed, expiring image files
+its ``url`` answers point to (no API key needed: :mod:`gateway.image_urls`).
 
 Errors on these paths are OpenAI's ``{"error": {"message", "type", "param", "code"}}`` (the SDKs
 show ``message``). The work is :class:`gateway.openai_tasks.OpenAITasks`; this module only
@@ -12,11 +13,15 @@ import base64
 import time
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Request, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi.responses import JSONResponse
 
 from gateway.context import RequestContext
 from gateway.errors import NotFound, ServiceUnavailable
 from gateway.image_store import ImageStore
+from gateway.image_urls import ImageUrlSigner
+from gateway.job_protocol import ImageJob
+from gateway.job_service import ImageJobs
 from gateway.openai_tasks import IMAGE_FORMATS, OpenAITasks
 from gateway.protocol import (
     OPENAI_ERRORS,
@@ -95,12 +100,25 @@ async def embeddings(body: EmbeddingsRequest, tasks: Tasks, ctx: Context) -> Emb
     )
 
 
+async def get_image_urls(request: Request) -> ImageUrlSigner:
+    return request.app.state.image_urls  # type: ignore[no-any-return]
+
+
+async def get_jobs(request: Request) -> ImageJobs:
+    return request.app.state.jobs  # type: ignore[no-any-return]
+
+
 @router.post(
     "/images/generations",
     response_model=ImageGenerationResponse,
     response_model_exclude_none=True,
-    summary="Generate images (OpenAI-compatible): n, size, b64_json or a short-lived url",
-    responses=OPENAI_ERRORS,
+    summary="Generate images (OpenAI-compatible): n, size, b64_json or a signed, expiring url",
+    description="Answers 200 with the images, or, when the generation is estimated to take longer than "
+    "`GATEWAY_IMAGE_ASYNC_AFTER_S` (or the request sends `Prefer: respond-async`), 202 with the queued job "
+    "(as `POST /v1/images/jobs` answers) and `Location` naming it. `url` answers are signed and expire: they "
+    "open without the API key.",
+    responses={202: {"model": ImageJob, "description": "queued as a job: poll `Location`, then its `/result`"},
+               **OPENAI_ERRORS},
 )
 async def image_generations(
     body: ImageGenerationRequest,
@@ -108,40 +126,56 @@ async def image_generations(
     tasks: Tasks,
     ctx: Context,
     store: Annotated[ImageStore, Depends(get_images)],
-) -> ImageGenerationResponse:
-    spec = body.to_task()
+    signer: Annotated[ImageUrlSigner, Depends(get_image_urls)],
+    jobs: Annotated[ImageJobs, Depends(get_jobs)],
+) -> ImageGenerationResponse | JSONResponse:
+    triton_model, spec = await tasks.resolve_image(ctx, body.to_task())
+    asked_async = "respond-async" in request.headers.get("prefer", "").lower()
+    if asked_async or tasks.runs_long(triton_model, spec):
+        job = await jobs.submit(ctx, spec, body.response_format or "b64_json", None)
+        headers = {"Location": f"/v1/images/jobs/{job.id}"}
+        if asked_async:
+            headers["Preference-Applied"] = "respond-async"
+        return JSONResponse(ImageJob.model_validate(jobs.document(job)).model_dump(mode="json"), status_code=202,
+                            headers=headers)
     images = await tasks.generate_images(ctx, spec)
     if (body.response_format or "b64_json") == "b64_json":
         data = [ImageData(b64_json=base64.b64encode(image).decode("ascii")) for image in images]
     else:
         assert ctx.principal is not None  # behind the auth middleware
-        base = tasks.service.settings.public_url.rstrip("/") or str(request.base_url).rstrip("/")
+        settings = tasks.service.settings
+        base = settings.public_url.rstrip("/") or str(request.base_url).rstrip("/")
         media_type = IMAGE_FORMATS[spec.output_format][1]
         try:
             tokens = [await store.put(ctx.principal.client_id, image, media_type) for image in images]
         except ValueError as exc:
             raise ServiceUnavailable("the image is larger than the URL store holds; ask for b64_json",
-                                     retry_after_s=tasks.service.settings.retry_after_s) from exc
-        data = [ImageData(url=f"{base}/v1/images/files/{token}") for token in tokens]
+                                     retry_after_s=settings.retry_after_s) from exc
+        data = [ImageData(url=base + signer.sign(f"/v1/images/files/{token}", settings.image_url_ttl_s).relative())
+                for token in tokens]
     return ImageGenerationResponse(created=int(time.time()), data=data)
 
 
 @router.get(
     "/images/files/{token}",
-    summary="A generated image behind a `url` answer: for the credential that made it, until it expires",
+    summary="A generated image behind a `url` answer: no API key, the URL's signature, until it expires",
+    description="The URL is signed (`expires`, `signature`: an HMAC over its path and expiry); an altered one "
+    "answers 403, an expired one 410, both as problem+json.",
     response_class=Response,
     responses={200: {"content": {"image/png": {}, "image/jpeg": {}, "image/webp": {}}},
-               **openai_responses(401, 404)},
+               **openai_responses(404)},
 )
 async def image_file(
+    request: Request,
     token: Annotated[str, Path(max_length=64)],
-    ctx: Context,
     store: Annotated[ImageStore, Depends(get_images)],
+    signer: Annotated[ImageUrlSigner, Depends(get_image_urls)],
+    expires: Annotated[str | None, Query(max_length=16)] = None,
+    signature: Annotated[str | None, Query(max_length=64)] = None,
 ) -> Response:
-    assert ctx.principal is not None  # behind the auth middleware
-    image = await store.get(ctx.principal.client_id, token)
+    when = signer.check(request.url.path, expires, signature)
+    image = await store.get(None, token)
     if image is None:
-        raise NotFound("no such image for this credential (image URLs expire, and only their maker may fetch them)",
-                       field="token")
+        raise NotFound("this image is no longer kept (the store drops the oldest images when full)", field="token")
     return Response(image.data, media_type=image.media_type,
-                    headers={"Cache-Control": f"private, max-age={store.remaining_s(image)}"})
+                    headers={"Cache-Control": f"private, max-age={signer.remaining_s(when)}"})

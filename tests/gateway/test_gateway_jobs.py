@@ -141,16 +141,18 @@ def test_submit_poll_result_and_a_signed_callback(worker, receiver) -> None:  # 
     assert job["id"] in {j["id"] for j in everyone}
     assert httpx.get(f"{worker.url}/v1/images/jobs/{job['id']}/result", headers=ADMIN, timeout=10).status_code == 404
 
-    # url results point at the job's own image route; delete removes job and images.
+    # url results point at the job's own image route, signed; delete removes job and images.
     linked = _submit(worker, headers, response_format="url", output_format="webp").json()
     _until(worker, headers, linked["id"], "succeeded")
     url = httpx.get(f"{worker.url}/v1/images/jobs/{linked['id']}/result", headers=headers).json()["data"][0]["url"]
-    assert url == f"{worker.url}/v1/images/jobs/{linked['id']}/images/0"
-    fetched = httpx.get(url, headers=headers, timeout=10)
+    assert url.startswith(f"{worker.url}/v1/images/jobs/{linked['id']}/images/0?expires=")
+    fetched = httpx.get(url, timeout=10)  # signed: no key needed
     assert fetched.status_code == 200 and fetched.headers["content-type"] == "image/webp"
     assert "private" in fetched.headers["cache-control"]
+    assert httpx.get(url.split("?")[0], headers=headers, timeout=10).status_code == 200  # the owner's key works too
+    assert httpx.get(url.replace("images/0?", "images/1?"), timeout=10).status_code == 403  # altered
     assert httpx.delete(f"{worker.url}/v1/images/jobs/{linked['id']}", headers=headers).json()["deleted"] is True
-    assert httpx.get(url, headers=headers, timeout=10).status_code == 404
+    assert httpx.get(url, timeout=10).status_code == 404
     assert len(receiver.received) == 1, "a job without callback_url announces nothing"
 
 

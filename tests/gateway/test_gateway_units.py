@@ -140,7 +140,8 @@ def test_each_api_gets_its_own_error_shape_with_the_same_status_and_headers() ->
     renderer = ProblemRenderer(ERROR_STATUS, ERROR_SHAPES)
     exc = errors.RateLimited("slow down", retry_after_s=2, headers={"RateLimit-Remaining": "0"})
     for path, shape in (("/v2/models/m/infer", "kserve"), ("/v2", "kserve"), ("/v1/embeddings", "openai"),
-                        ("/v1/models/m", "openai"), ("/v1/images/files/x", "openai"), ("/v1/classify", "problem"),
+                        ("/v1/models/m", "openai"), ("/v1/images/jobs/x", "openai"), ("/v1/images/files/x", "problem"),
+                        ("/v1/classify", "problem"),
                         ("/v1/modelsx", "problem"), ("/v2x", "problem")):
         status, headers, raw = renderer.render(exc, path)
         body = json.loads(raw)

@@ -37,7 +37,11 @@ from builders.families.diffusion.pipelines import (
     pipeline_spec,
     torch_pipeline_spec,
 )
-from builders.families.diffusion.random_checkpoint import write_random_checkpoint, write_tiny_checkpoint
+from builders.families.diffusion.random_checkpoint import (
+    ensure_random_checkpoint,
+    write_random_checkpoint,
+    write_tiny_checkpoint,
+)
 
 __all__ = [
     "CHECKPOINT_ENV",
@@ -54,6 +58,7 @@ __all__ = [
     "SDUNet",
     "SDVAEDecoder",
     "checkpoint_from",
+    "ensure_random_checkpoint",
     "pipeline_spec",
     "torch_pipeline_spec",
     "write_random_checkpoint",

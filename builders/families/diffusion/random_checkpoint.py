@@ -34,7 +34,7 @@ from typing import Any
 
 from builders.families.diffusion.checkpoint import RANDOM_MARKER
 
-__all__ = ["PRESETS", "write_random_checkpoint", "write_tiny_checkpoint"]
+__all__ = ["PRESETS", "ensure_random_checkpoint", "write_random_checkpoint", "write_tiny_checkpoint"]
 
 _SD_SCHEDULER: dict[str, Any] = {
     "_class_name": "PNDMScheduler", "beta_start": 0.00085, "beta_end": 0.012, "beta_schedule": "scaled_linear",
@@ -165,6 +165,26 @@ def write_random_checkpoint(path: str | os.PathLike[str], preset: str = "tiny", 
 def write_tiny_checkpoint(path: str | os.PathLike[str], seed: int = 0) -> Path:
     """The ``tiny`` preset on the CPU: what tests build and generate with."""
     return write_random_checkpoint(path, "tiny", seed)
+
+
+def ensure_random_checkpoint(path: str | os.PathLike[str], preset: str = "tiny", seed: int = 0) -> Path:
+    """The random checkpoint of ``preset`` and ``seed`` at ``path``: written once, reused after.
+
+    What ``inferctl up`` serves when no checkpoint folder is named. Reusing the folder (its files,
+    hence the builds' content hashes, stay the same) lets a later ``up`` skip the build; a folder
+    whose marker names another preset or seed, or that is incomplete, is written again.
+    """
+    from builders.errors import MissingInputError
+    from builders.families.diffusion.checkpoint import Checkpoint
+
+    target = Path(path)
+    try:
+        marker = Checkpoint(target).random_init
+    except MissingInputError:
+        marker = None
+    if marker is not None and marker.get("preset") == preset and marker.get("seed") == seed:
+        return target
+    return write_random_checkpoint(target, preset, seed)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
