@@ -163,3 +163,24 @@ def test_head_bytes_are_counted_up_to_the_blank_line_across_reads() -> None:
     head = b"GET / HTTP/1.1\r\nA: b\r\n\r\n"
     reads = [head[:10], head[10:23], head[23:] + b"next"]  # the blank line split across reads
     assert sum(count(state, read) for read in reads) == len(head)
+
+
+def test_chunked_trailers_never_become_headers(limited) -> None:  # type: ignore[no-untyped-def]
+    # The route reads Inference-Header-Content-Length after the body: were the trailer merged into
+    # the headers, this plain JSON body would be split at byte 3 and refused (400).
+    gateway, address = limited
+    auth, _ = create_key(gateway)
+    body = json.dumps(
+        {"inputs": [{"name": "input", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]}
+    ).encode()
+    sock = _connect(address)
+    sock.sendall(
+        b"POST /v2/models/tiny_linear/infer HTTP/1.1\r\nHost: x\r\nAuthorization: "
+        + auth["Authorization"].encode()
+        + b"\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+        + b"%x\r\n" % len(body) + body + b"\r\n0\r\n"
+        + b"Inference-Header-Content-Length: 3\r\nContent-Encoding: gzip\r\n\r\n"
+    )
+    answer = _read_until_closed(sock)
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:400]
+    assert json.loads(answer.partition(b"\r\n\r\n")[2])["outputs"][0]["name"] == "output"
