@@ -177,3 +177,16 @@ def test_secrets_never_reach_the_log(gateway, admin) -> None:
     assert str(key["key_id"]) in log  # the public id is logged, so the log is not simply empty
     assert str(key["api_key"]) not in log
     assert ADMIN_TOKEN not in log
+
+
+def test_the_key_store_and_tenant_databases_are_private(gateway, admin) -> None:  # type: ignore[no-untyped-def]
+    import os
+    import stat
+    from pathlib import Path
+
+    admin.create_key()  # a write (its WAL and shared-memory files, while they exist, are checked too)
+    keys = Path(gateway.env["GATEWAY_KEYS_DB"])
+    files = [p for p in keys.parent.iterdir() if p.name.startswith((keys.name, "gateway_jobs", "gateway_usage"))]
+    assert keys in files, files
+    for path in files:
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600, f"{path.name} is {oct(os.stat(path).st_mode)}"
