@@ -20,6 +20,12 @@ step 4 has passed.
 A generation job (:mod:`gateway.job_runner`) passes steps 1-5 when it is submitted (:meth:`check`)
 and takes step 6 only when a worker runs it (:meth:`slot`), with the job's own deadline.
 
+Refused requests cost too (:class:`RefusalCharge`): a request a client key sent that was answered
+4xx without taking a token (a malformed body, an unknown model name under a tier without a limit
+across models) takes one afterwards, and once the key's bucket is empty its next requests are refused
+429 before any work (the body is not even read) until the bucket has room, so no key makes the
+gateway parse for free.
+
 An admitted request holds a :class:`Ticket`: the Triton model, the priority its tier maps to, and
 its deadline, whose remainder travels to Triton as the request timeout.
 """
@@ -28,23 +34,29 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from gateway.catalog import ModelCatalog, check_model_name
-from gateway.context import RequestContext
+from gateway.context import Principal, RequestContext
 from gateway.errors import ModelNotFound, Overloaded, PermissionDenied, RateLimited, UpstreamTimeout
 from gateway.ratelimit import Decision, RateLimiter
 from gateway.settings import GatewaySettings
 from gateway.stats import LatencyTracker
 
-__all__ = ["AdmissionControl", "Ticket", "key_bucket", "model_bucket"]
+__all__ = ["AdmissionControl", "RefusalCharge", "Ticket", "key_bucket", "model_bucket", "refusal_bucket"]
 
 
 def key_bucket(client_id: str) -> str:
     """The rate-limit bucket of a client across every model (``*`` is no model name)."""
     return f"{client_id}:*"
+
+
+def refusal_bucket(client_id: str) -> str:
+    """The bucket a client's refused requests draw on when its tier has no limit across models
+    (``!`` is no model name)."""
+    return f"{client_id}:!"
 
 
 def model_bucket(client_id: str, model: str) -> str:
@@ -184,6 +196,7 @@ class AdmissionControl:
         if model_limit is not None:
             checks.append((model_bucket(principal.client_id, model), model_limit))
         decisions = await self.limiter.hit_all(checks) if checks else []
+        ctx.charged = bool(checks)
         key_decision = decisions[0] if key_limit is not None else None
         if key_limit is not None and not decisions[0].allowed:
             ctx.rate = decisions[0]
@@ -251,3 +264,78 @@ class AdmissionControl:
         finally:
             self._in_flight[model] -= 1
             self.tracker.in_flight.labels(model).dec()
+
+
+#: answers that cost no token afterwards: 401 has no key to charge, 429 was the limit speaking
+_UNCHARGED = frozenset({401, 429})
+#: keys remembered as out of tokens before the memory is emptied
+_MAX_BLOCKED = 100_000
+
+
+class RefusalCharge:
+    """Charges refused requests a rate-limit token, and refuses a key whose tokens they used up.
+
+    The token comes from the key's bucket across all models when its tier has that limit (the
+    bucket admitted requests take from), else from :func:`refusal_bucket` at the tier's per-model
+    rate. When a charge finds the bucket empty, the key is refused in this process without asking
+    the limiter again until the bucket has room (checking is a dict lookup, so the hot path pays
+    nothing for it).
+
+    Args:
+        settings: the tiers.
+        limiter: the rate limiter, or ``None`` before the app has started.
+        clock: monotonic seconds.
+    """
+
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        limiter: Callable[[], RateLimiter | None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self._limiter = limiter
+        self._clock = clock
+        self._blocked: dict[str, tuple[float, Decision]] = {}
+
+    def refusal(self, principal: Principal) -> RateLimited | None:
+        """The 429 for a key whose refused requests used up its tokens, else ``None``."""
+        blocked = self._blocked.get(principal.client_id)
+        if blocked is None:
+            return None
+        until, decision = blocked
+        left = until - self._clock()
+        if left <= 0:
+            del self._blocked[principal.client_id]
+            return None
+        return RateLimited(
+            f"rate limit exceeded by refused requests (tier '{principal.tier}'); refused requests cost "
+            "a token too",
+            retry_after_s=left,
+            headers={**decision.headers(), "Retry-After": str(max(1, math.ceil(left)))},
+        )
+
+    async def charge(self, ctx: RequestContext, status: int) -> None:
+        """Take a token for a request answered ``status`` if it was refused without taking one."""
+        principal = ctx.principal
+        limiter = self._limiter()
+        if (
+            ctx.charged or principal is None or principal.kind == "admin" or limiter is None
+            or not 400 <= status < 500 or status in _UNCHARGED
+        ):
+            return
+        tier = self.settings.tier_limit(principal.tier)
+        key_limit = tier.key_limit()
+        limit = key_limit or tier.model_limit()
+        if limit is None:
+            return  # an unlimited tier
+        bucket = key_bucket(principal.client_id) if key_limit is not None else refusal_bucket(principal.client_id)
+        ctx.charged = True
+        decision = await limiter.hit(bucket, limit)
+        if not decision.allowed or decision.remaining == 0:
+            # Empty now: the next request would be refused; until a token is back, refuse it here.
+            wait = decision.retry_after_s if not decision.allowed else (
+                decision.reset_s - (limit.burst - 1) * 60.0 / limit.per_minute)
+            if len(self._blocked) > _MAX_BLOCKED:
+                self._blocked.clear()
+            self._blocked[principal.client_id] = (self._clock() + max(wait, 0.0), decision)

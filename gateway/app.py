@@ -22,6 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware import Middleware
 
 from gateway import errors
+from gateway.admission import RefusalCharge
 from gateway.app_stores import (
     build_backend,
     build_image_store,
@@ -251,8 +252,11 @@ def create_app(
                 redis_client.close()
 
     # Outermost first. Context wraps everything so even 401/413 answers get a request id and log line.
+    # Refused requests cost a token (charged after the answer, checked before the next body is read).
+    refusals = RefusalCharge(settings, lambda: getattr(app.state, "limiter", None))
     middleware = [
-        Middleware(ContextMiddleware, tracker=tracker, meter=meter, server_timing=settings.server_timing),
+        Middleware(ContextMiddleware, tracker=tracker, meter=meter, server_timing=settings.server_timing,
+                   refusals=refusals),
         Middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, renderer=renderer),
         Middleware(
             AuthMiddleware,
@@ -261,6 +265,7 @@ def create_app(
             public=PUBLIC_PATHS,
             public_prefixes=PUBLIC_PREFIXES,
             metrics_paths=METRICS_PATHS,
+            refusals=refusals,
         ),
         # Inside auth: nothing is decompressed for a caller without credentials.
         Middleware(DecompressionMiddleware, max_bytes=settings.max_body_bytes, renderer=renderer),

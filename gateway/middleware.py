@@ -5,7 +5,9 @@
 2. :class:`BodyLimitMiddleware` 413 on a too-large Content-Length, or as soon as a streamed body
                                 passes the limit (the body is never read whole)
 3. :class:`AuthMiddleware`      401/403 before any body is read (client, admin or metrics
-                                credential by path); the principal goes on the context
+                                credential by path); the principal goes on the context; 429 for a
+                                key whose refused requests used up its tokens
+                                (:class:`gateway.admission.RefusalCharge`, charged by 1.)
 4. :class:`gateway.compression.DecompressionMiddleware`  gzip/deflate bodies decoded under the same
                                 cap (413 past it), other codings 415
 
@@ -21,6 +23,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
+from gateway.admission import RefusalCharge
 from gateway.auth import Authenticator
 from gateway.context import CONTEXT_KEY, RequestContext
 from gateway.errors import GatewayError, PayloadTooLarge
@@ -57,11 +60,12 @@ class ContextMiddleware:
     """
 
     def __init__(self, app: ASGIApp, tracker: LatencyTracker, meter: UsageMeter | None = None,
-                 server_timing: bool = True) -> None:
+                 server_timing: bool = True, refusals: RefusalCharge | None = None) -> None:
         self.app = app
         self.tracker = tracker
         self.meter = meter
         self.server_timing = server_timing
+        self.refusals = refusals
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -87,10 +91,19 @@ class ContextMiddleware:
             elif message["type"] == "http.response.body" and not message.get("more_body", False):
                 await send(message)
                 self._finish(scope, ctx, status)
+                if self.refusals is not None:
+                    await self._charge(ctx, status)
                 return
             await send(message)
 
         await self.app(scope, receive, send_wrapper)
+
+    async def _charge(self, ctx: RequestContext, status: int) -> None:
+        assert self.refusals is not None
+        try:
+            await self.refusals.charge(ctx, status)
+        except GatewayError as exc:  # the limiter is down: the answer is sent, nothing to refuse
+            access_log.debug("refused request of %s not charged: %s", ctx.request_id, exc)
 
     def _finish(self, scope: Scope, ctx: RequestContext, status: int) -> None:
         elapsed = time.perf_counter() - ctx.started
@@ -186,6 +199,7 @@ class AuthMiddleware:
         public_prefixes: path prefixes anyone may call.
         admin_prefix: paths that need the admin credential instead of a client one.
         metrics_paths: exact paths that need the metrics (or admin) credential.
+        refusals: refuses (429) a key whose refused requests used up its tokens, before its body.
     """
 
     def __init__(
@@ -197,8 +211,10 @@ class AuthMiddleware:
         public_prefixes: Iterable[str] = (),
         admin_prefix: str = "/admin/",
         metrics_paths: Iterable[str] = (),
+        refusals: RefusalCharge | None = None,
     ) -> None:
         self.app = app
+        self.refusals = refusals
         self.authenticator = authenticator
         self.renderer = renderer
         self.public = frozenset(public)
@@ -228,4 +244,10 @@ class AuthMiddleware:
             return
         if ctx is not None:
             ctx.principal = principal
+        refused = self.refusals.refusal(principal) if self.refusals is not None else None
+        if refused is not None:
+            if ctx is not None:
+                ctx.charged = True  # this 429 is the limit speaking
+            await self.renderer.answer(scope, send, refused)
+            return
         await self.app(scope, receive, send)

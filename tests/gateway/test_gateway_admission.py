@@ -145,3 +145,31 @@ def test_traffic_weights_and_versions_are_validated(gateway) -> None:  # type: i
     assert routed["weights"] == {"1": 1.0} and routed["outcomes"] == {"1": {"answered": 1, "failed": 0}}
     assert httpx.delete(url, headers=_ADMIN).status_code == 204
     assert httpx.get(url, headers=_ADMIN).json() == {"model": TINY_MODEL, "weights": {}, "outcomes": {}}
+
+
+@pytest.mark.parametrize("refused", ["malformed", "unknown_model"])
+def test_refused_requests_cost_a_token(gateway, refused: str) -> None:  # type: ignore[no-untyped-def]
+    # "tiny": a burst of 4, then one a minute, and no limit across models. A malformed body for a
+    # known model takes the model's token (admission comes before the parse); an unknown name takes
+    # one from the key's bucket for refused requests. Either way the fifth request is refused 429
+    # before any work, and so is a good one after it.
+    auth, _ = create_key(gateway, tier="tiny")
+    path, body = (
+        (f"/v2/models/{TINY_MODEL}/infer", b'{"inputs": [')
+        if refused == "malformed"
+        else ("/v2/models/made_up_model/infer", b'{"inputs": []}')
+    )
+    expected = 400 if refused == "malformed" else 404
+    with gateway.client(headers={**auth, **_PROBLEM, "Content-Type": "application/json"}) as client:
+        statuses = [client.post(path, content=body).status_code for _ in range(4)]
+        blocked = client.post(path, content=body)
+        good = client.post(f"/v2/models/{TINY_MODEL}/infer", json=tiny_request())
+    assert statuses == [expected] * 4
+    for response in (blocked, good):
+        assert response.status_code == 429, response.text
+        assert int(response.headers["Retry-After"]) >= 1
+        assert "rate limit" in response.json()["detail"]
+    # Another key of the same tier is not affected.
+    other, _ = create_key(gateway, tier="tiny")
+    response = httpx.post(gateway.url + f"/v2/models/{TINY_MODEL}/infer", json=tiny_request(), headers=other)
+    assert response.status_code == 200, response.text
