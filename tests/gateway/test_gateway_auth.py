@@ -29,8 +29,10 @@ def test_valid_key_is_served_with_ratelimit_headers(gateway, admin) -> None:
     response = httpx.post(gateway.url + INFER, json=tiny_request(2), headers=admin.headers(key))
     assert response.status_code == 200, response.text
     assert response.json()["outputs"][0]["data"] == [5.0, 4.0, 5.0, 4.0]
-    for header in ("RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset", "RateLimit-Policy"):
+    for header in ("RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset", "RateLimit-Policy",
+                   "x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests"):
         assert header in response.headers
+    assert response.headers["x-ratelimit-remaining-requests"] == response.headers["RateLimit-Remaining"]
     # X-API-Key works as well as the bearer form.
     response = httpx.post(
         gateway.url + INFER, json=tiny_request(), headers={"X-API-Key": str(key["api_key"])}
