@@ -257,7 +257,8 @@ def create_app(
     middleware = [
         Middleware(ContextMiddleware, tracker=tracker, meter=meter, server_timing=settings.server_timing,
                    refusals=refusals),
-        Middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, renderer=renderer),
+        Middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, renderer=renderer,
+                   tier_max_bytes=lambda tier: settings.tier_limit(tier).max_body_bytes),
         Middleware(
             AuthMiddleware,
             authenticator=authenticator,

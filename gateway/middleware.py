@@ -3,7 +3,9 @@
 1. :class:`ContextMiddleware`   request id, timing, RateLimit and Server-Timing headers, latency and
                                 usage recording, access log
 2. :class:`BodyLimitMiddleware` 413 on a too-large Content-Length, or as soon as a streamed body
-                                passes the limit (the body is never read whole)
+                                passes the limit (the body is never read whole); the caller's
+                                tier may have a lower cap (``TierLimit.max_body_bytes``), applied
+                                from the first read of the body, before any parse
 3. :class:`AuthMiddleware`      401/403 before any body is read (client, admin or metrics
                                 credential by path); the principal goes on the context; 429 for a
                                 key whose refused requests used up its tokens
@@ -139,14 +141,27 @@ class BodyLimitMiddleware:
         renderer: the problem renderer.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int, renderer: ProblemRenderer) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, renderer: ProblemRenderer,
+                 tier_max_bytes: Callable[[str], int | None] | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.renderer = renderer
+        self.tier_max_bytes = tier_max_bytes
 
-    def _error(self) -> PayloadTooLarge:
+    def _limit(self, ctx: RequestContext | None) -> tuple[int, str]:
+        """The cap for this request: the caller's tier's once authentication has named it."""
+        principal = ctx.principal if ctx is not None else None
+        if principal is None or self.tier_max_bytes is None:
+            return self.max_bytes, ""
+        tier = self.tier_max_bytes(principal.tier)
+        if tier is None or tier >= self.max_bytes:
+            return self.max_bytes, ""
+        return tier, f" of tier '{principal.tier}'"
+
+    def _error(self, limit: tuple[int, str] | None = None) -> PayloadTooLarge:
+        max_bytes, whose = limit or (self.max_bytes, "")
         return PayloadTooLarge(
-            f"request body is larger than the limit of {self.max_bytes} bytes", field="body"
+            f"request body is larger than the limit{whose} of {max_bytes} bytes", field="body"
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -160,15 +175,24 @@ class BodyLimitMiddleware:
         received = 0
         tripped = False
         started = False
+        ctx: RequestContext | None = scope.get(CONTEXT_KEY)
+        limit: tuple[int, str] | None = None
 
         async def limited_receive() -> Message:
-            nonlocal received, tripped
+            nonlocal received, tripped, limit
+            if limit is None:
+                # The first read comes after authentication: the tier's cap is known, and a declared
+                # length over it is refused before a byte of the body is taken.
+                limit = self._limit(ctx)
+                if declared is not None and declared.isdigit() and int(declared) > limit[0]:
+                    tripped = True
+                    raise self._error(limit)
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_bytes:
+                if received > limit[0]:
                     tripped = True
-                    raise self._error()
+                    raise self._error(limit)
             return message
 
         async def guarded_send(message: Message) -> None:
@@ -185,7 +209,7 @@ class BodyLimitMiddleware:
             if started and not tripped:
                 raise
         if tripped:
-            await self.renderer.answer(scope, send, self._error())
+            await self.renderer.answer(scope, send, self._error(limit))
 
 
 class AuthMiddleware:
