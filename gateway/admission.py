@@ -11,7 +11,7 @@ and nothing per model exists before the model is known):
 5. the caller's limit for this model (429);
 6. the tier's share of the model's in-flight bound (429 + Retry-After): under overload the lower
    tiers, whose share is smaller, are shed first while the rest of the bound stays free for higher
-   ones.
+   ones; then the key's own bound on requests in flight across models (``max_concurrent``, 429).
 
 Steps 3 and 5 are one call to the rate limiter (one Redis round trip), so the index of step 4 is
 read before it; the answers still come in this order, and a model's bucket is only touched once
@@ -112,6 +112,7 @@ class AdmissionControl:
         self.limiter = limiter
         self.tracker = tracker
         self._in_flight: dict[str, int] = {}
+        self._key_in_flight: dict[str, int] = {}  # per client id; an entry exists only while > 0
 
     def in_flight(self, model: str) -> int:
         """Requests for ``model`` admitted and not yet answered."""
@@ -251,6 +252,16 @@ class AdmissionControl:
                 f"model '{model}' already has {running} requests in flight{held}; retry shortly",
                 retry_after_s=self.settings.retry_after_s,
             )
+        client = principal.client_id
+        mine = self._key_in_flight.get(client, 0)
+        if tier.max_concurrent is not None and mine >= tier.max_concurrent:
+            self.tracker.reject("concurrency")
+            raise Overloaded(
+                f"this key already has {mine} requests in flight (tier '{principal.tier}' allows "
+                f"{tier.max_concurrent} at once); retry when one has been answered",
+                retry_after_s=self.settings.retry_after_s,
+            )
+        self._key_in_flight[client] = mine + 1
         self._in_flight[model] = running + 1
         self.tracker.in_flight.labels(model).inc()
         ctx.model = model
@@ -263,6 +274,11 @@ class AdmissionControl:
             )
         finally:
             self._in_flight[model] -= 1
+            left = self._key_in_flight[client] - 1
+            if left:
+                self._key_in_flight[client] = left
+            else:
+                del self._key_in_flight[client]
             self.tracker.in_flight.labels(model).dec()
 
 

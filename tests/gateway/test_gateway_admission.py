@@ -173,3 +173,40 @@ def test_refused_requests_cost_a_token(gateway, refused: str) -> None:  # type: 
     other, _ = create_key(gateway, tier="tiny")
     response = httpx.post(gateway.url + f"/v2/models/{TINY_MODEL}/infer", json=tiny_request(), headers=other)
     assert response.status_code == 200, response.text
+
+
+def test_a_keys_concurrency_is_bounded(gateway_factory, tiny_triton: TritonServer) -> None:  # type: ignore[no-untyped-def]
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.support.tiny_repo import release_slow, slow_executions
+
+    tiers = {"single": {"per_minute": 6000, "burst": 100, "max_concurrent": 1},
+             "wide": {"per_minute": 6_000_000, "burst": 100_000}}
+    gateway = gateway_factory(tiny_triton.http_url, tier_limits=tiers)
+    single, other = _key(gateway, "single"), _key(gateway, "wide")
+    hold = 1301  # held in the model until released: the key has one request in flight meanwhile
+    slow = {"inputs": [{"name": "DELAY_MS", "shape": [1], "datatype": "INT32", "data": [-hold]}]}
+    url = gateway.url + f"/v2/models/{SLOW_MODEL}/infer"
+    with ThreadPoolExecutor(1) as pool:
+        first = pool.submit(httpx.post, url, json=slow, headers=single, timeout=60)
+        try:
+            for _ in range(600):  # bounded: until the model runs it, or the request ends (a failure)
+                if -hold in slow_executions(tiny_triton.repository):
+                    break
+                try:
+                    first.result(timeout=0.05)
+                except TimeoutError:
+                    continue
+                break
+            assert -hold in slow_executions(tiny_triton.repository), "the first request never reached the model"
+            second = httpx.post(gateway.url + f"/v2/models/{TINY_MODEL}/infer", json=tiny_request(), headers=single)
+            assert second.status_code == 429, second.text
+            assert "1 requests in flight" in second.json()["detail"] and int(second.headers["Retry-After"]) >= 1
+            # Another key is not held back by this one.
+            assert httpx.post(gateway.url + f"/v2/models/{TINY_MODEL}/infer", json=tiny_request(),
+                              headers=other).status_code == 200
+        finally:
+            release_slow(tiny_triton.repository, hold)
+        assert first.result(timeout=60).status_code == 200
+    assert httpx.post(gateway.url + f"/v2/models/{TINY_MODEL}/infer", json=tiny_request(),
+                      headers=single).status_code == 200
