@@ -39,7 +39,7 @@ from gateway.grpc_entry import start_grpc_server
 from gateway.job_runner import JobRunner
 from gateway.job_service import ImageJobs
 from gateway.keys import open_key_store
-from gateway.middleware import AuthMiddleware, BodyLimitMiddleware, ContextMiddleware
+from gateway.middleware import AuthMiddleware, BodyLimitMiddleware, ContextMiddleware, DisconnectMiddleware
 from gateway.model_cards import ModelCards
 from gateway.openai_tasks import OpenAITasks
 from gateway.openapi_doc import document_security
@@ -257,6 +257,7 @@ def create_app(
     middleware = [
         Middleware(ContextMiddleware, tracker=tracker, meter=meter, server_timing=settings.server_timing,
                    refusals=refusals),
+        Middleware(DisconnectMiddleware),
         Middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, renderer=renderer,
                    tier_max_bytes=lambda tier: settings.tier_limit(tier).max_body_bytes),
         Middleware(

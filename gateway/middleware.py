@@ -19,6 +19,8 @@ Errors raised here never reach FastAPI's handlers, so each middleware answers wi
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -33,7 +35,7 @@ from gateway.problems import ProblemRenderer
 from gateway.stats import LatencyTracker
 from gateway.usage import UsageMeter
 
-__all__ = ["AuthMiddleware", "BodyLimitMiddleware", "ContextMiddleware"]
+__all__ = ["AuthMiddleware", "BodyLimitMiddleware", "ContextMiddleware", "DisconnectMiddleware"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -275,3 +277,65 @@ class AuthMiddleware:
             await self.renderer.answer(scope, send, refused)
             return
         await self.app(scope, receive, send)
+
+
+class DisconnectMiddleware:
+    """Cancels the work of a request whose client went away before its answer.
+
+    Without it the handler keeps waiting for Triton, holding its admission slots (the model's
+    in-flight share and the key's concurrency) until Triton answers a client that is gone. Once the
+    app has read the whole body, the connection is watched; a disconnect before the response has
+    ended cancels the handler, which closes its request to Triton and releases its slots. Generation
+    jobs run outside request handlers and are not touched.
+
+    Args:
+        app: the next ASGI app.
+        methods: the methods watched (those that carry a body to work on).
+    """
+
+    def __init__(self, app: ASGIApp, methods: Iterable[str] = ("POST", "PUT")) -> None:
+        self.app = app
+        self.methods = frozenset(methods)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("method") not in self.methods:
+            await self.app(scope, receive, send)
+            return
+        body_read = asyncio.Event()
+        answered = False
+
+        async def tracked_receive() -> Message:
+            message = await receive()
+            if message["type"] == "http.disconnect" or not message.get("more_body", False):
+                body_read.set()
+            return message
+
+        async def tracked_send(message: Message) -> None:
+            nonlocal answered
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                answered = True
+            await send(message)
+
+        async def gone() -> None:
+            await body_read.wait()
+            # After the body, the server's receive() returns only when the client disconnects or the
+            # response has ended; anything else is waited past.
+            while (await receive())["type"] != "http.disconnect":
+                pass
+
+        work = asyncio.ensure_future(self.app(scope, tracked_receive, tracked_send))
+        watcher = asyncio.ensure_future(gone())
+        try:
+            await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            if not work.done() and not answered:
+                ctx: RequestContext | None = scope.get(CONTEXT_KEY)
+                access_log.info("%s client disconnected; its request is cancelled", ctx.request_id if ctx else "-")
+                work.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await work
+                return
+            await work
+        finally:
+            watcher.cancel()
+            if not work.done():
+                work.cancel()

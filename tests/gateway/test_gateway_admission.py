@@ -210,3 +210,44 @@ def test_a_keys_concurrency_is_bounded(gateway_factory, tiny_triton: TritonServe
         assert first.result(timeout=60).status_code == 200
     assert httpx.post(gateway.url + f"/v2/models/{TINY_MODEL}/infer", json=tiny_request(),
                       headers=single).status_code == 200
+
+
+def test_a_client_that_leaves_frees_its_slot(gateway_factory, tiny_triton: TritonServer) -> None:  # type: ignore[no-untyped-def]
+    # A key that may have one request in flight sends one the model holds, then disconnects: its
+    # request is cancelled in the gateway (its slot freed), so the key's next request is served
+    # while the first is still held in the model.
+    import json
+    import socket
+
+    from tests.support.tiny_repo import release_slow, slow_executions
+
+    tiers = {"single": {"per_minute": 6000, "burst": 1000, "max_concurrent": 1}}
+    gateway = gateway_factory(tiny_triton.http_url, tier_limits=tiers)
+    auth = _key(gateway, "single")
+    hold = 1401
+    body = json.dumps({"inputs": [{"name": "DELAY_MS", "shape": [1], "datatype": "INT32", "data": [-hold]}]}).encode()
+    host, port = gateway.url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=20)
+    try:
+        sock.sendall(
+            f"POST /v2/models/{SLOW_MODEL}/infer HTTP/1.1\r\nHost: x\r\nAuthorization: {auth['Authorization']}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
+        )
+        url = gateway.url + f"/v2/models/{TINY_MODEL}/infer"
+        for _ in range(600):  # bounded: until the model holds the first request
+            if -hold in slow_executions(tiny_triton.repository):
+                break
+            httpx.get(gateway.url + "/healthz")  # paces the polling on a real round trip
+        assert -hold in slow_executions(tiny_triton.repository)
+        assert httpx.post(url, json=tiny_request(), headers=auth).status_code == 429  # the slot is taken
+        sock.close()  # the client leaves
+        statuses = []
+        for _ in range(200):  # bounded: until the gateway has noticed
+            statuses.append(httpx.post(url, json=tiny_request(), headers=auth).status_code)
+            if statuses[-1] != 429:
+                break
+        assert statuses[-1] == 200, statuses
+        assert "client disconnected; its request is cancelled" in gateway.log()
+    finally:
+        sock.close()
+        release_slow(tiny_triton.repository, hold)
