@@ -11,7 +11,7 @@ and nothing per model exists before the model is known):
 5. the caller's limit for this model (429);
 6. the tier's share of the model's in-flight bound (429 + Retry-After): under overload the lower
    tiers, whose share is smaller, are shed first while the rest of the bound stays free for higher
-   ones.
+   ones; then the key's own bound on requests in flight across models (``max_concurrent``, 429).
 7. the model's circuit breaker (503 + Retry-After) while the model is being healed
    (:mod:`gateway.model_healer`), which also hears how each admitted request ended.
 
@@ -22,6 +22,12 @@ step 4 has passed.
 A generation job (:mod:`gateway.job_runner`) passes steps 1-5 when it is submitted (:meth:`check`)
 and takes step 6 only when a worker runs it (:meth:`slot`), with the job's own deadline.
 
+Refused requests cost too (:class:`RefusalCharge`): a request a client key sent that was answered
+4xx without taking a token (a malformed body, an unknown model name under a tier without a limit
+across models) takes one afterwards, and once the key's bucket is empty its next requests are refused
+429 before any work (the body is not even read) until the bucket has room, so no key makes the
+gateway parse for free.
+
 An admitted request holds a :class:`Ticket`: the Triton model, the priority its tier maps to, and
 its deadline, whose remainder travels to Triton as the request timeout.
 """
@@ -30,13 +36,13 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gateway.catalog import ModelCatalog, check_model_name
-from gateway.context import RequestContext
+from gateway.context import Principal, RequestContext
 from gateway.errors import (
     ModelNotFound,
     ModelUnhealthy,
@@ -53,12 +59,18 @@ from gateway.stats import LatencyTracker
 if TYPE_CHECKING:
     from gateway.residency import ResidencyManager
 
-__all__ = ["AdmissionControl", "Ticket", "key_bucket", "model_bucket"]
+__all__ = ["AdmissionControl", "RefusalCharge", "Ticket", "key_bucket", "model_bucket", "refusal_bucket"]
 
 
 def key_bucket(client_id: str) -> str:
     """The rate-limit bucket of a client across every model (``*`` is no model name)."""
     return f"{client_id}:*"
+
+
+def refusal_bucket(client_id: str) -> str:
+    """The bucket a client's refused requests draw on when its tier has no limit across models
+    (``!`` is no model name)."""
+    return f"{client_id}:!"
 
 
 def model_bucket(client_id: str, model: str) -> str:
@@ -119,6 +131,7 @@ class AdmissionControl:
         self._in_flight: dict[str, int] = {}
         #: loads models on demand under a memory budget (:mod:`gateway.residency`); ``None``: off
         self.residency: ResidencyManager | None = None
+        self._key_in_flight: dict[str, int] = {}  # per client id; an entry exists only while > 0
 
     def in_flight(self, model: str) -> int:
         """Requests for ``model`` admitted and not yet answered."""
@@ -203,6 +216,7 @@ class AdmissionControl:
         if model_limit is not None:
             checks.append((model_bucket(principal.client_id, model), model_limit))
         decisions = await self.limiter.hit_all(checks) if checks else []
+        ctx.charged = bool(checks)
         key_decision = decisions[0] if key_limit is not None else None
         if key_limit is not None and not decisions[0].allowed:
             ctx.rate = decisions[0]
@@ -264,6 +278,16 @@ class AdmissionControl:
                 f"model '{model}' already has {running} requests in flight{held}; retry shortly",
                 retry_after_s=self.settings.retry_after_s,
             )
+        client = principal.client_id
+        mine = self._key_in_flight.get(client, 0)
+        if tier.max_concurrent is not None and mine >= tier.max_concurrent:
+            self.tracker.reject("concurrency")
+            raise Overloaded(
+                f"this key already has {mine} requests in flight (tier '{principal.tier}' allows "
+                f"{tier.max_concurrent} at once); retry when one has been answered",
+                retry_after_s=self.settings.retry_after_s,
+            )
+        self._key_in_flight[client] = mine + 1
         self._in_flight[model] = running + 1
         self.tracker.in_flight.labels(model).inc()
         ctx.model = model
@@ -292,4 +316,84 @@ class AdmissionControl:
                 self.healer.observe(model, None)
         finally:
             self._in_flight[model] -= 1
+            left = self._key_in_flight[client] - 1
+            if left:
+                self._key_in_flight[client] = left
+            else:
+                del self._key_in_flight[client]
             self.tracker.in_flight.labels(model).dec()
+
+
+#: answers that cost no token afterwards: 401 has no key to charge, 429 was the limit speaking
+_UNCHARGED = frozenset({401, 429})
+#: keys remembered as out of tokens before the memory is emptied
+_MAX_BLOCKED = 100_000
+
+
+class RefusalCharge:
+    """Charges refused requests a rate-limit token, and refuses a key whose tokens they used up.
+
+    The token comes from the key's bucket across all models when its tier has that limit (the
+    bucket admitted requests take from), else from :func:`refusal_bucket` at the tier's per-model
+    rate. When a charge finds the bucket empty, the key is refused in this process without asking
+    the limiter again until the bucket has room (checking is a dict lookup, so the hot path pays
+    nothing for it).
+
+    Args:
+        settings: the tiers.
+        limiter: the rate limiter, or ``None`` before the app has started.
+        clock: monotonic seconds.
+    """
+
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        limiter: Callable[[], RateLimiter | None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self._limiter = limiter
+        self._clock = clock
+        self._blocked: dict[str, tuple[float, Decision]] = {}
+
+    def refusal(self, principal: Principal) -> RateLimited | None:
+        """The 429 for a key whose refused requests used up its tokens, else ``None``."""
+        blocked = self._blocked.get(principal.client_id)
+        if blocked is None:
+            return None
+        until, decision = blocked
+        left = until - self._clock()
+        if left <= 0:
+            del self._blocked[principal.client_id]
+            return None
+        return RateLimited(
+            f"rate limit exceeded by refused requests (tier '{principal.tier}'); refused requests cost "
+            "a token too",
+            retry_after_s=left,
+            headers={**decision.headers(), "Retry-After": str(max(1, math.ceil(left)))},
+        )
+
+    async def charge(self, ctx: RequestContext, status: int) -> None:
+        """Take a token for a request answered ``status`` if it was refused without taking one."""
+        principal = ctx.principal
+        limiter = self._limiter()
+        if (
+            ctx.charged or principal is None or principal.kind == "admin" or limiter is None
+            or not 400 <= status < 500 or status in _UNCHARGED
+        ):
+            return
+        tier = self.settings.tier_limit(principal.tier)
+        key_limit = tier.key_limit()
+        limit = key_limit or tier.model_limit()
+        if limit is None:
+            return  # an unlimited tier
+        bucket = key_bucket(principal.client_id) if key_limit is not None else refusal_bucket(principal.client_id)
+        ctx.charged = True
+        decision = await limiter.hit(bucket, limit)
+        if not decision.allowed or decision.remaining == 0:
+            # Empty now: the next request would be refused; until a token is back, refuse it here.
+            wait = decision.retry_after_s if not decision.allowed else (
+                decision.reset_s - (limit.burst - 1) * 60.0 / limit.per_minute)
+            if len(self._blocked) > _MAX_BLOCKED:
+                self._blocked.clear()
+            self._blocked[principal.client_id] = (self._clock() + max(wait, 0.0), decision)

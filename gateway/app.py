@@ -23,6 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware import Middleware
 
 from gateway import errors
+from gateway.admission import RefusalCharge
 from gateway.app_stores import (
     build_backend,
     build_image_store,
@@ -40,7 +41,7 @@ from gateway.image_urls import ImageUrlSigner
 from gateway.job_runner import JobRunner
 from gateway.job_service import ImageJobs
 from gateway.keys import open_key_store
-from gateway.middleware import AuthMiddleware, BodyLimitMiddleware, ContextMiddleware
+from gateway.middleware import AuthMiddleware, BodyLimitMiddleware, ContextMiddleware, DisconnectMiddleware
 from gateway.model_cards import ModelCards
 from gateway.openai_tasks import OpenAITasks
 from gateway.openapi_doc import document_security
@@ -269,9 +270,14 @@ def create_app(
                 redis_client.close()
 
     # Outermost first. Context wraps everything so even 401/413 answers get a request id and log line.
+    # Refused requests cost a token (charged after the answer, checked before the next body is read).
+    refusals = RefusalCharge(settings, lambda: getattr(app.state, "limiter", None))
     middleware = [
-        Middleware(ContextMiddleware, tracker=tracker, meter=meter, server_timing=settings.server_timing),
-        Middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, renderer=renderer),
+        Middleware(ContextMiddleware, tracker=tracker, meter=meter, server_timing=settings.server_timing,
+                   refusals=refusals),
+        Middleware(DisconnectMiddleware),
+        Middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, renderer=renderer,
+                   tier_max_bytes=lambda tier: settings.tier_limit(tier).max_body_bytes),
         Middleware(
             AuthMiddleware,
             authenticator=authenticator,
@@ -280,6 +286,7 @@ def create_app(
             public_prefixes=PUBLIC_PREFIXES,
             metrics_paths=METRICS_PATHS,
             signed_paths=SIGNED_PATHS,
+            refusals=refusals,
         ),
         # Inside auth: nothing is decompressed for a caller without credentials.
         Middleware(DecompressionMiddleware, max_bytes=settings.max_body_bytes, renderer=renderer),

@@ -16,6 +16,10 @@ rotating through this process's admin API drops the entry at once; with a shared
 replicas and workers follow within ``state_sync_interval_s``. While the store cannot be reached, the
 ``open`` failure policy keeps honouring keys this process has already looked up (past their TTL);
 ``closed`` refuses with 503 once they expire.
+
+An id the store does not know costs what a known one with a wrong secret costs (one hash, one
+constant-time comparison against a dummy hash), gets the same answer, and is cached apart from the
+known ids, so made-up ids never push real keys out of the cache.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ from gateway.settings import GatewaySettings, RedisFailurePolicy
 __all__ = ["Authenticator", "extract_credential"]
 
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="gateway"'}
+#: entries each key cache (known ids, unknown ids) holds before it is emptied
+_CACHE_ENTRIES = 10_000
 #: share of ``key_cache_ttl_s`` after which a key in use is looked up again in the background
 _REFRESH_AT = 0.8
 
@@ -73,6 +79,9 @@ class Authenticator:
         self.store = store
         self._clock = clock
         self._cache: dict[str, tuple[float, ApiKeyRecord | None]] = {}
+        # Ids the store does not know, apart: a client spraying made-up ids fills (and empties) only
+        # this one, never pushing real keys out of the cache above onto the store.
+        self._unknown: dict[str, tuple[float, ApiKeyRecord | None]] = {}
         # Bumped by every invalidation: a lookup that started before one must not cache its
         # (possibly stale) answer after it.
         self._generation = 0
@@ -120,7 +129,7 @@ class Authenticator:
         return self._from_jwt(credential)
 
     async def _record(self, key_id: str) -> ApiKeyRecord | None:
-        cached = self._cache.get(key_id)
+        cached = self._cache.get(key_id) or self._unknown.get(key_id)
         ttl = self.settings.key_cache_ttl_s
         age = self._clock() - cached[0] if cached is not None else ttl
         if cached is not None and age < ttl:
@@ -160,9 +169,11 @@ class Authenticator:
         # The store is blocking I/O: run it off the event loop (only on a cache miss or a refresh).
         record = await asyncio.to_thread(self.store.get, key_id)
         if generation == self._generation:
-            if len(self._cache) > 10_000:
-                self._cache.clear()
-            self._cache[key_id] = (started, record)
+            cache = self._cache if record is not None else self._unknown
+            if len(cache) > _CACHE_ENTRIES:
+                cache.clear()
+            (self._unknown if record is not None else self._cache).pop(key_id, None)
+            cache[key_id] = (started, record)
         return record
 
     async def _from_api_key(self, credential: str) -> Principal:
@@ -227,12 +238,14 @@ class Authenticator:
         under way answers only the requests that were waiting for it."""
         self._generation += 1
         self._cache.pop(key_id, None)
+        self._unknown.pop(key_id, None)
         self._lookups.pop(key_id, None)
 
     def clear(self) -> None:
         """Forget every cached key (another replica changed some)."""
         self._generation += 1
         self._cache.clear()
+        self._unknown.clear()
         self._lookups.clear()
 
     def check_admin(self, headers: Mapping[str, str]) -> Principal:

@@ -4,7 +4,8 @@
 a host may be ``*.example.com`` for its subdomains). A URL's scheme, host and port must match an
 entry exactly; user info (``user:pass@``) is refused. The host is then resolved, and every address it
 resolves to must be a public one: private, loopback, link-local, shared (CGNAT), multicast, reserved
-and unspecified addresses (IPv4-mapped IPv6 forms included) are refused unless the allow-list entry
+and unspecified addresses (IPv6 forms that embed an IPv4 address included: mapped, compatible, 6to4,
+Teredo, NAT64) are refused unless the allow-list entry
 names that IP literally or ``GATEWAY_CALLBACK_PRIVATE_NETWORKS`` holds it. This is checked when the
 job is submitted (a 400 naming ``callback_url``) and again before every delivery, and the request
 goes to the address that was checked (the name is not resolved a second time, so a DNS answer that
@@ -34,6 +35,7 @@ import hashlib
 import hmac
 import ipaddress
 import json
+import re
 import socket
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -99,11 +101,25 @@ def _ip(text: str) -> IPAddress | None:
         return None
 
 
+#: a host made of digits, dots and hex prefixes: what ``inet_aton`` (and so every resolver) reads as
+#: an IPv4 address in decimal, octal or hex (``2130706433``, ``0177.1``, ``0x7f.1`` are 127.0.0.1)
+_NUMERIC_HOST = re.compile(r"^(0x[0-9a-f]*|[0-9]+)(\.(0x[0-9a-f]*|[0-9]+))*$")
+
+
 def _normal_host(host: str) -> str:
+    """The host in one spelling; IPv4 in another notation and IPv6 zone ids are refused.
+
+    Raises:
+        ValueError: not a host name, or an address written so that checks and resolvers may disagree.
+    """
     host = host.strip().rstrip(".").lower()
+    if "%" in host:
+        raise ValueError(f"an IPv6 zone id is not allowed in a callback host: {host!r}")
     address = _ip(host)
     if address is not None:
         return str(address)
+    if _NUMERIC_HOST.match(host):
+        raise ValueError(f"{host!r} is an IPv4 address in a non-standard notation; write it as a.b.c.d")
     try:
         return host.encode("idna").decode("ascii")
     except UnicodeError as exc:
@@ -134,7 +150,10 @@ class AllowedOrigin:
             port = parts.port or DEFAULT_PORTS[parts.scheme]
         except ValueError as exc:
             raise ValueError(f"callback allow-list entry {entry!r}: bad port") from exc
-        normal = _normal_host(host.removeprefix("*."))
+        try:
+            normal = _normal_host(host.removeprefix("*."))
+        except ValueError as exc:
+            raise ValueError(f"callback allow-list entry {entry!r}: {exc}") from exc
         return cls(parts.scheme, "*." + normal if wildcard else normal, port)
 
     def matches(self, scheme: str, host: str, port: int) -> bool:
@@ -162,10 +181,37 @@ class Target:
         return host if self.port == DEFAULT_PORTS[self.scheme] else f"{host}:{self.port}"
 
 
+#: NAT64 prefixes (RFC 6052's well-known one and RFC 8215's local-use one): the IPv4 address is the
+#: last 32 bits, and a NAT64 gateway forwards to it
+_NAT64 = (ipaddress.IPv6Network("64:ff9b::/96"), ipaddress.IPv6Network("64:ff9b:1::/48"))
+
+
+def _embedded_ipv4(address: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 address leads to: IPv4-mapped, IPv4-compatible, 6to4, Teredo, NAT64."""
+    found: list[ipaddress.IPv4Address] = []
+    if address.ipv4_mapped is not None:
+        found.append(address.ipv4_mapped)
+    if address.sixtofour is not None:
+        found.append(address.sixtofour)
+    if address.teredo is not None:
+        found.extend(address.teredo)
+    packed = int(address)
+    if any(address in network for network in _NAT64) or (packed >> 32 == 0 and packed > 1):
+        found.append(ipaddress.IPv4Address(packed & 0xFFFFFFFF))  # NAT64 or IPv4-compatible (::a.b.c.d)
+    return found
+
+
 def _refusal(address: IPAddress) -> str | None:
-    """Why ``address`` may not be called back (``None``: a public address)."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
+    """Why ``address`` may not be called back (``None``: a public address).
+
+    An IPv6 address that embeds an IPv4 one (mapped, compatible, 6to4, Teredo, NAT64) is judged by
+    the IPv4 address too: ``2002:7f00:1::`` reaches 127.0.0.1 through a 6to4 relay.
+    """
+    if isinstance(address, ipaddress.IPv6Address):
+        for inner in _embedded_ipv4(address):
+            reason = _refusal(inner)
+            if reason is not None:
+                return f"{reason} (as {inner})"
     for name in ("loopback", "unspecified", "link_local", "multicast", "private", "reserved"):
         if getattr(address, f"is_{name}"):
             return f"a {name.replace('_', '-')} address"

@@ -50,5 +50,7 @@ class RequestContext:
     model: str | None = None
     rate: Decision | None = None
     admitted: bool = False
+    #: the request took a rate-limit token (a refused request that took none is charged afterwards)
+    charged: bool = False
     usage: RequestUsage = field(default_factory=RequestUsage)
     stages: StageTimes = field(default_factory=StageTimes)

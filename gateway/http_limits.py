@@ -17,6 +17,8 @@ instead of a connection reset):
 - 429 (Retry-After) more than ``max_connections`` connections are open: shed load the client
   should back off from, like the in-flight bound, not an outage
 
+Trailer fields of a chunked body are dropped: they never become request headers.
+
 ``keep_alive_timeout_s`` is uvicorn's idle keep-alive timeout (also after a request answered before
 its body ended, which uvicorn alone would keep open); after ``max_requests_per_connection`` requests
 a connection is answered with ``Connection: close``.
@@ -194,6 +196,11 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         super().on_message_begin()
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if not self._in_head:
+            # A chunked body's trailer fields: uvicorn appends them to the list it already handed
+            # the app as ``scope["headers"]``, so an ``Authorization`` or ``Content-Encoding`` sent
+            # after the body would be read as a header by whatever looks later. Trailers are dropped.
+            return
         self._header_count += 1
         if self._header_count > self.limits.max_header_count:
             raise _Refused(

@@ -19,6 +19,7 @@ from typing import TypeVar
 
 from gateway.errors import StateStoreUnavailable
 from gateway.jobs import CallbackState, Job, JobStatus, JobStore, Outcome, limit_reached, lost_error
+from gateway.private_files import create_private
 
 __all__ = ["SqliteJobStore"]
 
@@ -56,7 +57,7 @@ class SqliteJobStore(JobStore):
     def __init__(self, path: Path | str, ttl_s: float, clock: Callable[[], float] = time.time) -> None:
         self.path = Path(path)
         self.ttl_s = ttl_s
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        create_private(self.path)  # key hashes / tenants' data: mode 0600
         self._clock = clock
         db = self._connect()
         try:

@@ -24,6 +24,7 @@ from gateway.keys import (
     new_key,
     plan_import,
 )
+from gateway.private_files import create_private
 
 __all__ = ["SqliteKeyStore"]
 
@@ -50,7 +51,7 @@ class SqliteKeyStore(KeyStore):
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        create_private(self.path)  # key hashes / tenants' data: mode 0600
         with self._connect() as db:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute(_SCHEMA)

@@ -3,9 +3,13 @@
 1. :class:`ContextMiddleware`   request id, timing, RateLimit and Server-Timing headers, latency and
                                 usage recording, access log
 2. :class:`BodyLimitMiddleware` 413 on a too-large Content-Length, or as soon as a streamed body
-                                passes the limit (the body is never read whole)
+                                passes the limit (the body is never read whole); the caller's
+                                tier may have a lower cap (``TierLimit.max_body_bytes``), applied
+                                from the first read of the body, before any parse
 3. :class:`AuthMiddleware`      401/403 before any body is read (client, admin or metrics
-                                credential by path); the principal goes on the context
+                                credential by path); the principal goes on the context; 429 for a
+                                key whose refused requests used up its tokens
+                                (:class:`gateway.admission.RefusalCharge`, charged by 1.)
 4. :class:`gateway.compression.DecompressionMiddleware`  gzip/deflate bodies decoded under the same
                                 cap (413 past it), other codings 415
 
@@ -15,6 +19,8 @@ Errors raised here never reach FastAPI's handlers, so each middleware answers wi
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import re
 import time
@@ -22,6 +28,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
+from gateway.admission import RefusalCharge
 from gateway.auth import Authenticator
 from gateway.context import CONTEXT_KEY, RequestContext
 from gateway.errors import GatewayError, PayloadTooLarge
@@ -29,7 +36,7 @@ from gateway.problems import ProblemRenderer
 from gateway.stats import LatencyTracker
 from gateway.usage import UsageMeter
 
-__all__ = ["AuthMiddleware", "BodyLimitMiddleware", "ContextMiddleware"]
+__all__ = ["AuthMiddleware", "BodyLimitMiddleware", "ContextMiddleware", "DisconnectMiddleware"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -58,11 +65,12 @@ class ContextMiddleware:
     """
 
     def __init__(self, app: ASGIApp, tracker: LatencyTracker, meter: UsageMeter | None = None,
-                 server_timing: bool = True) -> None:
+                 server_timing: bool = True, refusals: RefusalCharge | None = None) -> None:
         self.app = app
         self.tracker = tracker
         self.meter = meter
         self.server_timing = server_timing
+        self.refusals = refusals
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -88,10 +96,19 @@ class ContextMiddleware:
             elif message["type"] == "http.response.body" and not message.get("more_body", False):
                 await send(message)
                 self._finish(scope, ctx, status)
+                if self.refusals is not None:
+                    await self._charge(ctx, status)
                 return
             await send(message)
 
         await self.app(scope, receive, send_wrapper)
+
+    async def _charge(self, ctx: RequestContext, status: int) -> None:
+        assert self.refusals is not None
+        try:
+            await self.refusals.charge(ctx, status)
+        except GatewayError as exc:  # the limiter is down: the answer is sent, nothing to refuse
+            access_log.debug("refused request of %s not charged: %s", ctx.request_id, exc)
 
     def _finish(self, scope: Scope, ctx: RequestContext, status: int) -> None:
         elapsed = time.perf_counter() - ctx.started
@@ -127,14 +144,27 @@ class BodyLimitMiddleware:
         renderer: the problem renderer.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int, renderer: ProblemRenderer) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, renderer: ProblemRenderer,
+                 tier_max_bytes: Callable[[str], int | None] | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.renderer = renderer
+        self.tier_max_bytes = tier_max_bytes
 
-    def _error(self) -> PayloadTooLarge:
+    def _limit(self, ctx: RequestContext | None) -> tuple[int, str]:
+        """The cap for this request: the caller's tier's once authentication has named it."""
+        principal = ctx.principal if ctx is not None else None
+        if principal is None or self.tier_max_bytes is None:
+            return self.max_bytes, ""
+        tier = self.tier_max_bytes(principal.tier)
+        if tier is None or tier >= self.max_bytes:
+            return self.max_bytes, ""
+        return tier, f" of tier '{principal.tier}'"
+
+    def _error(self, limit: tuple[int, str] | None = None) -> PayloadTooLarge:
+        max_bytes, whose = limit or (self.max_bytes, "")
         return PayloadTooLarge(
-            f"request body is larger than the limit of {self.max_bytes} bytes", field="body"
+            f"request body is larger than the limit{whose} of {max_bytes} bytes", field="body"
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -148,15 +178,24 @@ class BodyLimitMiddleware:
         received = 0
         tripped = False
         started = False
+        ctx: RequestContext | None = scope.get(CONTEXT_KEY)
+        limit: tuple[int, str] | None = None
 
         async def limited_receive() -> Message:
-            nonlocal received, tripped
+            nonlocal received, tripped, limit
+            if limit is None:
+                # The first read comes after authentication: the tier's cap is known, and a declared
+                # length over it is refused before a byte of the body is taken.
+                limit = self._limit(ctx)
+                if declared is not None and declared.isdigit() and int(declared) > limit[0]:
+                    tripped = True
+                    raise self._error(limit)
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_bytes:
+                if received > limit[0]:
                     tripped = True
-                    raise self._error()
+                    raise self._error(limit)
             return message
 
         async def guarded_send(message: Message) -> None:
@@ -173,7 +212,7 @@ class BodyLimitMiddleware:
             if started and not tripped:
                 raise
         if tripped:
-            await self.renderer.answer(scope, send, self._error())
+            await self.renderer.answer(scope, send, self._error(limit))
 
 
 class AuthMiddleware:
@@ -189,6 +228,7 @@ class AuthMiddleware:
         metrics_paths: exact paths that need the metrics (or admin) credential.
         signed_paths: paths that, with a ``signature`` in the query and no ``Authorization``, pass
             without a credential: their route checks the signature (signed image URLs).
+        refusals: refuses (429) a key whose refused requests used up its tokens, before its body.
     """
 
     def __init__(
@@ -201,8 +241,10 @@ class AuthMiddleware:
         admin_prefix: str = "/admin/",
         metrics_paths: Iterable[str] = (),
         signed_paths: re.Pattern[str] | None = None,
+        refusals: RefusalCharge | None = None,
     ) -> None:
         self.app = app
+        self.refusals = refusals
         self.authenticator = authenticator
         self.renderer = renderer
         self.public = frozenset(public)
@@ -237,4 +279,72 @@ class AuthMiddleware:
             return
         if ctx is not None:
             ctx.principal = principal
+        refused = self.refusals.refusal(principal) if self.refusals is not None else None
+        if refused is not None:
+            if ctx is not None:
+                ctx.charged = True  # this 429 is the limit speaking
+            await self.renderer.answer(scope, send, refused)
+            return
         await self.app(scope, receive, send)
+
+
+class DisconnectMiddleware:
+    """Cancels the work of a request whose client went away before its answer.
+
+    Without it the handler keeps waiting for Triton, holding its admission slots (the model's
+    in-flight share and the key's concurrency) until Triton answers a client that is gone. Once the
+    app has read the whole body, the connection is watched; a disconnect before the response has
+    ended cancels the handler, which closes its request to Triton and releases its slots. Generation
+    jobs run outside request handlers and are not touched.
+
+    Args:
+        app: the next ASGI app.
+        methods: the methods watched (those that carry a body to work on).
+    """
+
+    def __init__(self, app: ASGIApp, methods: Iterable[str] = ("POST", "PUT")) -> None:
+        self.app = app
+        self.methods = frozenset(methods)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("method") not in self.methods:
+            await self.app(scope, receive, send)
+            return
+        body_read = asyncio.Event()
+        answered = False
+
+        async def tracked_receive() -> Message:
+            message = await receive()
+            if message["type"] == "http.disconnect" or not message.get("more_body", False):
+                body_read.set()
+            return message
+
+        async def tracked_send(message: Message) -> None:
+            nonlocal answered
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                answered = True
+            await send(message)
+
+        async def gone() -> None:
+            await body_read.wait()
+            # After the body, the server's receive() returns only when the client disconnects or the
+            # response has ended; anything else is waited past.
+            while (await receive())["type"] != "http.disconnect":
+                pass
+
+        work = asyncio.ensure_future(self.app(scope, tracked_receive, tracked_send))
+        watcher = asyncio.ensure_future(gone())
+        try:
+            await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            if not work.done() and not answered:
+                ctx: RequestContext | None = scope.get(CONTEXT_KEY)
+                access_log.info("%s client disconnected; its request is cancelled", ctx.request_id if ctx else "-")
+                work.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await work
+                return
+            await work
+        finally:
+            watcher.cancel()
+            if not work.done():
+                work.cancel()

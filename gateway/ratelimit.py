@@ -26,7 +26,7 @@ from gateway.errors import RateLimiterUnavailable
 from gateway.settings import RedisFailurePolicy
 from gateway.tiers import RateLimit
 
-__all__ = ["Decision", "InProcessRateLimiter", "RateLimiter", "RedisRateLimiter", "gcra"]
+__all__ = ["Decision", "InProcessRateLimiter", "RateLimiter", "RedisRateLimiter", "gcra", "openai_duration"]
 
 log = logging.getLogger(__name__)
 
@@ -54,16 +54,32 @@ class Decision:
     degraded: bool = False
 
     def headers(self) -> dict[str, str]:
-        """IETF draft RateLimit headers (plus Retry-After when refused)."""
+        """IETF draft RateLimit headers and OpenAI's ``x-ratelimit-*-requests`` ones, which OpenAI
+        clients read (plus Retry-After when refused). Only requests are limited, so no ``-tokens``."""
         out = {
             "RateLimit-Limit": str(self.limit),
             "RateLimit-Remaining": str(self.remaining),
             "RateLimit-Reset": str(math.ceil(self.reset_s)),
             "RateLimit-Policy": self.policy,
+            "x-ratelimit-limit-requests": str(self.limit),
+            "x-ratelimit-remaining-requests": str(self.remaining),
+            "x-ratelimit-reset-requests": openai_duration(self.reset_s),
         }
         if not self.allowed:
             out["Retry-After"] = str(max(1, math.ceil(self.retry_after_s)))
         return out
+
+
+def openai_duration(seconds: float) -> str:
+    """A duration as OpenAI's reset headers write it: ``"250ms"``, ``"1s"``, ``"6m0s"``, ``"1h2m3s"``."""
+    if seconds < 1:
+        return f"{max(0, math.ceil(seconds * 1000))}ms"
+    whole = math.ceil(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes}m{secs}s"
+    return f"{minutes}m{secs}s" if minutes else f"{secs}s"
 
 
 def _policy(limit: RateLimit) -> str:

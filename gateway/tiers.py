@@ -40,6 +40,11 @@ class TierLimit(BaseModel):
         priority: the Triton request priority of this tier's requests (1 is served first).
         in_flight_share: the fraction of ``max_in_flight_per_model`` this tier's requests may hold
             together; under overload lower shares are shed first (429), the rest stays for higher tiers.
+        max_concurrent: requests of one key in flight at once, across models (429 past it), as
+            Stripe's concurrent-requests limiter; ``None``: no such bound.
+        max_body_bytes: the largest request body (before decoding) this tier may send, counted while
+            it is read, before any parse (413); ``None``: the gateway's ``max_body_bytes``. A body's
+            parse runs in the process that serves every tenant, so the lower tiers get less.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -52,6 +57,8 @@ class TierLimit(BaseModel):
         DEFAULT_LIMITS.queue.default_priority_level, ge=1, le=DEFAULT_LIMITS.queue.priority_levels
     )
     in_flight_share: float = Field(1.0, gt=0, le=1, allow_inf_nan=False)
+    max_concurrent: int | None = Field(None, ge=1)
+    max_body_bytes: int | None = Field(None, ge=1)
 
     @model_validator(mode="after")
     def _rates_complete(self) -> TierLimit:
@@ -81,7 +88,8 @@ class TierLimit(BaseModel):
 
 DEFAULT_TIER_LIMITS: dict[str, TierLimit] = {
     "free": TierLimit(
-        per_minute=10, burst=5, key_per_minute=20, key_burst=10, priority=3, in_flight_share=0.5
+        per_minute=10, burst=5, key_per_minute=20, key_burst=10, priority=3, in_flight_share=0.5,
+        max_concurrent=4, max_body_bytes=2 * 1024 * 1024,
     ),
     "standard": TierLimit(
         per_minute=100, burst=20, key_per_minute=300, key_burst=50, priority=2, in_flight_share=0.8

@@ -25,6 +25,7 @@ import sqlite3
 import time
 from pathlib import Path
 
+from gateway.private_files import create_private
 from gateway.redis_series import read_client_hashes
 from gateway.usage import METRICS, UsageRow, UsageStoreError
 
@@ -154,7 +155,7 @@ class SqliteUsageStore:
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        create_private(self.path)  # key hashes / tenants' data: mode 0600
         db = self._connect()
         try:
             db.execute("PRAGMA journal_mode=WAL")

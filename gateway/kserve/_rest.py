@@ -130,9 +130,13 @@ def _parse_parameters(value: Any, limits: ParseLimits) -> tuple[dict[str, Parame
         elif key == "timeout":
             reserved[key] = _int(item, where, 0, _INT64[1])
         elif key == "priority":
-            raise _bad("the request priority is set by the gateway from the credential's tier", where)
+            raise _bad(f"{where}: the request priority is set by the gateway from the credential's tier", where)
         elif key.startswith("sequence_"):
-            raise _bad("sequence requests (sequence_id/start/end) are not served through the gateway", where)
+            raise _bad(f"{where}: sequence requests (sequence_id/start/end) are not served through the gateway", where)
+        elif key.startswith("shared_memory_"):
+            # Not in tritonclient's reserved list, yet Triton reads it: a custom parameter it would be
+            # forwarded as. Named by prefix, so a spelling Triton adds later is refused too.
+            raise _bad(f"{where}: shared memory regions cannot be used through the gateway; send the data", where)
         elif key in TRITON_RESERVED_REQUEST_PARAMS or key.startswith(TRITON_RESERVED_REQUEST_PARAMS_PREFIX):
             raise _bad(f"parameter {key!r} is reserved by Triton", where)
         elif isinstance(item, bool):
@@ -158,14 +162,14 @@ def _tensor_parameters(value: Any, where: str, allowed: frozenset[str]) -> dict[
     if not isinstance(value, dict):
         raise _bad(f"{where} must be a JSON object", where)
     for key in value:
-        if key in _SHARED_MEMORY:
+        if key in _SHARED_MEMORY or str(key).startswith("shared_memory_"):
             raise _bad(
-                "shared memory regions cannot be used through the gateway; send the data", f"{where}.{key}"
+                f"{where}.{key}: shared memory regions cannot be used through the gateway; send the data",
+                f"{where}.{key}",
             )
         if key not in allowed:
-            raise _bad(
-                f"{where} has an unknown parameter {key!r} (known: {', '.join(sorted(allowed))})", where
-            )
+            known = ", ".join(sorted(allowed)) or "none"
+            raise _bad(f"{where} has an unknown parameter {key!r} (known: {known})", f"{where}.{key}")
     return value
 
 

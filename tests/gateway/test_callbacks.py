@@ -35,7 +35,8 @@ class FakeDns:
 
 
 @pytest.mark.parametrize("entry", ["ftp://x.example", "https://x.example/path", "https://u:p@x.example",
-                                   "https://", "https://a.*.example", "https://x.example:99999"])
+                                   "https://", "https://a.*.example", "https://x.example:99999",
+                                   "http://0x7f.1", "http://[fe80::1%25eth0]"])
 def test_bad_allow_list_entries_are_refused_at_start(entry: str) -> None:
     with pytest.raises(ValueError, match="callback allow-list entry"):
         AllowedOrigin.parse(entry)
@@ -52,7 +53,14 @@ def test_bad_allow_list_entries_are_refused_at_start(entry: str) -> None:
     ("https://example.org:8443/x", "not on this gateway's callback allow-list"),  # the wildcard's apex
     ("https://hooks.example.com.evil.net/", "not on this gateway's callback allow-list"),
     ("http://127.0.0.1:9001/hook", "not on this gateway's callback allow-list"),
-    ("http://2130706433:9000/", "not on this gateway's callback allow-list"),  # 127.0.0.1 spelled as a number
+    # 127.0.0.1 in the notations every resolver reads (inet_aton): refused, whatever the allow-list says
+    ("http://2130706433:9000/", "non-standard notation"),
+    ("http://0x7f000001:9000/", "non-standard notation"),
+    ("http://0177.0.0.1:9000/", "non-standard notation"),
+    ("http://127.1:9000/", "non-standard notation"),
+    ("http://0x7f.0.0.1:9000/", "non-standard notation"),
+    ("http://[fe80::1%25eth0]:9000/", "zone id"),
+    ("http://[::ffff:127.0.0.1]:9000/", "not on this gateway's callback allow-list"),
     ("https://user:pw@hooks.example.com/", "credentials"),
     ("file:///etc/passwd", "http or https"),
     ("https://hooks.example.com/a b", "spaces or control"),
@@ -77,12 +85,24 @@ def test_callbacks_are_off_without_an_allow_list() -> None:
     ("127.0.0.1", "loopback"), ("10.1.2.3", "private"), ("192.168.0.10", "private"), ("169.254.169.254", "link-local"),
     ("100.64.0.1", "not a public address"), ("::1", "loopback"), ("fe80::1%eth0", "link-local"),
     ("::ffff:127.0.0.1", "loopback"), ("fd00::1", "private"), ("0.0.0.0", "unspecified"), ("224.0.0.1", "multicast"),
+    # IPv6 forms that lead to an IPv4 address: 6to4, NAT64 (well-known and local-use), IPv4-compatible,
+    # Teredo (client 127.0.0.1, stored inverted), mapped in long form
+    ("2002:7f00:1::", "loopback"), ("2002:a9fe:a9fe::1", "link-local"), ("64:ff9b::7f00:1", "loopback"),
+    ("64:ff9b::a00:1", "private"), ("64:ff9b:1::a9fe:a9fe", "link-local"), ("::127.0.0.1", "loopback"),
+    ("2001:0:4136:e378:8000:63bf:80ff:fffe", "loopback"), ("0:0:0:0:0:ffff:a9fe:a9fe", "link-local"),
 ])
 async def test_names_resolving_to_private_addresses_are_refused(address: str, kind: str) -> None:
     dns = FakeDns({"hooks.example.com": ["93.184.216.34", address]})
     policy = CallbackPolicy(["https://hooks.example.com"], resolver=dns)
     with pytest.raises(CallbackRefused, match=f"resolves to .*{kind}"):
         await policy.addresses(policy.check_url("https://hooks.example.com/done"))
+
+
+async def test_public_addresses_in_ipv6_forms_pass() -> None:
+    # The embedded-IPv4 checks refuse what leads somewhere private, not every such form.
+    dns = FakeDns({"hooks.example.com": ["2002:5db8:d822::1", "2606:2800:220:1:248:1893:25c8:1946"]})
+    policy = CallbackPolicy(["https://hooks.example.com"], resolver=dns)
+    assert len(await policy.addresses(policy.check_url("https://hooks.example.com/done"))) == 2
 
 
 async def test_private_addresses_the_operator_allows() -> None:

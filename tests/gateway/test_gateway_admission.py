@@ -144,3 +144,109 @@ def test_traffic_weights_and_versions_are_validated(gateway) -> None:  # type: i
     assert routed["weights"] == {"1": 1.0} and routed["outcomes"] == {"1": {"answered": 1, "failed": 0}}
     assert httpx.delete(url, headers=_ADMIN).status_code == 204
     assert httpx.get(url, headers=_ADMIN).json() == {"model": TINY_MODEL, "weights": {}, "outcomes": {}}
+
+
+@pytest.mark.parametrize("refused", ["malformed", "unknown_model"])
+def test_refused_requests_cost_a_token(gateway, refused: str) -> None:  # type: ignore[no-untyped-def]
+    # "tiny": a burst of 4, then one a minute, and no limit across models. A malformed body for a
+    # known model takes the model's token (admission comes before the parse); an unknown name takes
+    # one from the key's bucket for refused requests. Either way the fifth request is refused 429
+    # before any work, and so is a good one after it.
+    auth, _ = create_key(gateway, tier="tiny")
+    path, body = (
+        (f"/v2/models/{TINY_MODEL}/infer", b'{"inputs": [')
+        if refused == "malformed"
+        else ("/v2/models/made_up_model/infer", b'{"inputs": []}')
+    )
+    expected = 400 if refused == "malformed" else 404
+    with gateway.client(headers={**auth, **_PROBLEM, "Content-Type": "application/json"}) as client:
+        statuses = [client.post(path, content=body).status_code for _ in range(4)]
+        blocked = client.post(path, content=body)
+        good = client.post(f"/v2/models/{TINY_MODEL}/infer", json=tiny_request())
+    assert statuses == [expected] * 4
+    for response in (blocked, good):
+        assert response.status_code == 429, response.text
+        assert int(response.headers["Retry-After"]) >= 1
+        assert "rate limit" in response.json()["detail"]
+    # Another key of the same tier is not affected.
+    other, _ = create_key(gateway, tier="tiny")
+    response = httpx.post(gateway.url + f"/v2/models/{TINY_MODEL}/infer", json=tiny_request(), headers=other)
+    assert response.status_code == 200, response.text
+
+
+def test_a_keys_concurrency_is_bounded(gateway_factory, tiny_triton: TritonServer) -> None:  # type: ignore[no-untyped-def]
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.support.tiny_repo import release_slow, slow_executions
+
+    tiers = {"single": {"per_minute": 6000, "burst": 100, "max_concurrent": 1},
+             "wide": {"per_minute": 6_000_000, "burst": 100_000}}
+    gateway = gateway_factory(tiny_triton.http_url, tier_limits=tiers)
+    single, other = _key(gateway, "single"), _key(gateway, "wide")
+    hold = 1301  # held in the model until released: the key has one request in flight meanwhile
+    slow = {"inputs": [{"name": "DELAY_MS", "shape": [1], "datatype": "INT32", "data": [-hold]}]}
+    url = gateway.url + f"/v2/models/{SLOW_MODEL}/infer"
+    with ThreadPoolExecutor(1) as pool:
+        first = pool.submit(httpx.post, url, json=slow, headers=single, timeout=60)
+        try:
+            for _ in range(600):  # bounded: until the model runs it, or the request ends (a failure)
+                if -hold in slow_executions(tiny_triton.repository):
+                    break
+                try:
+                    first.result(timeout=0.05)
+                except TimeoutError:
+                    continue
+                break
+            assert -hold in slow_executions(tiny_triton.repository), "the first request never reached the model"
+            second = httpx.post(gateway.url + f"/v2/models/{TINY_MODEL}/infer", json=tiny_request(), headers=single)
+            assert second.status_code == 429, second.text
+            assert "1 requests in flight" in second.json()["detail"] and int(second.headers["Retry-After"]) >= 1
+            # Another key is not held back by this one.
+            assert httpx.post(gateway.url + f"/v2/models/{TINY_MODEL}/infer", json=tiny_request(),
+                              headers=other).status_code == 200
+        finally:
+            release_slow(tiny_triton.repository, hold)
+        assert first.result(timeout=60).status_code == 200
+    assert httpx.post(gateway.url + f"/v2/models/{TINY_MODEL}/infer", json=tiny_request(),
+                      headers=single).status_code == 200
+
+
+def test_a_client_that_leaves_frees_its_slot(gateway_factory, tiny_triton: TritonServer) -> None:  # type: ignore[no-untyped-def]
+    # A key that may have one request in flight sends one the model holds, then disconnects: its
+    # request is cancelled in the gateway (its slot freed), so the key's next request is served
+    # while the first is still held in the model.
+    import json
+    import socket
+
+    from tests.support.tiny_repo import release_slow, slow_executions
+
+    tiers = {"single": {"per_minute": 6000, "burst": 1000, "max_concurrent": 1}}
+    gateway = gateway_factory(tiny_triton.http_url, tier_limits=tiers)
+    auth = _key(gateway, "single")
+    hold = 1401
+    body = json.dumps({"inputs": [{"name": "DELAY_MS", "shape": [1], "datatype": "INT32", "data": [-hold]}]}).encode()
+    host, port = gateway.url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=20)
+    try:
+        sock.sendall(
+            f"POST /v2/models/{SLOW_MODEL}/infer HTTP/1.1\r\nHost: x\r\nAuthorization: {auth['Authorization']}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
+        )
+        url = gateway.url + f"/v2/models/{TINY_MODEL}/infer"
+        for _ in range(600):  # bounded: until the model holds the first request
+            if -hold in slow_executions(tiny_triton.repository):
+                break
+            httpx.get(gateway.url + "/healthz")  # paces the polling on a real round trip
+        assert -hold in slow_executions(tiny_triton.repository)
+        assert httpx.post(url, json=tiny_request(), headers=auth).status_code == 429  # the slot is taken
+        sock.close()  # the client leaves
+        statuses = []
+        for _ in range(200):  # bounded: until the gateway has noticed
+            statuses.append(httpx.post(url, json=tiny_request(), headers=auth).status_code)
+            if statuses[-1] != 429:
+                break
+        assert statuses[-1] == 200, statuses
+        assert "client disconnected; its request is cancelled" in gateway.log()
+    finally:
+        sock.close()
+        release_slow(tiny_triton.repository, hold)

@@ -29,8 +29,10 @@ def test_valid_key_is_served_with_ratelimit_headers(gateway, admin) -> None:
     response = httpx.post(gateway.url + INFER, json=tiny_request(2), headers=admin.headers(key))
     assert response.status_code == 200, response.text
     assert response.json()["outputs"][0]["data"] == [5.0, 4.0, 5.0, 4.0]
-    for header in ("RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset", "RateLimit-Policy"):
+    for header in ("RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset", "RateLimit-Policy",
+                   "x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests"):
         assert header in response.headers
+    assert response.headers["x-ratelimit-remaining-requests"] == response.headers["RateLimit-Remaining"]
     # X-API-Key works as well as the bearer form.
     response = httpx.post(
         gateway.url + INFER, json=tiny_request(), headers={"X-API-Key": str(key["api_key"])}
@@ -177,3 +179,16 @@ def test_secrets_never_reach_the_log(gateway, admin) -> None:
     assert str(key["key_id"]) in log  # the public id is logged, so the log is not simply empty
     assert str(key["api_key"]) not in log
     assert ADMIN_TOKEN not in log
+
+
+def test_the_key_store_and_tenant_databases_are_private(gateway, admin) -> None:  # type: ignore[no-untyped-def]
+    import os
+    import stat
+    from pathlib import Path
+
+    admin.create_key()  # a write (its WAL and shared-memory files, while they exist, are checked too)
+    keys = Path(gateway.env["GATEWAY_KEYS_DB"])
+    files = [p for p in keys.parent.iterdir() if p.name.startswith((keys.name, "gateway_jobs", "gateway_usage"))]
+    assert keys in files, files
+    for path in files:
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600, f"{path.name} is {oct(os.stat(path).st_mode)}"

@@ -106,3 +106,38 @@ def test_no_answer_shows_tracebacks_or_paths(gateway, headers) -> None:  # type:
         "unexpected shape for input 'input'" in str(problem["detail"]) and problem["field"] == "inputs.input"
     )
     assert "request id" not in str(problem["detail"])
+
+
+_TRITON_ONLY = [
+    ("request", "shared_memory_region", "r"),
+    ("request", "shared_memory_byte_size", 16),
+    ("request", "shared_memory_offset", 0),
+    ("request", "sequence_id", 7),
+    ("request", "sequence_start", True),
+    ("request", "sequence_end", True),
+    ("request", "priority", 1),
+    ("inputs.0", "shared_memory_region", "r"),
+    ("inputs.0", "sequence_id", 7),
+    ("inputs.0", "priority", 1),
+    ("inputs.0", "timeout", 100),
+    ("outputs.0", "shared_memory_offset", 0),
+    ("outputs.0", "sequence_end", True),
+    ("outputs.0", "priority", 1),
+    ("outputs.0", "timeout", 100),
+]
+
+
+@pytest.mark.parametrize(("where", "name", "value"), _TRITON_ONLY)
+def test_triton_only_parameters_are_refused_naming_the_field(
+    gateway, headers, where: str, name: str, value: object  # type: ignore[no-untyped-def]
+) -> None:
+    import json
+
+    document: dict[str, object] = json.loads(GOOD)
+    document["outputs"] = [{"name": "output"}]
+    target = document if where == "request" else document[where.split(".")[0]][0]  # type: ignore[index]
+    target["parameters"] = {name: value}  # type: ignore[index]
+    response = httpx.post(gateway.url + INFER, content=json.dumps(document), headers=headers)
+    problem = _problem(response, 400)
+    prefix = "" if where == "request" else where + "."
+    assert problem["field"] == f"{prefix}parameters.{name}", problem

@@ -165,3 +165,28 @@ def test_rate_limits_and_statistics_are_shared_with_http(grpc_gateway) -> None: 
                     if line.startswith("gateway_request_duration_seconds_count") and f'model="{MODEL}"' in line]
     assert any('status="200"' in line for line in served_lines), served_lines
     assert "gRPC ModelInfer 200" in grpc_gateway.log() and "gRPC ModelInfer 429" in grpc_gateway.log()
+
+
+@pytest.mark.parametrize(
+    ("where", "name"),
+    [("request", "shared_memory_region"), ("request", "shared_memory_byte_size"), ("request", "sequence_id"),
+     ("request", "sequence_start"), ("request", "priority"), ("input", "sequence_end"), ("input", "priority"),
+     ("input", "timeout"), ("output", "shared_memory_offset"), ("output", "priority")],
+)
+def test_triton_only_parameters_are_refused_over_grpc(grpc_gateway, auth, where: str, name: str) -> None:  # type: ignore[no-untyped-def]
+    # The raw protobuf request: tritonclient would not let a caller put these everywhere.
+    import grpc
+    from tritonclient.grpc import service_pb2 as pb
+    from tritonclient.grpc import service_pb2_grpc as pb_grpc
+
+    request = pb.ModelInferRequest(model_name=MODEL)
+    tensor = request.inputs.add(name="input", datatype="FP32", shape=[1, 4])
+    tensor.contents.fp32_contents.extend([1, 2, 3, 4])
+    output = request.outputs.add(name="output")
+    holder = {"request": request, "input": tensor, "output": output}[where]
+    holder.parameters[name].int64_param = 1
+    with grpc.insecure_channel(grpc_gateway.grpc_url) as channel:
+        with pytest.raises(grpc.RpcError) as refused:
+            pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, metadata=list(auth.items()), timeout=20)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert name in (refused.value.details() or ""), refused.value.details()

@@ -163,3 +163,56 @@ def test_head_bytes_are_counted_up_to_the_blank_line_across_reads() -> None:
     head = b"GET / HTTP/1.1\r\nA: b\r\n\r\n"
     reads = [head[:10], head[10:23], head[23:] + b"next"]  # the blank line split across reads
     assert sum(count(state, read) for read in reads) == len(head)
+
+
+def test_chunked_trailers_never_become_headers(limited) -> None:  # type: ignore[no-untyped-def]
+    # The route reads Inference-Header-Content-Length after the body: were the trailer merged into
+    # the headers, this plain JSON body would be split at byte 3 and refused (400).
+    gateway, address = limited
+    auth, _ = create_key(gateway)
+    body = json.dumps(
+        {"inputs": [{"name": "input", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]}
+    ).encode()
+    sock = _connect(address)
+    sock.sendall(
+        b"POST /v2/models/tiny_linear/infer HTTP/1.1\r\nHost: x\r\nAuthorization: "
+        + auth["Authorization"].encode()
+        + b"\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+        + b"%x\r\n" % len(body) + body + b"\r\n0\r\n"
+        + b"Inference-Header-Content-Length: 3\r\nContent-Encoding: gzip\r\n\r\n"
+    )
+    answer = _read_until_closed(sock)
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:400]
+    assert json.loads(answer.partition(b"\r\n\r\n")[2])["outputs"][0]["name"] == "output"
+
+
+@pytest.fixture(scope="module")
+def tiered(gateway_factory, tiny_triton):  # type: ignore[no-untyped-def]
+    tiers = {
+        "small": {"per_minute": 6000, "burst": 100, "max_body_bytes": 1000},
+        "unlimited": {"per_minute": 60_000_000, "burst": 1_000_000},
+    }
+    return gateway_factory(tiny_triton.http_url, tier_limits=tiers)
+
+
+def test_a_tiers_body_cap_is_enforced_while_reading(tiered) -> None:  # type: ignore[no-untyped-def]
+    import httpx
+
+    good = b'{"inputs": [{"name": "input", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]}'
+    padded = good + b" " * 4000  # valid JSON, 4 KB: over the small tier's 1000 bytes
+    small, _ = create_key(tiered, tier="small")
+    large, _ = create_key(tiered, tier="unlimited")
+    url = tiered.url + "/v2/models/tiny_linear/infer"
+    problem_headers = {"Accept": "application/problem+json", "Content-Type": "application/json"}
+
+    def chunks():  # no Content-Length: counted as it arrives
+        for start in range(0, len(padded), 500):
+            yield padded[start : start + 500]
+
+    for content in (padded, chunks()):
+        response = httpx.post(url, content=content, headers={**small, **problem_headers}, timeout=20)
+        assert response.status_code == 413, response.text
+        assert "limit of tier 'small' of 1000 bytes" in response.json()["detail"]
+        assert response.json()["field"] == "body"
+    assert httpx.post(url, content=good, headers={**small, **problem_headers}, timeout=20).status_code == 200
+    assert httpx.post(url, content=padded, headers={**large, **problem_headers}, timeout=20).status_code == 200

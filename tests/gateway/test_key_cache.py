@@ -85,3 +85,46 @@ async def test_a_key_in_use_is_refreshed_before_it_expires(tmp_path: Path, clock
     with pytest.raises(AuthenticationError, match="revoked"):
         await auth.authenticate(headers)
     assert store.gets == 2
+
+
+async def test_unknown_ids_cost_and_answer_what_a_wrong_secret_does(
+    tmp_path: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The decision path, not its timing: the same hashing and comparison, the same answer.
+    import gateway.keys as keys_module
+    from gateway.keys import new_key
+
+    store = CountingStore(tmp_path / "keys.sqlite3")
+    key_id, key = store.create("a", ["*"], "free")
+    auth = Authenticator(GatewaySettings(key_cache_ttl_s=5), store, clock)
+    calls: list[str] = []
+    real_hash, real_compare = keys_module._hash, keys_module.hmac.compare_digest
+    monkeypatch.setattr(keys_module, "_hash", lambda text: calls.append("hash") or real_hash(text))
+    monkeypatch.setattr(keys_module.hmac, "compare_digest",
+                        lambda a, b: calls.append("compare") or real_compare(a, b))
+
+    async def refusal(credential: str) -> tuple[str, list[str]]:
+        calls.clear()
+        with pytest.raises(AuthenticationError) as refused:
+            await auth.authenticate({"authorization": f"Bearer {credential}"})
+        return refused.value.detail, list(calls)
+
+    wrong_secret = new_key(key_id)[1]
+    unknown = new_key()[1]
+    assert await refusal(wrong_secret) == await refusal(unknown) == ("invalid API key", ["hash", "compare"])
+
+
+async def test_made_up_ids_never_push_real_keys_out_of_the_cache(tmp_path: Path, clock: Clock) -> None:
+    from gateway.auth import _CACHE_ENTRIES
+    from gateway.keys import new_key
+
+    store = CountingStore(tmp_path / "keys.sqlite3")
+    _, key = store.create("a", ["*"], "free")
+    auth = Authenticator(GatewaySettings(key_cache_ttl_s=600), store, clock)
+    await auth.authenticate({"authorization": f"Bearer {key}"})
+    for _ in range(_CACHE_ENTRIES + 2):  # more made-up ids than the cache holds
+        with pytest.raises(AuthenticationError):
+            await auth.authenticate({"authorization": f"Bearer {new_key()[1]}"})
+    gets = store.gets
+    await auth.authenticate({"authorization": f"Bearer {key}"})
+    assert store.gets == gets, "the real key was looked up again"
