@@ -1,21 +1,22 @@
 """KServe's Python client (PyPI ``kserve``) through the real gateway, in front of the real Triton.
 
-``kserve`` cannot be installed beside the project's pins (``tests/fixtures/kserve_client/record.py``
-says why), so these tests replay the exact requests its ``InferenceRESTClient`` (JSON and binary
-extension) and ``InferenceGRPCClient`` sent, recorded from kserve 0.21.0 making those calls for real
-through a gateway: the REST body names ``model_name``, and gRPC inputs carry ``binary_data_size``.
-Each replay must get Triton's own answer to the same rows, in the shape kserve's
-``InferResponse.from_bytes`` / ``from_grpc`` read.
+``kserve`` cannot be installed beside the project's pins (kserve 0.21.0 requires ``psutil<6`` and
+``python-dateutil<3``), so ``./run test`` installs it into an environment of its own,
+``.tools/kserve``, from ``tests/fixtures/kserve_client/requirements.txt``. The test runs
+``tests/fixtures/kserve_client/client.py`` with that environment's interpreter: the real
+``InferenceRESTClient`` (JSON, and the binary-data extension) and ``InferenceGRPCClient`` call the
+gateway with an API key, and every answer they decode must be Triton's own answer to the same rows.
 """
 
 from __future__ import annotations
 
-import base64
 import json
+import os
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import grpc
-import httpx
 import numpy as np
 import pytest
 import tritonclient.http as http
@@ -27,9 +28,32 @@ from tests.support.gateway_procs import create_key
 
 pytestmark = pytest.mark.integration
 
-RECORDED = json.loads((Path(__file__).parents[1] / "fixtures" / "kserve_client" / "requests.json").read_text())
-MODEL = RECORDED["model"]
-ROWS = np.arange(12, dtype=np.float32).reshape(3, 4) / 7  # what record.py sent
+REPO = Path(__file__).resolve().parents[2]
+CLIENT_DIR = REPO / "tests" / "fixtures" / "kserve_client"
+KSERVE_PYTHON = REPO / ".tools" / "kserve" / "bin" / "python"
+MODEL = "tiny_linear"
+ROWS = np.arange(12, dtype=np.float32).reshape(3, 4) / 7
+
+
+def _pinned_kserve() -> str:
+    for line in (CLIENT_DIR / "requirements.txt").read_text().splitlines():
+        if line.startswith("kserve=="):
+            return line.split("==", 1)[1]
+    raise AssertionError("requirements.txt pins no kserve")
+
+
+@pytest.fixture(scope="module")
+def kserve_python() -> Path:
+    if os.access(KSERVE_PYTHON, os.X_OK):
+        return KSERVE_PYTHON
+    missing = (
+        "the KServe client is not installed: `./run test` installs it into .tools/kserve "
+        f"(or: python3 -m venv .tools/kserve && .tools/kserve/bin/pip install --no-deps -r "
+        f"{CLIENT_DIR.relative_to(REPO)}/requirements.txt)"
+    )
+    if os.environ.get("CI"):  # ./run test installs it first: in CI its absence is a defect, not a skip
+        pytest.fail(missing)
+    pytest.skip(missing)
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +62,8 @@ def kserve_gateway(gateway_factory, tiny_triton):  # type: ignore[no-untyped-def
 
 
 @pytest.fixture(scope="module")
-def auth(kserve_gateway) -> str:  # type: ignore[no-untyped-def]
-    return f"Bearer {create_key(kserve_gateway, scopes=[MODEL])[1]['api_key']}"
+def api_key(kserve_gateway) -> str:  # type: ignore[no-untyped-def]
+    return str(create_key(kserve_gateway, scopes=[MODEL])[1]["api_key"])
 
 
 @pytest.fixture(scope="module")
@@ -50,59 +74,77 @@ def expected(tiny_triton) -> np.ndarray:  # type: ignore[no-untyped-def]
         return direct.infer(MODEL, [tensor]).as_numpy("output")  # type: ignore[no-any-return]
 
 
-def _grpc_request() -> pb.ModelInferRequest:
-    return pb.ModelInferRequest.FromString(base64.b64decode(RECORDED["grpc_model_infer_request_b64"]))
+@pytest.fixture(scope="module")
+def kserve_answers(kserve_python: Path, kserve_gateway, api_key: str) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    # The client's own environment only: nothing of the project's interpreter or source tree leaks in.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    result = subprocess.run(
+        [
+            str(kserve_python),
+            str(CLIENT_DIR / "client.py"),
+            kserve_gateway.url,
+            kserve_gateway.grpc_url,
+            api_key,
+            MODEL,
+            json.dumps(ROWS.tolist()),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    return json.loads(result.stdout)  # type: ignore[no-any-return]
 
 
-def test_the_recording_is_of_the_calls_this_test_is_about() -> None:
-    bodies = [base64.b64decode(r["body_b64"]) for r in RECORDED["rest"]]
-    assert [r["path"] for r in RECORDED["rest"]] == [f"/v2/models/{MODEL}/infer"] * 2
-    assert all(b'"model_name":"tiny_linear"' in body for body in bodies)
-    assert "inference-header-content-length" in RECORDED["rest"][1]["headers"]
-    assert _grpc_request().inputs[0].parameters["binary_data_size"].int64_param == ROWS.nbytes
-    answers = list(RECORDED["answers"].values())  # the three live calls answered the same rows alike
-    assert len(answers) == 3 and all(np.array(a).shape == (3, 2) and a == answers[0] for a in answers)
+def test_the_pinned_client_is_the_one_that_ran(kserve_answers) -> None:  # type: ignore[no-untyped-def]
+    assert kserve_answers["kserve"] == _pinned_kserve()
 
 
-@pytest.mark.parametrize("call", [0, 1], ids=["json", "binary"])
-def test_rest_client_requests_get_triton_s_answer(kserve_gateway, auth, expected, call: int) -> None:  # type: ignore[no-untyped-def]
-    sent = RECORDED["rest"][call]
-    response = httpx.post(kserve_gateway.url + sent["path"], content=base64.b64decode(sent["body_b64"]),
-                          headers={**sent["headers"], "Authorization": auth})
-    assert response.status_code == 200, response.text
-    # What kserve's InferResponse.from_bytes reads: JSON up to Inference-Header-Content-Length (all of it here).
-    length = int(response.headers.get("inference-header-content-length", len(response.content)))
-    document = json.loads(response.content[:length])
-    assert document["model_name"] == MODEL and document["id"] == "kserve-1"
-    (output,) = document["outputs"]
-    assert (output["name"], output["datatype"], output["shape"]) == ("output", "FP32", list(expected.shape))
-    got = np.array(output["data"], dtype=np.float32).reshape(expected.shape)
-    assert got.tobytes() == expected.tobytes()
-    np.testing.assert_allclose(got, np.array(RECORDED["answers"][f"rest_binary_{'true' if call else 'false'}"]))
+@pytest.mark.parametrize("call", ["rest_json", "rest_binary", "grpc"])
+def test_the_client_decodes_triton_s_answer(kserve_answers, expected, call: str) -> None:  # type: ignore[no-untyped-def]
+    answer = kserve_answers[call]
+    assert (answer["id"], answer["model_name"]) == ("kserve-1", MODEL)
+    assert (answer["name"], answer["datatype"], answer["dtype"]) == ("output", "FP32", "float32")
+    assert answer["shape"] == list(expected.shape)
+    # float32 -> JSON -> float32 is exact: the bytes must be Triton's own.
+    assert np.array(answer["data"], dtype=np.float32).tobytes() == expected.tobytes()
 
 
-def test_a_body_naming_another_model_than_its_path_is_refused(kserve_gateway, auth) -> None:  # type: ignore[no-untyped-def]
-    body = json.loads(base64.b64decode(RECORDED["rest"][0]["body_b64"]))
-    response = httpx.post(kserve_gateway.url + f"/v2/models/{MODEL}/infer", json={**body, "model_name": "slow_echo"},
-                          headers={"Authorization": auth, "Accept": "application/problem+json"})
-    assert response.status_code == 400 and response.json()["field"] == "model_name", response.text
-    assert "slow_echo" in response.json()["detail"]
+def test_the_client_without_a_key_is_refused_on_both_transports(kserve_answers) -> None:  # type: ignore[no-untyped-def]
+    rest = kserve_answers["rest_without_key"]
+    # KServe's error shape, {"error": message}, which kserve reads into its exception only when the
+    # content type is exactly application/json: the user sees the gateway's reason.
+    assert (rest["status"], rest["content_type"], list(rest["body"])) == (
+        401,
+        "application/json",
+        ["error"],
+    ), rest
+    assert rest["body"]["error"] and rest["message"].startswith(
+        rest["body"]["error"] + ", '401 Unauthorized'"
+    ), rest
+    assert kserve_answers["grpc_without_key"]["code"] == "UNAUTHENTICATED", kserve_answers["grpc_without_key"]
 
 
-def test_grpc_client_request_gets_triton_s_answer(kserve_gateway, auth, expected) -> None:  # type: ignore[no-untyped-def]
+def test_a_kserve_shaped_grpc_request_with_a_wrong_binary_size_is_refused(kserve_gateway, api_key) -> None:  # type: ignore[no-untyped-def]
+    # InferenceGRPCClient sends each input's bytes in raw_input_contents and names their length in the
+    # input's binary_data_size parameter; a length that disagrees with the bytes must be refused.
+    request = pb.ModelInferRequest(
+        model_name=MODEL,
+        inputs=[
+            pb.ModelInferRequest.InferInputTensor(
+                name="input",
+                datatype="FP32",
+                shape=list(ROWS.shape),
+                parameters={"binary_data_size": pb.InferParameter(int64_param=ROWS.nbytes - 4)},
+            )
+        ],
+        raw_input_contents=[ROWS.tobytes()],
+    )
     with grpc.insecure_channel(kserve_gateway.grpc_url) as channel:
         stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
-        response = stub.ModelInfer(_grpc_request(), metadata=(("authorization", auth),), timeout=30)
-        # What kserve's InferResponse.from_grpc reads: raw_output_contents, one per output.
-        (output,) = response.outputs
-        assert (response.model_name, output.name, list(output.shape)) == (MODEL, "output", list(expected.shape))
-        got = np.frombuffer(response.raw_output_contents[0], dtype=np.float32).reshape(expected.shape)
-        assert got.tobytes() == expected.tobytes()
-        np.testing.assert_allclose(got, np.array(RECORDED["answers"]["grpc"]))
-
-        wrong = _grpc_request()
-        wrong.inputs[0].parameters["binary_data_size"].int64_param = ROWS.nbytes - 4
         with pytest.raises(grpc.RpcError) as refused:
-            stub.ModelInfer(wrong, metadata=(("authorization", auth),), timeout=30)
-        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-        assert "binary_data_size" in (refused.value.details() or "")
+            stub.ModelInfer(request, metadata=(("authorization", f"Bearer {api_key}"),), timeout=30)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "binary_data_size" in (refused.value.details() or "")
