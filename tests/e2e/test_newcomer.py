@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from builders.registry import DEFAULT_MODELS
+from builders.registry import DEFAULT_STACK
 from loadtest.newcomer import DEFAULT_VICTIM, call_model, kill_stub, model_task, start_stack, wait_healed
 from serving.launcher import TritonPorts
 from serving.ports import reserve_port
@@ -35,7 +35,7 @@ def test_default_stack_is_ready_answers_and_heals_a_killed_stub(model_repository
         ready = stack.wait_ready(timeout_s=300)
         assert ready.status_code == 200, ready.text
         models = ready.json()["models"]
-        assert set(models) == set(DEFAULT_MODELS), models  # /readyz checks every default model
+        assert set(models) == set(DEFAULT_STACK), models  # /readyz checks every default model
 
         tasks = {model: model_task(stack, model) for model in models}
         for model in models:
