@@ -91,7 +91,8 @@ def verify(secret: bytes, header: str, body: bytes, *, tolerance_s: float = 300,
     if abs((time.time() if now is None else now) - timestamp) > tolerance_s:
         return False
     expected = hmac.new(secret, f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
-    return hmac.compare_digest(expected, parts.get("v1", ""))
+    # Bytes: compare_digest raises on a str holding anything but ASCII, and a header can hold other bytes.
+    return hmac.compare_digest(expected.encode(), parts.get("v1", "").encode("utf-8", "surrogateescape"))
 
 
 def _ip(text: str) -> IPAddress | None:

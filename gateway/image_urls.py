@@ -83,10 +83,11 @@ class ImageUrlSigner:
         if not expires or not signature:
             raise PermissionDenied("this image URL is not signed: use the URL the generation answered, with its "
                                    "expires and signature", field="signature")
-        if not expires.isdigit() or len(expires) > 12:
+        if not (expires.isascii() and expires.isdigit()) or len(expires) > 12:  # int() reads any script's digits
             raise PermissionDenied("this image URL's expires is not a Unix time", field="expires")
         when = int(expires)
-        if not hmac.compare_digest(_digest(self._key, path, when), signature):
+        # Bytes: compare_digest raises on a str holding anything but ASCII, and a query can hold anything.
+        if not hmac.compare_digest(_digest(self._key, path, when).encode(), signature.encode()):
             raise PermissionDenied("this image URL's signature does not match its path and expiry (altered, or "
                                    "signed by another gateway)", field="signature")
         if when <= self._clock():

@@ -50,7 +50,9 @@ def test_openapi_states_the_limits() -> None:
     generation = schemas["ImageGenerationRequest"]["properties"]
     g = LIMITS.image_generation
     assert generation["seed"]["maximum"] == g.max_seed and generation["seed"]["minimum"] == g.min_seed
-    assert generation["steps"]["maximum"] == g.max_steps and generation["steps"]["minimum"] == g.min_steps
+    # Optional fields are anyOf [the bounded type, null]: the bounds sit on the non-null branch.
+    steps = next(s for s in generation["steps"]["anyOf"] if s.get("type") == "integer")
+    assert steps["maximum"] == g.max_steps and steps["minimum"] == g.min_steps
     assert generation["guidance_scale"]["maximum"] == g.max_guidance
     assert generation["prompt"]["maxLength"] == g.max_prompt_chars
 

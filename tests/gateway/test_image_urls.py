@@ -32,7 +32,8 @@ def test_a_signed_url_opens_until_it_expires() -> None:
         signer.check(PATH, str(url.expires), url.signature)
 
 
-@pytest.mark.parametrize("change", ["path", "expires", "signature", "missing", "not-a-number", "other-secret"])
+@pytest.mark.parametrize("change", ["path", "expires", "signature", "missing", "not-a-number", "other-secret",
+                                    "non-ascii-path", "non-ascii-signature", "other-script-digits"])
 def test_an_altered_url_is_refused(change: str) -> None:
     signer = ImageUrlSigner("secret", Clock())
     url = signer.sign(PATH, 600)
@@ -48,6 +49,12 @@ def test_an_altered_url_is_refused(change: str) -> None:
         signature = ""
     elif change == "not-a-number":
         expires = "-5"
+    elif change == "non-ascii-path":  # what a fuzzer sends: found a 500 once
+        path = "/v1/images/files/\u169b\u1684"
+    elif change == "non-ascii-signature":
+        signature = "\u169b" * len(signature)
+    elif change == "other-script-digits":  # int() reads Arabic-Indic digits; the URL's expires is ASCII
+        expires = "\u0661" * 7
     else:
         checker = ImageUrlSigner("another secret", Clock())
     with pytest.raises(PermissionDenied):

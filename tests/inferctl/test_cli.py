@@ -62,7 +62,9 @@ def test_version_names_the_package_and_the_triton_it_ships() -> None:
 
 def test_output_in_a_log_is_full_width_columns_with_progress_lines(tmp_path) -> None:
     repository = tmp_path / "a-repository-path-long-enough-to-matter" / "model_repository"
-    done = _inferctl("build", "image_postprocess", "--repository", str(repository))
+    # Without the cache: another test of this session may have built the same entry, and a restored
+    # one reads "up to date"; this test is about the columns of a real build.
+    done = _inferctl("build", "image_postprocess", "--repository", str(repository), "--no-build-cache")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     header = next(line for line in lines if line.startswith("model "))

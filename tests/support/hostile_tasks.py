@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from serving.limits import DEFAULT_LIMITS
 from tests.support.hostile_corpus import (
     CLIENTS_DIMENSIONS,
     INTERNALS,
@@ -21,6 +22,8 @@ from tests.support.hostile_corpus import (
 
 __all__ = ["embedding_cases", "generation_cases"]
 
+_TOO_MANY = DEFAULT_LIMITS.embeddings.max_inputs + 1
+
 
 def embedding_cases() -> Iterator[Hostile]:
     f = "embedding-texts"
@@ -29,7 +32,7 @@ def embedding_cases() -> Iterator[Hostile]:
         ("texts-4x1MB", ["a" * (1 << 20)] * 4, (400, 413, 422), None),
         ("text-8193-chars", "b" * 8193, (400, 422), TENANCY_LIMITS),
         ("text-1MB-of-4-byte-chars", "\U0001f600" * (1 << 18), (400, 422), TENANCY_LIMITS),
-        ("inputs-65", ["x"] * 65, (400, 422), TENANCY_LIMITS),
+        (f"inputs-{_TOO_MANY}", ["x"] * _TOO_MANY, (400, 422), TENANCY_LIMITS),
         ("inputs-10000", ["x"] * 10_000, (400, 422), TENANCY_LIMITS),
         ("input-empty-string", "", (400, 422), None),
         ("inputs-one-empty", ["ok", ""], (400, 422), None),
