@@ -29,10 +29,11 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, ModelUnhealthy
 from gateway.model_breaker import Breakers, Trip
 from gateway.readiness import synthetic_inputs
 from gateway.triton import InferenceBackend
@@ -58,6 +59,10 @@ class ModelHealer:
         probe_timeout_s: deadline of one synthetic inference after a load.
         first_backoff_s: wait before the second attempt; it doubles per failed attempt.
         max_backoff_s: longest wait between attempts.
+        under_rollout: whether a rollout routes a model's traffic by weight now. Its internal errors
+            then count for nothing here: they are the rollout's to judge (promote rolls a failing
+            canary back), and a reload would re-apply the version set it read, racing the rollback.
+            A dead worker still opens the breaker.
     """
 
     def __init__(
@@ -70,6 +75,7 @@ class ModelHealer:
         probe_timeout_s: float = 30.0,
         first_backoff_s: float = DEFAULT_HEAL_FIRST_BACKOFF_S,
         max_backoff_s: float = DEFAULT_HEAL_MAX_BACKOFF_S,
+        under_rollout: Callable[[str], bool] = lambda model: False,
     ) -> None:
         self.backend = backend
         self.breakers = breakers
@@ -77,6 +83,7 @@ class ModelHealer:
         self._probe_timeout_s = probe_timeout_s
         self._first_backoff_s = first_backoff_s
         self._max_backoff_s = max_backoff_s
+        self._under_rollout = under_rollout
         self._waiting: dict[str, set[str]] = {}  # reload target -> models whose breakers wait on it
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self.reloads = Counter("gateway_model_reloads", "Model reloads the gateway asked Triton for, by outcome.",
@@ -100,6 +107,8 @@ class ModelHealer:
             self.breakers.success(model)
             return
         if not isinstance(exc, GatewayError):
+            return
+        if not isinstance(exc, ModelUnhealthy) and self._under_rollout(model):
             return
         trip = self.breakers.failure(model, exc)
         if trip is not None:

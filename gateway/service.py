@@ -103,7 +103,7 @@ class InferenceService:
         self.healer = ModelHealer(
             backend, Breakers(settings.breaker_failures), tracker.registry,
             load_timeout_s=settings.heal_load_timeout_s, probe_timeout_s=settings.ready_timeout_s,
-            max_backoff_s=settings.heal_max_backoff_s,
+            max_backoff_s=settings.heal_max_backoff_s, under_rollout=self.traffic.splits,
         )
         self.admission = AdmissionControl(settings, self.catalog, limiter, tracker, self.healer)
         self.readiness = ReadinessProbe(

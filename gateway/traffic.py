@@ -184,6 +184,10 @@ class TrafficSplit:
             self._counts.pop(model, None)
         return self._weights.pop(model, None) is not None
 
+    def splits(self, model: str) -> bool:
+        """Whether weights route ``model``'s traffic now (a canary or a pinned rollout is under way)."""
+        return model in self._weights
+
     def observe(self, model: str, route: Route, ok: bool) -> None:
         """Count one routed request's outcome (nothing is counted for a model without weights)."""
         if model not in self._weights:

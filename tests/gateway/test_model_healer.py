@@ -119,3 +119,23 @@ async def test_the_healer_reloads_the_failed_model_with_backoff_then_closes_the_
     assert registry.get_sample_value("gateway_model_breaker_open", {"model": "text_embedding"}) == 0
     healer.check("text_embedding")
     await healer.close()
+
+
+async def test_a_canarys_errors_are_the_rollouts_to_judge_but_a_dead_worker_still_opens_the_breaker() -> None:
+    # A reload during a canary re-applies the version set it read and races the rollback: a
+    # promotion test once saw the failing candidate serve again after it was rolled back.
+    backend = HealingBackend(failing_loads=0)
+    rollout = {"m"}
+    healer = ModelHealer(backend, Breakers(failures=1), CollectorRegistry(),  # type: ignore[arg-type]
+                         first_backoff_s=0.01, under_rollout=rollout.__contains__)
+    for _ in range(5):
+        healer.observe("m", UpstreamError("the candidate raised"))
+    healer.check("m")
+    assert backend.loads == []
+    healer.observe("m", _dead("m"))
+    with pytest.raises(ModelUnhealthy):
+        healer.check("m")
+    healer.observe("other", UpstreamError("broke"))  # a model no rollout splits: counted as before
+    with pytest.raises(ModelUnhealthy):
+        healer.check("other")
+    await healer.close()
