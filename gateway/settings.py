@@ -350,22 +350,28 @@ class GatewaySettings(JobSettings, ResidencySettings):
 
         ``workers`` when set. Automatic (0): one per usable core when Redis is configured, else one,
         because without Redis rate limits and canary weights live in each process: several processes
-        would multiply every limit and could disagree on weights.
+        would multiply every limit and could disagree on weights. One as well with a residency budget
+        (its LRU lives in the process).
 
         Args:
             cores: usable cores (default: :func:`usable_cores`).
 
         Raises:
-            ValueError: more than one worker asked for without Redis.
+            ValueError: more than one worker asked for without Redis, or with a residency budget.
         """
         if self.workers > 1 and not self.shared:
             raise ValueError(
                 f"workers={self.workers} needs GATEWAY_REDIS_URL: without Redis, rate limits and canary "
                 "weights live in each process, so several workers would multiply every limit"
             )
+        if self.workers > 1 and self.residency_budget_bytes:
+            raise ValueError(
+                f"workers={self.workers} with GATEWAY_RESIDENCY_BUDGET_BYTES: which models are loaded, and "
+                "the loads in flight, live in one gateway process; several would each evict for themselves"
+            )
         if self.workers:
             return self.workers
-        if not self.shared:
+        if not self.shared or self.residency_budget_bytes:
             return 1
         return max(1, cores if cores is not None else usable_cores())
 

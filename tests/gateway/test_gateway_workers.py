@@ -24,6 +24,14 @@ def test_several_workers_without_redis_are_refused() -> None:
         GatewaySettings(workers=2).worker_count()
 
 
+def test_a_residency_budget_keeps_one_worker() -> None:
+    # The LRU of loaded models lives in the process: one process decides what is evicted.
+    budget = {"redis_url": "redis://r:6379/0", "residency_budget_bytes": 1 << 30}
+    assert GatewaySettings(**budget).worker_count(cores=16) == 1
+    with pytest.raises(ValueError, match="RESIDENCY_BUDGET"):
+        GatewaySettings(**budget, workers=2).worker_count()
+
+
 @pytest.mark.parametrize(("cpu_max", "expected"), [("max 100000", None), ("200000 100000", 2), ("150000 100000", 2),
                                                    ("50000 100000", 1), ("garbage", None)])
 def test_a_container_cpu_quota_caps_the_cores(tmp_path: Path, cpu_max: str, expected: int | None) -> None:
