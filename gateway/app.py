@@ -4,8 +4,8 @@ Owns the wiring and nothing else: the one table from exceptions to HTTP statuses
 list, the routers, and a lifespan that opens (and closes) the Triton client pool, the rate limiter,
 the Triton statistics poller, the shared-state sync (with Redis), the generation job store and its
 workers, and the KServe v2 gRPC entry when a port is set for it. Nothing happens at import time.
-What backs each store is chosen in :mod:`gateway.app_stores`; :mod:`gateway.validation_report` words
-validation failures and :mod:`gateway.openapi_doc` finishes the OpenAPI document.
+What backs each store is chosen in :mod:`gateway.app_stores`; :mod:`gateway.http.validation_report` words
+validation failures and :mod:`gateway.routes.openapi_doc` finishes the OpenAPI document.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware import Middleware
 
 from gateway import errors
-from gateway.admission import RefusalCharge
 from gateway.app_stores import (
     build_backend,
     build_image_store,
@@ -32,33 +31,39 @@ from gateway.app_stores import (
     build_sketch_store,
     build_usage_store,
 )
-from gateway.auth import Authenticator
-from gateway.callbacks import CallbackPolicy, CallbackSender
-from gateway.compression import DecompressionMiddleware
-from gateway.context import CONTEXT_KEY
-from gateway.grpc_entry import start_grpc_server
-from gateway.image_urls import ImageUrlSigner
-from gateway.job_runner import JobRunner
-from gateway.job_service import ImageJobs
-from gateway.keys import open_key_store
-from gateway.middleware import AuthMiddleware, BodyLimitMiddleware, ContextMiddleware, DisconnectMiddleware
-from gateway.model_cards import ModelCards
+from gateway.backends.model_cards import ModelCards
+from gateway.backends.residency import build_residency
+from gateway.backends.triton import InferenceBackend
+from gateway.http.compression import DecompressionMiddleware
+from gateway.http.context import CONTEXT_KEY
+from gateway.http.middleware import (
+    AuthMiddleware,
+    BodyLimitMiddleware,
+    ContextMiddleware,
+    DisconnectMiddleware,
+)
+from gateway.http.problems import ErrorReport, ErrorShape, ProblemRenderer
+from gateway.http.validation_report import validation_report
+from gateway.jobs.callbacks import CallbackPolicy, CallbackSender
+from gateway.jobs.image_urls import ImageUrlSigner
+from gateway.jobs.runner import JobRunner
+from gateway.jobs.service import ImageJobs
+from gateway.observe.stats import LatencyTracker
+from gateway.observe.timing import watch_event_loop
 from gateway.openai_tasks import OpenAITasks
-from gateway.openapi_doc import document_security
-from gateway.problems import ErrorReport, ErrorShape, ProblemRenderer
-from gateway.ratelimit import RateLimiter
-from gateway.residency import build_residency
 from gateway.routes import admin, classify, health, jobs, kserve, openai, residency_admin, stats, usage
 from gateway.routes import traffic as traffic_routes
+from gateway.routes.kserve_grpc import start_grpc_server
+from gateway.routes.openapi_doc import document_security
 from gateway.service import InferenceService
 from gateway.settings import GatewaySettings
-from gateway.state_sync import StateSync
-from gateway.stats import LatencyTracker
-from gateway.timing import watch_event_loop
-from gateway.traffic import TrafficSplit
-from gateway.triton import InferenceBackend
-from gateway.usage import UsageMeter, UsageStoreError
-from gateway.validation_report import validation_report
+from gateway.tenancy.admission import RefusalCharge
+from gateway.tenancy.auth import Authenticator
+from gateway.tenancy.keys import open_key_store
+from gateway.tenancy.ratelimit import RateLimiter
+from gateway.tenancy.state_sync import StateSync
+from gateway.tenancy.traffic import TrafficSplit
+from gateway.tenancy.usage import UsageMeter, UsageStoreError
 from serving.limits import DEFAULT_LIMITS
 
 __all__ = ["ERROR_SHAPES", "ERROR_STATUS", "create_app"]
@@ -170,7 +175,7 @@ def create_app(
     store = open_key_store(settings)
     redis_client = None
     if settings.shared:
-        from gateway.redis_state import RedisTrafficStore, connect, read_versions
+        from gateway.tenancy.redis_state import RedisTrafficStore, connect, read_versions
 
         redis_client = connect(settings.redis_url.get_secret_value(), settings.redis_timeout_s)
         traffic = TrafficSplit(store=RedisTrafficStore(redis_client, settings.redis_prefix))

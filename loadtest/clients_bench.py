@@ -105,9 +105,9 @@ def run_benchmark(repository: Path, model: str, concurrencies: Sequence[int], du
     Returns:
         One :class:`PathFigures` per (concurrency, path), in :data:`PATHS` order.
     """
-    from gateway.keys import bootstrap_first_key
-    from gateway.secret_policy import generate_secret
     from gateway.settings import GatewaySettings
+    from gateway.tenancy.keys import bootstrap_first_key
+    from gateway.tenancy.secret_policy import generate_secret
     from serving.launcher import TritonPorts, TritonServer
     from serving.ports import reserve_port
     from serving.processes import ManagedProcess, child_env, python_module

@@ -6,9 +6,9 @@
    configured as the builders configure every model, and starts the real Triton binary with none
    of them loaded;
 2. calibrates: loads one variant directly, reads the tritonserver process tree's memory before and
-   after (the meter the gateway uses, :mod:`gateway.residency_memory`), unloads it; the budget is
+   after (the meter the gateway uses, :mod:`gateway.backends.residency_memory`), unloads it; the budget is
    ``--budget-models`` such footprints (plus 10% for the meter's noise);
-3. **on demand**: a gateway with that budget (:mod:`gateway.residency`), Zipf-distributed traffic
+3. **on demand**: a gateway with that budget (:mod:`gateway.backends.residency`), Zipf-distributed traffic
    (``s`` = ``--zipf-s``, the most popular variant first) at ``--concurrency`` for ``--duration``
    seconds through the platform's load generator, while the meter is sampled every 0.25 s;
 4. **all loaded**: every variant loaded, a gateway with residency off, the same traffic.
@@ -125,7 +125,7 @@ def build_variants(root: Path, settings: MultiModelSettings) -> list[str]:
 @contextlib.contextmanager
 def gateway(triton_http_url: str, workdir: Path, env: dict[str, str]) -> Iterator[tuple[str, str]]:
     """A real gateway (``env`` adds its settings) with one unlimited key; yields ``(base URL, api key)``."""
-    from gateway.keys_sqlite import SqliteKeyStore
+    from gateway.tenancy.keys_sqlite import SqliteKeyStore
 
     workdir.mkdir(parents=True, exist_ok=True)
     keys_db = workdir / "keys.sqlite3"
@@ -174,8 +174,8 @@ def _ms(values: np.ndarray, q: float) -> float:
 
 def run_multimodel(settings: MultiModelSettings) -> dict[str, Any]:
     """Run both phases; write the JSON documents and the plot to ``settings.out_dir``."""
-    from gateway.residency_memory import ProcessTreeMeter
-    from gateway.residency_triton import TritonRepository
+    from gateway.backends.residency_memory import ProcessTreeMeter
+    from gateway.backends.residency_triton import TritonRepository
 
     settings.out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="multimodel-") as tmp:

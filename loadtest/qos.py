@@ -36,7 +36,7 @@ from typing import Any
 
 from builders.spec import BatchingPolicy, TensorSpec
 from builders.triton_config import model_config, write_config
-from gateway.secret_policy import generate_secret
+from gateway.tenancy.secret_policy import generate_secret
 from loadtest.loadgen import HttpTarget, LoadResult, LoadSpec, run, run_load
 from serving.console import Table, make_console, print_table
 from serving.launcher import TritonPorts, TritonServer
@@ -117,7 +117,7 @@ def gateway(triton_http_url: str, workdir: Path, *, priorities: bool, max_in_fli
     tuple[str, dict[str, str]]
 ]:
     """A real gateway with a premium and a free key; yields ``(base URL, {tier: api key})``."""
-    from gateway.keys_sqlite import SqliteKeyStore
+    from gateway.tenancy.keys_sqlite import SqliteKeyStore
 
     workdir.mkdir(parents=True, exist_ok=True)
     keys_db = workdir / "keys.sqlite3"

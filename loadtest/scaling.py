@@ -191,7 +191,7 @@ def redis_server(workdir: Path) -> Iterator[str]:
 @contextlib.contextmanager
 def gateway_process(name: str, settings: dict[str, str], workdir: Path) -> Iterator[str]:
     """``python -m gateway`` with ``GATEWAY_*`` ``settings`` on a free loopback port; yields ``host:port``."""
-    from gateway.secret_policy import generate_secret
+    from gateway.tenancy.secret_policy import generate_secret
     from serving.ports import reserve_port
     from serving.processes import ManagedProcess, child_env, python_module
 
@@ -207,8 +207,8 @@ def gateway_process(name: str, settings: dict[str, str], workdir: Path) -> Itera
 
 def bench_key(redis_url: str, tiers: dict[str, dict[str, float]]) -> str:
     """A key of tier ``bench`` in the Redis store every gateway here shares."""
-    from gateway.keys import open_key_store
     from gateway.settings import GatewaySettings
+    from gateway.tenancy.keys import open_key_store
 
     store = open_key_store(GatewaySettings(redis_url=redis_url, tier_limits=tiers))
     try:

@@ -6,8 +6,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, File, UploadFile
 
-from gateway.context import RequestContext
-from gateway.protocol import INFERENCE_ERRORS, ClassifyResponse, ClassifyResult, ClassPrediction
+from gateway.http.context import RequestContext
+from gateway.protocol.rest import INFERENCE_ERRORS, ClassifyResponse, ClassifyResult, ClassPrediction
 from gateway.service import InferenceService
 from serving.limits import DEFAULT_LIMITS
 

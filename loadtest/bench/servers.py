@@ -117,10 +117,10 @@ def gateway_server(triton_http_url: str, workdir: Path, workers: int = 1) -> Ite
 def _create_key(keys_db: Path, redis_url: str | None) -> tuple[str, str]:
     """A high-limit key in the store the gateway reads: SQLite alone, or Redis for several workers."""
     if redis_url is None:
-        from gateway.keys_sqlite import SqliteKeyStore
+        from gateway.tenancy.keys_sqlite import SqliteKeyStore
 
         return SqliteKeyStore(keys_db).create("loadtest-bench", ["*"], _BENCH_TIER)
-    from gateway.redis_state import RedisKeyStore  # the store of gateway --workers
+    from gateway.tenancy.redis_state import RedisKeyStore  # the store of gateway --workers
 
     return RedisKeyStore(redis_url).create("loadtest-bench", ["*"], _BENCH_TIER)
 

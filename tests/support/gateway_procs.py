@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from gateway.secret_policy import generate_secret
+from gateway.tenancy.secret_policy import generate_secret
 from serving.ports import reserve_port
 from serving.processes import ManagedProcess, child_env, python_module
 
@@ -32,7 +32,7 @@ __all__ = [
 
 ROOT = Path(__file__).resolve().parents[2]
 #: fresh for each test session: the gateway refuses placeholder secrets, and a test must not lean on a
-#: known one (gateway/secret_policy.py)
+#: known one (gateway/tenancy/secret_policy.py)
 ADMIN_TOKEN = generate_secret()
 METRICS_TOKEN = generate_secret()
 #: what Prometheus sends to /metrics
