@@ -24,9 +24,9 @@ __all__ = [
 _EXPORTS = {
     "GatewaySettings": "gateway.settings",
     "KeyStore": "gateway.tenancy.keys",
-    "bootstrap_first_key": "gateway.tenancy.keys",
+    "bootstrap_first_key": "gateway.tenancy.key_stores",
     "create_app": "gateway.app",
-    "open_key_store": "gateway.tenancy.keys",
+    "open_key_store": "gateway.tenancy.key_stores",
     "serve": "gateway.http.server",
 }
 
@@ -34,7 +34,8 @@ if TYPE_CHECKING:
     from gateway.app import create_app
     from gateway.http.server import serve
     from gateway.settings import GatewaySettings
-    from gateway.tenancy.keys import KeyStore, bootstrap_first_key, open_key_store
+    from gateway.tenancy.key_stores import bootstrap_first_key, open_key_store
+    from gateway.tenancy.keys import KeyStore
 
 
 def __getattr__(name: str) -> Any:

@@ -59,7 +59,7 @@ from gateway.service import InferenceService
 from gateway.settings import GatewaySettings
 from gateway.tenancy.admission import RefusalCharge
 from gateway.tenancy.auth import Authenticator
-from gateway.tenancy.keys import open_key_store
+from gateway.tenancy.key_stores import open_key_store
 from gateway.tenancy.ratelimit import RateLimiter
 from gateway.tenancy.state_sync import StateSync
 from gateway.tenancy.traffic import TrafficSplit

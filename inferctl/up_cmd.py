@@ -82,7 +82,7 @@ def _gateway(args: argparse.Namespace, triton_http: str, env: dict[str, str],
 def _first_key(args: argparse.Namespace, env: dict[str, str]) -> str | None:
     """A new all-models key when the store has none yet; ``None`` when keys already exist."""
     from gateway.settings import GatewaySettings
-    from gateway.tenancy.keys import bootstrap_first_key
+    from gateway.tenancy.key_stores import bootstrap_first_key
     from gateway.tenancy.keys_sqlite import SqliteKeyStore
 
     keys_db = args.state_dir / "keys.sqlite3"

@@ -106,7 +106,7 @@ def run_benchmark(repository: Path, model: str, concurrencies: Sequence[int], du
         One :class:`PathFigures` per (concurrency, path), in :data:`PATHS` order.
     """
     from gateway.settings import GatewaySettings
-    from gateway.tenancy.keys import bootstrap_first_key
+    from gateway.tenancy.key_stores import bootstrap_first_key
     from gateway.tenancy.secret_policy import generate_secret
     from serving.launcher import TritonPorts, TritonServer
     from serving.ports import reserve_port

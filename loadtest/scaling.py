@@ -208,7 +208,7 @@ def gateway_process(name: str, settings: dict[str, str], workdir: Path) -> Itera
 def bench_key(redis_url: str, tiers: dict[str, dict[str, float]]) -> str:
     """A key of tier ``bench`` in the Redis store every gateway here shares."""
     from gateway.settings import GatewaySettings
-    from gateway.tenancy.keys import open_key_store
+    from gateway.tenancy.key_stores import open_key_store
 
     store = open_key_store(GatewaySettings(redis_url=redis_url, tier_limits=tiers))
     try:

@@ -258,7 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     overrides = {k: v for k, v in vars(args).items() if v is not None and k != "create_key"}
     settings = GatewaySettings(**overrides)
     if args.create_key:
-        from gateway.tenancy.keys import bootstrap_first_key
+        from gateway.tenancy.key_stores import bootstrap_first_key
 
         print(bootstrap_first_key(settings, name=args.create_key))
         return 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 __all__ = [
     "admission",
     "auth",
+    "key_stores",
     "keys",
     "keys_cli",
     "keys_sqlite",

@@ -9,7 +9,7 @@ Two stores behind one interface, :class:`KeyStore`:
 
 - :class:`gateway.tenancy.keys_sqlite.SqliteKeyStore`: a file, the single-process default (``inferctl up``).
 - :class:`gateway.tenancy.redis_state.RedisKeyStore`: shared by every replica and worker; chosen whenever a
-  Redis URL is configured (:func:`open_key_store`).
+  Redis URL is configured (:func:`gateway.tenancy.key_stores.open_key_store`).
 
 Keys move between stores as :class:`ApiKeyRecord` documents (id, hash and metadata, never a
 plaintext): ``export`` from one, :meth:`KeyStore.import_records` into the other.
@@ -24,10 +24,7 @@ import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from gateway.settings import GatewaySettings
+from typing import Any
 
 __all__ = [
     "ALL_MODELS",
@@ -39,9 +36,8 @@ __all__ = [
     "KeyConflict",
     "KeyStore",
     "KeyStoreUnavailable",
-    "bootstrap_first_key",
+    "hash_key",
     "new_key",
-    "open_key_store",
     "parse_key",
 ]
 
@@ -109,7 +105,7 @@ class KeyStoreUnavailable(Exception):
     """The store could not be reached (Redis down); raised with the library error as its cause."""
 
 
-def _hash(key: str) -> str:
+def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
@@ -136,7 +132,7 @@ def parse_key(key: str) -> str | None:
     return key_id
 
 
-_DUMMY_HASH = _hash("gk_000000000000_dummy")
+_DUMMY_HASH = hash_key("gk_000000000000_dummy")
 
 
 def check_import(records: Sequence[ApiKeyRecord]) -> None:
@@ -249,7 +245,7 @@ class KeyStore(ABC):
 
         A missing record still costs one comparison, so timing does not reveal which ids exist.
         """
-        candidate = _hash(plaintext)
+        candidate = hash_key(plaintext)
         expected = record.key_hash if record is not None else _DUMMY_HASH
         return hmac.compare_digest(candidate, expected) and record is not None
 
@@ -286,41 +282,3 @@ def records_from_export(entries: Iterable[dict[str, Any]]) -> list[ApiKeyRecord]
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"keys[{index}]: {type(exc).__name__}: {exc}") from exc
     return out
-
-
-def open_key_store(settings: GatewaySettings) -> KeyStore:
-    """The store the settings name: Redis when ``redis_url`` is set, else the SQLite file ``keys_db``.
-
-    Args:
-        settings: the gateway settings.
-
-    Returns:
-        An open store; close it with :meth:`KeyStore.close`.
-    """
-    url = settings.redis_url.get_secret_value()
-    if url:
-        from gateway.tenancy.redis_state import RedisKeyStore
-
-        return RedisKeyStore(url, prefix=settings.redis_prefix, timeout_s=settings.redis_timeout_s)
-    from gateway.tenancy.keys_sqlite import SqliteKeyStore
-
-    return SqliteKeyStore(settings.keys_db)
-
-
-def bootstrap_first_key(settings: GatewaySettings, name: str = "first-key", tier: str | None = None) -> str:
-    """Create an all-models key in the configured store, for the platform's start command.
-
-    Args:
-        settings: the gateway settings (the store and ``default_tier`` are used).
-        name: the key's label.
-        tier: the tier; the settings' default tier when ``None``.
-
-    Returns:
-        The plaintext key, to print once; only its hash is stored.
-    """
-    store = open_key_store(settings)
-    try:
-        _, plaintext = store.create(name, [ALL_MODELS], tier or settings.default_tier)
-    finally:
-        store.close()
-    return plaintext

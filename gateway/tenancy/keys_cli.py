@@ -23,12 +23,12 @@ from pydantic import ValidationError
 
 from gateway.protocol.keys import KeyExport
 from gateway.settings import GatewaySettings
+from gateway.tenancy.key_stores import open_key_store
 from gateway.tenancy.keys import (
     ALL_MODELS,
     KeyConflict,
     KeyStore,
     KeyStoreUnavailable,
-    open_key_store,
     records_from_export,
 )
 

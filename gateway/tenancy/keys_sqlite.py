@@ -19,8 +19,8 @@ from gateway.tenancy.keys import (
     ApiKeyRecord,
     ImportResult,
     KeyStore,
-    _hash,
     check_import,
+    hash_key,
     new_key,
     plan_import,
 )
@@ -87,7 +87,7 @@ class SqliteKeyStore(KeyStore):
                 with self._connect() as db:
                     db.execute(
                         "INSERT INTO api_keys (key_id, name, key_hash, scopes, tier, created_at) VALUES (?,?,?,?,?,?)",
-                        (key_id, name, _hash(plaintext), json.dumps(list(scopes)), tier, time.time()),
+                        (key_id, name, hash_key(plaintext), json.dumps(list(scopes)), tier, time.time()),
                     )
             except sqlite3.IntegrityError:
                 continue
@@ -109,7 +109,7 @@ class SqliteKeyStore(KeyStore):
         with self._connect() as db:
             cursor = db.execute(
                 "UPDATE api_keys SET key_hash = ?, rotated_at = ? WHERE key_id = ? AND revoked_at IS NULL",
-                (_hash(plaintext), time.time(), key_id),
+                (hash_key(plaintext), time.time(), key_id),
             )
         if cursor.rowcount != 1:
             raise KeyError(key_id)

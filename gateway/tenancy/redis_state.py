@@ -41,8 +41,8 @@ from gateway.tenancy.keys import (
     ImportResult,
     KeyStore,
     KeyStoreUnavailable,
-    _hash,
     check_import,
+    hash_key,
     new_key,
     plan_import,
 )
@@ -155,7 +155,7 @@ class RedisKeyStore(KeyStore):
             raise ValueError("a key needs at least one scope (a model name or '*')")
         for _ in range(5):  # an id collision is astronomically rare; retry rather than fail
             key_id, plaintext = new_key()
-            record = ApiKeyRecord(key_id, name, tuple(scopes), tier, time.time(), None, None, _hash(plaintext))
+            record = ApiKeyRecord(key_id, name, tuple(scopes), tier, time.time(), None, None, hash_key(plaintext))
 
             def body(pipe: Pipeline, record: ApiKeyRecord = record) -> bool:
                 if pipe.exists(self._key(record.key_id)):
@@ -191,7 +191,7 @@ class RedisKeyStore(KeyStore):
             if not fields or fields.get("revoked_at"):
                 return False
             pipe.multi()
-            pipe.hset(self._key(key_id), mapping={"key_hash": _hash(plaintext), "rotated_at": repr(time.time())})
+            pipe.hset(self._key(key_id), mapping={"key_hash": hash_key(plaintext), "rotated_at": repr(time.time())})
             pipe.incr(self._version)
             return True
 
