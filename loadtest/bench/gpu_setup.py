@@ -23,7 +23,7 @@ from loadtest.loadgen import LoadSpec, Target, run_load
 from serving.launcher import TritonServer
 
 if TYPE_CHECKING:
-    from loadtest.bench.gpu import GpuBenchSettings
+    from loadtest.bench.gpu_settings import GpuBenchSettings
 
 __all__ = ["NOBATCH", "P99_BUDGET_MS", "PIPELINE", "PIPELINE_COMPILED", "TENSOR", "Clock", "compiled_entry", "compiled_file", "latest", "parse_points", "prepare_repository", "sweep", "unavailable"]
 
