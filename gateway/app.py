@@ -35,7 +35,6 @@ from gateway.backends.model_cards import ModelCards
 from gateway.backends.residency import build_residency
 from gateway.backends.triton import InferenceBackend
 from gateway.http.compression import DecompressionMiddleware
-from gateway.http.context import CONTEXT_KEY
 from gateway.http.middleware import (
     AuthMiddleware,
     BodyLimitMiddleware,
@@ -59,6 +58,7 @@ from gateway.service import InferenceService
 from gateway.settings import GatewaySettings
 from gateway.tenancy.admission import RefusalCharge
 from gateway.tenancy.auth import Authenticator
+from gateway.tenancy.context import CONTEXT_KEY
 from gateway.tenancy.key_stores import open_key_store
 from gateway.tenancy.ratelimit import RateLimiter
 from gateway.tenancy.state_sync import StateSync

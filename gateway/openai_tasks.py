@@ -36,10 +36,10 @@ import numpy as np
 from gateway.backends.model_cards import ModelCards
 from gateway.backends.triton import Tensor
 from gateway.errors import BadRequest, GatewayError, InferenceInputError, ModelNotFound, UpstreamTimeout
-from gateway.http.context import RequestContext
 from gateway.observe.generation_pace import GenerationPace, generation_work
 from gateway.service import InferenceService
 from gateway.tenancy.admission import Ticket
+from gateway.tenancy.context import RequestContext
 from serving.limits import DEFAULT_LIMITS, RequestLimits
 from serving.model_card import ModelCard, Task
 from serving.token_ids import token_row_of

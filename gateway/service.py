@@ -23,11 +23,11 @@ from gateway.backends.model_healer import ModelHealer
 from gateway.backends.readiness import ReadinessProbe
 from gateway.backends.triton import InferenceBackend, RawResponse, Tensor, timeout_us
 from gateway.errors import BadRequest, Conflict, ModelNotFound, PermissionDenied
-from gateway.http.context import RequestContext
 from gateway.observe.stats import LatencyTracker
 from gateway.protocol.kserve import GrpcBody, InferRequest, ParseLimits, RestBody
 from gateway.settings import GatewaySettings
 from gateway.tenancy.admission import AdmissionControl, Ticket
+from gateway.tenancy.context import RequestContext
 from gateway.tenancy.ratelimit import RateLimiter
 from gateway.tenancy.traffic import Route, TrafficSplit, check_target, check_version, check_weights
 from serving.limits import DEFAULT_LIMITS, RequestLimits

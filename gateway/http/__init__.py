@@ -1,5 +1,5 @@
 """The wire: the uvicorn server, plain ASGI middleware, connection and body limits, compressed
-bodies, the per-request context, and problem+json rendering of errors.
+bodies, and problem+json rendering of errors.
 
 The first room a request passes: :mod:`gateway.http.limits` (uvicorn's protocol), then the
 middleware of :mod:`gateway.http.middleware` and :mod:`gateway.http.compression`.
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 __all__ = [
     "compression",
-    "context",
     "limits",
     "middleware",
     "problems",

@@ -29,11 +29,11 @@ from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
 from gateway.errors import GatewayError, PayloadTooLarge
-from gateway.http.context import CONTEXT_KEY, RequestContext
 from gateway.http.problems import ProblemRenderer
 from gateway.observe.stats import LatencyTracker
 from gateway.tenancy.admission import RefusalCharge
 from gateway.tenancy.auth import Authenticator
+from gateway.tenancy.context import CONTEXT_KEY, RequestContext
 from gateway.tenancy.usage import UsageMeter
 
 __all__ = ["AuthMiddleware", "BodyLimitMiddleware", "ContextMiddleware", "DisconnectMiddleware"]

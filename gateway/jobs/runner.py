@@ -37,13 +37,13 @@ import uuid
 from collections.abc import Callable
 
 from gateway.errors import GatewayError, Overloaded, ServiceUnavailable, StateStoreUnavailable
-from gateway.http.context import Principal, RequestContext
 from gateway.http.problems import ProblemRenderer
 from gateway.jobs.callbacks import CallbackSender
 from gateway.jobs.service import job_document
 from gateway.jobs.store import CallbackState, Job, JobError, JobStatus, JobStore, Outcome
 from gateway.openai_tasks import IMAGE_FORMATS, ImageRequest, OpenAITasks
 from gateway.settings import GatewaySettings
+from gateway.tenancy.context import Principal, RequestContext
 from gateway.tenancy.usage import UsageMeter
 
 __all__ = ["JobRunner", "worker_name"]

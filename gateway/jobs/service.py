@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.errors import JobNotFinished, NotFound
-from gateway.http.context import Principal, RequestContext
 from gateway.jobs.callbacks import CallbackPolicy
 from gateway.jobs.store import Job, JobStatus, JobStore, looks_like_job_id, new_job_id
 from gateway.openai_tasks import ImageRequest, OpenAITasks
+from gateway.tenancy.context import Principal, RequestContext
 from serving.limits import DEFAULT_LIMITS, JobLimits
 
 __all__ = ["ImageJobs", "JobResult", "job_document"]

@@ -1,5 +1,5 @@
-"""What the gateway measures: latency sketches and their shared stores, ``/v1/stats``, Prometheus
-metrics, the per-stage timing of a request and the learned pace of image generations.
+"""What the gateway measures: latency sketches and their shared stores, Prometheus metrics, the
+per-stage timing of a request and the learned pace of image generations.
 
 Each module is imported by its own name (``from gateway.observe.<module> import ...``); this
 package re-exports nothing, so importing one room costs only what that module needs.
@@ -12,7 +12,6 @@ __all__ = [
     "latency",
     "redis_series",
     "stats",
-    "stats_report",
     "stats_store",
     "timing",
 ]

@@ -1,5 +1,5 @@
 """Wire models shared by the routes: the REST APIs' request and response models, their error
-bodies, the admin key API's models, and KServe v2 inference requests (:mod:`gateway.protocol.kserve`).
+bodies, and KServe v2 inference requests (:mod:`gateway.protocol.kserve`).
 
 Each module is imported by its own name (``from gateway.protocol.<module> import ...``); this
 package re-exports nothing, so importing one room costs only what that module needs.
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 __all__ = [
     "errors",
-    "keys",
     "kserve",
     "rest",
 ]

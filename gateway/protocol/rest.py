@@ -1,7 +1,7 @@
 """Request and response models of the gateway's REST APIs, with the examples OpenAPI shows.
 
 Only the routes import this module; the service layer works with plain values. The admin key API's
-models are in :mod:`gateway.protocol.keys`, the job API's in :mod:`gateway.jobs.protocol`; the error
+models are in :mod:`gateway.tenancy.key_protocol`, the job API's in :mod:`gateway.jobs.protocol`; the error
 bodies live in :mod:`gateway.protocol.errors` and are re-exported here for the routes.
 """
 

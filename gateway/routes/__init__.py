@@ -17,6 +17,7 @@ __all__ = [
     "openapi_doc",
     "residency_admin",
     "stats",
+    "stats_report",
     "traffic",
     "usage",
 ]

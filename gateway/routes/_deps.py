@@ -6,10 +6,10 @@ from typing import Any
 
 from fastapi import Request
 
-from gateway.http.context import CONTEXT_KEY, RequestContext
 from gateway.observe.stats import LatencyTracker
 from gateway.service import InferenceService
 from gateway.tenancy.auth import Authenticator
+from gateway.tenancy.context import CONTEXT_KEY, RequestContext
 from gateway.tenancy.keys import KeyStore
 
 __all__ = [

@@ -9,10 +9,10 @@ from typing import Annotated, ParamSpec, TypeVar
 from fastapi import APIRouter, Depends, Path, Query
 
 from gateway.errors import BadRequest, Conflict, NotFound, StateStoreUnavailable
-from gateway.protocol.keys import CreatedKey, CreateKeyRequest, ImportKeysResponse, KeyExport, KeyInfo
 from gateway.protocol.rest import problem_responses
 from gateway.settings import GatewaySettings
 from gateway.tenancy.auth import Authenticator
+from gateway.tenancy.key_protocol import CreatedKey, CreateKeyRequest, ImportKeysResponse, KeyExport, KeyInfo
 from gateway.tenancy.keys import ApiKeyRecord, KeyConflict, KeyStore, KeyStoreUnavailable, records_from_export
 
 from ._deps import get_authenticator, get_store

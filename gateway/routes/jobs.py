@@ -16,13 +16,13 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
 from gateway.errors import NotFound
-from gateway.http.context import RequestContext
 from gateway.jobs.image_urls import ImageUrlSigner
 from gateway.jobs.protocol import DeletedJob, ImageJob, ImageJobList, ImageJobRequest
 from gateway.jobs.runner import JobRunner
 from gateway.jobs.service import MAX_LISTED, ImageJobs
 from gateway.jobs.store import Job
 from gateway.protocol.rest import OPENAI_ERRORS, ImageData, ImageGenerationResponse, openai_responses
+from gateway.tenancy.context import RequestContext
 from serving.limits import DEFAULT_LIMITS
 
 from ._deps import get_context

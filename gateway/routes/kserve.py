@@ -17,10 +17,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Request, Response
 
 from gateway.errors import BadRequest, ModelNotReady
-from gateway.http.context import CONTEXT_KEY, RequestContext
 from gateway.protocol.kserve import HEADER_LENGTH, RestBody
 from gateway.protocol.rest import KSERVE_ERRORS, kserve_responses
 from gateway.service import InferenceService
+from gateway.tenancy.context import CONTEXT_KEY, RequestContext
 
 from ._deps import ADMIN_AUTH, get_context, get_service
 

@@ -37,13 +37,13 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from gateway.errors import GatewayError
-from gateway.http.context import Principal, RequestContext
 from gateway.http.problems import ProblemRenderer
 from gateway.observe.stats import LatencyTracker
 from gateway.protocol.kserve import GrpcBody, response_from_rest
 from gateway.service import InferenceService
 from gateway.settings import GatewaySettings
 from gateway.tenancy.auth import Authenticator
+from gateway.tenancy.context import Principal, RequestContext
 from gateway.tenancy.usage import UsageMeter
 
 __all__ = ["GRPC_STATUS", "KServeGrpcServicer", "start_grpc_server"]

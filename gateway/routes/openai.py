@@ -17,7 +17,6 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from gateway.errors import NotFound, ServiceUnavailable
-from gateway.http.context import RequestContext
 from gateway.jobs.image_store import ImageStore
 from gateway.jobs.image_urls import ImageUrlSigner
 from gateway.jobs.protocol import ImageJob
@@ -36,6 +35,7 @@ from gateway.protocol.rest import (
     Usage,
     openai_responses,
 )
+from gateway.tenancy.context import RequestContext
 
 from ._deps import get_context
 

@@ -11,9 +11,9 @@ from pydantic import BaseModel
 
 from gateway.jobs import protocol as job_protocol
 from gateway.protocol import errors as error_protocol
-from gateway.protocol import keys as key_protocol
 from gateway.protocol import rest as protocol
 from gateway.routes._deps import ADMIN_AUTH, CLIENT_AUTH, METRICS_AUTH, SECURITY_SCHEMES
+from gateway.tenancy import key_protocol
 
 __all__ = ["document_security"]
 

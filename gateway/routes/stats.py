@@ -6,10 +6,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
 
-from gateway.http.context import RequestContext
 from gateway.observe.stats import LatencyTracker
-from gateway.observe.stats_report import stats_document
 from gateway.protocol.rest import problem_responses
+from gateway.routes.stats_report import stats_document
+from gateway.tenancy.context import RequestContext
 
 from ._deps import get_context, get_tracker
 

@@ -11,8 +11,8 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel, Field
 
 from gateway.errors import BadRequest, ServiceUnavailable
-from gateway.http.context import RequestContext
 from gateway.protocol.rest import problem_responses
+from gateway.tenancy.context import RequestContext
 from gateway.tenancy.usage import UsageMeter, UsageRow, UsageStoreError
 
 from ._deps import get_context

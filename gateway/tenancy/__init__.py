@@ -1,6 +1,7 @@
-"""Who is asking and what they may spend: API keys and their stores, authentication, tiers, rate
-limits, usage metering, admission control, per-model canary weights, the secrets the gateway
-agrees to serve with and the owner-only files of tenants' data.
+"""Who is asking and what they may spend: the per-request context (the caller, its rate, its
+usage), API keys and their stores, authentication, tiers, rate limits, usage metering, admission
+control, per-model canary weights, the secrets the gateway agrees to serve with and the owner-only
+files of tenants' data.
 
 Each module is imported by its own name (``from gateway.tenancy.<module> import ...``); this
 package re-exports nothing, so importing one room costs only what that module needs.
@@ -11,6 +12,8 @@ from __future__ import annotations
 __all__ = [
     "admission",
     "auth",
+    "context",
+    "key_protocol",
     "key_stores",
     "keys",
     "keys_cli",

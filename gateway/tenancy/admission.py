@@ -51,9 +51,9 @@ from gateway.errors import (
     RateLimited,
     UpstreamTimeout,
 )
-from gateway.http.context import Principal, RequestContext
 from gateway.observe.stats import LatencyTracker
 from gateway.settings import GatewaySettings
+from gateway.tenancy.context import Principal, RequestContext
 from gateway.tenancy.ratelimit import Decision, RateLimiter
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """Authentication: API keys (hashed, constant-time) or JWT bearer tokens, plus the admin credential.
 
-Framework-free: takes header values, returns a :class:`gateway.http.context.Principal` or raises
+Framework-free: takes header values, returns a :class:`gateway.tenancy.context.Principal` or raises
 :class:`gateway.errors.AuthenticationError` / :class:`gateway.errors.PermissionDenied`. Messages
 never echo the credential.
 
@@ -33,8 +33,8 @@ from pathlib import Path
 import jwt
 
 from gateway.errors import AuthenticationError, PermissionDenied, StateStoreUnavailable
-from gateway.http.context import Principal
 from gateway.settings import GatewaySettings, RedisFailurePolicy
+from gateway.tenancy.context import Principal
 from gateway.tenancy.keys import ApiKeyRecord, KeyStore, KeyStoreUnavailable, parse_key
 
 __all__ = ["Authenticator", "extract_credential"]

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from gateway.protocol.keys import KeyExport
 from gateway.settings import GatewaySettings
+from gateway.tenancy.key_protocol import KeyExport
 from gateway.tenancy.key_stores import open_key_store
 from gateway.tenancy.keys import (
     ALL_MODELS,

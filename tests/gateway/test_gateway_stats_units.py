@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from gateway.http.context import Principal
 from gateway.observe.latency import OTHER_CLIENT, LatencyWindows
 from gateway.observe.stats import LatencyTracker
-from gateway.observe.stats_report import stats_document
 from gateway.observe.stats_store import SqliteSketchStore
+from gateway.routes.stats_report import stats_document
+from gateway.tenancy.context import Principal
 from serving.quantiles import QUANTILES, LatencySketch
 
 ADMIN = Principal(client_id="admin", scopes=frozenset({"*"}), tier="admin", kind="admin")

@@ -9,11 +9,11 @@ import pytest
 
 from gateway import errors
 from gateway.backends.model_cards import ModelCards
-from gateway.http.context import Principal, RequestContext
 from gateway.observe.stats import LatencyTracker
 from gateway.openai_tasks import OpenAITasks
 from gateway.service import InferenceService
 from gateway.settings import GatewaySettings
+from gateway.tenancy.context import Principal, RequestContext
 from gateway.tenancy.ratelimit import InProcessRateLimiter
 from gateway.tenancy.tiers import TierLimit
 from serving.model_card import ModelCard, Task

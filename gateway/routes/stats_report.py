@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from gateway.http.context import Principal
 from gateway.observe.stats import LatencyTracker
+from gateway.tenancy.context import Principal
 from serving.quantiles import RELATIVE_ACCURACY, LatencySketch, summarize
 
 __all__ = ["latency_summary", "stats_document"]
