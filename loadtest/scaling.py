@@ -37,6 +37,7 @@ import numpy as np
 
 from loadtest.loadgen import LoadResult, LoadRun, LoadSpec, TritonTarget, merge_runs, run
 from serving.console import Table, make_console, print_table, progress
+from serving.redis_process import redis_server
 
 __all__ = ["PathConfig", "Row", "bench_key", "gateway_process", "main", "redis_server", "run_scaling", "write_tiny_model"]
 
@@ -73,19 +74,6 @@ class Row:
     added_p50_ms: float | None
     added_p99_ms: float | None
     error_summary: str
-
-
-def redis_server_binary() -> str:
-    """``$REDIS_SERVER`` or ``redis-server`` on the PATH.
-
-    Raises:
-        SystemExit: none found (Debian: ``apt-get install redis-server``; a GPU host: the binary that
-            ``loadtest/gpu_bench.sh`` carries).
-    """
-    binary = os.environ.get("REDIS_SERVER") or shutil.which("redis-server")
-    if not binary:
-        raise SystemExit("redis-server not found: install it (apt-get install redis-server) or set REDIS_SERVER")
-    return binary
 
 
 def machine_load(sample_s: float = 2.0) -> dict[str, object]:
@@ -159,33 +147,6 @@ def _model_inputs(triton_http_url: str, model: str) -> tuple[dict[str, np.ndarra
     if any(i["datatype"] == "BYTES" for i in inputs):
         raise SystemExit(f"{model} takes BYTES inputs: pick a tensor model for this benchmark")
     return ({i["name"]: np.ones(shapes[i["name"]], dtype=triton_to_np_dtype(i["datatype"])) for i in inputs},)
-
-
-def _pings(url: str) -> bool:
-    import redis
-
-    client = redis.Redis.from_url(url, socket_timeout=1)
-    try:
-        return bool(client.ping())
-    except redis.RedisError:
-        return False
-    finally:
-        client.close()
-
-
-@contextlib.contextmanager
-def redis_server(workdir: Path) -> Iterator[str]:
-    """A redis-server on a free loopback port, no persistence; yields its URL."""
-    from serving.ports import reserve_port
-    from serving.processes import ManagedProcess
-
-    port = reserve_port()
-    url = f"redis://127.0.0.1:{port}/0"
-    command = [redis_server_binary(), "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no",
-               "--dir", str(workdir)]
-    with ManagedProcess(command, name="redis-server", log_path=workdir / "redis.log").start() as process:
-        process.wait_until(lambda: _pings(url), 30, "answering PING")
-        yield url
 
 
 @contextlib.contextmanager

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import secrets
-import shutil
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -19,7 +16,8 @@ from typing import NamedTuple
 from loadtest.bench.settings import DEFAULT_MODEL
 from serving.launcher import TritonPorts, TritonServer, TritonStartError
 from serving.ports import reserve_port
-from serving.processes import ManagedProcess, ProcessStartError, child_env, python_module
+from serving.processes import ManagedProcess, child_env, python_module
+from serving.redis_process import redis_server
 
 __all__ = ["BenchGateway", "gateway_server", "naive_embedding_server", "naive_server", "start_triton"]
 
@@ -49,27 +47,6 @@ def naive_embedding_server(device: str, workdir: Path, threads: int = 0) -> Iter
                         env=child_env()) as process:
         process.wait_http(f"http://127.0.0.1:{port}/healthz", 300, expect=b'"ok"')
         yield f"http://127.0.0.1:{port}"
-
-
-@contextlib.contextmanager
-def redis_server(workdir: Path) -> Iterator[str]:
-    """A ``redis-server`` (from ``PATH``, or ``$REDIS_SERVER``) on a reserved 127.0.0.1 port, no
-    persistence; yields its URL. Several gateway workers share keys and limits through it."""
-    binary = os.environ.get("REDIS_SERVER") or shutil.which("redis-server")
-    if binary is None:
-        raise ProcessStartError("several gateway workers need redis-server: install it (apt-get install redis-server) "
-                                "or point REDIS_SERVER at one")
-    port = reserve_port()
-    command = [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no", "--dir", str(workdir)]
-    with ManagedProcess(command, name="redis-server", log_path=workdir / "redis.log") as process:
-        process.wait_until(lambda: _accepts(port), 30, what="accepting connections")
-        yield f"redis://127.0.0.1:{port}/0"
-
-
-def _accepts(port: int) -> bool:
-    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
-        return True
-    return False
 
 
 class BenchGateway(NamedTuple):

@@ -7,7 +7,6 @@ processes the same way.
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import httpx
 from gateway.tenancy.secret_policy import generate_secret
 from serving.ports import reserve_port
 from serving.processes import ManagedProcess, child_env, python_module
+from serving.redis_process import RedisProcess, start_redis
 
 __all__ = [
     "ADMIN_TOKEN",
@@ -111,61 +111,6 @@ def start_gateway(workdir: Path, triton_http_url: str, **settings: object) -> Ga
                              env=env, cwd=ROOT).start()
     process.wait_http(f"http://127.0.0.1:{port}/healthz", _START_TIMEOUT_S)
     return GatewayProcess(url=f"http://127.0.0.1:{port}", env=env, process=process)
-
-
-@dataclass
-class RedisProcess:
-    """A real ``redis-server`` on 127.0.0.1; can be stopped and started on its port.
-
-    ``persistent`` keeps an append-only file in ``workdir`` (as the deployment's Redis does), so a
-    restart keeps the API keys and canary weights the gateways store there; without it a restart
-    comes back empty.
-    """
-
-    workdir: Path
-    port: int = field(default_factory=reserve_port)
-    persistent: bool = False
-    process: ManagedProcess | None = field(default=None, repr=False)
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self, timeout_s: float = 10.0) -> RedisProcess:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            raise RuntimeError(
-                "redis-server is not installed: run `./run test` (it installs it) or `apt-get install redis-server`"
-            )
-        command = [binary, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
-                   "--appendonly", "yes" if self.persistent else "no", "--appendfsync", "always",
-                   "--dir", str(self.workdir)]
-        self.process = ManagedProcess(command, name="redis-server").start()
-        import redis
-
-        client = redis.Redis.from_url(self.url, socket_timeout=0.5)
-
-        def answers() -> bool:
-            try:
-                return bool(client.ping())
-            except redis.RedisError:
-                return False
-
-        try:
-            self.process.wait_until(answers, timeout_s, what="answering PING")
-        finally:
-            client.close()
-        return self
-
-    def stop(self) -> None:
-        process, self.process = self.process, None
-        if process is not None:
-            process.stop()
-
-
-def start_redis(workdir: Path) -> RedisProcess:
-    """Start a real redis-server on a reserved port and wait until it answers PING."""
-    return RedisProcess(workdir).start()
 
 
 def tiny_request(rows: int = 1) -> dict[str, object]:
