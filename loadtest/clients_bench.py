@@ -28,6 +28,7 @@ import numpy as np
 from loadtest.loadgen import LoadRun, LoadSpec, Samples, TritonTarget, run
 from serving.console import Table, make_console, print_table
 from serving.quantiles import summarize
+from serving.triton_clients import triton_client
 
 __all__ = ["PATHS", "PathFigures", "main", "run_benchmark"]
 
@@ -76,10 +77,9 @@ def _figures(path: str, concurrency: int, runs: Sequence[LoadRun]) -> PathFigure
 
 def _sample_inputs(triton_http: str, model: str, batch: int) -> dict[str, np.ndarray]:
     """Random inputs of the model's declared shapes (dynamic axes 1, the batch axis ``batch``)."""
-    import tritonclient.http as http
     from tritonclient.utils import triton_to_np_dtype
 
-    client = http.InferenceServerClient(triton_http)
+    client = triton_client(triton_http)
     try:
         metadata, config = client.get_model_metadata(model), client.get_model_config(model)
     finally:

@@ -36,6 +36,7 @@ import numpy as np
 
 from loadtest.diffusion_points import Point, psnr
 from serving.console import make_console, print_table
+from serving.triton_clients import triton_client
 
 __all__ = ["BASE_SEED", "NEGATIVE", "PROMPT", "DiffusersSystem", "Point", "add_checkpoint_arguments", "machine_info",
            "main", "parse_sizes", "prepare_checkpoint", "psnr"]
@@ -70,10 +71,9 @@ class TritonSystem:
     name = "triton"
 
     def __init__(self, server: Any, model: str, clients: int) -> None:
-        import tritonclient.grpc as grpc
 
         self.server, self.model = server, model
-        self.clients = [grpc.InferenceServerClient(server.grpc_url) for _ in range(clients)]
+        self.clients = [triton_client(server.grpc_url, "grpc") for _ in range(clients)]
         for client in self.clients:
             client.is_server_live()
 

@@ -38,6 +38,7 @@ import numpy as np
 from loadtest.loadgen import LoadResult, LoadRun, LoadSpec, TritonTarget, merge_runs, run
 from serving.console import Table, make_console, print_table, progress
 from serving.redis_process import redis_server
+from serving.triton_clients import triton_client
 
 __all__ = ["PathConfig", "Row", "bench_key", "gateway_process", "main", "redis_server", "run_scaling", "write_tiny_model"]
 
@@ -131,10 +132,9 @@ def _serving_repository(repository: Path, workdir: Path) -> Path:
 def _model_inputs(triton_http_url: str, model: str) -> tuple[dict[str, np.ndarray], ...]:
     """Requests for ``model``: one per sample photograph for an image model (FP32 [3, 224, 224]
     input), else one request of ones in every input's declared shape (batch 1)."""
-    import tritonclient.http as http
     from tritonclient.utils import triton_to_np_dtype
 
-    client = http.InferenceServerClient(triton_http_url)
+    client = triton_client(triton_http_url)
     try:
         inputs = client.get_model_metadata(model)["inputs"]
     finally:
