@@ -2,7 +2,7 @@
 utilities in the numpy-1.26 interpreter the diffusion step gives Triton's Python models, and print
 the traceback. Run from the repository root on the GPU host, after ``gpu_bench.sh``'s setup:
 
-    PYTHONPATH=$PWD:/tmp/loadtest-site python3 probe.py
+    PYTHONPATH=$PWD:/tmp/loadtest-site python3 loadtest/probes/diffusion_imports.py
 """
 
 import subprocess

@@ -2,8 +2,8 @@
 batch axis, compiled with ``aoti_compile_and_package`` and loaded with ``aoti_load_package``, in a
 child process per case (a segfault ends the case, not the probe).
 
-    python3 -u probe.py same     # load in the process that compiled (call 2 ran this case)
-    python3 -u probe.py fresh    # load in a new process (call 6)
+    python3 -u loadtest/probes/aoti_load.py same     # load in the process that compiled (call 2 ran this case)
+    python3 -u loadtest/probes/aoti_load.py fresh    # load in a new process (call 6)
 """
 
 import os
