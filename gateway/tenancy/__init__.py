@@ -2,29 +2,13 @@
 usage), API keys and their stores, authentication, tiers, rate limits, usage metering, admission
 control, per-model canary weights, the secrets the gateway agrees to serve with and the owner-only
 files of tenants' data.
-
-Each module is imported by its own name (``from gateway.tenancy.<module> import ...``); this
-package re-exports nothing, so importing one room costs only what that module needs.
 """
 
 from __future__ import annotations
 
+# its modules, each imported by name: nothing is re-exported
 __all__ = [
-    "admission",
-    "auth",
-    "context",
-    "key_protocol",
-    "key_stores",
-    "keys",
-    "keys_cli",
-    "keys_sqlite",
-    "private_files",
-    "ratelimit",
-    "redis_state",
-    "secret_policy",
-    "state_sync",
-    "tiers",
-    "traffic",
-    "usage",
-    "usage_store",
+    "admission", "auth", "context", "key_protocol", "key_stores", "keys", "keys_cli", "keys_sqlite",
+    "private_files", "ratelimit", "redis_state", "secret_policy", "state_sync", "tiers", "traffic",
+    "usage", "usage_store",
 ]
