@@ -42,9 +42,10 @@ from loadtest.loadgen import closed_loop
 from loadtest.loadgen.mix import ModelMixTarget
 from loadtest.loadgen.samples import Samples
 from serving.console import Table, print_table
+from serving.gateway_process import GatewayLaunch, start_gateway_process
 from serving.launcher import TritonPorts, TritonServer
 from serving.ports import reserve_port
-from serving.processes import ManagedProcess, child_env, python_module
+from serving.processes import child_env
 from serving.quantiles import quantile
 
 __all__ = ["DEFAULT_SETTINGS", "MultiModelSettings", "build_parser", "main", "run_multimodel", "zipf_sequence"]
@@ -134,11 +135,11 @@ def gateway(triton_http_url: str, workdir: Path, env: dict[str, str]) -> Iterato
     tiers = {"unlimited": {"per_minute": 1e9, "burst": 1_000_000}}
     full_env = child_env({"GATEWAY_TIER_LIMITS": json.dumps(tiers), "GATEWAY_TRITON_STATS_INTERVAL_S": "0",
                           "GATEWAY_LOG_LEVEL": "warning", **env})
-    command = python_module("gateway", "--host", "127.0.0.1", "--port", str(port), "--triton-url", triton_http_url,
-                            "--keys-db", str(keys_db), "--log-level", "warning")
-    with ManagedProcess(command, name="gateway", log_path=workdir / "gateway.log", env=full_env) as process:
-        process.wait_http(f"http://127.0.0.1:{port}/healthz", 120)
-        yield f"http://127.0.0.1:{port}", key
+    launch = GatewayLaunch(port, full_env, args=("--host", "127.0.0.1", "--port", str(port), "--triton-url",
+                                                 triton_http_url, "--keys-db", str(keys_db), "--log-level", "warning"),
+                           log_path=workdir / "gateway.log")
+    with start_gateway_process(launch):
+        yield launch.url, key
 
 
 async def _drive(base_url: str, key: str, sequence: tuple[str, ...], settings: MultiModelSettings,

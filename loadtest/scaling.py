@@ -37,6 +37,7 @@ import numpy as np
 
 from loadtest.loadgen import LoadResult, LoadRun, LoadSpec, TritonTarget, merge_runs, run
 from serving.console import Table, make_console, print_table, progress
+from serving.gateway_process import GatewayLaunch, start_gateway_process
 from serving.redis_process import redis_server
 from serving.triton_clients import triton_client
 
@@ -154,15 +155,14 @@ def gateway_process(name: str, settings: dict[str, str], workdir: Path) -> Itera
     """``python -m gateway`` with ``GATEWAY_*`` ``settings`` on a free loopback port; yields ``host:port``."""
     from gateway.tenancy.secret_policy import generate_secret
     from serving.ports import reserve_port
-    from serving.processes import ManagedProcess, child_env, python_module
+    from serving.processes import child_env
 
     port = reserve_port()
     # The gateway refuses to serve without a real admin token: a fresh one per run (settings may name theirs).
     env = {"GATEWAY_HOST": "127.0.0.1", "GATEWAY_PORT": str(port), "GATEWAY_LOG_LEVEL": "warning",
            "GATEWAY_KEYS_DB": str(workdir / "unused.sqlite3"), "GATEWAY_ADMIN_TOKEN": generate_secret(), **settings}
     log = workdir / f"{name.replace(' ', '-')}.log"
-    with ManagedProcess(python_module("gateway"), name=name, env=child_env(env), log_path=log).start() as process:
-        process.wait_http(f"http://127.0.0.1:{port}/healthz", 120)
+    with start_gateway_process(GatewayLaunch(port, child_env(env), log_path=log, name=name)):
         yield f"127.0.0.1:{port}"
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from loadtest.bench.settings import DEFAULT_MODEL
+from serving.gateway_process import GatewayLaunch, start_gateway_process
 from serving.launcher import TritonPorts, TritonServer, TritonStartError
 from serving.ports import reserve_port
 from serving.processes import ManagedProcess, child_env, python_module
@@ -83,11 +84,10 @@ def gateway_server(triton_http_url: str, workdir: Path, workers: int = 1) -> Ite
             options += ["--workers", str(workers)]
         _, key = _create_key(keys_db, extra.get("GATEWAY_REDIS_URL"))
         port = reserve_port()
-        command = python_module("gateway", "--host", "127.0.0.1", "--port", str(port), "--triton-url", triton_http_url,
-                                *options, "--log-level", "warning")
-        process = stack.enter_context(ManagedProcess(command, name="gateway", log_path=workdir / "gateway.log",
-                                                     env=child_env(extra)))
-        process.wait_http(f"http://127.0.0.1:{port}/healthz", 120)
+        launch = GatewayLaunch(port, child_env(extra), log_path=workdir / "gateway.log",
+                               args=("--host", "127.0.0.1", "--port", str(port), "--triton-url", triton_http_url,
+                                     *options, "--log-level", "warning"))
+        stack.enter_context(start_gateway_process(launch))
         yield BenchGateway(f"http://127.0.0.1:{port}", key, extra["GATEWAY_METRICS_TOKEN"])
 
 

@@ -13,8 +13,9 @@ from pathlib import Path
 import httpx
 
 from gateway.tenancy.secret_policy import generate_secret
+from serving.gateway_process import GatewayLaunch, start_gateway_process
 from serving.ports import reserve_port
-from serving.processes import ManagedProcess, child_env, python_module
+from serving.processes import ManagedProcess, child_env
 from serving.redis_process import RedisProcess, start_redis
 
 __all__ = [
@@ -107,9 +108,8 @@ def start_gateway(workdir: Path, triton_http_url: str, **settings: object) -> Ga
         {f"GATEWAY_{key.upper()}": json.dumps(value) if isinstance(value, dict | list) else str(value)
          for key, value in values.items()}
     )
-    process = ManagedProcess(python_module("gateway"), name="gateway", log_path=workdir / f"gateway-{port}.log",
-                             env=env, cwd=ROOT).start()
-    process.wait_http(f"http://127.0.0.1:{port}/healthz", _START_TIMEOUT_S)
+    process = start_gateway_process(GatewayLaunch(port, env, log_path=workdir / f"gateway-{port}.log",
+                                                  ready_timeout_s=_START_TIMEOUT_S, cwd=ROOT))
     return GatewayProcess(url=f"http://127.0.0.1:{port}", env=env, process=process)
 
 
