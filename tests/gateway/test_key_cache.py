@@ -98,8 +98,8 @@ async def test_unknown_ids_cost_and_answer_what_a_wrong_secret_does(
     key_id, key = store.create("a", ["*"], "free")
     auth = Authenticator(GatewaySettings(key_cache_ttl_s=5), store, clock)
     calls: list[str] = []
-    real_hash, real_compare = keys_module._hash, keys_module.hmac.compare_digest
-    monkeypatch.setattr(keys_module, "_hash", lambda text: calls.append("hash") or real_hash(text))
+    real_hash, real_compare = keys_module.hash_key, keys_module.hmac.compare_digest
+    monkeypatch.setattr(keys_module, "hash_key", lambda text: calls.append("hash") or real_hash(text))
     monkeypatch.setattr(keys_module.hmac, "compare_digest",
                         lambda a, b: calls.append("compare") or real_compare(a, b))
 
