@@ -174,7 +174,7 @@ class ModelNotReady(ServiceUnavailable):
 
 class ModelUnhealthy(ServiceUnavailable):
     """A worker process of a model died (a Python stub killed or out of memory), or the model keeps
-    failing: the gateway reloads it (:mod:`gateway.model_healer`) and answers 503 meanwhile.
+    failing: the gateway reloads it (:mod:`gateway.backends.model_healer`) and answers 503 meanwhile.
 
     Args:
         failed_model: the Triton model whose instance failed: the model called, or a step of its

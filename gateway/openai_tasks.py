@@ -2,9 +2,9 @@
 
 Protocol-neutral like :mod:`gateway.service` (no FastAPI, no REST models): the routes in
 :mod:`gateway.routes.openai` translate HTTP to these calls. Admission (name, scope, rate limits,
-in-flight share, deadline and priority: :mod:`gateway.admission`) and the Triton backend are the
+in-flight share, deadline and priority: :mod:`gateway.tenancy.admission`) and the Triton backend are the
 service's; what a model is and allows comes from its card
-(:mod:`gateway.model_cards`); request limits from :mod:`serving.limits`.
+(:mod:`gateway.backends.model_cards`); request limits from :mod:`serving.limits`.
 
 - Listing: Triton's READY models in the caller's scope, without internal pipeline steps (their card
   says ``visibility: internal``), plus configured aliases of listed models.
@@ -16,7 +16,7 @@ service's; what a model is and allows comes from its card
   The card's Matryoshka lengths say where that keeps the model's quality (a model trained for it).
 - Images: ``n`` pipeline runs (seeds ``seed``, ``seed + 1``, ...) under one admission, encoded as
   PNG, JPEG or WebP off the event loop; now (:meth:`OpenAITasks.generate_images`), or as a job
-  (:mod:`gateway.job_runner`) that passed admission when it was submitted and takes only its
+  (:mod:`gateway.jobs.runner`) that passed admission when it was submitted and takes only its
   in-flight slot when it runs (:meth:`OpenAITasks.run_image_job`).
 """
 
@@ -33,13 +33,13 @@ from typing import Any
 
 import numpy as np
 
-from gateway.admission import Ticket
-from gateway.context import RequestContext
+from gateway.backends.model_cards import ModelCards
+from gateway.backends.triton import Tensor
 from gateway.errors import BadRequest, GatewayError, InferenceInputError, ModelNotFound, UpstreamTimeout
-from gateway.generation_pace import GenerationPace, generation_work
-from gateway.model_cards import ModelCards
+from gateway.observe.generation_pace import GenerationPace, generation_work
 from gateway.service import InferenceService
-from gateway.triton import Tensor
+from gateway.tenancy.admission import Ticket
+from gateway.tenancy.context import RequestContext
 from serving.limits import DEFAULT_LIMITS, RequestLimits
 from serving.model_card import ModelCard, Task
 from serving.token_ids import token_row_of
@@ -57,7 +57,7 @@ class PublicModel:
     id: str
     created: int
     task: Task | None
-    #: with residency on (:mod:`gateway.residency`): its state and footprint
+    #: with residency on (:mod:`gateway.backends.residency`): its state and footprint
     state: str | None = None
     footprint_bytes: int | None = None
 
@@ -375,7 +375,7 @@ class OpenAITasks:
         Raises:
             BadRequest: a parameter out of range (the field is named).
             ModelNotFound: no such model, or not an image-generation model.
-            RateLimited, Overloaded: see :meth:`gateway.admission.AdmissionControl.admit`.
+            RateLimited, Overloaded: see :meth:`gateway.tenancy.admission.AdmissionControl.admit`.
         """
         triton_model, request = await self.resolve_image(ctx, request)
         return await self._images(ctx, request, self.service.admission.admit(ctx, triton_model))
@@ -395,7 +395,7 @@ class OpenAITasks:
 
     def runs_long(self, triton_model: str, request: ImageRequest) -> bool:
         """Whether ``request`` (resolved) is estimated to take longer than ``image_async_after_s``
-        (:mod:`gateway.generation_pace`); ``False`` while there is no estimate yet."""
+        (:mod:`gateway.observe.generation_pace`); ``False`` while there is no estimate yet."""
         estimate = self.pace.estimate_s(triton_model, _work(request))
         return estimate is not None and estimate > self.service.settings.image_async_after_s
 

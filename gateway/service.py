@@ -1,9 +1,9 @@
 """The gateway's data plane: the model tasks, each behind admission control.
 
 Protocol-neutral: no FastAPI, no REST models. Routes translate HTTP to these calls and back; the
-Triton side is an :class:`gateway.triton.InferenceBackend`, so this layer runs against a fake in
+Triton side is an :class:`gateway.backends.triton.InferenceBackend`, so this layer runs against a fake in
 unit tests and the real server everywhere else. Admission (name, scope, limits, in-flight share,
-deadline, priority) is :mod:`gateway.admission`; request limits come from :mod:`serving.limits`, the
+deadline, priority) is :mod:`gateway.tenancy.admission`; request limits come from :mod:`serving.limits`, the
 numbers the model configs carry. The OpenAI tasks are :mod:`gateway.openai_tasks`.
 """
 
@@ -17,19 +17,19 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from gateway.admission import AdmissionControl, Ticket
-from gateway.catalog import ModelCatalog, check_model_name
-from gateway.context import RequestContext
+from gateway.backends.catalog import ModelCatalog, check_model_name
+from gateway.backends.model_breaker import Breakers
+from gateway.backends.model_healer import ModelHealer
+from gateway.backends.readiness import ReadinessProbe
+from gateway.backends.triton import InferenceBackend, RawResponse, Tensor, timeout_us
 from gateway.errors import BadRequest, Conflict, ModelNotFound, PermissionDenied
-from gateway.kserve import GrpcBody, InferRequest, ParseLimits, RestBody
-from gateway.model_breaker import Breakers
-from gateway.model_healer import ModelHealer
-from gateway.ratelimit import RateLimiter
-from gateway.readiness import ReadinessProbe
+from gateway.observe.stats import LatencyTracker
+from gateway.protocol.kserve import GrpcBody, InferRequest, ParseLimits, RestBody
 from gateway.settings import GatewaySettings
-from gateway.stats import LatencyTracker
-from gateway.traffic import Route, TrafficSplit, check_target, check_version, check_weights
-from gateway.triton import InferenceBackend, RawResponse, Tensor, timeout_us
+from gateway.tenancy.admission import AdmissionControl, Ticket
+from gateway.tenancy.context import RequestContext
+from gateway.tenancy.ratelimit import RateLimiter
+from gateway.tenancy.traffic import Route, TrafficSplit, check_target, check_version, check_weights
 from serving.limits import DEFAULT_LIMITS, RequestLimits
 
 __all__ = ["PARSE_INLINE_WORK", "SERVED_EXTENSIONS", "Classification", "InferenceService"]

@@ -16,12 +16,12 @@ from typing import Annotated
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
 
-from gateway.catalog import model_name_problem
-from gateway.job_settings import JobSettings
-from gateway.model_breaker import DEFAULT_BREAKER_FAILURES
-from gateway.model_healer import DEFAULT_HEAL_LOAD_TIMEOUT_S, DEFAULT_HEAL_MAX_BACKOFF_S
-from gateway.residency_settings import ResidencySettings
-from gateway.tiers import DEFAULT_TIER, DEFAULT_TIER_LIMITS, TierLimit
+from gateway.backends.catalog import model_name_problem
+from gateway.backends.model_breaker import DEFAULT_BREAKER_FAILURES
+from gateway.backends.model_healer import DEFAULT_HEAL_LOAD_TIMEOUT_S, DEFAULT_HEAL_MAX_BACKOFF_S
+from gateway.backends.residency_settings import ResidencySettings
+from gateway.jobs.settings import JobSettings
+from gateway.tenancy.tiers import DEFAULT_TIER, DEFAULT_TIER_LIMITS, TierLimit
 from serving.readiness import parse_model_list
 
 __all__ = [
@@ -68,7 +68,7 @@ DEFAULT_KEYS_DB = Path("gateway_keys.sqlite3")
 DEFAULT_ADMIN_TOKEN = ""  # empty: the admin API is switched off
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 DEFAULT_MAX_IN_FLIGHT_PER_MODEL = 64
-# Connection limits (gateway/http_limits.py). 32 KiB of headers holds a large JWT many times over.
+# Connection limits (gateway/http/limits.py). 32 KiB of headers holds a large JWT many times over.
 DEFAULT_MAX_HEADER_BYTES = 32 * 1024
 DEFAULT_MAX_HEADER_COUNT = 100
 DEFAULT_HEADER_TIMEOUT_S = 10.0
@@ -291,7 +291,7 @@ class GatewaySettings(JobSettings, ResidencySettings):
     dev_insecure: bool = Field(
         False,
         description="development only: serve although a secret is empty or a placeholder (a warning is "
-        "logged); see gateway/secret_policy.py",
+        "logged); see gateway/tenancy/secret_policy.py",
     )
 
     @model_validator(mode="after")

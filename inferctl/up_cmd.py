@@ -14,7 +14,8 @@ from rich.console import Console
 from inferctl.build_cmd import add_build_options, add_json_option, build_cache_dir, parse_weights
 from inferctl.up_secrets import SECRETS_FILE, load_or_create_secrets
 from serving.console import heading, json_document, make_console, quiet_library_progress
-from serving.processes import ManagedProcess, ProcessStartError, python_module
+from serving.gateway_process import GatewayLaunch
+from serving.processes import ManagedProcess, ProcessStartError
 
 STATE_DIR = Path(".platform")
 
@@ -69,21 +70,22 @@ def _generation_weights(args: argparse.Namespace, weights: dict[str, str], conso
 
 def _gateway(args: argparse.Namespace, triton_http: str, env: dict[str, str],
              ready_models: list[str]) -> ManagedProcess:
-    command = python_module("gateway", "--host", args.host, "--port", str(args.gateway_port),
-                            "--triton-url", triton_http, "--keys-db", str(args.state_dir / "keys.sqlite3"),
-                            "--grpc-port", str(args.gateway_grpc_port))
+    options = ["--host", args.host, "--port", str(args.gateway_port),
+               "--triton-url", triton_http, "--keys-db", str(args.state_dir / "keys.sqlite3"),
+               "--grpc-port", str(args.gateway_grpc_port)]
     if ready_models:
         # /readyz then means: each model the user asked for is READY and answers a synthetic inference.
-        command += ["--ready-models", ",".join(ready_models)]
+        options += ["--ready-models", ",".join(ready_models)]
     # Its log lines belong on this terminal: this is the foreground command the user watches.
-    return ManagedProcess(command, name="the gateway", env=env, inherit_output=True)
+    return GatewayLaunch(args.gateway_port, env, args=tuple(options), name="the gateway", inherit_output=True,
+                         host=args.host).process()
 
 
 def _first_key(args: argparse.Namespace, env: dict[str, str]) -> str | None:
     """A new all-models key when the store has none yet; ``None`` when keys already exist."""
-    from gateway.keys import bootstrap_first_key
-    from gateway.keys_sqlite import SqliteKeyStore
     from gateway.settings import GatewaySettings
+    from gateway.tenancy.key_stores import bootstrap_first_key
+    from gateway.tenancy.keys_sqlite import SqliteKeyStore
 
     keys_db = args.state_dir / "keys.sqlite3"
     if keys_db.exists() and SqliteKeyStore(keys_db).list():

@@ -15,7 +15,7 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path
 
-from gateway.secret_policy import generate_secret
+from gateway.tenancy.secret_policy import generate_secret
 
 __all__ = ["SECRET_NAMES", "SECRETS_FILE", "load_or_create_secrets"]
 

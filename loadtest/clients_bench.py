@@ -27,7 +27,9 @@ import numpy as np
 
 from loadtest.loadgen import LoadRun, LoadSpec, Samples, TritonTarget, run
 from serving.console import Table, make_console, print_table
+from serving.gateway_process import GatewayLaunch, start_gateway_process
 from serving.quantiles import summarize
+from serving.triton_clients import triton_client
 
 __all__ = ["PATHS", "PathFigures", "main", "run_benchmark"]
 
@@ -76,10 +78,9 @@ def _figures(path: str, concurrency: int, runs: Sequence[LoadRun]) -> PathFigure
 
 def _sample_inputs(triton_http: str, model: str, batch: int) -> dict[str, np.ndarray]:
     """Random inputs of the model's declared shapes (dynamic axes 1, the batch axis ``batch``)."""
-    import tritonclient.http as http
     from tritonclient.utils import triton_to_np_dtype
 
-    client = http.InferenceServerClient(triton_http)
+    client = triton_client(triton_http)
     try:
         metadata, config = client.get_model_metadata(model), client.get_model_config(model)
     finally:
@@ -105,12 +106,12 @@ def run_benchmark(repository: Path, model: str, concurrencies: Sequence[int], du
     Returns:
         One :class:`PathFigures` per (concurrency, path), in :data:`PATHS` order.
     """
-    from gateway.keys import bootstrap_first_key
-    from gateway.secret_policy import generate_secret
     from gateway.settings import GatewaySettings
+    from gateway.tenancy.key_stores import bootstrap_first_key
+    from gateway.tenancy.secret_policy import generate_secret
     from serving.launcher import TritonPorts, TritonServer
     from serving.ports import reserve_port
-    from serving.processes import ManagedProcess, child_env, python_module
+    from serving.processes import child_env
 
     with tempfile.TemporaryDirectory(prefix="clients-bench-") as tmp, \
             TritonServer(repository.resolve(), models=[model], ports=TritonPorts.free()) as triton:
@@ -123,10 +124,9 @@ def run_benchmark(repository: Path, model: str, concurrencies: Sequence[int], du
             "GATEWAY_ADMIN_TOKEN": generate_secret(),  # unused here, but the gateway refuses to serve without one
         }
         key = bootstrap_first_key(GatewaySettings(keys_db=Path(tmp) / "keys.sqlite3"), name="bench", tier="bench")
-        gateway = ManagedProcess(python_module("gateway"), name="gateway", env=child_env(env),
-                                 log_path=Path(tmp) / "gateway.log").start()
+        gateway = start_gateway_process(GatewayLaunch(http_port, child_env(env), log_path=Path(tmp) / "gateway.log",
+                                                      ready_timeout_s=60))
         try:
-            gateway.wait_http(f"http://127.0.0.1:{http_port}/healthz", 60)
             inputs = (_sample_inputs(triton.http_url, model, batch),)
             urls = {("http", False): triton.http_url, ("http", True): f"127.0.0.1:{http_port}",
                     ("grpc", False): triton.grpc_url, ("grpc", True): f"127.0.0.1:{grpc_port}"}

@@ -29,13 +29,14 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from loadtest.diffusion_points import Point, psnr
 from serving.console import make_console, print_table
+from serving.triton_clients import triton_client
 
 __all__ = ["BASE_SEED", "NEGATIVE", "PROMPT", "DiffusersSystem", "Point", "add_checkpoint_arguments", "machine_info",
            "main", "parse_sizes", "prepare_checkpoint", "psnr"]
@@ -43,40 +44,9 @@ __all__ = ["BASE_SEED", "NEGATIVE", "PROMPT", "DiffusersSystem", "Point", "add_c
 PROMPT = "a photograph of an astronaut riding a horse on the moon, highly detailed"
 NEGATIVE = "blurry, low quality"
 BASE_SEED = 1000
-#: Triton's seconds per image alone may be this much over diffusers' (the target)
-ALONE_RATIO_TARGET = 1.1
 
 Generate = Callable[[int, int, int, list[int]], tuple[list[np.ndarray], list[float]]]
 """``(height, width, steps, seeds) -> (images, latencies_s)``: one client's or one call's images."""
-
-
-@dataclass
-class Point:
-    """One system at one size, step count and concurrency (batch)."""
-
-    system: str
-    size: str
-    steps: int
-    concurrency: int
-    images: int
-    wall_s: float
-    latencies_s: list[float]
-    stats: dict[str, float] = field(default_factory=dict)
-    loops: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def seconds_per_image(self) -> float:
-        return self.wall_s / self.images
-
-    @property
-    def images_per_s(self) -> float:
-        return self.images / self.wall_s
-
-
-def psnr(a: np.ndarray, b: np.ndarray) -> float:
-    """Peak signal-to-noise ratio of two uint8 images, in dB (inf when identical)."""
-    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
-    return float("inf") if mse == 0 else 10 * np.log10(255.0**2 / mse)
 
 
 def parse_sizes(raw: str) -> list[tuple[int, int, int]]:
@@ -101,10 +71,9 @@ class TritonSystem:
     name = "triton"
 
     def __init__(self, server: Any, model: str, clients: int) -> None:
-        import tritonclient.grpc as grpc
 
         self.server, self.model = server, model
-        self.clients = [grpc.InferenceServerClient(server.grpc_url) for _ in range(clients)]
+        self.clients = [triton_client(server.grpc_url, "grpc") for _ in range(clients)]
         for client in self.clients:
             client.is_server_live()
 

@@ -8,7 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from loadtest.diffusion_bench import ALONE_RATIO_TARGET, Point, psnr
+from loadtest.diffusion_points import ALONE_RATIO_TARGET, Point, psnr
 from serving.console import Table
 from serving.quantiles import quantile
 

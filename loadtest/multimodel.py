@@ -6,9 +6,9 @@
    configured as the builders configure every model, and starts the real Triton binary with none
    of them loaded;
 2. calibrates: loads one variant directly, reads the tritonserver process tree's memory before and
-   after (the meter the gateway uses, :mod:`gateway.residency_memory`), unloads it; the budget is
+   after (the meter the gateway uses, :mod:`gateway.backends.residency_memory`), unloads it; the budget is
    ``--budget-models`` such footprints (plus 10% for the meter's noise);
-3. **on demand**: a gateway with that budget (:mod:`gateway.residency`), Zipf-distributed traffic
+3. **on demand**: a gateway with that budget (:mod:`gateway.backends.residency`), Zipf-distributed traffic
    (``s`` = ``--zipf-s``, the most popular variant first) at ``--concurrency`` for ``--duration``
    seconds through the platform's load generator, while the meter is sampled every 0.25 s;
 4. **all loaded**: every variant loaded, a gateway with residency off, the same traffic.
@@ -42,9 +42,10 @@ from loadtest.loadgen import closed_loop
 from loadtest.loadgen.mix import ModelMixTarget
 from loadtest.loadgen.samples import Samples
 from serving.console import Table, print_table
+from serving.gateway_process import GatewayLaunch, start_gateway_process
 from serving.launcher import TritonPorts, TritonServer
 from serving.ports import reserve_port
-from serving.processes import ManagedProcess, child_env, python_module
+from serving.processes import child_env
 from serving.quantiles import quantile
 
 __all__ = ["DEFAULT_SETTINGS", "MultiModelSettings", "build_parser", "main", "run_multimodel", "zipf_sequence"]
@@ -125,8 +126,8 @@ def build_variants(root: Path, settings: MultiModelSettings) -> list[str]:
 @contextlib.contextmanager
 def gateway(triton_http_url: str, workdir: Path, env: dict[str, str]) -> Iterator[tuple[str, str]]:
     """A real gateway (``env`` adds its settings) with one unlimited key; yields ``(base URL, api key)``."""
-    from gateway.keys_sqlite import SqliteKeyStore
-    from gateway.secret_policy import generate_secret
+    from gateway.tenancy.keys_sqlite import SqliteKeyStore
+    from gateway.tenancy.secret_policy import generate_secret
 
     workdir.mkdir(parents=True, exist_ok=True)
     keys_db = workdir / "keys.sqlite3"
@@ -137,11 +138,11 @@ def gateway(triton_http_url: str, workdir: Path, env: dict[str, str]) -> Iterato
                           "GATEWAY_LOG_LEVEL": "warning",
                           # unused here, but the gateway refuses to serve without one
                           "GATEWAY_ADMIN_TOKEN": generate_secret(), **env})
-    command = python_module("gateway", "--host", "127.0.0.1", "--port", str(port), "--triton-url", triton_http_url,
-                            "--keys-db", str(keys_db), "--log-level", "warning")
-    with ManagedProcess(command, name="gateway", log_path=workdir / "gateway.log", env=full_env) as process:
-        process.wait_http(f"http://127.0.0.1:{port}/healthz", 120)
-        yield f"http://127.0.0.1:{port}", key
+    launch = GatewayLaunch(port, full_env, args=("--host", "127.0.0.1", "--port", str(port), "--triton-url",
+                                                 triton_http_url, "--keys-db", str(keys_db), "--log-level", "warning"),
+                           log_path=workdir / "gateway.log")
+    with start_gateway_process(launch):
+        yield launch.url, key
 
 
 async def _drive(base_url: str, key: str, sequence: tuple[str, ...], settings: MultiModelSettings,
@@ -177,8 +178,8 @@ def _ms(values: np.ndarray, q: float) -> float:
 
 def run_multimodel(settings: MultiModelSettings) -> dict[str, Any]:
     """Run both phases; write the JSON documents and the plot to ``settings.out_dir``."""
-    from gateway.residency_memory import ProcessTreeMeter
-    from gateway.residency_triton import TritonRepository
+    from gateway.backends.residency_memory import ProcessTreeMeter
+    from gateway.backends.residency_triton import TritonRepository
 
     settings.out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="multimodel-") as tmp:

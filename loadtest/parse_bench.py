@@ -1,6 +1,6 @@
 """What the gateway's strict KServe v2 parsing costs: parse and re-encode time per request shape.
 
-Every KServe v2 request is parsed (``gateway.kserve.parse_rest``) and re-encoded for Triton
+Every KServe v2 request is parsed (``gateway.protocol.kserve.parse_rest``) and re-encoded for Triton
 (``encode_rest``) instead of being forwarded as received; this prints what that costs, in process,
 for bodies as ``tritonclient.http`` builds them, beside what the gateway weighs each body at before
 parsing it (``RestBody.work_bytes``) and where it therefore checks it: on the event loop up to
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 import tritonclient.http as http
 
-from gateway.kserve import RestBody, encode_rest, parse_rest
+from gateway.protocol.kserve import RestBody, encode_rest, parse_rest
 from gateway.service import PARSE_INLINE_WORK
 
 __all__ = ["main"]

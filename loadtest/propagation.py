@@ -15,7 +15,7 @@ worker each) that share Redis, then repeats:
 Each change is made at a random moment of B's sync interval. Each delay runs from the moment A
 answered the change (it is committed in Redis then) to B's first
 answer showing it; B is polled back to back, so the figure includes one poll's time. The mechanism
-(:mod:`gateway.state_sync`) checks Redis every ``--sync-interval-s`` seconds, so delays should
+(:mod:`gateway.tenancy.state_sync`) checks Redis every ``--sync-interval-s`` seconds, so delays should
 spread over that interval; percentiles from :mod:`serving.quantiles`.
 """
 
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import httpx
 
-from gateway.secret_policy import generate_secret
+from gateway.tenancy.secret_policy import generate_secret
 from loadtest.scaling import gateway_process, machine_load, redis_server, write_tiny_model
 from serving.console import Table, make_console, print_table
 from serving.quantiles import summarize

@@ -36,12 +36,13 @@ from typing import Any
 
 from builders.spec import BatchingPolicy, TensorSpec
 from builders.triton_config import model_config, write_config
-from gateway.secret_policy import generate_secret
+from gateway.tenancy.secret_policy import generate_secret
 from loadtest.loadgen import HttpTarget, LoadResult, LoadSpec, run, run_load
 from serving.console import Table, make_console, print_table
+from serving.gateway_process import GatewayLaunch, start_gateway_process
 from serving.launcher import TritonPorts, TritonServer
 from serving.ports import reserve_port
-from serving.processes import ManagedProcess, child_env, python_module
+from serving.processes import child_env
 
 __all__ = ["DEFAULT_SETTINGS", "QosSettings", "build_parser", "main", "run_qos"]
 
@@ -117,7 +118,7 @@ def gateway(triton_http_url: str, workdir: Path, *, priorities: bool, max_in_fli
     tuple[str, dict[str, str]]
 ]:
     """A real gateway with a premium and a free key; yields ``(base URL, {tier: api key})``."""
-    from gateway.keys_sqlite import SqliteKeyStore
+    from gateway.tenancy.keys_sqlite import SqliteKeyStore
 
     workdir.mkdir(parents=True, exist_ok=True)
     keys_db = workdir / "keys.sqlite3"
@@ -131,11 +132,11 @@ def gateway(triton_http_url: str, workdir: Path, *, priorities: bool, max_in_fli
         "GATEWAY_LOG_LEVEL": "warning",
         "GATEWAY_ADMIN_TOKEN": generate_secret(),  # unused here, but the gateway refuses to serve without one
     })
-    command = python_module("gateway", "--host", "127.0.0.1", "--port", str(port), "--triton-url", triton_http_url,
-                            "--keys-db", str(keys_db), "--log-level", "warning")
-    with ManagedProcess(command, name="gateway", log_path=workdir / "gateway.log", env=env) as process:
-        process.wait_http(f"http://127.0.0.1:{port}/healthz", 120)
-        yield f"http://127.0.0.1:{port}", keys
+    launch = GatewayLaunch(port, env, args=("--host", "127.0.0.1", "--port", str(port), "--triton-url", triton_http_url,
+                                            "--keys-db", str(keys_db), "--log-level", "warning"),
+                           log_path=workdir / "gateway.log")
+    with start_gateway_process(launch):
+        yield launch.url, keys
 
 
 def _target(base_url: str, key: str, name: str) -> HttpTarget:

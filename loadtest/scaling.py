@@ -37,6 +37,9 @@ import numpy as np
 
 from loadtest.loadgen import LoadResult, LoadRun, LoadSpec, TritonTarget, merge_runs, run
 from serving.console import Table, make_console, print_table, progress
+from serving.gateway_process import GatewayLaunch, start_gateway_process
+from serving.redis_process import redis_server
+from serving.triton_clients import triton_client
 
 __all__ = ["PathConfig", "Row", "bench_key", "gateway_process", "main", "redis_server", "run_scaling", "write_tiny_model"]
 
@@ -73,19 +76,6 @@ class Row:
     added_p50_ms: float | None
     added_p99_ms: float | None
     error_summary: str
-
-
-def redis_server_binary() -> str:
-    """``$REDIS_SERVER`` or ``redis-server`` on the PATH.
-
-    Raises:
-        SystemExit: none found (Debian: ``apt-get install redis-server``; a GPU host: the binary that
-            ``loadtest/gpu_bench.sh`` carries).
-    """
-    binary = os.environ.get("REDIS_SERVER") or shutil.which("redis-server")
-    if not binary:
-        raise SystemExit("redis-server not found: install it (apt-get install redis-server) or set REDIS_SERVER")
-    return binary
 
 
 def machine_load(sample_s: float = 2.0) -> dict[str, object]:
@@ -143,10 +133,9 @@ def _serving_repository(repository: Path, workdir: Path) -> Path:
 def _model_inputs(triton_http_url: str, model: str) -> tuple[dict[str, np.ndarray], ...]:
     """Requests for ``model``: one per sample photograph for an image model (FP32 [3, 224, 224]
     input), else one request of ones in every input's declared shape (batch 1)."""
-    import tritonclient.http as http
     from tritonclient.utils import triton_to_np_dtype
 
-    client = http.InferenceServerClient(triton_http_url)
+    client = triton_client(triton_http_url)
     try:
         inputs = client.get_model_metadata(model)["inputs"]
     finally:
@@ -161,54 +150,26 @@ def _model_inputs(triton_http_url: str, model: str) -> tuple[dict[str, np.ndarra
     return ({i["name"]: np.ones(shapes[i["name"]], dtype=triton_to_np_dtype(i["datatype"])) for i in inputs},)
 
 
-def _pings(url: str) -> bool:
-    import redis
-
-    client = redis.Redis.from_url(url, socket_timeout=1)
-    try:
-        return bool(client.ping())
-    except redis.RedisError:
-        return False
-    finally:
-        client.close()
-
-
-@contextlib.contextmanager
-def redis_server(workdir: Path) -> Iterator[str]:
-    """A redis-server on a free loopback port, no persistence; yields its URL."""
-    from serving.ports import reserve_port
-    from serving.processes import ManagedProcess
-
-    port = reserve_port()
-    url = f"redis://127.0.0.1:{port}/0"
-    command = [redis_server_binary(), "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no",
-               "--dir", str(workdir)]
-    with ManagedProcess(command, name="redis-server", log_path=workdir / "redis.log").start() as process:
-        process.wait_until(lambda: _pings(url), 30, "answering PING")
-        yield url
-
-
 @contextlib.contextmanager
 def gateway_process(name: str, settings: dict[str, str], workdir: Path) -> Iterator[str]:
     """``python -m gateway`` with ``GATEWAY_*`` ``settings`` on a free loopback port; yields ``host:port``."""
-    from gateway.secret_policy import generate_secret
+    from gateway.tenancy.secret_policy import generate_secret
     from serving.ports import reserve_port
-    from serving.processes import ManagedProcess, child_env, python_module
+    from serving.processes import child_env
 
     port = reserve_port()
     # The gateway refuses to serve without a real admin token: a fresh one per run (settings may name theirs).
     env = {"GATEWAY_HOST": "127.0.0.1", "GATEWAY_PORT": str(port), "GATEWAY_LOG_LEVEL": "warning",
            "GATEWAY_KEYS_DB": str(workdir / "unused.sqlite3"), "GATEWAY_ADMIN_TOKEN": generate_secret(), **settings}
     log = workdir / f"{name.replace(' ', '-')}.log"
-    with ManagedProcess(python_module("gateway"), name=name, env=child_env(env), log_path=log).start() as process:
-        process.wait_http(f"http://127.0.0.1:{port}/healthz", 120)
+    with start_gateway_process(GatewayLaunch(port, child_env(env), log_path=log, name=name)):
         yield f"127.0.0.1:{port}"
 
 
 def bench_key(redis_url: str, tiers: dict[str, dict[str, float]]) -> str:
     """A key of tier ``bench`` in the Redis store every gateway here shares."""
-    from gateway.keys import open_key_store
     from gateway.settings import GatewaySettings
+    from gateway.tenancy.key_stores import open_key_store
 
     store = open_key_store(GatewaySettings(redis_url=redis_url, tier_limits=tiers))
     try:

@@ -18,6 +18,7 @@ from tritonclient.utils import np_to_triton_dtype
 from builders.evaluation import ClassAgreement, EmbeddingCosine, Evaluation, Metric, OutputParity
 from builders.spec import ModelSpec
 from promote.golden import golden_set
+from serving.triton_clients import triton_client
 
 __all__ = ["EvaluationData", "Outcome", "compare", "evaluation_data", "infer_batch"]
 
@@ -69,7 +70,7 @@ def evaluation_data(spec: ModelSpec) -> EvaluationData:
 
 def infer_batch(url: str, model: str, version: str, data: EvaluationData) -> np.ndarray:
     """The metric's output of ``model`` (``version``) for every row, in requests of at most ``max_batch`` rows."""
-    client = http.InferenceServerClient(url, network_timeout=300)
+    client = triton_client(url, network_timeout=300)
     step = data.max_batch or data.rows
     parts = []
     try:

@@ -15,6 +15,7 @@ first one's version N+1 for debris.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from builders import repository as repo
@@ -112,7 +113,8 @@ def promote(
     data = _evaluation(spec) if publish or set(wanted) - {"parity"} else None
     try:
         record.write(target.records_dir)
-        _run_gates(spec, entry, candidate_version, production, wanted, record, triton, target, data, policy, log)
+        run = _Run(record, triton, target, policy, production, data, log, observer)
+        _run_gates(run, spec, entry, candidate_version, wanted)
         missing = [g for g in ALL_GATES if not record.gates.get(g, {}).get("passed")]
         if any(not record.gates[g]["passed"] for g in wanted):
             failed = {g: record.gates[g]["reason"] for g in wanted if not record.gates[g]["passed"]}
@@ -136,11 +138,35 @@ def promote(
                 return _logged(record, log)
             production = repo.latest_version(target.repository, model) or production
             record.production_version = production
-            _roll_out(model, entry / str(candidate_version), report, production, record, triton, target, data,
-                      policy, log, observer)
+            _roll_out(run, model, entry / str(candidate_version), report)
     finally:
         record.write(target.records_dir)
     return _logged(record, log)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One promotion's context, shared by its gates and its rollout.
+
+    Attributes:
+        record: what is being written down.
+        triton: the production Triton's control API.
+        target: where production lives.
+        policy: thresholds and timings.
+        production: the production version.
+        data: the evaluation data (``None`` when no served gate runs and nothing is published).
+        log: progress lines.
+        observer: called with every rollout step once it is recorded.
+    """
+
+    record: PromotionRecord
+    triton: TritonControl
+    target: PromotionTarget
+    policy: PromotionPolicy
+    production: int
+    data: EvaluationData | None
+    log: Callable[[str], None]
+    observer: StepObserver | None
 
 
 def _logged(record: PromotionRecord, log: Callable[[str], None]) -> PromotionRecord:
@@ -148,9 +174,9 @@ def _logged(record: PromotionRecord, log: Callable[[str], None]) -> PromotionRec
     return record
 
 
-def _run_gates(spec: ModelSpec, entry: Path, version: int, production: int, wanted: list[str],
-               record: PromotionRecord, triton: TritonControl, target: PromotionTarget, data: EvaluationData | None,
-               policy: PromotionPolicy, log: Callable[[str], None]) -> None:
+def _run_gates(run: _Run, spec: ModelSpec, entry: Path, version: int, wanted: list[str]) -> None:
+    record, triton, target, data, policy, log = run.record, run.triton, run.target, run.data, run.policy, run.log
+    production = run.production
     model = spec.name
     if "parity" in wanted:
         _keep(record, parity_gate(spec, entry, version), log)
@@ -186,9 +212,10 @@ def _keep(record: PromotionRecord, result: GateResult, log: Callable[[str], None
     log(f"gate {result.name}: {'passed' if result.passed else 'FAILED ' + result.reason}")
 
 
-def _roll_out(model: str, candidate_dir: Path, report: BuildReport, production: int, record: PromotionRecord,
-              triton: TritonControl, target: PromotionTarget, data: EvaluationData, policy: PromotionPolicy,
-              log: Callable[[str], None], observer: StepObserver | None) -> None:
+def _roll_out(run: _Run, model: str, candidate_dir: Path, report: BuildReport) -> None:
+    record, triton, target, policy, log = run.record, run.triton, run.target, run.policy, run.log
+    production, data, observer = run.production, run.data, run.observer
+    assert data is not None
     record.new_version = production + 1
     rollout = Rollout(model, production, production + 1, target, triton, record, policy,
                       find_dependents(target.repository, model, triton), log, observer)

@@ -259,7 +259,7 @@ class _Verdict:
 class _CanaryWatch:
     """What the gateway routed to production and to the canary, per model, from when the watch was made.
 
-    The gateway counts each routed request's outcome (see ``gateway.traffic``); Triton's own
+    The gateway counts each routed request's outcome (see ``gateway.tenancy.traffic``); Triton's own
     statistics cannot serve here, since its Python-based backends report a request they answered
     with an error as a success.
     """

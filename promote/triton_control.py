@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import tritonclient.http as http
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from builders.triton_config import read_config
+from serving.triton_clients import triton_client
 
 __all__ = ["TritonControl"]
 
@@ -18,7 +18,7 @@ class TritonControl:
     """Explicit model control on one Triton server (HTTP ``host:port``)."""
 
     def __init__(self, url: str) -> None:
-        self.client = http.InferenceServerClient(url, network_timeout=300, connection_timeout=10)
+        self.client = triton_client(url, network_timeout=300, connection_timeout=10)
 
     def _load(self, name: str, config: mc.ModelConfig, files: dict[str, bytes] | None = None) -> None:
         payload = json.dumps(json_format.MessageToDict(config, preserving_proto_field_name=True))

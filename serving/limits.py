@@ -16,7 +16,8 @@ turn a clean 4xx into a model error.
     ├── embeddings                EmbeddingLimits: inputs per request, encoder batch, text length
     ├── image_generation          ImageGenerationLimits: steps, sides, seed, guidance, prompt
     ├── image_upload              ImageUploadLimits: what the gateway checks cheaply (count, bytes)
-    ├── image_decode              ImageDecodeLimits: what the preprocessing model checks before allocating
+    ├── image_decode              DecodeLimits (serving.image_preprocessing, the model's own type): what the
+    │                             preprocessing model checks before allocating
     ├── jobs                      JobLimits: generation jobs a key may hold, callback URL length
     └── queue                     QueueLimits: priority levels and per-level queue policies (Triton)
 """
@@ -26,6 +27,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+
+# The one decode-limits type: the preprocessing model's own (its file is copied beside the model, so
+# the type lives there and this module fills in the platform's values).
+from serving.image_preprocessing import DecodeLimits
 
 __all__ = [
     "DEFAULT_EMBEDDING_BATCHES_IN_FLIGHT",
@@ -62,7 +67,6 @@ __all__ = [
     "DEFAULT_QUEUE_MAX_SIZES",
     "DEFAULT_QUEUE_TIMEOUT_US",
     "EmbeddingLimits",
-    "ImageDecodeLimits",
     "ImageGenerationLimits",
     "ImageUploadLimits",
     "JobLimits",
@@ -244,21 +248,6 @@ class ImageUploadLimits:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ImageDecodeLimits:
-    """What the preprocessing model checks from an image's header, before any large allocation.
-
-    Attributes:
-        max_source_pixels: width x height of the encoded image.
-        max_aspect_ratio: long side / short side.
-        max_resized_pixels: width x height of the resize target.
-    """
-
-    max_source_pixels: int = DEFAULT_IMAGE_MAX_SOURCE_PIXELS
-    max_aspect_ratio: float = DEFAULT_IMAGE_MAX_ASPECT_RATIO
-    max_resized_pixels: int = DEFAULT_IMAGE_MAX_RESIZED_PIXELS
-
-
-@dataclass(frozen=True, kw_only=True)
 class JobLimits:
     """What one API key may hold as generation jobs.
 
@@ -330,7 +319,9 @@ class RequestLimits:
     embeddings: EmbeddingLimits = field(default_factory=EmbeddingLimits)
     image_generation: ImageGenerationLimits = field(default_factory=ImageGenerationLimits)
     image_upload: ImageUploadLimits = field(default_factory=ImageUploadLimits)
-    image_decode: ImageDecodeLimits = field(default_factory=ImageDecodeLimits)
+    image_decode: DecodeLimits = field(default_factory=lambda: DecodeLimits(
+        max_source_pixels=DEFAULT_IMAGE_MAX_SOURCE_PIXELS, max_aspect_ratio=DEFAULT_IMAGE_MAX_ASPECT_RATIO,
+        max_resized_pixels=DEFAULT_IMAGE_MAX_RESIZED_PIXELS))
     jobs: JobLimits = field(default_factory=JobLimits)
     queue: QueueLimits = field(default_factory=QueueLimits)
 

@@ -2,7 +2,7 @@
 
 One definition for both readiness probes of the deployment:
 
-- the gateway's ``/readyz`` (:mod:`gateway.readiness`) builds its request with :func:`probe_inputs`;
+- the gateway's ``/readyz`` (:mod:`gateway.backends.readiness`) builds its request with :func:`probe_inputs`;
 - the Triton pod's readiness probe runs this file as a script inside the Triton image
   (``python3 model_readiness.py``, models from ``READY_MODELS``), against ``127.0.0.1:8000``.
 

@@ -14,7 +14,7 @@ or its model is reloaded or unloaded, nor at shutdown, so a host that heals stub
 - removes the region of every stub that has exited (once no live stub names it);
 - kills a stub whose resident memory passes its limit, so one model cannot take the host: that
   stub dies alone, exactly as the kernel's OOM killer would end it, and the gateway reloads its model
-  (:mod:`gateway.model_healer`). The limit is the model config's ``stub_memory_limit_mb`` parameter,
+  (:mod:`gateway.backends.model_healer`). The limit is the model config's ``stub_memory_limit_mb`` parameter,
   else ``TRITON_STUB_MEMORY_LIMIT_MB``, else half the host's memory; 0 turns it off.
 
 A watch, not an ``rlimit`` inside the stub: the stubs of Python-backend models run files we do not

@@ -14,7 +14,7 @@ from pathlib import Path
 from builders.spec import AssetSpec, BatchingPolicy, TensorSpec
 from builders.triton_config import ensemble_config, model_config
 from serving import image_preprocessing
-from serving.image_preprocessing import DecodeLimits, Preprocessing
+from serving.image_preprocessing import Preprocessing
 from serving.limits import DEFAULT_LIMITS
 from serving.model_card import ModelCard, Task, internal_parameters
 
@@ -36,9 +36,7 @@ OUTPUTS = (
 def preprocess_spec(preprocessing: Preprocessing) -> AssetSpec:
     """The ``image_preprocess`` entry: its model file with the shared preprocessing module beside it,
     the preprocessing and the platform's decode limits (``serving.limits``) in its parameters."""
-    limits = DEFAULT_LIMITS.image_decode
-    decode = DecodeLimits(max_source_pixels=limits.max_source_pixels, max_aspect_ratio=limits.max_aspect_ratio,
-                          max_resized_pixels=limits.max_resized_pixels)
+    decode = DEFAULT_LIMITS.image_decode
     config = model_config(
         "image_preprocess",
         backend="python",

@@ -6,11 +6,11 @@ from typing import Any
 
 from fastapi import Request
 
-from gateway.auth import Authenticator
-from gateway.context import CONTEXT_KEY, RequestContext
-from gateway.keys import KeyStore
+from gateway.observe.stats import LatencyTracker
 from gateway.service import InferenceService
-from gateway.stats import LatencyTracker
+from gateway.tenancy.auth import Authenticator
+from gateway.tenancy.context import CONTEXT_KEY, RequestContext
+from gateway.tenancy.keys import KeyStore
 
 __all__ = [
     "CLIENT_AUTH",

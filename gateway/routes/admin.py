@@ -8,12 +8,12 @@ from typing import Annotated, ParamSpec, TypeVar
 
 from fastapi import APIRouter, Depends, Path, Query
 
-from gateway.auth import Authenticator
 from gateway.errors import BadRequest, Conflict, NotFound, StateStoreUnavailable
-from gateway.key_protocol import CreatedKey, CreateKeyRequest, ImportKeysResponse, KeyExport, KeyInfo
-from gateway.keys import ApiKeyRecord, KeyConflict, KeyStore, KeyStoreUnavailable, records_from_export
-from gateway.protocol import problem_responses
+from gateway.protocol.rest import problem_responses
 from gateway.settings import GatewaySettings
+from gateway.tenancy.auth import Authenticator
+from gateway.tenancy.key_protocol import CreatedKey, CreateKeyRequest, ImportKeysResponse, KeyExport, KeyInfo
+from gateway.tenancy.keys import ApiKeyRecord, KeyConflict, KeyStore, KeyStoreUnavailable, records_from_export
 
 from ._deps import get_authenticator, get_store
 

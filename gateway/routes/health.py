@@ -9,9 +9,9 @@ from fastapi import APIRouter, Depends, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from gateway.errors import UpstreamUnavailable
-from gateway.protocol import Health, kserve_responses, problem_responses
+from gateway.observe.stats import LatencyTracker
+from gateway.protocol.rest import Health, kserve_responses, problem_responses
 from gateway.service import InferenceService
-from gateway.stats import LatencyTracker
 
 from ._deps import get_service, get_tracker
 

@@ -3,7 +3,7 @@ delete), ``.../result`` (the images, as ``/v1/images/generations`` answers), ``.
 image, for ``url`` results) and ``.../cancel``.
 
 Errors are OpenAI's ``{"error": {...}}`` (these are ``/v1/images/*`` paths). The work is
-:class:`gateway.job_service.ImageJobs` and :class:`gateway.job_runner.JobRunner`; this module only
+:class:`gateway.jobs.service.ImageJobs` and :class:`gateway.jobs.runner.JobRunner`; this module only
 translates HTTP.
 """
 
@@ -15,14 +15,14 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
-from gateway.context import RequestContext
 from gateway.errors import NotFound
-from gateway.image_urls import ImageUrlSigner
-from gateway.job_protocol import DeletedJob, ImageJob, ImageJobList, ImageJobRequest
-from gateway.job_runner import JobRunner
-from gateway.job_service import MAX_LISTED, ImageJobs
-from gateway.jobs import Job
-from gateway.protocol import OPENAI_ERRORS, ImageData, ImageGenerationResponse, openai_responses
+from gateway.jobs.image_urls import ImageUrlSigner
+from gateway.jobs.protocol import DeletedJob, ImageJob, ImageJobList, ImageJobRequest
+from gateway.jobs.runner import JobRunner
+from gateway.jobs.service import MAX_LISTED, ImageJobs
+from gateway.jobs.store import Job
+from gateway.protocol.rest import OPENAI_ERRORS, ImageData, ImageGenerationResponse, openai_responses
+from gateway.tenancy.context import RequestContext
 from serving.limits import DEFAULT_LIMITS
 
 from ._deps import get_context

@@ -16,11 +16,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Request, Response
 
-from gateway.context import CONTEXT_KEY, RequestContext
 from gateway.errors import BadRequest, ModelNotReady
-from gateway.kserve import HEADER_LENGTH, RestBody
-from gateway.protocol import KSERVE_ERRORS, kserve_responses
+from gateway.protocol.kserve import HEADER_LENGTH, RestBody
+from gateway.protocol.rest import KSERVE_ERRORS, kserve_responses
 from gateway.service import InferenceService
+from gateway.tenancy.context import CONTEXT_KEY, RequestContext
 
 from ._deps import ADMIN_AUTH, get_context, get_service
 

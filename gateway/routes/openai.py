@@ -1,6 +1,6 @@
 """OpenAI-compatible routes: ``/v1/models``, ``/v1/models/{id}``, ``/v1/embeddings``,
 ``/v1/images/generations`` (a long one answered as a job: 202) and the signed, expiring image files
-its ``url`` answers point to (no API key needed: :mod:`gateway.image_urls`).
+its ``url`` answers point to (no API key needed: :mod:`gateway.jobs.image_urls`).
 
 Errors on these paths are OpenAI's ``{"error": {"message", "type", "param", "code"}}`` (the SDKs
 show ``message``). The work is :class:`gateway.openai_tasks.OpenAITasks`; this module only
@@ -16,14 +16,13 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 
-from gateway.context import RequestContext
 from gateway.errors import NotFound, ServiceUnavailable
-from gateway.image_store import ImageStore
-from gateway.image_urls import ImageUrlSigner
-from gateway.job_protocol import ImageJob
-from gateway.job_service import ImageJobs
+from gateway.jobs.image_store import ImageStore
+from gateway.jobs.image_urls import ImageUrlSigner
+from gateway.jobs.protocol import ImageJob
+from gateway.jobs.service import ImageJobs
 from gateway.openai_tasks import IMAGE_FORMATS, OpenAITasks
-from gateway.protocol import (
+from gateway.protocol.rest import (
     OPENAI_ERRORS,
     EmbeddingData,
     EmbeddingsRequest,
@@ -36,6 +35,7 @@ from gateway.protocol import (
     Usage,
     openai_responses,
 )
+from gateway.tenancy.context import RequestContext
 
 from ._deps import get_context
 

@@ -11,9 +11,9 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Request
 from pydantic import BaseModel, Field
 
+from gateway.backends.residency import ModelResidency, ResidencyManager
 from gateway.errors import Conflict
-from gateway.protocol import problem_responses
-from gateway.residency import ModelResidency, ResidencyManager
+from gateway.protocol.rest import problem_responses
 from gateway.service import InferenceService
 
 from ._deps import get_service

@@ -6,10 +6,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
 
-from gateway.context import RequestContext
-from gateway.protocol import problem_responses
-from gateway.stats import LatencyTracker
-from gateway.stats_report import stats_document
+from gateway.observe.stats import LatencyTracker
+from gateway.protocol.rest import problem_responses
+from gateway.routes.stats_report import stats_document
+from gateway.tenancy.context import RequestContext
 
 from ._deps import get_context, get_tracker
 

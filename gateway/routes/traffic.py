@@ -11,11 +11,11 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.catalog import check_model_name
+from gateway.backends.catalog import check_model_name
 from gateway.errors import NotFound
-from gateway.protocol import problem_responses
+from gateway.protocol.rest import problem_responses
 from gateway.service import InferenceService
-from gateway.traffic import MAX_VERSIONS, MAX_WEIGHT, TrafficSplit
+from gateway.tenancy.traffic import MAX_VERSIONS, MAX_WEIGHT, TrafficSplit
 
 from ._deps import get_service
 

@@ -10,10 +10,10 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel, Field
 
-from gateway.context import RequestContext
 from gateway.errors import BadRequest, ServiceUnavailable
-from gateway.protocol import problem_responses
-from gateway.usage import UsageMeter, UsageRow, UsageStoreError
+from gateway.protocol.rest import problem_responses
+from gateway.tenancy.context import RequestContext
+from gateway.tenancy.usage import UsageMeter, UsageRow, UsageStoreError
 
 from ._deps import get_context
 

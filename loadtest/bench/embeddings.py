@@ -58,6 +58,7 @@ from loadtest.loadgen import HttpTarget, LoadRun, LoadSpec, Target, TritonTarget
 from loadtest.payloads import mixed_length_texts
 from serving.console import Table, print_table
 from serving.launcher import TritonPorts
+from serving.triton_clients import triton_client
 
 __all__ = ["Row", "main", "prepare_repository"]
 
@@ -137,7 +138,7 @@ def _embed_all(url: str, model: str, texts: Sequence[str], concurrency: int) -> 
     """
     import tritonclient.http as http
 
-    client = http.InferenceServerClient(url, concurrency=concurrency, network_timeout=300)
+    client = triton_client(url, concurrency=concurrency, network_timeout=300)
     vectors = []
     for start in range(0, len(texts), concurrency):
         pending = []

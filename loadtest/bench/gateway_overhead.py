@@ -30,6 +30,7 @@ from loadtest.loadgen import (
     twin_target,
 )
 from loadtest.loadgen.capacity import measure_capacity
+from serving.triton_clients import triton_client
 
 __all__ = ["OverheadResult", "main", "run_overhead"]
 
@@ -66,10 +67,9 @@ class OverheadResult:
 
 def zero_inputs(triton_url: str, model: str) -> dict[str, np.ndarray]:
     """Zeros of the model's input shapes, batch 1, from its metadata."""
-    import tritonclient.http as http
     from tritonclient.utils import triton_to_np_dtype
 
-    client = http.InferenceServerClient(triton_url)
+    client = triton_client(triton_url)
     try:
         metadata = client.get_model_metadata(model)
     finally:

@@ -1,6 +1,6 @@
 """Where a request's time goes in the gateway during one load point, from the gateway's own metrics.
 
-The gateway times each admitted request's stages (:mod:`gateway.timing`: ``auth``, ``admit``,
+The gateway times each admitted request's stages (:mod:`gateway.observe.timing`: ``auth``, ``admit``,
 ``parse``, ``upstream``) into ``gateway_stage_duration_seconds`` and the whole request into
 ``gateway_request_duration_seconds``; with several workers, one scrape of ``/metrics`` sums them
 all. Two scrapes around a load point give each stage's mean per request over the point. Beside the

@@ -12,6 +12,7 @@ import numpy as np
 from loadtest.bench.gpu_setup import PIPELINE, TENSOR
 from loadtest.payloads import jpeg_images
 from serving.launcher import TritonServer
+from serving.triton_clients import triton_client
 
 __all__ = ["sanity", "served_in_batches"]
 
@@ -43,13 +44,12 @@ def _pipeline_top1(client: Any, pipeline: str) -> list[int]:
 
 def sanity(triton: TritonServer, compiled_entry: str = "", compiled_pipeline: str = "") -> dict[str, Any]:
     """Before any load: the tensor entries agree with PyTorch, the pipelines with the CPU pipeline's top-1."""
-    import tritonclient.http as http
 
     from builders.export import torch_reference
     from builders.registry import get_spec
     from serving.image_preprocessing import preprocess_bytes
 
-    client = http.InferenceServerClient(triton.http_url, network_timeout=300)
+    client = triton_client(triton.http_url, network_timeout=300)
     spec = get_spec("efficientnet_lite0")
     module, _ = spec.load()  # type: ignore[union-attr]
     feeds = spec.sample_inputs()  # type: ignore[union-attr]

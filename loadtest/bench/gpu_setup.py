@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any
 from loadtest.bench.report import machine_description
 from loadtest.loadgen import LoadSpec, Target, run_load
 from serving.launcher import TritonServer
+from serving.triton_clients import triton_client
 
 if TYPE_CHECKING:
-    from loadtest.bench.gpu import GpuBenchSettings
+    from loadtest.bench.gpu_settings import GpuBenchSettings
 
 __all__ = ["NOBATCH", "P99_BUDGET_MS", "PIPELINE", "PIPELINE_COMPILED", "TENSOR", "Clock", "compiled_entry", "compiled_file", "latest", "parse_points", "prepare_repository", "sweep", "unavailable"]
 
@@ -189,9 +190,8 @@ def sweep(triton: TritonServer, root: Path, name: str, target: Target, settings:
     ``fits(seconds)`` says whether a step of that many seconds fits the run's budget: a candidate
     that would not fit is listed as not measured; the rest of the sweep still decides among the others.
     """
-    import tritonclient.http as http
 
-    client = http.InferenceServerClient(triton.http_url, network_timeout=600, connection_timeout=600)
+    client = triton_client(triton.http_url, network_timeout=600, connection_timeout=600)
     base = client.get_model_config(name)
     measure_s = 2 * settings.warmup_s + settings.capacity_s + 2.0  # with the load generator's process start
     rows: list[dict[str, Any]] = []

@@ -8,18 +8,17 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import secrets
-import shutil
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
 from loadtest.bench.settings import DEFAULT_MODEL
+from serving.gateway_process import GatewayLaunch, start_gateway_process
 from serving.launcher import TritonPorts, TritonServer, TritonStartError
 from serving.ports import reserve_port
-from serving.processes import ManagedProcess, ProcessStartError, child_env, python_module
+from serving.processes import ManagedProcess, child_env, python_module
+from serving.redis_process import redis_server
 
 __all__ = ["BenchGateway", "gateway_server", "naive_embedding_server", "naive_server", "start_triton"]
 
@@ -49,27 +48,6 @@ def naive_embedding_server(device: str, workdir: Path, threads: int = 0) -> Iter
                         env=child_env()) as process:
         process.wait_http(f"http://127.0.0.1:{port}/healthz", 300, expect=b'"ok"')
         yield f"http://127.0.0.1:{port}"
-
-
-@contextlib.contextmanager
-def redis_server(workdir: Path) -> Iterator[str]:
-    """A ``redis-server`` (from ``PATH``, or ``$REDIS_SERVER``) on a reserved 127.0.0.1 port, no
-    persistence; yields its URL. Several gateway workers share keys and limits through it."""
-    binary = os.environ.get("REDIS_SERVER") or shutil.which("redis-server")
-    if binary is None:
-        raise ProcessStartError("several gateway workers need redis-server: install it (apt-get install redis-server) "
-                                "or point REDIS_SERVER at one")
-    port = reserve_port()
-    command = [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no", "--dir", str(workdir)]
-    with ManagedProcess(command, name="redis-server", log_path=workdir / "redis.log") as process:
-        process.wait_until(lambda: _accepts(port), 30, what="accepting connections")
-        yield f"redis://127.0.0.1:{port}/0"
-
-
-def _accepts(port: int) -> bool:
-    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
-        return True
-    return False
 
 
 class BenchGateway(NamedTuple):
@@ -106,21 +84,20 @@ def gateway_server(triton_http_url: str, workdir: Path, workers: int = 1) -> Ite
             options += ["--workers", str(workers)]
         _, key = _create_key(keys_db, extra.get("GATEWAY_REDIS_URL"))
         port = reserve_port()
-        command = python_module("gateway", "--host", "127.0.0.1", "--port", str(port), "--triton-url", triton_http_url,
-                                *options, "--log-level", "warning")
-        process = stack.enter_context(ManagedProcess(command, name="gateway", log_path=workdir / "gateway.log",
-                                                     env=child_env(extra)))
-        process.wait_http(f"http://127.0.0.1:{port}/healthz", 120)
+        launch = GatewayLaunch(port, child_env(extra), log_path=workdir / "gateway.log",
+                               args=("--host", "127.0.0.1", "--port", str(port), "--triton-url", triton_http_url,
+                                     *options, "--log-level", "warning"))
+        stack.enter_context(start_gateway_process(launch))
         yield BenchGateway(f"http://127.0.0.1:{port}", key, extra["GATEWAY_METRICS_TOKEN"])
 
 
 def _create_key(keys_db: Path, redis_url: str | None) -> tuple[str, str]:
     """A high-limit key in the store the gateway reads: SQLite alone, or Redis for several workers."""
     if redis_url is None:
-        from gateway.keys_sqlite import SqliteKeyStore
+        from gateway.tenancy.keys_sqlite import SqliteKeyStore
 
         return SqliteKeyStore(keys_db).create("loadtest-bench", ["*"], _BENCH_TIER)
-    from gateway.redis_state import RedisKeyStore  # the store of gateway --workers
+    from gateway.tenancy.redis_state import RedisKeyStore  # the store of gateway --workers
 
     return RedisKeyStore(redis_url).create("loadtest-bench", ["*"], _BENCH_TIER)
 

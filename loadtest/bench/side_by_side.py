@@ -36,6 +36,7 @@ from loadtest.loadgen import HttpTarget, LoadResult, LoadSpec, Target, TritonTar
 from loadtest.loadgen.capacity import measure_capacity, twin_target
 from loadtest.payloads import image_tensors, jpeg_images, v2_binary_request
 from serving.launcher import TritonPorts, TritonServer
+from serving.triton_clients import triton_client
 
 __all__ = ["run_bench"]
 
@@ -85,7 +86,7 @@ def _top1(target: Target, output_name: str) -> int:
         from tritonclient.utils import np_to_triton_dtype
 
         module: Any = grpc_client if target.protocol == "grpc" else http_client
-        client = module.InferenceServerClient(target.url)
+        client = triton_client(target.url, target.protocol)
         tensors = []
         for name, array in target.inputs[0].items():
             tensor = module.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))

@@ -23,6 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from serving.triton_clients import triton_client
+
 __all__ = ["TritonSplit", "model_counters", "split"]
 
 _STAGES = ("queue", "compute_input", "compute_infer", "compute_output", "success")
@@ -32,9 +34,8 @@ def model_counters(url: str, model: str, metrics_url: str | None = None) -> dict
     """``model``'s cumulative counters (all versions summed): requests, executions, inferences and
     the nanoseconds of each stage; with ``metrics_url``, also its steps' seconds (``step:<name>``)
     and the executions they cover (``step_executions``), where the model reports them."""
-    import tritonclient.http as http
 
-    with http.InferenceServerClient(url) as client:
+    with triton_client(url) as client:
         versions = client.get_inference_statistics(model)["model_stats"]
     counters: dict[str, float] = {"requests": 0, "executions": 0, "inferences": 0, **{f"{s}_ns": 0 for s in _STAGES}}
     for stats in versions:

@@ -23,6 +23,7 @@ from pathlib import Path
 from loadtest.loadgen.runner import LoadError, LoadSpec, run_load
 from loadtest.loadgen.samples import LoadResult
 from loadtest.loadgen.targets import Target, TritonTarget
+from serving.triton_clients import triton_client
 
 __all__ = ["INSTANT_SUFFIX", "instant_twin", "measure_capacity", "twin_config", "twin_target"]
 
@@ -53,10 +54,9 @@ def instant_twin(triton_http_url: str, model: str, timeout_s: float = 300.0) -> 
     Raises:
         tritonclient.utils.InferenceServerException: Triton refused it (not in explicit mode, ...).
     """
-    import tritonclient.http as http
 
     name = model + INSTANT_SUFFIX
-    client = http.InferenceServerClient(triton_http_url, network_timeout=timeout_s, connection_timeout=timeout_s)
+    client = triton_client(triton_http_url, network_timeout=timeout_s, connection_timeout=timeout_s)
     try:
         config = twin_config(client.get_model_config(model), name)
         client.load_model(name, config=json.dumps(config), files={"file:1/model.py": _MODEL_FILE.read_bytes()})

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from loadtest.loadgen.shm import KINDS, Region, region_name
+from serving.triton_clients import triton_client
 
 __all__ = ["HttpTarget", "Outcome", "Send", "Target", "TritonTarget"]
 
@@ -167,9 +168,9 @@ class TritonTarget:
     async def connect(self, concurrency: int) -> AsyncIterator[Send]:
         module = _client_module(self.protocol)
         if self.protocol == "http":
-            client = module.InferenceServerClient(self.url, conn_limit=concurrency, conn_timeout=self.timeout_s)
+            client = triton_client(self.url, "http.aio", conn_limit=concurrency, conn_timeout=self.timeout_s)
         else:
-            client = module.InferenceServerClient(self.url)
+            client = triton_client(self.url, "grpc.aio")
         regions: list[Region] = []
         memory = KINDS[self.shared_memory]() if self.shared_memory else None
         try:

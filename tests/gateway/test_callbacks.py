@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.callbacks import AllowedOrigin, CallbackPolicy, CallbackSender, sign, verify
 from gateway.errors import CallbackRefused
+from gateway.jobs.callbacks import AllowedOrigin, CallbackPolicy, CallbackSender, sign, verify
 from tests.support.callback_receiver import CallbackReceiver
 
 SECRET = b"test-callback-secret-3f9a1c"

@@ -16,7 +16,7 @@ import openai
 import pytest
 from PIL import Image
 
-from gateway.image_urls import ImageUrlSigner
+from gateway.jobs.image_urls import ImageUrlSigner
 from tests.support.gateway_procs import ADMIN_TOKEN, create_key
 
 pytestmark = pytest.mark.integration

@@ -6,7 +6,7 @@ from __future__ import annotations
 import openai
 import pytest
 
-from gateway.ratelimit import openai_duration
+from gateway.tenancy.ratelimit import openai_duration
 from tests.support.gateway_procs import create_key
 
 pytestmark = pytest.mark.integration

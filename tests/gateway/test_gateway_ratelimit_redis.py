@@ -102,8 +102,8 @@ async def test_hit_all_stops_at_the_first_refusal(store: str, redis_url: str) ->
     it keeps its tokens; the same in Redis (one script) and in process."""
     import uuid
 
-    from gateway.ratelimit import InProcessRateLimiter, RedisRateLimiter
-    from gateway.tiers import RateLimit
+    from gateway.tenancy.ratelimit import InProcessRateLimiter, RedisRateLimiter
+    from gateway.tenancy.tiers import RateLimit
 
     limiter = RedisRateLimiter(redis_url, prefix=f"t{uuid.uuid4().hex}:") if store == "redis" else InProcessRateLimiter()
     one, two = RateLimit(per_minute=1, burst=1), RateLimit(per_minute=1, burst=2)

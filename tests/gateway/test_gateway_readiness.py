@@ -180,7 +180,7 @@ class _CountingBackend:
 
 
 async def test_model_checks_are_cached_for_the_configured_time() -> None:
-    from gateway.readiness import ReadinessProbe
+    from gateway.backends.readiness import ReadinessProbe
 
     now = [100.0]
     backend = _CountingBackend()

@@ -154,7 +154,7 @@ def test_ordinary_requests_with_large_allowed_headers_pass(limited) -> None:  # 
 def test_head_bytes_are_counted_up_to_the_blank_line_across_reads() -> None:
     from types import SimpleNamespace
 
-    from gateway.http_limits import LimitedHttpToolsProtocol
+    from gateway.http.limits import LimitedHttpToolsProtocol
 
     count = LimitedHttpToolsProtocol._head_part
     state = SimpleNamespace(_head_tail=b"")

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from gateway.context import Principal
-from gateway.latency import OTHER_CLIENT, LatencyWindows
-from gateway.stats import LatencyTracker
-from gateway.stats_report import stats_document
-from gateway.stats_store import SqliteSketchStore
+from gateway.observe.latency import OTHER_CLIENT, LatencyWindows
+from gateway.observe.stats import LatencyTracker
+from gateway.observe.stats_store import SqliteSketchStore
+from gateway.routes.stats_report import stats_document
+from gateway.tenancy.context import Principal
 from serving.quantiles import QUANTILES, LatencySketch
 
 ADMIN = Principal(client_id="admin", scopes=frozenset({"*"}), tier="admin", kind="admin")
@@ -121,9 +121,9 @@ async def test_a_client_sees_only_its_own_figures() -> None:
 
 def test_metrics_need_the_metrics_or_admin_token(tmp_path: Path) -> None:
     from gateway import errors
-    from gateway.auth import Authenticator
-    from gateway.keys_sqlite import SqliteKeyStore
     from gateway.settings import GatewaySettings
+    from gateway.tenancy.auth import Authenticator
+    from gateway.tenancy.keys_sqlite import SqliteKeyStore
 
     store = SqliteKeyStore(tmp_path / "keys.sqlite3")
     auth = Authenticator(GatewaySettings(metrics_token="m-token", admin_token="a-token"), store)
@@ -139,7 +139,7 @@ def test_metrics_need_the_metrics_or_admin_token(tmp_path: Path) -> None:
 
 _RECORD = """
 import sys
-from gateway.stats import LatencyTracker
+from gateway.observe.stats import LatencyTracker
 tracker = LatencyTracker()
 tracker.forget_dead_workers()  # as a worker's lifespan does at start
 for _ in range(int(sys.argv[1])):
@@ -157,7 +157,7 @@ def test_metrics_of_several_worker_processes_add_up(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from gateway.stats import MULTIPROCESS_ENV, metrics_directory
+    from gateway.observe.stats import MULTIPROCESS_ENV, metrics_directory
 
     with metrics_directory(workers=2) as directory:
         assert directory is not None and os.environ[MULTIPROCESS_ENV] == directory

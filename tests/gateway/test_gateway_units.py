@@ -15,18 +15,18 @@ from tritonclient.utils import InferenceServerException
 import gateway
 from gateway import errors
 from gateway.app import ERROR_SHAPES, ERROR_STATUS
-from gateway.catalog import ModelCatalog
-from gateway.context import Principal, RequestContext
-from gateway.keys import parse_key
-from gateway.keys_sqlite import SqliteKeyStore
-from gateway.kserve import InferRequest, RestBody
-from gateway.problems import ErrorReport, ProblemRenderer
-from gateway.ratelimit import InProcessRateLimiter, gcra
+from gateway.backends.catalog import ModelCatalog
+from gateway.backends.triton import RawResponse, translate_error
+from gateway.http.problems import ErrorReport, ProblemRenderer
+from gateway.observe.stats import LATENCY_BUCKETS_S, LatencyTracker
+from gateway.protocol.kserve import InferRequest, RestBody
 from gateway.service import InferenceService
 from gateway.settings import GatewaySettings
-from gateway.stats import LATENCY_BUCKETS_S, LatencyTracker
-from gateway.tiers import RateLimit, TierLimit
-from gateway.triton import RawResponse, translate_error
+from gateway.tenancy.context import Principal, RequestContext
+from gateway.tenancy.keys import parse_key
+from gateway.tenancy.keys_sqlite import SqliteKeyStore
+from gateway.tenancy.ratelimit import InProcessRateLimiter, gcra
+from gateway.tenancy.tiers import RateLimit, TierLimit
 
 
 def test_public_api_is_what_we_mean() -> None:
@@ -376,8 +376,8 @@ async def test_an_unlimited_tier_takes_no_rate_limit_token() -> None:
 
 @pytest.mark.parametrize("enabled", [True, False])
 async def test_server_timing_follows_the_setting_and_skips_anonymous_callers(enabled: bool) -> None:
-    from gateway.context import CONTEXT_KEY
-    from gateway.middleware import ContextMiddleware
+    from gateway.http.middleware import ContextMiddleware
+    from gateway.tenancy.context import CONTEXT_KEY
 
     async def app(scope, receive, send):  # type: ignore[no-untyped-def]
         ctx = scope[CONTEXT_KEY]

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from gateway.usage import RequestUsage, UsageMeter, UsageRow, UsageStoreError
-from gateway.usage_store import SqliteUsageStore
+from gateway.tenancy.usage import RequestUsage, UsageMeter, UsageRow, UsageStoreError
+from gateway.tenancy.usage_store import SqliteUsageStore
 from serving.ports import reserve_port
 from tests.support.gateway_procs import ADMIN_TOKEN, TEST_TIERS, GatewayProcess, create_key, tiny_request
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.server import settings_environment
+from gateway.http.server import settings_environment
 from gateway.settings import GatewaySettings, TritonProtocol, usable_cores
 
 

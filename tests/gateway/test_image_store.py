@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from gateway.image_store import ImageStore, MemoryImageStore, RedisImageStore
+from gateway.jobs.image_store import ImageStore, MemoryImageStore, RedisImageStore
 
 
 class Clock:

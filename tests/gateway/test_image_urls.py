@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from gateway.errors import Gone, PermissionDenied
-from gateway.generation_pace import GenerationPace, generation_work
-from gateway.image_urls import ImageUrlSigner
+from gateway.jobs.image_urls import ImageUrlSigner
+from gateway.observe.generation_pace import GenerationPace, generation_work
 
 PATH = "/v1/images/files/abc"
 

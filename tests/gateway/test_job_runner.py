@@ -18,13 +18,13 @@ import pytest
 
 from gateway.app import ERROR_STATUS
 from gateway.errors import InferenceInputError, Overloaded
-from gateway.job_runner import JobRunner
-from gateway.jobs import Job, JobStatus, new_job_id
-from gateway.jobs_sqlite import SqliteJobStore
+from gateway.http.problems import ProblemRenderer
+from gateway.jobs.runner import JobRunner
+from gateway.jobs.store import Job, JobStatus, new_job_id
+from gateway.jobs.store_sqlite import SqliteJobStore
 from gateway.openai_tasks import ImageRequest
-from gateway.problems import ProblemRenderer
 from gateway.settings import GatewaySettings
-from gateway.usage import UsageMeter
+from gateway.tenancy.usage import UsageMeter
 
 
 class Generation:

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from gateway.errors import TooManyJobs
-from gateway.jobs import CallbackState, Job, JobError, JobStatus, JobStore, Outcome, new_job_id
-from gateway.jobs_redis import RedisJobStore
-from gateway.jobs_sqlite import SqliteJobStore
+from gateway.jobs.store import CallbackState, Job, JobError, JobStatus, JobStore, Outcome, new_job_id
+from gateway.jobs.store_redis import RedisJobStore
+from gateway.jobs.store_sqlite import SqliteJobStore
 
 TTL_S = 100.0
 

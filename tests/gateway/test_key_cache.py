@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from gateway.auth import Authenticator
 from gateway.errors import AuthenticationError
-from gateway.keys import ApiKeyRecord
-from gateway.keys_sqlite import SqliteKeyStore
 from gateway.settings import GatewaySettings
+from gateway.tenancy.auth import Authenticator
+from gateway.tenancy.keys import ApiKeyRecord
+from gateway.tenancy.keys_sqlite import SqliteKeyStore
 
 
 class CountingStore(SqliteKeyStore):
@@ -91,15 +91,15 @@ async def test_unknown_ids_cost_and_answer_what_a_wrong_secret_does(
     tmp_path: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The decision path, not its timing: the same hashing and comparison, the same answer.
-    import gateway.keys as keys_module
-    from gateway.keys import new_key
+    import gateway.tenancy.keys as keys_module
+    from gateway.tenancy.keys import new_key
 
     store = CountingStore(tmp_path / "keys.sqlite3")
     key_id, key = store.create("a", ["*"], "free")
     auth = Authenticator(GatewaySettings(key_cache_ttl_s=5), store, clock)
     calls: list[str] = []
-    real_hash, real_compare = keys_module._hash, keys_module.hmac.compare_digest
-    monkeypatch.setattr(keys_module, "_hash", lambda text: calls.append("hash") or real_hash(text))
+    real_hash, real_compare = keys_module.hash_key, keys_module.hmac.compare_digest
+    monkeypatch.setattr(keys_module, "hash_key", lambda text: calls.append("hash") or real_hash(text))
     monkeypatch.setattr(keys_module.hmac, "compare_digest",
                         lambda a, b: calls.append("compare") or real_compare(a, b))
 
@@ -115,8 +115,8 @@ async def test_unknown_ids_cost_and_answer_what_a_wrong_secret_does(
 
 
 async def test_made_up_ids_never_push_real_keys_out_of_the_cache(tmp_path: Path, clock: Clock) -> None:
-    from gateway.auth import _CACHE_ENTRIES
-    from gateway.keys import new_key
+    from gateway.tenancy.auth import _CACHE_ENTRIES
+    from gateway.tenancy.keys import new_key
 
     store = CountingStore(tmp_path / "keys.sqlite3")
     _, key = store.create("a", ["*"], "free")

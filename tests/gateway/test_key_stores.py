@@ -11,16 +11,16 @@ import pytest
 import redis
 
 from gateway.errors import BadRequest
-from gateway.keys import (
+from gateway.tenancy.keys import (
     ApiKeyRecord,
     KeyConflict,
     KeyStore,
     KeyStoreUnavailable,
     records_from_export,
 )
-from gateway.keys_sqlite import SqliteKeyStore
-from gateway.redis_state import RedisKeyStore, RedisTrafficStore, connect, read_versions
-from gateway.traffic import Route, TrafficSplit
+from gateway.tenancy.keys_sqlite import SqliteKeyStore
+from gateway.tenancy.redis_state import RedisKeyStore, RedisTrafficStore, connect, read_versions
+from gateway.tenancy.traffic import Route, TrafficSplit
 from serving.ports import reserve_port
 
 pytestmark = pytest.mark.integration

@@ -16,9 +16,10 @@ import numpy as np
 import pytest
 import tritonclient.http as http
 
-from gateway.compression import BoundedDecoder
+from gateway.backends.triton import safe_message
 from gateway.errors import BadRequest, PayloadTooLarge
-from gateway.kserve import (
+from gateway.http.compression import BoundedDecoder
+from gateway.protocol.kserve import (
     HEADER_LENGTH,
     GrpcBody,
     InferRequest,
@@ -28,8 +29,7 @@ from gateway.kserve import (
     encode_rest,
     parse_rest,
 )
-from gateway.kserve._strict_json import nesting_depth
-from gateway.triton import safe_message
+from gateway.protocol.kserve._strict_json import nesting_depth
 
 ALL_TYPES = {
     "BOOL": np.array([True, False, True]),
@@ -322,9 +322,9 @@ def test_safe_message_drops_tracebacks_paths_and_addresses() -> None:
 
 
 def test_public_api_of_the_request_package() -> None:
-    import gateway.kserve
+    import gateway.protocol.kserve
 
-    assert set(gateway.kserve.__all__) == {
+    assert set(gateway.protocol.kserve.__all__) == {
         "DATATYPES",
         "DEFAULT_MAX_DIMS",
         "DEFAULT_MAX_JSON_DEPTH",
@@ -343,13 +343,13 @@ def test_public_api_of_the_request_package() -> None:
         "parse_rest",
         "response_from_rest",
     }
-    assert all(hasattr(gateway.kserve, name) for name in gateway.kserve.__all__)
+    assert all(hasattr(gateway.protocol.kserve, name) for name in gateway.protocol.kserve.__all__)
 
 
 def test_datatypes_come_from_tritons_schema_and_tritonclient_maps_each() -> None:
     from tritonclient.utils import triton_to_np_dtype
 
-    from gateway.kserve import DATATYPES, element_size
+    from gateway.protocol.kserve import DATATYPES, element_size
 
     assert {"BOOL", "FP16", "FP32", "BF16", "INT64", "UINT64", "BYTES"} <= set(DATATYPES)
     assert all(triton_to_np_dtype(datatype) is not None for datatype in DATATYPES)

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from gateway.backends.model_breaker import Breakers
+from gateway.backends.model_healer import ModelHealer
+from gateway.backends.triton import translate_error
 from gateway.errors import InferenceInputError, ModelUnhealthy, Overloaded, UpstreamError, UpstreamUnavailable
-from gateway.model_breaker import Breakers
-from gateway.model_healer import ModelHealer
-from gateway.triton import translate_error
 
 CONFIG = {"name": "m", "max_batch_size": 0, "input": [{"name": "X", "data_type": "TYPE_FP32", "dims": ["1"]}]}
 

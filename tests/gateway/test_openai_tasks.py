@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 
 from gateway import errors
-from gateway.context import Principal, RequestContext
-from gateway.model_cards import ModelCards
+from gateway.backends.model_cards import ModelCards
+from gateway.observe.stats import LatencyTracker
 from gateway.openai_tasks import OpenAITasks
-from gateway.ratelimit import InProcessRateLimiter
 from gateway.service import InferenceService
 from gateway.settings import GatewaySettings
-from gateway.stats import LatencyTracker
-from gateway.tiers import TierLimit
+from gateway.tenancy.context import Principal, RequestContext
+from gateway.tenancy.ratelimit import InProcessRateLimiter
+from gateway.tenancy.tiers import TierLimit
 from serving.model_card import ModelCard, Task
 
 CARDS = {

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gateway.residency_memory import parse_gpu_used
-from gateway.residency_policy import DISK_FACTOR, ResidencyTable, State, disk_estimate
+from gateway.backends.residency_memory import parse_gpu_used
+from gateway.backends.residency_policy import DISK_FACTOR, ResidencyTable, State, disk_estimate
 
 
 def _table(budget: int, **sizes: int) -> ResidencyTable:

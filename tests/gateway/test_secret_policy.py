@@ -11,7 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.secret_policy import (
+from gateway.settings import GatewaySettings
+from gateway.tenancy.secret_policy import (
     MIN_JWT_SECRET_CHARS,
     InsecureSecrets,
     check_secrets,
@@ -19,7 +20,6 @@ from gateway.secret_policy import (
     is_placeholder,
     secret_problems,
 )
-from gateway.settings import GatewaySettings
 from serving.ports import reserve_port
 from tests.support.gateway_procs import start_gateway
 
@@ -65,7 +65,7 @@ def test_a_short_admin_token_is_refused() -> None:
 def test_check_refuses_unless_the_development_flag_is_set(caplog: pytest.LogCaptureFixture) -> None:
     with pytest.raises(InsecureSecrets, match="GATEWAY_DEV_INSECURE=1"):
         check_secrets(GatewaySettings(admin_token="change-me"))
-    with caplog.at_level(logging.WARNING, logger="gateway.secret_policy"):
+    with caplog.at_level(logging.WARNING, logger="gateway.tenancy.secret_policy"):
         check_secrets(GatewaySettings(admin_token="change-me", dev_insecure=True))
     assert "serving with insecure secrets" in caplog.text
     check_secrets(GatewaySettings(admin_token=GOOD))  # nothing to say

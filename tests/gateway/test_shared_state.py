@@ -20,7 +20,7 @@ import httpx
 import pytest
 import tritonclient.grpc as grpc
 
-from gateway.keys_sqlite import SqliteKeyStore
+from gateway.tenancy.keys_sqlite import SqliteKeyStore
 from serving.ports import reserve_port
 from tests.support.api_errors import api_error
 from tests.support.gateway_procs import ADMIN_TOKEN, ROOT, GatewayProcess, tiny_request

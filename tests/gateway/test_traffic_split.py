@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from gateway.errors import BadRequest
-from gateway.traffic import Route, TrafficSplit
+from gateway.tenancy.traffic import Route, TrafficSplit
 
 
 def test_unpinned_models_name_no_version() -> None:

@@ -14,8 +14,8 @@ import pytest
 import tritonclient.http as http
 from tritonclient.utils import InferenceServerException
 
-from gateway.triton import Tensor, TritonHttpBackend
-from gateway.triton_grpc import TritonGrpcBackend
+from gateway.backends.triton import Tensor, TritonHttpBackend
+from gateway.backends.triton_grpc import TritonGrpcBackend
 from serving.ports import reserve_port
 from tests.support.api_errors import api_error
 from tests.support.gateway_procs import create_key

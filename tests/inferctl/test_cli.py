@@ -145,7 +145,7 @@ def test_the_load_test_up_suggests_fits_the_tier_it_names() -> None:
     import ast
     import re as regex
 
-    from gateway.tiers import DEFAULT_TIER_LIMITS
+    from gateway.tenancy.tiers import DEFAULT_TIER_LIMITS
     from inferctl.up_cmd import LOAD_TEST_ARGS, LOAD_TEST_TIER
     from loadtest.scenarios import SCENARIOS
 

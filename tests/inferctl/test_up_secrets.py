@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.secret_policy import secret_problems
 from gateway.settings import GatewaySettings
+from gateway.tenancy.secret_policy import secret_problems
 from inferctl.up_secrets import SECRET_NAMES, SECRETS_FILE, load_or_create_secrets
 
 

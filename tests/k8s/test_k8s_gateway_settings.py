@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.secret_policy import secret_problems
-from gateway.server import build_parser
+from gateway.http.server import build_parser
 from gateway.settings import GatewaySettings
+from gateway.tenancy.secret_policy import secret_problems
 from tests.support.k8s_render import containers, find, rendered
 
 REPO = Path(__file__).resolve().parents[2]

@@ -39,7 +39,7 @@ def gateway(loadtest_triton: TritonServer, tmp_path_factory: pytest.TempPathFact
 
     Yields ``{"url", "key", "free_key", "metrics_token"}``.
     """
-    from gateway.keys_sqlite import SqliteKeyStore
+    from gateway.tenancy.keys_sqlite import SqliteKeyStore
 
     workdir = tmp_path_factory.mktemp("gateway")
     with gateway_server(loadtest_triton.http_url, workdir) as (url, key, metrics_token):

@@ -1,4 +1,4 @@
-"""Reading the gateway's error answers in the shape each API defines (see ``gateway/problems.py``).
+"""Reading the gateway's error answers in the shape each API defines (see ``gateway/http/problems.py``).
 
 ``/v2/*`` answers ``{"error": "..."}`` (KServe v2), ``/v1/models``, ``/v1/embeddings`` and
 ``/v1/images/*`` answer ``{"error": {"message", "type", "param", "code"}}`` (OpenAI), every other path

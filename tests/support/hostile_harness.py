@@ -23,8 +23,8 @@ import numpy as np
 import psutil
 from tritonclient.grpc import service_pb2_grpc
 
-from gateway.grpc_entry import GRPC_STATUS
-from gateway.kserve import InferRequest, InputTensor, encode_rest
+from gateway.protocol.kserve import InferRequest, InputTensor, encode_rest
+from gateway.routes.kserve_grpc import GRPC_STATUS
 from serving.launcher import TritonServer
 from tests.support.gateway_procs import ADMIN_TOKEN, GatewayProcess, create_key
 from tests.support.hostile_corpus import GrpcAttempt, Hostile, HttpAttempt, RawAttempt

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 from PIL import Image
 
-from gateway.kserve import InferRequest, InputTensor, encode_rest
+from gateway.protocol.kserve import InferRequest, InputTensor, encode_rest
 from tests.support.hostile_corpus import (
     INTERNALS,
     SERVING,
