@@ -35,7 +35,8 @@ from gateway.app_stores import (
     build_usage_store,
 )
 from gateway.backends.model_cards import ModelCards
-from gateway.backends.residency import ResidencyManager, build_residency
+from gateway.backends.residency import ResidencyManager
+from gateway.backends.residency_setup import build_residency
 from gateway.backends.triton import InferenceBackend
 from gateway.http.compression import DecompressionMiddleware
 from gateway.http.middleware import (

@@ -30,18 +30,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Iterable
-from dataclasses import dataclass
-from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from gateway.backends.residency_memory import GpuMetricsMeter, MemoryMeter, ProcessTreeMeter, find_triton_pid
-from gateway.backends.residency_policy import Entry, ResidencyTable, State, disk_estimate
-from gateway.backends.residency_settings import ResidencySettings
+from gateway.backends.residency_footprints import FootprintBook
+from gateway.backends.residency_memory import MemoryMeter
+from gateway.backends.residency_policy import (
+    Entry,
+    ModelResidency,
+    ResidencyConfig,
+    ResidencyTable,
+    State,
+    disk_estimate,
+)
 from gateway.backends.residency_triton import TritonRepository
 from gateway.errors import (
     GatewayError,
@@ -52,50 +56,11 @@ from gateway.errors import (
     UpstreamTimeout,
 )
 
-__all__ = ["ModelResidency", "ResidencyConfig", "ResidencyManager", "build_residency"]
+__all__ = ["ResidencyManager"]
 
 log = logging.getLogger(__name__)
 
 _LOAD_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
-
-
-@dataclass(frozen=True)
-class ResidencyConfig:
-    """How the manager behaves (from the gateway settings).
-
-    Attributes:
-        budget_bytes: memory the models of this Triton instance may take together.
-        pinned: models never evicted.
-        pin_loaded_at_start: pin what Triton had loaded when the gateway started (the default set).
-        repository: the model repository, for disk-size estimates (``None``: not readable here).
-        default_estimate_bytes: the charge of an unmeasured model whose files cannot be read.
-        footprints_path: the JSON file measured footprints are kept in (``None``: not kept).
-        max_pending_loads: loads queued at most; more cold requests are refused (429).
-        failure_backoff_s: the first wait after a failed load (doubles per failure, at most 300 s).
-        drain_timeout_s: how long a load waits for requests in flight on the models it must evict.
-    """
-
-    budget_bytes: int
-    pinned: tuple[str, ...] = ()
-    pin_loaded_at_start: bool = True
-    repository: Path | None = None
-    default_estimate_bytes: int = 512 * 1024 * 1024
-    footprints_path: Path | None = None
-    max_pending_loads: int = 16
-    failure_backoff_s: float = 5.0
-    drain_timeout_s: float = 5.0
-
-
-@dataclass(frozen=True)
-class ModelResidency:
-    """One model's residency as the API shows it."""
-
-    model: str
-    state: str
-    footprint_bytes: int
-    measured: bool
-    pinned: bool
-    in_flight: int
 
 
 class _Metrics:
@@ -134,7 +99,7 @@ class ResidencyManager:
         self._queue: asyncio.Queue[str] = asyncio.Queue(maxsize=config.max_pending_loads)
         self._pending: dict[str, asyncio.Future[None]] = {}
         self._released = asyncio.Event()
-        self._remembered = self._read_footprints()
+        self._footprints = FootprintBook(config.footprints_path)
         self._worker: asyncio.Task[None] | None = None
         #: Triton's memory when the manager started (before any load of its own)
         self.baseline_bytes = 0
@@ -320,7 +285,8 @@ class ResidencyManager:
         entry.retry_at = 0.0
         entry.last_used = time.monotonic()
         entry.footprint_bytes = max(0, after - before)
-        self._remember(entry)
+        if entry.footprint_bytes is not None:
+            self._footprints.remember(entry.name, entry.footprint_bytes)
         await self._note_steps(entry, before_loaded)
         self.metrics.loads.labels(entry.name, "loaded").inc()
         self.metrics.cold_load.labels(entry.name).observe(elapsed)
@@ -467,8 +433,9 @@ class ResidencyManager:
         if entry is not None:
             return entry
         entry = self.table.get(name, self._estimate(name))
-        if name in self._remembered:
-            entry.footprint_bytes = self._remembered[name]
+        remembered = self._footprints.get(name)
+        if remembered is not None:
+            entry.footprint_bytes = remembered
         if name in self.config.pinned:
             entry.pinned = True
         return entry
@@ -480,68 +447,9 @@ class ResidencyManager:
                 return estimate
         return self.config.default_estimate_bytes
 
-    def _read_footprints(self) -> dict[str, int]:
-        path = self.config.footprints_path
-        if path is None or not path.exists():
-            return {}
-        try:
-            data = json.loads(path.read_text())
-            return {str(k): int(v) for k, v in data.items()}
-        except (OSError, ValueError, AttributeError) as exc:
-            log.warning("residency: ignoring unreadable footprints file %s: %s", path, exc)
-            return {}
-
-    def _remember(self, entry: Entry) -> None:
-        path = self.config.footprints_path
-        if path is None or entry.footprint_bytes is None:
-            return
-        self._remembered[entry.name] = entry.footprint_bytes
-        try:
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(self._remembered, indent=1, sort_keys=True))
-            tmp.replace(path)
-        except OSError as exc:
-            log.warning("residency: could not write footprints to %s: %s", path, exc)
-
     def _set_measured(self, value: int) -> None:
         self.measured_bytes = value
         self.metrics.measured.set(value)
 
     def _update_charged(self) -> None:
         self.metrics.charged.set(self.table.used_bytes())
-
-
-def build_residency(settings: ResidencySettings, triton_http_url: str, keys_db: Path,
-                    registry: CollectorRegistry) -> ResidencyManager | None:
-    """The manager the settings ask for (``None`` while ``residency_budget_bytes`` is 0).
-
-    Raises:
-        ValueError: the 'process' meter cannot find the tritonserver process (Triton on another
-            host: use the 'gpu' meter).
-    """
-    if not settings.residency_budget_bytes:
-        return None
-    host, _, port = triton_http_url.rpartition(":")
-    meter: MemoryMeter
-    if settings.residency_memory == "gpu":
-        meter = GpuMetricsMeter(settings.residency_metrics_url or f"http://{host}:8002/metrics")
-    else:
-        pid = settings.residency_triton_pid or find_triton_pid(int(port))
-        if not pid:
-            raise ValueError(
-                f"GATEWAY_RESIDENCY_MEMORY=process needs the tritonserver process serving port {port} on this "
-                "host; set GATEWAY_RESIDENCY_TRITON_PID, or use the 'gpu' meter"
-            )
-        meter = ProcessTreeMeter(pid)
-    config = ResidencyConfig(
-        budget_bytes=settings.residency_budget_bytes,
-        pinned=settings.residency_pinned,
-        pin_loaded_at_start=settings.residency_pin_loaded_at_start,
-        repository=settings.residency_repository,
-        default_estimate_bytes=settings.residency_default_estimate_bytes,
-        footprints_path=settings.residency_footprints_path or keys_db.parent / "model_footprints.json",
-        max_pending_loads=settings.residency_max_pending_loads,
-        failure_backoff_s=settings.residency_failure_backoff_s,
-    )
-    repository = TritonRepository(triton_http_url, settings.residency_load_timeout_s)
-    return ResidencyManager(config, repository, meter, registry)

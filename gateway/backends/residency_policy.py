@@ -23,10 +23,49 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["DISK_FACTOR", "Entry", "ResidencyTable", "State", "disk_estimate"]
+__all__ = ["DISK_FACTOR", "Entry", "ModelResidency", "ResidencyConfig", "ResidencyTable", "State", "disk_estimate"]
 
 #: ModelMesh's sizing of a model it has not measured: its size on disk times this
 DISK_FACTOR = 1.25
+
+
+@dataclass(frozen=True)
+class ResidencyConfig:
+    """How the manager behaves (from the gateway settings).
+
+    Attributes:
+        budget_bytes: memory the models of this Triton instance may take together.
+        pinned: models never evicted.
+        pin_loaded_at_start: pin what Triton had loaded when the gateway started (the default set).
+        repository: the model repository, for disk-size estimates (``None``: not readable here).
+        default_estimate_bytes: the charge of an unmeasured model whose files cannot be read.
+        footprints_path: the JSON file measured footprints are kept in (``None``: not kept).
+        max_pending_loads: loads queued at most; more cold requests are refused (429).
+        failure_backoff_s: the first wait after a failed load (doubles per failure, at most 300 s).
+        drain_timeout_s: how long a load waits for requests in flight on the models it must evict.
+    """
+
+    budget_bytes: int
+    pinned: tuple[str, ...] = ()
+    pin_loaded_at_start: bool = True
+    repository: Path | None = None
+    default_estimate_bytes: int = 512 * 1024 * 1024
+    footprints_path: Path | None = None
+    max_pending_loads: int = 16
+    failure_backoff_s: float = 5.0
+    drain_timeout_s: float = 5.0
+
+
+@dataclass(frozen=True)
+class ModelResidency:
+    """One model's residency as the API shows it."""
+
+    model: str
+    state: str
+    footprint_bytes: int
+    measured: bool
+    pinned: bool
+    in_flight: int
 
 
 class State(enum.StrEnum):

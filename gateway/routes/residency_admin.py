@@ -11,7 +11,8 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Request
 from pydantic import BaseModel, Field
 
-from gateway.backends.residency import ModelResidency, ResidencyManager
+from gateway.backends.residency import ResidencyManager
+from gateway.backends.residency_policy import ModelResidency
 from gateway.errors import Conflict
 from gateway.protocol.rest import problem_responses
 from gateway.service import InferenceService
