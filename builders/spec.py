@@ -113,8 +113,10 @@ class ModelSpec(ABC):
     #: float (e.g. transformer output projections whose inputs carry outlier activations)
     int8_op_types: tuple[str, ...] | None = None
     int8_keep_float: tuple[str, ...] = ()
-    #: INT8 calibration methods to try (``builders.precision.CALIBRATION_METHODS``); the build keeps the
-    #: one best on the held-out inputs (top-1, then top-5 agreement, then cosine) and reports them all
+    #: INT8 calibration methods to try (``builders.precision.CALIBRATION_METHODS``), the measured best
+    #: first: a build uses the first alone; a study (``BuildOptions.int8_calibration_study``, ``inferctl
+    #: build --int8-calibration-study``) tries them all, keeps the one best on the held-out inputs (top-1,
+    #: then top-5 agreement, then cosine) and reports them all
     int8_calibrations: tuple[str, ...] = ("minmax",)
     #: FP16: node-name substrings kept in FP32 (e.g. a timestep embedding, whose sinusoids of
     #: timesteps up to 1000 FP16 cannot resolve)

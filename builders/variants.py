@@ -233,7 +233,8 @@ def _calibrate(ctx: BuildContext, name: str, onnx_path: Path,
 
     Returns:
         The method kept and, per method, its figures per output on the held-out inputs (empty
-        without held-out inputs: then the spec's first method is used alone).
+        without held-out inputs: then the spec's first method is used alone). A build without
+        ``BuildOptions.int8_calibration_study`` names one method (``pipeline.as_built``).
     """
     spec = ctx.spec
     methods = spec.int8_calibrations or ("minmax",)
@@ -247,10 +248,9 @@ def _calibrate(ctx: BuildContext, name: str, onnx_path: Path,
         converted = convert("int8", ctx.fp32_onnx, path, ctx.feeds, int8_op_types=spec.int8_op_types,
                             int8_keep_float=spec.int8_keep_float, int8_method=method)
         timings[f"to_int8_{method}"] = converted.seconds
-        if len(methods) == 1:
+        if ctx.held_out is None or ctx.held_out_reference is None:  # one method (above): nothing to rank on
             ranked.append(((0.0,), method, path))
             break
-        assert ctx.held_out is not None and ctx.held_out_reference is not None
         outputs = run_onnx(path, dict(ctx.held_out), [o.name for o in spec.outputs])
         results = {out.name: compare(ref, cand, classes=out.name == spec.class_output)
                    for out, ref, cand in zip(spec.outputs, ctx.held_out_reference, outputs, strict=True)}

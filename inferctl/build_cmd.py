@@ -37,6 +37,9 @@ def add_build_options(parser: argparse.ArgumentParser) -> None:
                         help="entries kept by their inputs' hash and reused by any repository of this machine "
                         "(default: $TRITON_PLATFORM_BUILD_CACHE, else ~/.cache/triton-platform/builds)")
     parser.add_argument("--no-build-cache", action="store_true", help="neither reuse nor keep cached builds")
+    parser.add_argument("--int8-calibration-study", action="store_true",
+                        help="calibrate INT8 variants by every method their spec names and keep the best on "
+                        "held-out inputs (default: the spec's measured best alone; the study takes ~3x as long)")
 
 
 def build_cache_dir(args: argparse.Namespace) -> Path | None:
@@ -103,7 +106,8 @@ def run(args: argparse.Namespace) -> int:
                            variants=not args.no_variants, engines=args.engines, timing_cache=args.timing_cache,
                            engine_compute_capability=args.engine_compute_capability, gpu=args.gpu,
                            native_backends=args.native_backends,
-                           triton_release=args.triton_release, cache=build_cache_dir(args))
+                           triton_release=args.triton_release, cache=build_cache_dir(args),
+                           int8_calibration_study=args.int8_calibration_study)
     try:
         reports = build(args.models, options, console=errors)
         if args.torchscript:

@@ -185,7 +185,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         weights = _generation_weights(args, parse_weights(args.weights), console)
         reports = build(args.models, BuildOptions(repository=args.repository, force=args.force,
-                                                  weights=weights, cache=build_cache_dir(args)),
+                                                  weights=weights, cache=build_cache_dir(args),
+                                                  int8_calibration_study=args.int8_calibration_study),
                         console=build_console)
     except BuildError as exc:
         console.print(f"[red]build failed:[/red] {exc}")

@@ -100,15 +100,17 @@ class Stack:
 
 @contextmanager
 def start_stack(args: Sequence[str], state_dir: Path, gateway_port: int = 8080,
-                timeout_s: float = UP_TIMEOUT_S) -> Iterator[Stack]:
+                timeout_s: float = UP_TIMEOUT_S, log_path: Path | None = None) -> Iterator[Stack]:
     """``inferctl up ARGS`` with a fresh state folder, until it has printed its welcome; stopped after.
+
+    ``log_path``, when given, receives its output (where ``up_s`` went); it holds the first API key.
 
     Raises:
         ProcessStartError: it exited or did not come up in ``timeout_s``.
     """
     command = python_module("inferctl", "up", "--state-dir", str(state_dir), *args)
     env = dict(os.environ, COLUMNS="200", GATEWAY_ADMIN_TOKEN="")
-    process = ManagedProcess(command, name="inferctl up", env=env).start()
+    process = ManagedProcess(command, name="inferctl up", env=env, log_path=log_path).start()
     try:
         process.wait_until(lambda: "Press Ctrl-C" in process.log_tail(), timeout_s=timeout_s, what="printing its welcome")
         key = _KEY.search("\n".join(process.log_lines()))
@@ -172,10 +174,11 @@ def wait_healed(call: Callable[[], int], since: float, window_s: float = RECOVER
     return None
 
 
-def measure(args: Sequence[str], state_dir: Path, victim: tuple[str, str] = DEFAULT_VICTIM) -> NewcomerRecord:
+def measure(args: Sequence[str], state_dir: Path, victim: tuple[str, str] = DEFAULT_VICTIM,
+            up_log: Path | None = None) -> NewcomerRecord:
     """The newcomer's steps on ``inferctl up ARGS`` (the module docstring lists them)."""
     started = time.monotonic()
-    with start_stack(args, state_dir) as stack:
+    with start_stack(args, state_dir, log_path=up_log) as stack:
         ready = stack.wait_ready()
         up_s = time.monotonic() - started
         models = list(ready.json().get("models", [])) if ready.status_code == 200 else []
@@ -202,10 +205,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run `inferctl up` as a newcomer would and write OUT_DIR/newcomer.json.")
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("up_args", nargs="*", help="extra `inferctl up` options (after --)")
+    parser.add_argument("--up-log", type=Path, metavar="PATH",
+                        help="write `inferctl up`'s output there (it shows the first API key: keep it out of OUT_DIR)")
     args = parser.parse_args(argv)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="newcomer-state-") as state:  # keys and tokens stay out of OUT_DIR
-        record = measure(args.up_args, Path(state) / "state")
+        record = measure(args.up_args, Path(state) / "state", up_log=args.up_log)
     (args.out_dir / "newcomer.json").write_text(json.dumps(asdict(record), indent=2) + "\n")
     print(json.dumps(asdict(record), indent=2))
     return 0 if record.readyz_status == 200 and not record.models_failing and record.stub_kill_recovery_s is not None else 1

@@ -44,6 +44,7 @@ class EfficientNetLite0(ModelSpec):
     # The three top-1 misses are photos whose two best FP32 classes are within 0.1 logits (astronaut,
     # hubble_deep_field, retina). Tolerance = the kept method's figures less a margin of one photograph
     # on each agreement (1/12), 0.01 on cosine, +50% on max abs error.
+    # A build calibrates by minmax alone (first: the kept one); `--int8-calibration-study` re-runs the table.
     int8_calibrations = ("minmax", "percentile", "entropy")
     variant_tolerances = {**DEFAULT_VARIANT_TOLERANCES,
                           "int8": Tolerance(max_abs_error=2.0, min_cosine=0.965, min_top1_agreement=0.66,

@@ -53,6 +53,12 @@ def test_a_gpu_host_repository_is_another_build(model_repository: Path) -> None:
     assert found == ["efficientnet_lite0", "efficientnet_lite0_fp16", "efficientnet_lite0_int8"]
 
 
+def test_an_int8_calibration_study_is_another_int8_build(model_repository: Path) -> None:
+    found = stale(["efficientnet_lite0"], BuildOptions(repository=model_repository, int8_calibration_study=True))
+    # The variants hash their spec (the methods are part of it); the FP32 entry is not rebuilt.
+    assert "efficientnet_lite0_int8" in found and "efficientnet_lite0" not in found, found
+
+
 def test_a_change_to_the_tokenization_makes_the_text_entries_stale(
     model_repository: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

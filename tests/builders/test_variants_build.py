@@ -16,7 +16,7 @@ from builders.engine_target import ServingTarget, artifact_root, check_repositor
 from builders.families.efficientnet import MEAN, STD, EfficientNetLite0
 from builders.photos import CALIBRATION_PHOTOS, CALIBRATION_VIEWS, HELD_OUT_PHOTOS
 from builders.pipeline import BuildOptions, build
-from builders.report import file_sha256
+from builders.report import BuildReport, file_sha256
 from builders.repository import latest_report, latest_version
 from builders.triton_config import read_config
 from serving.image_preprocessing import Preprocessing, preprocess
@@ -61,11 +61,10 @@ def test_variant_entries_carry_checked_parity(model_repository: Path, precision:
     assert report.artifacts["model"]["sha256"] == file_sha256(version / "model.onnx")
 
 
-def test_int8_report_is_judged_on_held_out_photos(model_repository: Path) -> None:
-    """The held-out INT8 report: calibrated on crops of some photos, judged on photos it never saw,
-    every calibration method's held-out figures recorded and the best one kept."""
+def _check_held_out(report: BuildReport | None, methods_tried: set[str]) -> None:
+    """An INT8 report calibrated on crops of some photos, judged on photos it never saw, each method
+    tried recorded with its held-out figures and the best one kept."""
     spec = EfficientNetLite0()
-    report = latest_report(model_repository, f"{MODEL}_int8")
     assert report is not None
     logits = report.parity["logits"]
     assert logits["judged_on"] == "held-out" and logits["samples"] == len(HELD_OUT_PHOTOS)
@@ -74,7 +73,7 @@ def test_int8_report_is_judged_on_held_out_photos(model_repository: Path) -> Non
     assert logits["top5_agreement"] >= tolerance.min_top5_agreement
     assert logits["tolerance"]["min_top5_agreement"] == tolerance.min_top5_agreement
     methods = logits["calibration_methods"]
-    assert set(methods) == set(spec.int8_calibrations) and len(methods) >= 2
+    assert set(methods) == methods_tried
     for figures in methods.values():
         assert figures["samples"] == len(HELD_OUT_PHOTOS) and figures["top5_agreement"] is not None
 
@@ -85,6 +84,27 @@ def test_int8_report_is_judged_on_held_out_photos(model_repository: Path) -> Non
     assert rank(methods[kept]) == max(rank(f) for f in methods.values())
     assert methods[kept]["top1_agreement"] == logits["top1_agreement"], "the gated figures are the kept method's"
     assert any("held-out" in note and kept in note for note in report.notes)
+
+
+def test_int8_report_is_judged_on_held_out_photos(model_repository: Path) -> None:
+    """A build calibrates by the spec's first method (its measured best) alone."""
+    first = EfficientNetLite0().int8_calibrations[0]
+    _check_held_out(latest_report(model_repository, f"{MODEL}_int8"), {first})
+
+
+def test_int8_calibration_study_tries_every_method(model_repository: Path, tmp_path_factory) -> None:
+    """``int8_calibration_study``: every method the spec names, the best on the held-out photos kept; a
+    new INT8 version beside the single-method one (its hash names the methods); the FP32 entry is not
+    rebuilt (the variants hash their whole spec, so FP16 is)."""
+    spec = EfficientNetLite0()
+    assert len(spec.int8_calibrations) >= 2
+    repository = copy_entries(model_repository, tmp_path_factory.mktemp("study") / "repository")
+    reports = build([MODEL], BuildOptions(repository=repository, int8_calibration_study=True))
+    skipped = {r.model: r.skipped for r in reports}
+    assert skipped[MODEL] and not skipped[f"{MODEL}_int8"], skipped
+    _check_held_out(latest_report(repository, f"{MODEL}_int8"), set(spec.int8_calibrations))
+    again = build([MODEL], BuildOptions(repository=repository, int8_calibration_study=True))
+    assert all(r.skipped for r in again), "an unchanged study is not rebuilt"
 
 
 def _chelsea(batch: int = 1) -> np.ndarray:
