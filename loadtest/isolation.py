@@ -104,11 +104,12 @@ def body_of_size(size: int) -> bytes:
 
 
 class Stack(NamedTuple):
-    """The gateway in front of Triton: its URL, its process id, and how to make keys."""
+    """The gateway in front of Triton: its URL, its process id, how to make keys, its metrics token."""
 
     url: str
     pid: int
     new_key: Callable[[str, str], str]
+    metrics_token: str
 
 
 @contextlib.contextmanager
@@ -135,7 +136,7 @@ def platform(workdir: Path, settings: IsolationSettings) -> Iterator[Stack]:
             def new_key(name: str, tier: str) -> str:
                 return store.create(name, ["*"], tier)[1]
 
-            yield Stack(f"http://127.0.0.1:{port}", gateway.pid, new_key)
+            yield Stack(f"http://127.0.0.1:{port}", gateway.pid, new_key, secrets["GATEWAY_METRICS_TOKEN"])
 
 
 class Scenario(NamedTuple):
@@ -242,13 +243,19 @@ def _side(result: Any) -> dict[str, Any]:
             "first_error_by_status": {str(k): v[:200] for k, v in result.messages.items()}}
 
 
-def _measure(specs: list[LoadSpec], pid: int) -> tuple[list[Any], float]:
-    """Run ``specs``, each in a process of its own; their results and the gateway's CPU seconds per
-    second of the first spec's measured window."""
-    with CpuMeter(pid) as meter:
+def _measure(specs: list[LoadSpec], stack: Stack) -> tuple[list[Any], float, dict[str, Any]]:
+    """Run ``specs``, each in a process of its own. Returns their results, the gateway's CPU seconds
+    per second of the first spec's measured window, and where the gateway's time went meanwhile (its
+    stage metrics and event-loop lag between two scrapes, :mod:`loadtest.bench.gateway_split`)."""
+    from loadtest.bench.gateway_split import gateway_counters, gateway_split
+
+    before = gateway_counters(stack.url, stack.metrics_token)
+    with CpuMeter(stack.pid) as meter:
         runs = run(specs, apart=True)
+    split = gateway_split(before, gateway_counters(stack.url, stack.metrics_token))
     start, end = runs[0].window
-    return [r.result() for r in runs], meter.between(start, end) / max(end - start, 1e-9)
+    results = [r.result() for r in runs]
+    return results, meter.between(start, end) / max(end - start, 1e-9), split.as_dict(results[0].mean_ms, 0.0)
 
 
 def run_isolation(settings: IsolationSettings) -> dict[str, Any]:
@@ -262,22 +269,24 @@ def run_isolation(settings: IsolationSettings) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="isolation-") as tmp, platform(Path(tmp), settings) as stack:
         protected = _json_target(stack.url, stack.new_key("protected", _PROTECTED_TIER), infer_body(), "protected")
         console.print("gateway CPU per request: the protected key alone")
-        (cpu_run,), cpu_share = _measure([_protected_spec(protected, settings)], stack.pid)
+        (cpu_run,), cpu_share, _ = _measure([_protected_spec(protected, settings)], stack)
         answered = cpu_run.requests + cpu_run.errors
         cpu_ms_per_request = 1000.0 * cpu_share * cpu_run.duration_s / max(1, answered)
         for scenario in scenarios(stack.url, stack.new_key, settings):
             console.print(f"{scenario.name}: alone")
-            (alone,), alone_cpu = _measure([_protected_spec(protected, settings)], stack.pid)
+            (alone,), alone_cpu, alone_split = _measure([_protected_spec(protected, settings)], stack)
             console.print(f"{scenario.name}: attacked ({scenario.target.describe()})")
             attack = LoadSpec(target=scenario.target, concurrency=scenario.concurrency,
                               duration_s=settings.duration_s, warmup_s=settings.warmup_s,
                               honour_retry_after=scenario.honour_retry_after, name="attack")
-            (attacked, attacker), attacked_cpu = _measure(
-                [_protected_spec(protected, settings), attack], stack.pid)
+            (attacked, attacker), attacked_cpu, attacked_split = _measure(
+                [_protected_spec(protected, settings), attack], stack)
             detail_rows.append({
                 "name": scenario.name, "attack": scenario.target.describe(), "attack_concurrency": scenario.concurrency,
                 "alone": _side(alone), "attacked": _side(attacked), "attacker": _side(attacker),
                 "gateway_cpu_share": {"alone": alone_cpu, "attacked": attacked_cpu},
+                # Means over every request the gateway admitted between two scrapes (the attacker's too).
+                "gateway_split": {"alone": alone_split, "attacked": attacked_split},
             })
     figures = {
         "scenarios": [{"name": row["name"], "alone_p99_ms": float(row["alone"]["p99_ms"]),

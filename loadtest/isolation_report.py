@@ -31,20 +31,23 @@ def report_table(detail: dict[str, Any]) -> Table:
     table = Table(
         title="Tenant isolation: the enterprise key's P99 alone and while a free-tier key attacks",
         columns=["attack", "alone P99 ms", "attacked P99 ms", "ratio", f"<= {goal:g}x", "protected errors",
-                 "gateway CPU (alone / attacked)", "attacker's outcomes (status:count)"],
+                 "gateway CPU (alone / attacked)", "loop lag ms (alone / attacked)", "attacker's outcomes (status:count)"],
         caption=f"model: fixed service time {settings['service_ms']:g} ms, {settings['instances']} instances; "
         f"protected concurrency {settings['protected_concurrency']}; {settings['warmup_s']:g} s warm-up + "
         f"{settings['duration_s']:g} s measured per run; gateway CPU {detail['gateway_cpu_ms_per_request']:.3f} "
         "ms per request (protected alone); attacker status 0: refused or reset connection, 499: abandoned, "
-        "200 for idle connections: held the whole time",
+        "200 for idle connections: held the whole time; loop lag: the gateway event loop's mean timer lateness "
+        "(gateway_event_loop_lag_seconds) over the run",
     )
     for row in detail["runs"]:
         alone, attacked = row["alone"]["p99_ms"], row["attacked"]["p99_ms"]
         ratio = attacked / alone if alone and not math.isnan(alone) and not math.isnan(attacked) else math.nan
         share = row["gateway_cpu_share"]
+        lag = (row["gateway_split"]["alone"]["loop_lag_ms"], row["gateway_split"]["attacked"]["loop_lag_ms"])
         table.add_row(row["name"], _ms(alone), _ms(attacked), "-" if math.isnan(ratio) else f"{ratio:.2f}x",
                       "-" if math.isnan(ratio) else ("yes" if ratio <= goal else "NO"),
                       row["attacked"]["errors"], f"{100 * share['alone']:.0f}% / {100 * share['attacked']:.0f}%",
+                      f"{lag[0]:.2f} / {lag[1]:.2f}",
                       _statuses(row["attacker"]))
     return table
 
