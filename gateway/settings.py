@@ -33,6 +33,7 @@ __all__ = [
     "DEFAULT_KEEP_ALIVE_TIMEOUT_S",
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MAX_CONNECTIONS",
+    "DEFAULT_MAX_CONNECTIONS_PER_PEER",
     "DEFAULT_MAX_HEADER_BYTES",
     "DEFAULT_MAX_HEADER_COUNT",
     "DEFAULT_MAX_REQUESTS_PER_CONNECTION",
@@ -75,6 +76,8 @@ DEFAULT_HEADER_TIMEOUT_S = 10.0
 # A 16 MiB body at 4 Mbit/s takes about 35 s.
 DEFAULT_BODY_TIMEOUT_S = 60.0
 DEFAULT_MAX_CONNECTIONS = 1024
+# One address: a client, or a proxy in front of the gateway (raise it to max_connections there).
+DEFAULT_MAX_CONNECTIONS_PER_PEER = 256
 DEFAULT_KEEP_ALIVE_TIMEOUT_S = 5.0
 DEFAULT_MAX_REQUESTS_PER_CONNECTION = 10_000
 DEFAULT_UPSTREAM_TIMEOUT_S = 30.0
@@ -203,7 +206,14 @@ class GatewaySettings(JobSettings, ResidencySettings):
     body_timeout_s: float = Field(
         DEFAULT_BODY_TIMEOUT_S, gt=0, description="from the end of the headers to the last byte of the body"
     )
-    max_connections: int = Field(DEFAULT_MAX_CONNECTIONS, ge=1, description="open connections before 429")
+    max_connections: int = Field(
+        DEFAULT_MAX_CONNECTIONS, ge=1, description="open connections; past it an idle one is closed, else 429"
+    )
+    max_connections_per_peer: int = Field(
+        DEFAULT_MAX_CONNECTIONS_PER_PEER,
+        ge=1,
+        description="open connections from one peer address; past it its longest idle one is closed, else 429",
+    )
     keep_alive_timeout_s: float = Field(DEFAULT_KEEP_ALIVE_TIMEOUT_S, gt=0)
     max_requests_per_connection: int = Field(DEFAULT_MAX_REQUESTS_PER_CONNECTION, ge=1)
     max_in_flight_per_model: int = Field(DEFAULT_MAX_IN_FLIGHT_PER_MODEL, ge=1)

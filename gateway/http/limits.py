@@ -14,8 +14,11 @@ instead of a connection reset):
 - 431 a request head over ``max_header_bytes`` or with more than ``max_header_count`` fields
 - 408 the head did not arrive within ``header_timeout_s``, or the body within ``body_timeout_s``
   (a body deadline that passes after the answer was sent just closes the connection)
-- 429 (Retry-After) more than ``max_connections`` connections are open: shed load the client
-  should back off from, like the in-flight bound, not an outage
+- 429 (Retry-After) more than ``max_connections`` connections are open, or more than
+  ``max_connections_per_peer`` from the new connection's peer address, and none of them is idle:
+  shed load the client should back off from, like the in-flight bound, not an outage. Where one
+  is idle, the longest idle is closed instead and the new connection is served
+  (:mod:`gateway.http.connection_caps`): pressure closes idle connections, it does not refuse requests.
 
 Trailer fields of a chunked body are dropped: they never become request headers.
 
@@ -34,6 +37,7 @@ from typing import Any, ClassVar
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from gateway.http.connection_caps import PeerCounts, idle_victim
 from gateway.http.problems import PROBLEM_CONTENT_TYPE, problem_document
 from gateway.settings import GatewaySettings
 
@@ -53,7 +57,9 @@ class ServerLimits:
         header_timeout_s: seconds from a request's first byte (or the connection's start) to the
             end of its headers.
         body_timeout_s: seconds from the end of the headers to the last byte of the body.
-        max_connections: open connections; more are answered 429 with Retry-After.
+        max_connections: open connections; past it an idle one is closed, or the new one is
+            answered 429 with Retry-After.
+        max_connections_per_peer: open connections from one peer address; the same past it.
         keep_alive_timeout_s: seconds an idle keep-alive connection stays open.
         max_requests_per_connection: requests served on one connection before it is closed.
     """
@@ -63,6 +69,7 @@ class ServerLimits:
     header_timeout_s: float
     body_timeout_s: float
     max_connections: int
+    max_connections_per_peer: int
     keep_alive_timeout_s: float
     max_requests_per_connection: int
 
@@ -74,6 +81,7 @@ class ServerLimits:
             header_timeout_s=settings.header_timeout_s,
             body_timeout_s=settings.body_timeout_s,
             max_connections=settings.max_connections,
+            max_connections_per_peer=settings.max_connections_per_peer,
             keep_alive_timeout_s=settings.keep_alive_timeout_s,
             max_requests_per_connection=settings.max_requests_per_connection,
         )
@@ -110,11 +118,12 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     """
 
     limits: ClassVar[ServerLimits]
+    peers: ClassVar[PeerCounts]  # connections per peer address, one table per bound class (server)
 
     @classmethod
     def with_limits(cls, limits: ServerLimits) -> type[LimitedHttpToolsProtocol]:
-        """A subclass bound to ``limits`` (uvicorn instantiates the class it is given)."""
-        return type(cls.__name__, (cls,), {"limits": limits})
+        """A subclass bound to ``limits`` and its own peer table (uvicorn instantiates the class it is given)."""
+        return type(cls.__name__, (cls,), {"limits": limits, "peers": PeerCounts()})
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -126,26 +135,80 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._head_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
         self._discarding = False
+        self._peer: str | None = None  # counted in ``peers`` from connection_made to connection_lost
+        self._idle_from = 0.0
 
     # -- connection ------------------------------------------------------------------------------
 
+    @property
+    def peer(self) -> str:
+        return self._peer or ""
+
+    def idle_since(self) -> float | None:
+        """When this connection last became idle (no request in progress, no byte of the next one), or None."""
+        cycle = self.cycle
+        idle = (
+            self._in_head
+            and self._head_bytes == 0
+            and not self._discarding
+            and not self.pipeline
+            and (cycle is None or cycle.response_complete)
+            and not self.transport.is_closing()
+        )
+        return self._idle_from if idle else None
+
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        if len(self.connections) > self.limits.max_connections:
+        self._idle_from = self.loop.time()
+        self._peer = self.client[0] if self.client else ""
+        held = self.peers.add(self._peer)
+        if held > self.limits.max_connections_per_peer and not self._close_idle(self._peer):
             self._refuse(
                 _Refused(
                     429,
                     "Too Many Requests",
-                    f"the gateway already holds {self.limits.max_connections} connections; retry shortly",
+                    f"this address already holds {self.limits.max_connections_per_peer} connections to the "
+                    "gateway and none is idle; retry shortly",
+                ),
+                {"retry-after": "1"},
+            )
+            return
+        if len(self.connections) > self.limits.max_connections and not self._close_idle(None):
+            self._refuse(
+                _Refused(
+                    429,
+                    "Too Many Requests",
+                    f"the gateway already holds {self.limits.max_connections} connections and none is idle; "
+                    "retry shortly",
                 ),
                 {"retry-after": "1"},
             )
             return
         self._arm_head_timer()  # a connection that never sends a byte is a slow head too
 
+    def _close_idle(self, peer: str | None) -> bool:
+        """Close the longest idle connection (of ``peer``, else of the peer holding the most) to make
+        room for this one; False when none is idle."""
+        mine = (c for c in self.connections if isinstance(c, LimitedHttpToolsProtocol))
+        victim = idle_victim(mine, self.peers, peer=peer, exclude=self)
+        if victim is None:
+            return False
+        self.logger.info("closed an idle connection from %s to make room (%s)", victim.client,
+                         "its address is at its cap" if peer is not None else "the gateway is at its cap")
+        victim._cancel_timers()
+        victim.transport.close()
+        return True
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timers()
+        if self._peer is not None:
+            self.peers.remove(self._peer)
+            self._peer = None
         super().connection_lost(exc)
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._idle_from = self.loop.time()
 
     def data_received(self, data: bytes) -> None:
         if self._discarding:

@@ -23,6 +23,7 @@ from gateway.settings import (
     DEFAULT_HEADER_TIMEOUT_S,
     DEFAULT_KEEP_ALIVE_TIMEOUT_S,
     DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_CONNECTIONS_PER_PEER,
     DEFAULT_MAX_HEADER_BYTES,
     DEFAULT_MAX_HEADER_COUNT,
     DEFAULT_MAX_REQUESTS_PER_CONNECTION,
@@ -202,7 +203,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--max-connections",
         type=int,
-        help=f"open connections before new ones get 429 (default {DEFAULT_MAX_CONNECTIONS})",
+        help=f"open connections; past it the longest idle one is closed, or a new one gets 429 when none is "
+        f"idle (default {DEFAULT_MAX_CONNECTIONS})",
+    )
+    parser.add_argument(
+        "--max-connections-per-peer",
+        type=int,
+        help="open connections from one peer address; past it that address's longest idle one is closed, or a "
+        f"new one gets 429 when none is idle (default {DEFAULT_MAX_CONNECTIONS_PER_PEER}; behind a proxy, raise it "
+        "to --max-connections)",
     )
     parser.add_argument(
         "--keep-alive-timeout-s",

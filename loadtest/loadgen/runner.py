@@ -150,7 +150,9 @@ class _StartSignal:
 
 async def _process_share(jobs: list[tuple[LoadSpec, int]], signal: _StartSignal | None) -> tuple[float, list[Samples]]:
     async with contextlib.AsyncExitStack() as stack:
-        sends = [await stack.enter_async_context(spec.target.connect(max(share, 1))) for spec, share in jobs]
+        # A process with no share of a spec opens no clients for it (apart: one spec per process).
+        sends = [await stack.enter_async_context(spec.target.connect(share)) if share > 0 else None
+                 for spec, share in jobs]
         start = time.monotonic()
         if signal is not None:
             await asyncio.to_thread(signal.ready.wait, SETUP_TIMEOUT_S)
@@ -159,7 +161,8 @@ async def _process_share(jobs: list[tuple[LoadSpec, int]], signal: _StartSignal 
             start = signal.start_at.value
             await asyncio.sleep(max(0.0, start - time.monotonic()))
         parts = await asyncio.gather(*(_drive(send, spec, share, start)
-                                       for send, (spec, share) in zip(sends, jobs, strict=True) if share > 0))
+                                       for send, (spec, share) in zip(sends, jobs, strict=True)
+                                       if send is not None))
     done = iter(parts)
     return start, [next(done) if share > 0 else Samples() for _, share in jobs]
 
@@ -173,16 +176,27 @@ def _child(number: int, jobs: list[tuple[LoadSpec, int]], signal: _StartSignal, 
         results.put((number, None, traceback.format_exc()))
 
 
-def run(specs: Sequence[LoadSpec], processes: int = 1) -> list[LoadRun]:
+def run(specs: Sequence[LoadSpec], processes: int = 1, *, apart: bool = False) -> list[LoadRun]:
     """Run ``specs`` side by side, each spec's concurrency split over ``processes`` processes.
+
+    Args:
+        apart: each spec in a child process of its own instead (``processes`` is then ignored; one
+            spec too runs in a child), so one spec's clients never share an event loop with
+            another's, nor with the caller's (a measured load beside a hostile one, measured the
+            same way alone).
 
     Raises:
         LoadError: a process could not open its targets or failed, with its traceback.
     """
-    processes = max(1, min(processes, max(spec.concurrency for spec in specs)))
-    plan = [[(spec, share) for spec, share in zip(specs, column, strict=True)]
-            for column in zip(*(_shares(spec.concurrency, processes) for spec in specs), strict=True)]
-    if processes == 1:
+    if apart:
+        plan = [[(spec, spec.concurrency if k == own else 0) for k, spec in enumerate(specs)]
+                for own in range(len(specs))]
+        processes = len(specs)
+    else:
+        processes = max(1, min(processes, max(spec.concurrency for spec in specs)))
+        plan = [[(spec, share) for spec, share in zip(specs, column, strict=True)]
+                for column in zip(*(_shares(spec.concurrency, processes) for spec in specs), strict=True)]
+    if processes == 1 and not apart:
         try:
             outcomes = [asyncio.run(_process_share(plan[0], None))]
         except Exception as exc:
@@ -194,7 +208,8 @@ def run(specs: Sequence[LoadSpec], processes: int = 1) -> list[LoadRun]:
     for k, spec in enumerate(specs):
         # The window every process was loading in: from the last start's warm-up end to the first end.
         window = (max(starts) + spec.warmup_s, min(starts) + spec.warmup_s + spec.duration_s)
-        runs.append(LoadRun(spec, Samples.concat([parts[k] for _, parts in outcomes]), window, processes))
+        runs.append(LoadRun(spec, Samples.concat([parts[k] for _, parts in outcomes]), window,
+                            1 if apart else processes))
     return runs
 
 
