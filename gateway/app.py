@@ -55,7 +55,17 @@ from gateway.jobs.store import JobStore
 from gateway.observe.stats import LatencyTracker
 from gateway.observe.timing import watch_event_loop
 from gateway.openai_tasks import OpenAITasks
-from gateway.routes import admin, classify, health, jobs, kserve, openai, residency_admin, stats, usage
+from gateway.routes import (
+    admin,
+    classify,
+    health,
+    jobs,
+    kserve,
+    openai,
+    residency_admin,
+    stats,
+    usage,
+)
 from gateway.routes import traffic as traffic_routes
 from gateway.routes.kserve_grpc import start_grpc_server
 from gateway.routes.openapi_doc import document_security
@@ -137,7 +147,9 @@ and on any route whose request sends `Accept: application/problem+json`. 429 and
 """
 
 
-async def _poll_triton_stats(backend: InferenceBackend, tracker: LatencyTracker, interval_s: float) -> None:
+async def _poll_triton_stats(
+    backend: InferenceBackend, tracker: LatencyTracker, interval_s: float
+) -> None:
     """Feed Triton's cumulative per-model statistics into the tracker, forever (cancelled at shutdown)."""
     while True:
         try:
@@ -212,7 +224,9 @@ def create_app(
         title="Inference gateway",
         version="0.1.0",
         description=_DESCRIPTION,
-        lifespan=_lifespan(settings, parts, backend_factory or build_backend, limiter_factory or build_limiter),
+        lifespan=_lifespan(
+            settings, parts, backend_factory or build_backend, limiter_factory or build_limiter
+        ),
         middleware=_middleware(settings, parts, refusals),
     )
     app.state.settings = settings
@@ -224,11 +238,23 @@ def create_app(
     app.state.authenticator = parts.authenticator
     app.state.renderer = parts.renderer
     app.state.images = build_image_store(settings)
-    app.state.image_urls = ImageUrlSigner(settings.admin_token.get_secret_value()
-                                          or settings.jwt_secret.get_secret_value())
+    app.state.image_urls = ImageUrlSigner(
+        settings.admin_token.get_secret_value() or settings.jwt_secret.get_secret_value()
+    )
     _install_error_handlers(app, parts.renderer)
     # Inference routes first: Starlette matches routes in order, and these carry the traffic.
-    for module in (kserve, openai, jobs, classify, health, stats, usage, admin, residency_admin, traffic_routes):
+    for module in (
+        kserve,
+        openai,
+        jobs,
+        classify,
+        health,
+        stats,
+        usage,
+        admin,
+        residency_admin,
+        traffic_routes,
+    ):
         app.include_router(module.router)
     document_security(app, PUBLIC_PATHS, METRICS_PATHS)
     return app
@@ -237,7 +263,10 @@ def create_app(
 def _build_parts(settings: GatewaySettings) -> _Parts:
     """The app's long-lived parts, built before it starts (no I/O beyond opening the key store)."""
     tracker = LatencyTracker(
-        settings.stats_window_s, settings.stats_bucket_s, settings.stats_max_series, settings.max_client_labels
+        settings.stats_window_s,
+        settings.stats_bucket_s,
+        settings.stats_max_series,
+        settings.max_client_labels,
     )
     # With Redis, keys and canary weights live there (every replica and worker sees one truth);
     # without it, keys are the SQLite file and weights stay in this single process.
@@ -261,23 +290,45 @@ def _build_parts(settings: GatewaySettings) -> _Parts:
             settings.state_sync_interval_s,
         )
     callbacks = CallbackPolicy(
-        settings.callback_allow, settings.callback_private_networks,
-        max_url_chars=DEFAULT_LIMITS.jobs.max_callback_url_chars, resolve_timeout_s=settings.callback_timeout_s,
+        settings.callback_allow,
+        settings.callback_private_networks,
+        max_url_chars=DEFAULT_LIMITS.jobs.max_callback_url_chars,
+        resolve_timeout_s=settings.callback_timeout_s,
     )
-    return _Parts(ProblemRenderer(ERROR_STATUS, ERROR_SHAPES), tracker, UsageMeter(), store, redis_client,
-                  traffic, authenticator, sync, callbacks)
+    return _Parts(
+        ProblemRenderer(ERROR_STATUS, ERROR_SHAPES),
+        tracker,
+        UsageMeter(),
+        store,
+        redis_client,
+        traffic,
+        authenticator,
+        sync,
+        callbacks,
+    )
 
 
-def _middleware(settings: GatewaySettings, parts: _Parts, refusals: RefusalCharge) -> list[Middleware]:
+def _middleware(
+    settings: GatewaySettings, parts: _Parts, refusals: RefusalCharge
+) -> list[Middleware]:
     """The middleware list, outermost first. Context wraps everything so even 401/413 answers get a
     request id and log line."""
     renderer = parts.renderer
     return [
-        Middleware(ContextMiddleware, tracker=parts.tracker, meter=parts.meter, server_timing=settings.server_timing,
-                   refusals=refusals),
+        Middleware(
+            ContextMiddleware,
+            tracker=parts.tracker,
+            meter=parts.meter,
+            server_timing=settings.server_timing,
+            refusals=refusals,
+        ),
         Middleware(DisconnectMiddleware),
-        Middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, renderer=renderer,
-                   tier_max_bytes=lambda tier: settings.tier_limit(tier).max_body_bytes),
+        Middleware(
+            BodyLimitMiddleware,
+            max_bytes=settings.max_body_bytes,
+            renderer=renderer,
+            tier_max_bytes=lambda tier: settings.tier_limit(tier).max_body_bytes,
+        ),
         Middleware(
             AuthMiddleware,
             authenticator=parts.authenticator,
@@ -293,9 +344,12 @@ def _middleware(settings: GatewaySettings, parts: _Parts, refusals: RefusalCharg
     ]
 
 
-def _lifespan(settings: GatewaySettings, parts: _Parts,
-              make_backend: Callable[[GatewaySettings], InferenceBackend],
-              make_limiter: Callable[[GatewaySettings], RateLimiter]) -> Lifespan:
+def _lifespan(
+    settings: GatewaySettings,
+    parts: _Parts,
+    make_backend: Callable[[GatewaySettings], InferenceBackend],
+    make_limiter: Callable[[GatewaySettings], RateLimiter],
+) -> Lifespan:
     """The lifespan: start the services and background tasks, and stop them in order."""
 
     @contextlib.asynccontextmanager
@@ -309,14 +363,21 @@ def _lifespan(settings: GatewaySettings, parts: _Parts,
     return lifespan
 
 
-async def _start(app: FastAPI, settings: GatewaySettings, parts: _Parts, backend: InferenceBackend,
-                 limiter: RateLimiter) -> _Running:
+async def _start(
+    app: FastAPI,
+    settings: GatewaySettings,
+    parts: _Parts,
+    backend: InferenceBackend,
+    limiter: RateLimiter,
+) -> _Running:
     """Put the services on ``app.state`` and start the background tasks (and the gRPC entry)."""
     tracker, meter = parts.tracker, parts.meter
     app.state.backend = backend
     app.state.limiter = limiter
     app.state.service = InferenceService(settings, backend, limiter, tracker, parts.traffic)
-    residency = build_residency(settings, settings.triton_http_url, settings.keys_db, tracker.registry)
+    residency = build_residency(
+        settings, settings.triton_http_url, settings.keys_db, tracker.registry
+    )
     if residency is not None:
         await residency.start()
         app.state.service.admission.residency = residency
@@ -327,8 +388,11 @@ async def _start(app: FastAPI, settings: GatewaySettings, parts: _Parts, backend
     job_store = build_job_store(settings)
     sender = None
     if parts.callbacks.enabled:
-        sender = CallbackSender(parts.callbacks, settings.callback_secret.get_secret_value().encode(),
-                                settings.callback_timeout_s)
+        sender = CallbackSender(
+            parts.callbacks,
+            settings.callback_secret.get_secret_value().encode(),
+            settings.callback_timeout_s,
+        )
     runner = JobRunner(settings, job_store, app.state.openai, parts.renderer, meter, sender)
     app.state.job_runner = runner
     app.state.jobs = ImageJobs(app.state.openai, job_store, parts.callbacks, wake=runner.wake)
@@ -342,13 +406,20 @@ async def _start(app: FastAPI, settings: GatewaySettings, parts: _Parts, backend
         grpc_server = await start_grpc_server(
             settings, app.state.service, parts.authenticator, parts.renderer, tracker, meter
         )
-    tasks = [asyncio.create_task(meter.flush_forever(settings.usage_flush_interval_s)),
-             asyncio.create_task(runner.run()), asyncio.create_task(watch_event_loop(tracker.loop_lag.observe))]
+    tasks = [
+        asyncio.create_task(meter.flush_forever(settings.usage_flush_interval_s)),
+        asyncio.create_task(runner.run()),
+        asyncio.create_task(watch_event_loop(tracker.loop_lag.observe)),
+    ]
     if tracker.store is not None:
-        tasks.append(asyncio.create_task(tracker.publish_forever(settings.stats_publish_interval_s)))
+        tasks.append(
+            asyncio.create_task(tracker.publish_forever(settings.stats_publish_interval_s))
+        )
     if settings.triton_stats_interval_s > 0:
         tasks.append(
-            asyncio.create_task(_poll_triton_stats(backend, tracker, settings.triton_stats_interval_s))
+            asyncio.create_task(
+                _poll_triton_stats(backend, tracker, settings.triton_stats_interval_s)
+            )
         )
     if parts.sync is not None:
         await parts.sync.refresh()  # canary weights in place before the first request
@@ -393,7 +464,9 @@ def _install_error_handlers(app: FastAPI, renderer: ProblemRenderer) -> None:
 
     async def gateway_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, errors.GatewayError)
-        status, headers, body = renderer.render(exc, request.url.path, request.headers.get("accept", ""))
+        status, headers, body = renderer.render(
+            exc, request.url.path, request.headers.get("accept", "")
+        )
         if status >= 500:
             ctx = request.scope.get(CONTEXT_KEY)
             log.warning(
@@ -407,7 +480,9 @@ def _install_error_handlers(app: FastAPI, renderer: ProblemRenderer) -> None:
         return Response(body, status_code=status, headers=headers)
 
     def answer(request: Request, report: ErrorReport) -> Response:
-        status, headers, body = renderer.render_report(report, request.url.path, request.headers.get("accept", ""))
+        status, headers, body = renderer.render_report(
+            report, request.url.path, request.headers.get("accept", "")
+        )
         return Response(body, status_code=status, headers=headers)
 
     async def http_error(request: Request, exc: Exception) -> Response:
@@ -415,8 +490,16 @@ def _install_error_handlers(app: FastAPI, renderer: ProblemRenderer) -> None:
         if isinstance(exc.__cause__, errors.GatewayError):  # e.g. a body read that hit our limit
             return await gateway_error(request, exc.__cause__)
         name = "not_found" if exc.status_code == 404 else "http_error"
-        return answer(request, ErrorReport(exc.status_code, "HTTP error", str(exc.detail), name,
-                                           headers=dict(exc.headers or {})))
+        return answer(
+            request,
+            ErrorReport(
+                exc.status_code,
+                "HTTP error",
+                str(exc.detail),
+                name,
+                headers=dict(exc.headers or {}),
+            ),
+        )
 
     async def validation_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
@@ -425,8 +508,12 @@ def _install_error_handlers(app: FastAPI, renderer: ProblemRenderer) -> None:
     async def unexpected(request: Request, exc: Exception) -> Response:
         # Never relabelled as a client error: a 500, logged with the traceback.
         log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return answer(request, ErrorReport(500, "Internal server error", "the gateway failed; see its log",
-                                           "internal_error"))
+        return answer(
+            request,
+            ErrorReport(
+                500, "Internal server error", "the gateway failed; see its log", "internal_error"
+            ),
+        )
 
     app.add_exception_handler(errors.GatewayError, gateway_error)
     app.add_exception_handler(StarletteHTTPException, http_error)

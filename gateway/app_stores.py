@@ -66,8 +66,12 @@ def build_job_store(settings: GatewaySettings) -> JobStore:
     if url:
         from gateway.jobs.store_redis import RedisJobStore
 
-        return RedisJobStore(url, settings.job_result_ttl_s, prefix=settings.redis_prefix,
-                             timeout_s=settings.redis_timeout_s)
+        return RedisJobStore(
+            url,
+            settings.job_result_ttl_s,
+            prefix=settings.redis_prefix,
+            timeout_s=settings.redis_timeout_s,
+        )
     return SqliteJobStore(settings.jobs_path(), settings.job_result_ttl_s)
 
 
@@ -77,8 +81,13 @@ def build_image_store(settings: GatewaySettings) -> ImageStore:
     if url:
         from gateway.jobs.image_store import RedisImageStore
 
-        return RedisImageStore(url, settings.image_url_ttl_s, settings.image_url_max_bytes,
-                               prefix=settings.redis_prefix, timeout_s=settings.redis_timeout_s)
+        return RedisImageStore(
+            url,
+            settings.image_url_ttl_s,
+            settings.image_url_max_bytes,
+            prefix=settings.redis_prefix,
+            timeout_s=settings.redis_timeout_s,
+        )
     return MemoryImageStore(settings.image_url_ttl_s, settings.image_url_max_bytes)
 
 
@@ -86,7 +95,9 @@ def build_sketch_store(settings: GatewaySettings) -> SketchStore | None:
     """Where processes share latency sketches: Redis if configured, else ``stats_db``, else nowhere."""
     url = settings.redis_url.get_secret_value()
     if url:
-        return RedisSketchStore(url, prefix=settings.redis_prefix, timeout_s=settings.redis_timeout_s)
+        return RedisSketchStore(
+            url, prefix=settings.redis_prefix, timeout_s=settings.redis_timeout_s
+        )
     if settings.stats_db is not None:
         return SqliteSketchStore(settings.stats_db)
     return None

@@ -141,7 +141,9 @@ class UnsupportedMediaType(GatewayError):
 class _RetryLater(GatewayError):
     """An error whose response carries ``Retry-After`` (whole seconds, at least 1)."""
 
-    def __init__(self, detail: str, *, retry_after_s: float, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, detail: str, *, retry_after_s: float, headers: dict[str, str] | None = None
+    ) -> None:
         merged = {"Retry-After": str(max(1, int(-(-retry_after_s // 1))))}
         merged.update(headers or {})
         super().__init__(detail, headers=merged)

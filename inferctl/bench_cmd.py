@@ -21,7 +21,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "Options after the name go to that benchmark; see "
         "`inferctl bench platform --help`.",
     )
-    parser.add_argument("which", choices=["platform", "gateway", "clients", "qos", "multimodel", "isolation"])
+    parser.add_argument(
+        "which", choices=["platform", "gateway", "clients", "qos", "multimodel", "isolation"]
+    )
     parser.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options")
     parser.set_defaults(handler=run)
 

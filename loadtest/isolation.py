@@ -48,7 +48,14 @@ from serving.launcher import TritonPorts, TritonServer
 from serving.ports import reserve_port
 from serving.processes import ManagedProcess, child_env, python_module
 
-__all__ = ["DEFAULT_SETTINGS", "GOAL_RATIO", "IsolationSettings", "build_parser", "main", "run_isolation"]
+__all__ = [
+    "DEFAULT_SETTINGS",
+    "GOAL_RATIO",
+    "IsolationSettings",
+    "build_parser",
+    "main",
+    "run_isolation",
+]
 
 #: the issue's goal: each attacked P99 at most this multiple of the P99 alone
 GOAL_RATIO = 1.5
@@ -119,24 +126,41 @@ def platform(workdir: Path, settings: IsolationSettings) -> Iterator[Stack]:
     from gateway.tenancy.keys_sqlite import SqliteKeyStore
     from inferctl.up_secrets import load_or_create_secrets
 
-    repository = prepare_repository(workdir / "repository",
-                                    QosSettings(service_ms=settings.service_ms, instances=settings.instances))
+    repository = prepare_repository(
+        workdir / "repository",
+        QosSettings(service_ms=settings.service_ms, instances=settings.instances),
+    )
     keys_db = workdir / "keys.sqlite3"
     store = SqliteKeyStore(keys_db)
     secrets = load_or_create_secrets(workdir / "state", environ={})
     with TritonServer(repository, ports=TritonPorts.free()) as triton:
         port = reserve_port()
-        command = python_module("gateway", "--host", "127.0.0.1", "--port", str(port), "--triton-url",
-                                triton.http_url, "--keys-db", str(keys_db), "--log-level", "warning")
+        command = python_module(
+            "gateway",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--triton-url",
+            triton.http_url,
+            "--keys-db",
+            str(keys_db),
+            "--log-level",
+            "warning",
+        )
         env = child_env({**secrets, "GATEWAY_LOG_LEVEL": "warning"})
-        with ManagedProcess(command, name="gateway", log_path=workdir / "gateway.log", env=env) as gateway:
+        with ManagedProcess(
+            command, name="gateway", log_path=workdir / "gateway.log", env=env
+        ) as gateway:
             gateway.wait_http(f"http://127.0.0.1:{port}/healthz", 120)
             assert gateway.pid is not None
 
             def new_key(name: str, tier: str) -> str:
                 return store.create(name, ["*"], tier)[1]
 
-            yield Stack(f"http://127.0.0.1:{port}", gateway.pid, new_key, secrets["GATEWAY_METRICS_TOKEN"])
+            yield Stack(
+                f"http://127.0.0.1:{port}", gateway.pid, new_key, secrets["GATEWAY_METRICS_TOKEN"]
+            )
 
 
 class Scenario(NamedTuple):
@@ -153,11 +177,18 @@ def _infer_url(base_url: str) -> str:
 
 
 def _json_target(base_url: str, key: str, body: bytes, name: str) -> HttpTarget:
-    return HttpTarget(url=_infer_url(base_url), requests=((body, {"Content-Type": "application/json"}),),
-                      headers={"Authorization": f"Bearer {key}"}, name=name, timeout_s=120.0)
+    return HttpTarget(
+        url=_infer_url(base_url),
+        requests=((body, {"Content-Type": "application/json"}),),
+        headers={"Authorization": f"Bearer {key}"},
+        name=name,
+        timeout_s=120.0,
+    )
 
 
-def scenarios(base_url: str, new_key: Callable[[str, str], str], settings: IsolationSettings) -> list[Scenario]:
+def scenarios(
+    base_url: str, new_key: Callable[[str, str], str], settings: IsolationSettings
+) -> list[Scenario]:
     """The attacks, each from a fresh free-tier key (so one attack's spent tokens do not blunt the next)."""
     from gateway.tenancy.tiers import DEFAULT_TIER_LIMITS
 
@@ -168,27 +199,61 @@ def scenarios(base_url: str, new_key: Callable[[str, str], str], settings: Isola
     small = infer_body()
     hold_s = settings.warmup_s + settings.duration_s + 1.0
     return [
-        Scenario(f"big bodies ({settings.big_body_bytes / 2**20:.1f} MiB x{settings.big_body_concurrency})",
-                 _json_target(base_url, new_key("attack-big", _ATTACKER_TIER), body_of_size(settings.big_body_bytes),
-                              "big bodies"), settings.big_body_concurrency),
-        Scenario(f"bodies at the free cap ({(cap - _CAP_MARGIN) / 2**20:.2f} MiB x{settings.big_body_concurrency})",
-                 _json_target(base_url, new_key("attack-cap", _ATTACKER_TIER), body_of_size(cap - _CAP_MARGIN),
-                              "at-cap bodies"), settings.big_body_concurrency),
-        Scenario(f"idle connections (x{settings.idle_connections})",
-                 IdleConnectionTarget(url=base_url, hold_s=hold_s), settings.idle_connections),
-        Scenario(f"disconnect storm (x{settings.disconnect_concurrency}, "
-                 f"abandoned after {settings.abandon_after_ms:g} ms)",
-                 DisconnectTarget(url=_infer_url(base_url), body=small,
-                                  headers={"Authorization": f"Bearer {new_key('attack-disconnect', _ATTACKER_TIER)}",
-                                           "Content-Type": "application/json"},
-                                  abandon_after_s=settings.abandon_after_ms / 1000.0),
-                 settings.disconnect_concurrency),
-        Scenario(f"request flood ({settings.flood_multiple:g}x the free rate: {flood_rate:.2f}/s)",
-                 PacedTarget(inner=_json_target(base_url, new_key("attack-flood", _ATTACKER_TIER), small, "flood"),
-                             rate_per_s=flood_rate, name="paced flood"), settings.flood_concurrency),
-        Scenario("request flood (as fast as answered, Retry-After ignored)",
-                 _json_target(base_url, new_key("attack-flood-max", _ATTACKER_TIER), small, "flood"),
-                 settings.flood_concurrency),
+        Scenario(
+            f"big bodies ({settings.big_body_bytes / 2**20:.1f} MiB x{settings.big_body_concurrency})",
+            _json_target(
+                base_url,
+                new_key("attack-big", _ATTACKER_TIER),
+                body_of_size(settings.big_body_bytes),
+                "big bodies",
+            ),
+            settings.big_body_concurrency,
+        ),
+        Scenario(
+            f"bodies at the free cap ({(cap - _CAP_MARGIN) / 2**20:.2f} MiB x{settings.big_body_concurrency})",
+            _json_target(
+                base_url,
+                new_key("attack-cap", _ATTACKER_TIER),
+                body_of_size(cap - _CAP_MARGIN),
+                "at-cap bodies",
+            ),
+            settings.big_body_concurrency,
+        ),
+        Scenario(
+            f"idle connections (x{settings.idle_connections})",
+            IdleConnectionTarget(url=base_url, hold_s=hold_s),
+            settings.idle_connections,
+        ),
+        Scenario(
+            f"disconnect storm (x{settings.disconnect_concurrency}, "
+            f"abandoned after {settings.abandon_after_ms:g} ms)",
+            DisconnectTarget(
+                url=_infer_url(base_url),
+                body=small,
+                headers={
+                    "Authorization": f"Bearer {new_key('attack-disconnect', _ATTACKER_TIER)}",
+                    "Content-Type": "application/json",
+                },
+                abandon_after_s=settings.abandon_after_ms / 1000.0,
+            ),
+            settings.disconnect_concurrency,
+        ),
+        Scenario(
+            f"request flood ({settings.flood_multiple:g}x the free rate: {flood_rate:.2f}/s)",
+            PacedTarget(
+                inner=_json_target(
+                    base_url, new_key("attack-flood", _ATTACKER_TIER), small, "flood"
+                ),
+                rate_per_s=flood_rate,
+                name="paced flood",
+            ),
+            settings.flood_concurrency,
+        ),
+        Scenario(
+            "request flood (as fast as answered, Retry-After ignored)",
+            _json_target(base_url, new_key("attack-flood-max", _ATTACKER_TIER), small, "flood"),
+            settings.flood_concurrency,
+        ),
     ]
 
 
@@ -231,16 +296,29 @@ class CpuMeter:
         return float(np.interp(end, times, cpus) - np.interp(start, times, cpus))
 
 
-def _protected_spec(target: HttpTarget, settings: IsolationSettings, warmup_s: float | None = None) -> LoadSpec:
-    return LoadSpec(target=target, concurrency=settings.protected_concurrency, duration_s=settings.duration_s,
-                    warmup_s=settings.warmup_s if warmup_s is None else warmup_s, name="protected")
+def _protected_spec(
+    target: HttpTarget, settings: IsolationSettings, warmup_s: float | None = None
+) -> LoadSpec:
+    return LoadSpec(
+        target=target,
+        concurrency=settings.protected_concurrency,
+        duration_s=settings.duration_s,
+        warmup_s=settings.warmup_s if warmup_s is None else warmup_s,
+        name="protected",
+    )
 
 
 def _side(result: Any) -> dict[str, Any]:
-    return {"requests": result.requests, "errors": result.errors, "throughput": result.throughput,
-            "p50_ms": result.p50_ms, "p99_ms": result.p99_ms, "max_ms": result.max_ms,
-            "statuses": {str(k): v for k, v in sorted(result.statuses.items())},
-            "first_error_by_status": {str(k): v[:200] for k, v in result.messages.items()}}
+    return {
+        "requests": result.requests,
+        "errors": result.errors,
+        "throughput": result.throughput,
+        "p50_ms": result.p50_ms,
+        "p99_ms": result.p99_ms,
+        "max_ms": result.max_ms,
+        "statuses": {str(k): v for k, v in sorted(result.statuses.items())},
+        "first_error_by_status": {str(k): v[:200] for k, v in result.messages.items()},
+    }
 
 
 def _measure(specs: list[LoadSpec], stack: Stack) -> tuple[list[Any], float, dict[str, Any]]:
@@ -255,7 +333,11 @@ def _measure(specs: list[LoadSpec], stack: Stack) -> tuple[list[Any], float, dic
     split = gateway_split(before, gateway_counters(stack.url, stack.metrics_token))
     start, end = runs[0].window
     results = [r.result() for r in runs]
-    return results, meter.between(start, end) / max(end - start, 1e-9), split.as_dict(results[0].mean_ms, 0.0)
+    return (
+        results,
+        meter.between(start, end) / max(end - start, 1e-9),
+        split.as_dict(results[0].mean_ms, 0.0),
+    )
 
 
 def run_isolation(settings: IsolationSettings) -> dict[str, Any]:
@@ -266,31 +348,56 @@ def run_isolation(settings: IsolationSettings) -> dict[str, Any]:
     console = make_console(stderr=True)
     machine = machine_description()
     detail_rows: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="isolation-") as tmp, platform(Path(tmp), settings) as stack:
-        protected = _json_target(stack.url, stack.new_key("protected", _PROTECTED_TIER), infer_body(), "protected")
+    with (
+        tempfile.TemporaryDirectory(prefix="isolation-") as tmp,
+        platform(Path(tmp), settings) as stack,
+    ):
+        protected = _json_target(
+            stack.url, stack.new_key("protected", _PROTECTED_TIER), infer_body(), "protected"
+        )
         console.print("gateway CPU per request: the protected key alone")
         (cpu_run,), cpu_share, _ = _measure([_protected_spec(protected, settings)], stack)
         answered = cpu_run.requests + cpu_run.errors
         cpu_ms_per_request = 1000.0 * cpu_share * cpu_run.duration_s / max(1, answered)
         for scenario in scenarios(stack.url, stack.new_key, settings):
             console.print(f"{scenario.name}: alone")
-            (alone,), alone_cpu, alone_split = _measure([_protected_spec(protected, settings)], stack)
+            (alone,), alone_cpu, alone_split = _measure(
+                [_protected_spec(protected, settings)], stack
+            )
             console.print(f"{scenario.name}: attacked ({scenario.target.describe()})")
-            attack = LoadSpec(target=scenario.target, concurrency=scenario.concurrency,
-                              duration_s=settings.duration_s, warmup_s=settings.warmup_s,
-                              honour_retry_after=scenario.honour_retry_after, name="attack")
+            attack = LoadSpec(
+                target=scenario.target,
+                concurrency=scenario.concurrency,
+                duration_s=settings.duration_s,
+                warmup_s=settings.warmup_s,
+                honour_retry_after=scenario.honour_retry_after,
+                name="attack",
+            )
             (attacked, attacker), attacked_cpu, attacked_split = _measure(
-                [_protected_spec(protected, settings), attack], stack)
-            detail_rows.append({
-                "name": scenario.name, "attack": scenario.target.describe(), "attack_concurrency": scenario.concurrency,
-                "alone": _side(alone), "attacked": _side(attacked), "attacker": _side(attacker),
-                "gateway_cpu_share": {"alone": alone_cpu, "attacked": attacked_cpu},
-                # Means over every request the gateway admitted between two scrapes (the attacker's too).
-                "gateway_split": {"alone": alone_split, "attacked": attacked_split},
-            })
+                [_protected_spec(protected, settings), attack], stack
+            )
+            detail_rows.append(
+                {
+                    "name": scenario.name,
+                    "attack": scenario.target.describe(),
+                    "attack_concurrency": scenario.concurrency,
+                    "alone": _side(alone),
+                    "attacked": _side(attacked),
+                    "attacker": _side(attacker),
+                    "gateway_cpu_share": {"alone": alone_cpu, "attacked": attacked_cpu},
+                    # Means over every request the gateway admitted between two scrapes (the attacker's too).
+                    "gateway_split": {"alone": alone_split, "attacked": attacked_split},
+                }
+            )
     figures = {
-        "scenarios": [{"name": row["name"], "alone_p99_ms": float(row["alone"]["p99_ms"]),
-                       "attacked_p99_ms": float(row["attacked"]["p99_ms"])} for row in detail_rows],
+        "scenarios": [
+            {
+                "name": row["name"],
+                "alone_p99_ms": float(row["alone"]["p99_ms"]),
+                "attacked_p99_ms": float(row["attacked"]["p99_ms"]),
+            }
+            for row in detail_rows
+        ],
         "gateway_cpu_ms_per_request": float(cpu_ms_per_request),
     }
     with contextlib.suppress(OSError):
@@ -298,8 +405,12 @@ def run_isolation(settings: IsolationSettings) -> dict[str, Any]:
     detail = {
         **figures,
         "goal_ratio": GOAL_RATIO,
-        "gateway_cpu": {"cpu_share": cpu_share, "window_s": cpu_run.duration_s, "requests": answered,
-                        "p99_ms": cpu_run.p99_ms},
+        "gateway_cpu": {
+            "cpu_share": cpu_share,
+            "window_s": cpu_run.duration_s,
+            "requests": answered,
+            "p99_ms": cpu_run.p99_ms,
+        },
         "runs": detail_rows,
         "machine": machine,
         "settings": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(settings).items()},
@@ -318,23 +429,55 @@ def build_parser() -> argparse.ArgumentParser:
         "the real gateway with generated secrets, the platform's load generator). Prints a table, writes "
         "isolation.json, isolation-detail.json, isolation.txt and isolation.png.",
     )
-    parser.add_argument("--service-ms", type=float, default=d.service_ms, help="model service time per request")
+    parser.add_argument(
+        "--service-ms", type=float, default=d.service_ms, help="model service time per request"
+    )
     parser.add_argument("--instances", type=int, default=d.instances, help="model instances")
-    parser.add_argument("--protected-concurrency", type=int, default=d.protected_concurrency,
-                        help="the protected key's requests in flight")
-    parser.add_argument("--duration", type=float, default=d.duration_s, help="seconds measured per run")
-    parser.add_argument("--warmup", type=float, default=d.warmup_s, help="seconds of warm-up per run")
-    parser.add_argument("--big-body-bytes", type=int, default=d.big_body_bytes, help="size of the big bodies")
-    parser.add_argument("--big-body-concurrency", type=int, default=d.big_body_concurrency,
-                        help="big bodies in flight")
-    parser.add_argument("--idle-connections", type=int, default=d.idle_connections, help="idle connections held")
-    parser.add_argument("--disconnect-concurrency", type=int, default=d.disconnect_concurrency,
-                        help="abandoned requests in flight")
-    parser.add_argument("--abandon-after-ms", type=float, default=d.abandon_after_ms,
-                        help="how long after sending the client hangs up")
-    parser.add_argument("--flood-multiple", type=float, default=d.flood_multiple,
-                        help="the paced flood's rate, times the free tier's key rate")
-    parser.add_argument("--flood-concurrency", type=int, default=d.flood_concurrency, help="flood workers")
+    parser.add_argument(
+        "--protected-concurrency",
+        type=int,
+        default=d.protected_concurrency,
+        help="the protected key's requests in flight",
+    )
+    parser.add_argument(
+        "--duration", type=float, default=d.duration_s, help="seconds measured per run"
+    )
+    parser.add_argument(
+        "--warmup", type=float, default=d.warmup_s, help="seconds of warm-up per run"
+    )
+    parser.add_argument(
+        "--big-body-bytes", type=int, default=d.big_body_bytes, help="size of the big bodies"
+    )
+    parser.add_argument(
+        "--big-body-concurrency",
+        type=int,
+        default=d.big_body_concurrency,
+        help="big bodies in flight",
+    )
+    parser.add_argument(
+        "--idle-connections", type=int, default=d.idle_connections, help="idle connections held"
+    )
+    parser.add_argument(
+        "--disconnect-concurrency",
+        type=int,
+        default=d.disconnect_concurrency,
+        help="abandoned requests in flight",
+    )
+    parser.add_argument(
+        "--abandon-after-ms",
+        type=float,
+        default=d.abandon_after_ms,
+        help="how long after sending the client hangs up",
+    )
+    parser.add_argument(
+        "--flood-multiple",
+        type=float,
+        default=d.flood_multiple,
+        help="the paced flood's rate, times the free tier's key rate",
+    )
+    parser.add_argument(
+        "--flood-concurrency", type=int, default=d.flood_concurrency, help="flood workers"
+    )
     parser.add_argument("--out", type=Path, default=d.out_dir, help="folder for the results")
     return parser
 
@@ -342,12 +485,20 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     settings = replace(
-        DEFAULT_SETTINGS, service_ms=args.service_ms, instances=args.instances,
-        protected_concurrency=args.protected_concurrency, duration_s=args.duration, warmup_s=args.warmup,
-        big_body_bytes=args.big_body_bytes, big_body_concurrency=args.big_body_concurrency,
-        idle_connections=args.idle_connections, disconnect_concurrency=args.disconnect_concurrency,
-        abandon_after_ms=args.abandon_after_ms, flood_multiple=args.flood_multiple,
-        flood_concurrency=args.flood_concurrency, out_dir=args.out,
+        DEFAULT_SETTINGS,
+        service_ms=args.service_ms,
+        instances=args.instances,
+        protected_concurrency=args.protected_concurrency,
+        duration_s=args.duration,
+        warmup_s=args.warmup,
+        big_body_bytes=args.big_body_bytes,
+        big_body_concurrency=args.big_body_concurrency,
+        idle_connections=args.idle_connections,
+        disconnect_concurrency=args.disconnect_concurrency,
+        abandon_after_ms=args.abandon_after_ms,
+        flood_multiple=args.flood_multiple,
+        flood_concurrency=args.flood_concurrency,
+        out_dir=args.out,
     )
     run_isolation(settings)
     print(f"wrote {settings.out_dir / 'isolation.json'}, isolation.txt and isolation.png")

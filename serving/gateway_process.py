@@ -52,8 +52,14 @@ class GatewayLaunch:
 
     def process(self) -> ManagedProcess:
         """The process, not started yet."""
-        return ManagedProcess(python_module("gateway", *self.args), name=self.name, log_path=self.log_path,
-                              env=self.env, cwd=self.cwd, inherit_output=self.inherit_output)
+        return ManagedProcess(
+            python_module("gateway", *self.args),
+            name=self.name,
+            log_path=self.log_path,
+            env=self.env,
+            cwd=self.cwd,
+            inherit_output=self.inherit_output,
+        )
 
 
 def start_gateway_process(launch: GatewayLaunch) -> ManagedProcess:

@@ -115,13 +115,15 @@ DEFAULT_GENERATION_MAX_PROMPT_CHARS = 1000
 DEFAULT_GENERATION_MAX_PROMPT_BYTES = 4096
 #: the schedulers a request may name (``SCHEDULER`` / ``scheduler``), each a diffusers class built from
 #: the checkpoint's own scheduler config; ``default`` (or nothing) is the checkpoint's own scheduler
-DEFAULT_GENERATION_SCHEDULERS: Mapping[str, str] = MappingProxyType({
-    "pndm": "PNDMScheduler",
-    "ddim": "DDIMScheduler",
-    "euler": "EulerDiscreteScheduler",
-    "euler_ancestral": "EulerAncestralDiscreteScheduler",
-    "dpmpp_2m": "DPMSolverMultistepScheduler",
-})
+DEFAULT_GENERATION_SCHEDULERS: Mapping[str, str] = MappingProxyType(
+    {
+        "pndm": "PNDMScheduler",
+        "ddim": "DDIMScheduler",
+        "euler": "EulerDiscreteScheduler",
+        "euler_ancestral": "EulerAncestralDiscreteScheduler",
+        "dpmpp_2m": "DPMSolverMultistepScheduler",
+    }
+)
 #: generation requests the pipeline model runs in one denoising loop (its ``max_batch_size``): with
 #: classifier-free guidance the UNet sees twice as many rows
 DEFAULT_GENERATION_PIPELINE_BATCH = 8
@@ -215,7 +217,9 @@ class ImageGenerationLimits:
     max_prompt_bytes: int = DEFAULT_GENERATION_MAX_PROMPT_BYTES
     max_images: int = DEFAULT_GENERATION_MAX_IMAGES
     # A copy per instance: a plain dict, so dataclasses.asdict (which deep-copies) can read it.
-    schedulers: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_GENERATION_SCHEDULERS))
+    schedulers: Mapping[str, str] = field(
+        default_factory=lambda: dict(DEFAULT_GENERATION_SCHEDULERS)
+    )
     pipeline_batch: int = DEFAULT_GENERATION_PIPELINE_BATCH
 
     def scheduler_problem(self, value: str) -> str | None:
@@ -301,7 +305,9 @@ class QueueLimits:
 
     def __post_init__(self) -> None:
         if len(self.levels) != self.priority_levels:
-            raise ValueError(f"{len(self.levels)} queue policies for {self.priority_levels} priority levels")
+            raise ValueError(
+                f"{len(self.levels)} queue policies for {self.priority_levels} priority levels"
+            )
         if not 1 <= self.default_priority_level <= self.priority_levels:
             raise ValueError(f"default_priority_level must be in 1..{self.priority_levels}")
         if self.default_instances < 1:
@@ -319,9 +325,13 @@ class RequestLimits:
     embeddings: EmbeddingLimits = field(default_factory=EmbeddingLimits)
     image_generation: ImageGenerationLimits = field(default_factory=ImageGenerationLimits)
     image_upload: ImageUploadLimits = field(default_factory=ImageUploadLimits)
-    image_decode: DecodeLimits = field(default_factory=lambda: DecodeLimits(
-        max_source_pixels=DEFAULT_IMAGE_MAX_SOURCE_PIXELS, max_aspect_ratio=DEFAULT_IMAGE_MAX_ASPECT_RATIO,
-        max_resized_pixels=DEFAULT_IMAGE_MAX_RESIZED_PIXELS))
+    image_decode: DecodeLimits = field(
+        default_factory=lambda: DecodeLimits(
+            max_source_pixels=DEFAULT_IMAGE_MAX_SOURCE_PIXELS,
+            max_aspect_ratio=DEFAULT_IMAGE_MAX_ASPECT_RATIO,
+            max_resized_pixels=DEFAULT_IMAGE_MAX_RESIZED_PIXELS,
+        )
+    )
     jobs: JobLimits = field(default_factory=JobLimits)
     queue: QueueLimits = field(default_factory=QueueLimits)
 

@@ -62,9 +62,21 @@ class RedisProcess:
         Raises:
             ProcessStartError: no binary, or it did not answer within ``timeout_s``.
         """
-        command = [redis_binary(), "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
-                   "--appendonly", "yes" if self.persistent else "no", "--appendfsync", "always",
-                   "--dir", str(self.workdir)]
+        command = [
+            redis_binary(),
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--save",
+            "",
+            "--appendonly",
+            "yes" if self.persistent else "no",
+            "--appendfsync",
+            "always",
+            "--dir",
+            str(self.workdir),
+        ]
         self.process = ManagedProcess(command, name="redis-server", log_path=self.log_path).start()
         import redis
 

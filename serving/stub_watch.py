@@ -34,8 +34,15 @@ from pathlib import Path
 
 import psutil
 
-__all__ = ["MEMORY_LIMIT_ENV", "MEMORY_LIMIT_PARAMETER", "SHM_DIR", "Stub", "StubWatch", "remove_regions",
-           "stub_processes"]
+__all__ = [
+    "MEMORY_LIMIT_ENV",
+    "MEMORY_LIMIT_PARAMETER",
+    "SHM_DIR",
+    "Stub",
+    "StubWatch",
+    "remove_regions",
+    "stub_processes",
+]
 
 log = logging.getLogger("serving.stub_watch")
 
@@ -139,7 +146,9 @@ class StubWatch:
         """The memory limit of ``stub`` in MiB (0: none)."""
         if stub.model_dir not in self._limits:
             configured = _config_limit_mb(stub.model_dir)
-            self._limits[stub.model_dir] = self.default_limit_mb if configured is None else configured
+            self._limits[stub.model_dir] = (
+                self.default_limit_mb if configured is None else configured
+            )
         return self._limits[stub.model_dir]
 
     def poll(self) -> list[str]:
@@ -172,8 +181,13 @@ class StubWatch:
             return
         if rss <= limit * _MB:
             return
-        log.error("model %r: stub %d uses %d MiB, over its limit of %d MiB; killing it (the model is reloaded)",
-                  stub.model, stub.pid, rss // _MB, limit)
+        log.error(
+            "model %r: stub %d uses %d MiB, over its limit of %d MiB; killing it (the model is reloaded)",
+            stub.model,
+            stub.pid,
+            rss // _MB,
+            limit,
+        )
         try:
             os.kill(stub.pid, signal.SIGKILL)
             self.killed.append(stub)

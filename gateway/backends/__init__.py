@@ -7,7 +7,16 @@ from __future__ import annotations
 
 # its modules, each imported by name: nothing is re-exported
 __all__ = [
-    "catalog", "model_breaker", "model_cards", "model_healer", "readiness", "residency",
-    "residency_memory", "residency_policy", "residency_settings", "residency_triton", "triton",
+    "catalog",
+    "model_breaker",
+    "model_cards",
+    "model_healer",
+    "readiness",
+    "residency",
+    "residency_memory",
+    "residency_policy",
+    "residency_settings",
+    "residency_triton",
+    "triton",
     "triton_grpc",
 ]

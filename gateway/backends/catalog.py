@@ -26,7 +26,13 @@ from typing import Any
 from gateway.backends.triton import InferenceBackend
 from gateway.errors import BadRequest, GatewayError, ModelNotFound
 
-__all__ = ["MODEL_NAME_PATTERN", "RESERVED_MODEL_NAMES", "ModelCatalog", "check_model_name", "model_name_problem"]
+__all__ = [
+    "MODEL_NAME_PATTERN",
+    "RESERVED_MODEL_NAMES",
+    "ModelCatalog",
+    "check_model_name",
+    "model_name_problem",
+]
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +40,21 @@ log = logging.getLogger(__name__)
 #: file system, one URL path segment, and a bounded metric label
 MODEL_NAME_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
 #: words Triton's HTTP API routes itself after ``/v2/models/`` (or ``/v2/models/<name>/``)
-RESERVED_MODEL_NAMES = frozenset({"stats", "ready", "config", "infer", "versions", "trace", "generate",
-                                  "generate_stream", "load", "unload", "index"})
+RESERVED_MODEL_NAMES = frozenset(
+    {
+        "stats",
+        "ready",
+        "config",
+        "infer",
+        "versions",
+        "trace",
+        "generate",
+        "generate_stream",
+        "load",
+        "unload",
+        "index",
+    }
+)
 
 
 def model_name_problem(name: str) -> str | None:
@@ -132,7 +151,11 @@ class ModelCatalog:
         now = self._clock()
         if self._read_at is None:
             await self._refresh(stale_after=self._ttl_s)
-        elif wanted is not None and wanted not in self._known and now - self._read_at >= self._min_refresh_s:
+        elif (
+            wanted is not None
+            and wanted not in self._known
+            and now - self._read_at >= self._min_refresh_s
+        ):
             await self._refresh(stale_after=self._min_refresh_s)
         elif now - self._read_at >= self._ttl_s and (self._renewal is None or self._renewal.done()):
             self._renewal = asyncio.create_task(self._refresh(stale_after=self._ttl_s))
@@ -161,7 +184,9 @@ class ModelCatalog:
                 if self._read_at is None:
                     raise
                 # Keep serving the names we knew; try again after min_refresh_s, not on every request.
-                log.warning("model index refresh failed; keeping the %d names read before", len(self._known))
+                log.warning(
+                    "model index refresh failed; keeping the %d names read before", len(self._known)
+                )
                 self._read_at = self._clock() - self._ttl_s + self._min_refresh_s
                 return
             self.reads += 1

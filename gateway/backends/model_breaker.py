@@ -79,7 +79,8 @@ class Breakers:
             return
         raise ModelUnhealthy(
             f"model '{model}' is being reloaded after a failure; retry shortly",
-            failed_model=model, retry_after_s=max(1.0, state.retry_at - self.clock()),
+            failed_model=model,
+            retry_after_s=max(1.0, state.retry_at - self.clock()),
         )
 
     def success(self, model: str) -> None:

@@ -32,8 +32,14 @@ class ModelCards:
         clock: monotonic seconds (tests pass their own).
     """
 
-    def __init__(self, backend: InferenceBackend, *, timeout_s: float, ttl_s: float = DEFAULT_CARD_TTL_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        backend: InferenceBackend,
+        *,
+        timeout_s: float,
+        ttl_s: float = DEFAULT_CARD_TTL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._backend = backend
         self._timeout_s = timeout_s
         self._ttl_s = ttl_s
@@ -63,10 +69,15 @@ class ModelCards:
             return cached[1]
         config = await self._backend.model_config(model, timeout_s=self._timeout_s)
         card = ModelCard.from_config({**config, "name": model})
-        outputs = frozenset(str(o.get("name", "")) for o in config.get("output", []) if isinstance(o, dict))
+        outputs = frozenset(
+            str(o.get("name", "")) for o in config.get("output", []) if isinstance(o, dict)
+        )
         try:
             batch = max(0, int(config.get("max_batch_size", 0)))
-        except (TypeError, ValueError):  # Triton writes an integer; anything else means "no batching"
+        except (
+            TypeError,
+            ValueError,
+        ):  # Triton writes an integer; anything else means "no batching"
             batch = 0
         self._cards[model] = (now, card, outputs, batch)
         return card

@@ -38,7 +38,12 @@ from gateway.backends.readiness import synthetic_inputs
 from gateway.backends.triton import InferenceBackend
 from gateway.errors import GatewayError, ModelUnhealthy
 
-__all__ = ["DEFAULT_HEAL_FIRST_BACKOFF_S", "DEFAULT_HEAL_LOAD_TIMEOUT_S", "DEFAULT_HEAL_MAX_BACKOFF_S", "ModelHealer"]
+__all__ = [
+    "DEFAULT_HEAL_FIRST_BACKOFF_S",
+    "DEFAULT_HEAL_LOAD_TIMEOUT_S",
+    "DEFAULT_HEAL_MAX_BACKOFF_S",
+    "ModelHealer",
+]
 
 log = logging.getLogger(__name__)
 
@@ -86,12 +91,25 @@ class ModelHealer:
         self._under_rollout = under_rollout
         self._waiting: dict[str, set[str]] = {}  # reload target -> models whose breakers wait on it
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        self.reloads = Counter("gateway_model_reloads", "Model reloads the gateway asked Triton for, by outcome.",
-                               ["model", "outcome"], registry=registry)
-        self.trips = Counter("gateway_model_breaker_trips", "Times a model's circuit breaker opened.",
-                             ["model"], registry=registry)
-        self.open = Gauge("gateway_model_breaker_open", "1 while a model's circuit breaker is open (503s).",
-                          ["model"], registry=registry, multiprocess_mode="livemax")
+        self.reloads = Counter(
+            "gateway_model_reloads",
+            "Model reloads the gateway asked Triton for, by outcome.",
+            ["model", "outcome"],
+            registry=registry,
+        )
+        self.trips = Counter(
+            "gateway_model_breaker_trips",
+            "Times a model's circuit breaker opened.",
+            ["model"],
+            registry=registry,
+        )
+        self.open = Gauge(
+            "gateway_model_breaker_open",
+            "1 while a model's circuit breaker is open (503s).",
+            ["model"],
+            registry=registry,
+            multiprocess_mode="livemax",
+        )
 
     def check(self, model: str) -> None:
         """Refuse a request for ``model`` while its breaker is open.
@@ -115,12 +133,19 @@ class ModelHealer:
             self._start(trip)
 
     def _start(self, trip: Trip) -> None:
-        log.warning("model %r: circuit breaker open (%s); reloading %r", trip.model, trip.reason, trip.target)
+        log.warning(
+            "model %r: circuit breaker open (%s); reloading %r",
+            trip.model,
+            trip.reason,
+            trip.target,
+        )
         self.trips.labels(trip.model).inc()
         self.open.labels(trip.model).set(1)
         self._waiting.setdefault(trip.target, set()).add(trip.model)
         if trip.target not in self._tasks:
-            self._tasks[trip.target] = asyncio.create_task(self._heal(trip.target), name=f"heal {trip.target}")
+            self._tasks[trip.target] = asyncio.create_task(
+                self._heal(trip.target), name=f"heal {trip.target}"
+            )
 
     async def _heal(self, target: str) -> None:
         backoff = self._first_backoff_s
@@ -147,7 +172,9 @@ class ModelHealer:
             log.error("model %r: reload attempt %d failed: %s", target, attempt, exc.detail)
             return False
         self.reloads.labels(target, "ok").inc()
-        log.warning("model %r: reloaded in %.1f s (attempt %d)", target, time.monotonic() - started, attempt)
+        log.warning(
+            "model %r: reloaded in %.1f s (attempt %d)", target, time.monotonic() - started, attempt
+        )
         waiting = self._waiting.get(target, set())
         for model in sorted(waiting):
             problem = await self._probe(model)
@@ -166,10 +193,14 @@ class ModelHealer:
     async def _probe(self, model: str) -> str | None:
         try:
             config = await self.backend.model_config(model, timeout_s=self._probe_timeout_s)
-            await self.backend.infer(model, synthetic_inputs(config), None, timeout_s=self._probe_timeout_s)
+            await self.backend.infer(
+                model, synthetic_inputs(config), None, timeout_s=self._probe_timeout_s
+            )
         except GatewayError as exc:
             return exc.detail
-        except ValueError as exc:  # a config no probe can fill: the breaker stays open, the log says why
+        except (
+            ValueError
+        ) as exc:  # a config no probe can fill: the breaker stays open, the log says why
             return str(exc)
         return None
 

@@ -57,7 +57,9 @@ class Readiness:
         """One line naming what is not ready (for the 503 body and the log)."""
         parts = [] if self.server_ready else ["Triton is not ready"]
         if self.problems:
-            parts.append("not ready: " + "; ".join(f"{p.model} ({p.reason})" for p in self.problems))
+            parts.append(
+                "not ready: " + "; ".join(f"{p.model} ({p.reason})" for p in self.problems)
+            )
         return "; ".join(parts)
 
 

@@ -65,17 +65,38 @@ _LOAD_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128
 
 class _Metrics:
     def __init__(self, registry: CollectorRegistry, budget_bytes: int) -> None:
-        self.loads = Counter("gateway_model_loads", "Model loads on demand, by outcome", ["model", "outcome"],
-                             registry=registry)
-        self.evictions = Counter("gateway_model_evictions", "Models evicted, by reason", ["model", "reason"],
-                                 registry=registry)
-        self.cold_load = Histogram("gateway_model_cold_load_seconds", "Time to load a model on demand",
-                                   ["model"], buckets=_LOAD_BUCKETS, registry=registry)
-        self.charged = Gauge("gateway_model_memory_charged_bytes",
-                             "What resident models are charged against the budget", registry=registry)
-        self.measured = Gauge("gateway_model_memory_measured_bytes",
-                              "Triton's memory now, as the residency meter reads it", registry=registry)
-        self.budget = Gauge("gateway_model_memory_budget_bytes", "The residency memory budget", registry=registry)
+        self.loads = Counter(
+            "gateway_model_loads",
+            "Model loads on demand, by outcome",
+            ["model", "outcome"],
+            registry=registry,
+        )
+        self.evictions = Counter(
+            "gateway_model_evictions",
+            "Models evicted, by reason",
+            ["model", "reason"],
+            registry=registry,
+        )
+        self.cold_load = Histogram(
+            "gateway_model_cold_load_seconds",
+            "Time to load a model on demand",
+            ["model"],
+            buckets=_LOAD_BUCKETS,
+            registry=registry,
+        )
+        self.charged = Gauge(
+            "gateway_model_memory_charged_bytes",
+            "What resident models are charged against the budget",
+            registry=registry,
+        )
+        self.measured = Gauge(
+            "gateway_model_memory_measured_bytes",
+            "Triton's memory now, as the residency meter reads it",
+            registry=registry,
+        )
+        self.budget = Gauge(
+            "gateway_model_memory_budget_bytes", "The residency memory budget", registry=registry
+        )
         self.budget.set(budget_bytes)
 
 
@@ -89,8 +110,13 @@ class ResidencyManager:
         registry: where the Prometheus metrics go.
     """
 
-    def __init__(self, config: ResidencyConfig, repository: TritonRepository, meter: MemoryMeter,
-                 registry: CollectorRegistry) -> None:
+    def __init__(
+        self,
+        config: ResidencyConfig,
+        repository: TritonRepository,
+        meter: MemoryMeter,
+        registry: CollectorRegistry,
+    ) -> None:
         self.config = config
         self.repository = repository
         self.meter = meter
@@ -157,7 +183,9 @@ class ResidencyManager:
             if entry.usable:
                 return
             await self._wait_loaded(entry, deadline)
-        raise ModelNotReady(f"model '{model}' was evicted again while its requests waited", retry_after_s=1)
+        raise ModelNotReady(
+            f"model '{model}' was evicted again while its requests waited", retry_after_s=1
+        )
 
     @contextlib.asynccontextmanager
     async def hold(self, model: str, deadline: float) -> AsyncIterator[None]:
@@ -193,14 +221,18 @@ class ResidencyManager:
             future = self._enqueue(entry)
         left = deadline - time.monotonic()
         if left <= 0:
-            raise UpstreamTimeout(f"the request's deadline passed while model '{entry.name}' loaded")
+            raise UpstreamTimeout(
+                f"the request's deadline passed while model '{entry.name}' loaded"
+            )
         # Counted as waiting: the load's next victim choice (which may run before this request wakes)
         # must not take the model it loaded for it.
         entry.waiters += 1
         try:
             await asyncio.wait_for(asyncio.shield(future), left)
         except TimeoutError as exc:
-            raise UpstreamTimeout(f"the request's deadline passed while model '{entry.name}' loaded") from exc
+            raise UpstreamTimeout(
+                f"the request's deadline passed while model '{entry.name}' loaded"
+            ) from exc
         finally:
             entry.waiters -= 1
 
@@ -209,14 +241,17 @@ class ResidencyManager:
         if entry.retry_at > now:
             raise ModelLoadFailed(
                 f"model '{entry.name}' failed to load {entry.failures} time(s); the next attempt is allowed in "
-                f"{entry.retry_at - now:.0f} s", retry_after_s=entry.retry_at - now)
+                f"{entry.retry_at - now:.0f} s",
+                retry_after_s=entry.retry_at - now,
+            )
         self._check_fits(entry)
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         try:
             self._queue.put_nowait(entry.name)
         except asyncio.QueueFull:
             raise Overloaded(
-                f"{self._queue.qsize()} model loads are already queued; retry shortly", retry_after_s=1
+                f"{self._queue.qsize()} model loads are already queued; retry shortly",
+                retry_after_s=1,
             ) from None
         self._pending[entry.name] = future
         return future
@@ -245,7 +280,9 @@ class ResidencyManager:
             except Exception as exc:  # a bug: answer the waiters, keep the worker alive
                 log.exception("residency: loading %r failed unexpectedly", name)
                 if future is not None and not future.done():
-                    future.set_exception(ModelLoadFailed(f"model '{name}' could not be loaded", retry_after_s=1))
+                    future.set_exception(
+                        ModelLoadFailed(f"model '{name}' could not be loaded", retry_after_s=1)
+                    )
                     future.exception()
                 del exc
             else:
@@ -274,10 +311,15 @@ class ResidencyManager:
             entry.retry_at = time.monotonic() + backoff
             self.metrics.loads.labels(entry.name, "failed").inc()
             self._update_charged()
-            log.warning("residency: model %r failed to load (%s); next attempt in %.0f s", entry.name, exc.detail,
-                        backoff)
-            raise ModelLoadFailed(f"model '{entry.name}' failed to load: {exc.detail}",
-                                  retry_after_s=backoff) from exc
+            log.warning(
+                "residency: model %r failed to load (%s); next attempt in %.0f s",
+                entry.name,
+                exc.detail,
+                backoff,
+            )
+            raise ModelLoadFailed(
+                f"model '{entry.name}' failed to load: {exc.detail}", retry_after_s=backoff
+            ) from exc
         elapsed = time.monotonic() - started
         after = await self.meter.used_bytes()
         entry.state = State.LOADED
@@ -291,7 +333,12 @@ class ResidencyManager:
         self.metrics.loads.labels(entry.name, "loaded").inc()
         self.metrics.cold_load.labels(entry.name).observe(elapsed)
         self._set_measured(after)
-        log.info("residency: loaded %r in %.2f s, footprint %d bytes", entry.name, elapsed, entry.footprint_bytes)
+        log.info(
+            "residency: loaded %r in %.2f s, footprint %d bytes",
+            entry.name,
+            elapsed,
+            entry.footprint_bytes,
+        )
         # The measurement may exceed the estimate it was admitted on: make the charges fit again.
         over = self.table.used_bytes() - self.table.budget_bytes
         if over > 0:
@@ -329,7 +376,9 @@ class ResidencyManager:
                 raise ModelNotReady(
                     f"no room for model '{entry.name}' yet: requests to "
                     f"{', '.join(m.name for m in models if m.in_flight)} did not finish within "
-                    f"{self.config.drain_timeout_s:g} s", retry_after_s=1)
+                    f"{self.config.drain_timeout_s:g} s",
+                    retry_after_s=1,
+                )
             self._released.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._released.wait(), left)
@@ -380,8 +429,12 @@ class ResidencyManager:
                 step.held_by.discard(entry.name)
         self._set_measured(await self.meter.used_bytes())
         self._update_charged()
-        log.info("residency: evicted %r (%s)%s", entry.name, reason,
-                 f" with {', '.join(s.name for s in going)}" if going else "")
+        log.info(
+            "residency: evicted %r (%s)%s",
+            entry.name,
+            reason,
+            f" with {', '.join(s.name for s in going)}" if going else "",
+        )
 
     # -- admin ------------------------------------------------------------------------------------
 
@@ -407,20 +460,37 @@ class ResidencyManager:
         """
         entry = self._entry(model)
         if not self.table.evictable(entry):
-            why = ("pinned" if entry.pinned else f"{entry.in_flight} request(s) in flight" if entry.in_flight
-                   else f"a step of {', '.join(sorted(entry.held_by))}" if entry.held_by else entry.state.value)
+            why = (
+                "pinned"
+                if entry.pinned
+                else f"{entry.in_flight} request(s) in flight"
+                if entry.in_flight
+                else f"a step of {', '.join(sorted(entry.held_by))}"
+                if entry.held_by
+                else entry.state.value
+            )
             raise ModelNotReady(f"model '{model}' cannot be evicted now: {why}", retry_after_s=1)
         await self._evict(entry, reason="admin")
         return self.describe(entry)
 
     def describe(self, entry: Entry) -> ModelResidency:
-        return ModelResidency(entry.name, entry.state.value, entry.size_bytes, entry.measured, entry.pinned,
-                              entry.in_flight)
+        return ModelResidency(
+            entry.name,
+            entry.state.value,
+            entry.size_bytes,
+            entry.measured,
+            entry.pinned,
+            entry.in_flight,
+        )
 
     def models(self, names: Iterable[str] | None = None) -> list[ModelResidency]:
         """Every known model's residency (of ``names`` only, when given), by name."""
         wanted = set(names) if names is not None else None
-        return [self.describe(e) for n, e in sorted(self.table.entries.items()) if wanted is None or n in wanted]
+        return [
+            self.describe(e)
+            for n, e in sorted(self.table.entries.items())
+            if wanted is None or n in wanted
+        ]
 
     def state(self, model: str) -> ModelResidency | None:
         entry = self.table.entries.get(model)

@@ -20,7 +20,13 @@ from typing import Protocol
 import aiohttp
 import psutil
 
-__all__ = ["GpuMetricsMeter", "MemoryMeter", "ProcessTreeMeter", "find_triton_pid", "parse_gpu_used"]
+__all__ = [
+    "GpuMetricsMeter",
+    "MemoryMeter",
+    "ProcessTreeMeter",
+    "find_triton_pid",
+    "parse_gpu_used",
+]
 
 _GPU_GAUGE = "nv_gpu_memory_used_bytes"
 

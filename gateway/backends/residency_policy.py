@@ -23,7 +23,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["DISK_FACTOR", "Entry", "ModelResidency", "ResidencyConfig", "ResidencyTable", "State", "disk_estimate"]
+__all__ = [
+    "DISK_FACTOR",
+    "Entry",
+    "ModelResidency",
+    "ResidencyConfig",
+    "ResidencyTable",
+    "State",
+    "disk_estimate",
+]
 
 #: ModelMesh's sizing of a model it has not measured: its size on disk times this
 DISK_FACTOR = 1.25
@@ -169,7 +177,9 @@ class ResidencyTable:
 
     def fits_alone(self, entry: Entry) -> bool:
         """Whether ``entry`` could fit at all (with every other unpinned model evicted)."""
-        pinned = sum(e.charge_bytes for e in self.entries.values() if e.pinned and e.name != entry.name)
+        pinned = sum(
+            e.charge_bytes for e in self.entries.values() if e.pinned and e.name != entry.name
+        )
         return entry.size_bytes + pinned <= self.budget_bytes
 
     def going_with(self, entry: Entry) -> list[Entry]:
@@ -184,14 +194,28 @@ class ResidencyTable:
     def evictable(self, entry: Entry, protect: str = "", *, when_idle: bool = False) -> bool:
         """Whether ``entry`` may be evicted now (see the module docstring); ``when_idle``: once its
         requests in flight (and its steps') have finished."""
-        if entry.name == protect or entry.state is not State.LOADED or entry.pinned or entry.held_by:
+        if (
+            entry.name == protect
+            or entry.state is not State.LOADED
+            or entry.pinned
+            or entry.held_by
+        ):
             return False
         if (entry.in_flight or entry.waiters) and not when_idle:
             return False
-        return all((when_idle or step.in_flight == 0) and not step.pinned for step in self.going_with(entry))
+        return all(
+            (when_idle or step.in_flight == 0) and not step.pinned
+            for step in self.going_with(entry)
+        )
 
-    def victims(self, need_bytes: int, protect: str = "", exclude: Iterable[str] = (), *,
-                when_idle: bool = False) -> list[Entry] | None:
+    def victims(
+        self,
+        need_bytes: int,
+        protect: str = "",
+        exclude: Iterable[str] = (),
+        *,
+        when_idle: bool = False,
+    ) -> list[Entry] | None:
         """Least recently used models to evict so that ``need_bytes`` more fit in the budget.
 
         Args:
@@ -211,7 +235,11 @@ class ResidencyTable:
             return []
         chosen: list[Entry] = []
         candidates = sorted(
-            (e for e in self.entries.values() if e.name not in skip and self.evictable(e, protect, when_idle=when_idle)),
+            (
+                e
+                for e in self.entries.values()
+                if e.name not in skip and self.evictable(e, protect, when_idle=when_idle)
+            ),
             key=lambda e: e.last_used,
         )
         for entry in candidates:

@@ -7,7 +7,12 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from gateway.backends.residency import ResidencyManager
-from gateway.backends.residency_memory import GpuMetricsMeter, MemoryMeter, ProcessTreeMeter, find_triton_pid
+from gateway.backends.residency_memory import (
+    GpuMetricsMeter,
+    MemoryMeter,
+    ProcessTreeMeter,
+    find_triton_pid,
+)
 from gateway.backends.residency_policy import ResidencyConfig
 from gateway.backends.residency_settings import ResidencySettings
 from gateway.backends.residency_triton import TritonRepository
@@ -15,8 +20,9 @@ from gateway.backends.residency_triton import TritonRepository
 __all__ = ["build_residency"]
 
 
-def build_residency(settings: ResidencySettings, triton_http_url: str, keys_db: Path,
-                    registry: CollectorRegistry) -> ResidencyManager | None:
+def build_residency(
+    settings: ResidencySettings, triton_http_url: str, keys_db: Path, registry: CollectorRegistry
+) -> ResidencyManager | None:
     """The manager the settings ask for (``None`` while ``residency_budget_bytes`` is 0).
 
     Raises:
@@ -43,7 +49,8 @@ def build_residency(settings: ResidencySettings, triton_http_url: str, keys_db: 
         pin_loaded_at_start=settings.residency_pin_loaded_at_start,
         repository=settings.residency_repository,
         default_estimate_bytes=settings.residency_default_estimate_bytes,
-        footprints_path=settings.residency_footprints_path or keys_db.parent / "model_footprints.json",
+        footprints_path=settings.residency_footprints_path
+        or keys_db.parent / "model_footprints.json",
         max_pending_loads=settings.residency_max_pending_loads,
         failure_backoff_s=settings.residency_failure_backoff_s,
     )

@@ -80,7 +80,11 @@ class TritonRepository:
         except Exception as exc:
             raise translate_error(exc, model) from exc
         scheduling = config.get("ensemble_scheduling") or {}
-        return tuple(dict.fromkeys(str(s["model_name"]) for s in scheduling.get("step", []) if "model_name" in s))
+        return tuple(
+            dict.fromkeys(
+                str(s["model_name"]) for s in scheduling.get("step", []) if "model_name" in s
+            )
+        )
 
     async def close(self) -> None:
         await self._client.close()

@@ -60,8 +60,17 @@ from gateway.errors import (
 )
 from gateway.protocol.kserve import InferRequest, encode_rest
 
-__all__ = ["RELOAD_PARAMETER", "InferenceBackend", "RawResponse", "Tensor", "TritonHttpBackend", "safe_message", "timeout_us",
-           "reload_config", "translate_error"]
+__all__ = [
+    "RELOAD_PARAMETER",
+    "InferenceBackend",
+    "RawResponse",
+    "Tensor",
+    "TritonHttpBackend",
+    "safe_message",
+    "timeout_us",
+    "reload_config",
+    "translate_error",
+]
 
 log = logging.getLogger(__name__)
 
@@ -120,9 +129,13 @@ class InferenceBackend(Protocol):
         accept_encoding: str = "identity",
     ) -> RawResponse: ...
 
-    async def model_metadata(self, model: str, *, timeout_s: float, version: str = "") -> dict[str, Any]: ...
+    async def model_metadata(
+        self, model: str, *, timeout_s: float, version: str = ""
+    ) -> dict[str, Any]: ...
 
-    async def model_config(self, model: str, *, timeout_s: float, version: str = "") -> dict[str, Any]: ...
+    async def model_config(
+        self, model: str, *, timeout_s: float, version: str = ""
+    ) -> dict[str, Any]: ...
 
     async def model_ready(self, model: str, *, timeout_s: float, version: str = "") -> bool: ...
 
@@ -132,7 +145,9 @@ class InferenceBackend(Protocol):
 
     async def repository_index(self, *, timeout_s: float) -> list[dict[str, Any]]: ...
 
-    async def statistics(self, *, timeout_s: float, model: str = "", version: str = "") -> list[dict[str, Any]]: ...
+    async def statistics(
+        self, *, timeout_s: float, model: str = "", version: str = ""
+    ) -> list[dict[str, Any]]: ...
 
     async def reload_model(self, model: str, *, timeout_s: float) -> None:
         """Reload ``model`` through Triton's repository API with fresh instances (:func:`reload_config`)."""
@@ -168,13 +183,17 @@ def translate_error(exc: BaseException, model: str | None = None) -> GatewayErro
     if isinstance(exc, GatewayError):
         return exc
     if isinstance(exc, TimeoutError | asyncio.TimeoutError | aiohttp.ServerTimeoutError):
-        return UpstreamTimeout(f"Triton did not answer{f' for model {model!r}' if model else ''} in time")
+        return UpstreamTimeout(
+            f"Triton did not answer{f' for model {model!r}' if model else ''} in time"
+        )
     if isinstance(exc, aiohttp.ClientConnectionError | ConnectionError | OSError):
         log.warning("Triton is unreachable: %r", exc)
         return UpstreamUnavailable("Triton is unreachable", retry_after_s=1)
     if isinstance(exc, InferenceServerException):
         return _from_status(exc.status(), exc.message() or str(exc), model)
-    log.error("unexpected error talking to Triton%s: %r", f" (model {model!r})" if model else "", exc)
+    log.error(
+        "unexpected error talking to Triton%s: %r", f" (model {model!r})" if model else "", exc
+    )
     return UpstreamError("unexpected error talking to Triton; it is in the gateway's log")
 
 
@@ -182,7 +201,9 @@ def _request_unparseable(message: str) -> bool:
     # Triton's HTTP front end answers a body it cannot parse (bad JSON, a wrong field type) with a
     # 500, though the fault is the client's: "failed to parse the request JSON buffer: ...",
     # "Unable to parse 'inputs': ...", "failed to get request params.: ...".
-    return message.lower().startswith(("failed to parse", "unable to parse", "failed to get request params"))
+    return message.lower().startswith(
+        ("failed to parse", "unable to parse", "failed to get request params")
+    )
 
 
 def _from_status(status: str | int | None, message: str, model: str | None) -> GatewayError:
@@ -207,13 +228,15 @@ def _from_status(status: str | int | None, message: str, model: str | None) -> G
         )
     if "exceeds maximum queue size" in message.lower():
         return Overloaded(
-            f"Triton's queue{f' for model {model!r}' if model else ''} is full; retry shortly", retry_after_s=1
+            f"Triton's queue{f' for model {model!r}' if model else ''} is full; retry shortly",
+            retry_after_s=1,
         )
     stub = _STUB_UNHEALTHY.search(message)
     if stub:
         return ModelUnhealthy(
             f"model '{model}' lost a worker process; it is being reloaded, retry shortly",
-            failed_model=stub.group("model"), retry_after_s=1,
+            failed_model=stub.group("model"),
+            retry_after_s=1,
         )
     if code == 503 or "not ready" in message.lower():
         return ModelNotReady(f"model '{model}' is not ready", retry_after_s=1)
@@ -230,7 +253,9 @@ def _from_status(status: str | int | None, message: str, model: str | None) -> G
 
 def _triton_dtype(array: np.ndarray) -> str:
     return (
-        "BYTES" if array.dtype == np.object_ or array.dtype.kind in "SU" else np_to_triton_dtype(array.dtype)
+        "BYTES"
+        if array.dtype == np.object_ or array.dtype.kind in "SU"
+        else np_to_triton_dtype(array.dtype)
     )
 
 
@@ -279,11 +304,15 @@ class TritonHttpBackend:
         """
         infer_inputs = []
         for tensor in inputs:
-            item = triton_aio.InferInput(tensor.name, list(tensor.data.shape), _triton_dtype(tensor.data))
+            item = triton_aio.InferInput(
+                tensor.name, list(tensor.data.shape), _triton_dtype(tensor.data)
+            )
             item.set_data_from_numpy(tensor.data, binary_data=True)
             infer_inputs.append(item)
         requested = (
-            [triton_aio.InferRequestedOutput(n, binary_data=True) for n in outputs] if outputs else None
+            [triton_aio.InferRequestedOutput(n, binary_data=True) for n in outputs]
+            if outputs
+            else None
         )
         try:
             async with asyncio.timeout(timeout_s):
@@ -326,7 +355,9 @@ class TritonHttpBackend:
         headers["Accept-Encoding"] = accept_encoding
         try:
             async with asyncio.timeout(timeout_s):
-                async with self._raw.post(_infer_path(model, version), data=body, headers=headers) as resp:
+                async with self._raw.post(
+                    _infer_path(model, version), data=body, headers=headers
+                ) as resp:
                     payload = await resp.read()
                     if resp.status != 200:
                         raise _from_status(resp.status, _error_message(payload), model)
@@ -337,7 +368,9 @@ class TritonHttpBackend:
             raise translate_error(exc, model) from exc
         return RawResponse(payload, out)
 
-    async def model_metadata(self, model: str, *, timeout_s: float, version: str = "") -> dict[str, Any]:
+    async def model_metadata(
+        self, model: str, *, timeout_s: float, version: str = ""
+    ) -> dict[str, Any]:
         """Triton's KServe v2 metadata of ``model`` (of ``version``, when given)."""
         try:
             async with asyncio.timeout(timeout_s):
@@ -345,7 +378,9 @@ class TritonHttpBackend:
         except Exception as exc:
             raise translate_error(exc, model) from exc
 
-    async def model_config(self, model: str, *, timeout_s: float, version: str = "") -> dict[str, Any]:
+    async def model_config(
+        self, model: str, *, timeout_s: float, version: str = ""
+    ) -> dict[str, Any]:
         """Triton's configuration of ``model`` as JSON (the model configuration extension)."""
         try:
             async with asyncio.timeout(timeout_s):
@@ -383,12 +418,16 @@ class TritonHttpBackend:
         except Exception as exc:
             raise translate_error(exc) from exc
 
-    async def statistics(self, *, timeout_s: float, model: str = "", version: str = "") -> list[dict[str, Any]]:
+    async def statistics(
+        self, *, timeout_s: float, model: str = "", version: str = ""
+    ) -> list[dict[str, Any]]:
         """Triton's statistics extension (cumulative counters) for every loaded model, or for ``model``
         (its ``version``, when given)."""
         try:
             async with asyncio.timeout(timeout_s):
-                stats = await self._client.get_inference_statistics(model_name=model, model_version=version)
+                stats = await self._client.get_inference_statistics(
+                    model_name=model, model_version=version
+                )
         except Exception as exc:
             raise translate_error(exc, model or None) from exc
         return list(stats.get("model_stats", []))
@@ -418,8 +457,10 @@ def reload_config(config: dict[str, Any]) -> str:
     leaves a dead stub in place. A changed parameter makes it load the model anew.
     """
     stamped = dict(config)
-    stamped["parameters"] = {**(config.get("parameters") or {}),
-                             RELOAD_PARAMETER: {"string_value": str(time.time_ns())}}
+    stamped["parameters"] = {
+        **(config.get("parameters") or {}),
+        RELOAD_PARAMETER: {"string_value": str(time.time_ns())},
+    }
     return json.dumps(stamped)
 
 

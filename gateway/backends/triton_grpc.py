@@ -55,7 +55,12 @@ _HTTP_STATUS = {
     grpc.StatusCode.RESOURCE_EXHAUSTED: 503,
 }
 # What grpc says when no connection to Triton could be made (as opposed to Triton saying UNAVAILABLE).
-_UNREACHABLE = ("failed to connect", "connection refused", "connections to all backends failing", "socket closed")
+_UNREACHABLE = (
+    "failed to connect",
+    "connection refused",
+    "connections to all backends failing",
+    "socket closed",
+)
 _CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_SIZE),
     ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_SIZE),
@@ -85,7 +90,9 @@ def _parameter(value: str | int | bool | float) -> service_pb2.InferParameter:
     return service_pb2.InferParameter(string_param=value)
 
 
-def _protobuf_request(model: str, version: str, request: InferRequest) -> service_pb2.ModelInferRequest:
+def _protobuf_request(
+    model: str, version: str, request: InferRequest
+) -> service_pb2.ModelInferRequest:
     message = service_pb2.ModelInferRequest(model_name=model, model_version=version, id=request.id)
     for key, value in request.parameters.items():
         message.parameters[key].CopyFrom(_parameter(value))
@@ -106,7 +113,9 @@ def _protobuf_request(model: str, version: str, request: InferRequest) -> servic
 def _json_values(datatype: str, raw: bytes) -> list[Any]:
     if datatype == "BYTES":
         values = deserialize_bytes_tensor(raw) if raw else np.empty(0, dtype=np.object_)
-        return [v.decode("utf-8", errors="replace") if isinstance(v, bytes) else str(v) for v in values]
+        return [
+            v.decode("utf-8", errors="replace") if isinstance(v, bytes) else str(v) for v in values
+        ]
     array = np.frombuffer(raw, dtype=numpy_dtype(datatype))
     if datatype in ("FP16", "BF16"):
         array = array.astype(np.float32)  # JSON numbers; ml_dtypes' bfloat16 does not serialise
@@ -118,10 +127,15 @@ def _parameter_value(parameter: service_pb2.InferParameter) -> Any:
     return getattr(parameter, kind) if kind else None
 
 
-def _rest_response(response: service_pb2.ModelInferResponse, request: InferRequest) -> tuple[bytes, dict[str, str]]:
+def _rest_response(
+    response: service_pb2.ModelInferResponse, request: InferRequest
+) -> tuple[bytes, dict[str, str]]:
     """The gRPC answer in the REST shape (JSON header, then the outputs asked for in binary)."""
     asked = {o.name: o.binary_data for o in request.outputs}
-    header: dict[str, Any] = {"model_name": response.model_name, "model_version": response.model_version}
+    header: dict[str, Any] = {
+        "model_name": response.model_name,
+        "model_version": response.model_version,
+    }
     if response.id:
         header["id"] = response.id
     if response.parameters:
@@ -131,7 +145,11 @@ def _rest_response(response: service_pb2.ModelInferResponse, request: InferReque
         binary = asked.get(tensor.name)
         if binary is None:
             binary = bool(request.binary_data_output)
-        entry: dict[str, Any] = {"name": tensor.name, "datatype": tensor.datatype, "shape": list(tensor.shape)}
+        entry: dict[str, Any] = {
+            "name": tensor.name,
+            "datatype": tensor.datatype,
+            "shape": list(tensor.shape),
+        }
         if binary:
             entry["parameters"] = {"binary_data_size": len(raw)}
             blobs.append(raw)
@@ -169,11 +187,18 @@ class TritonGrpcBackend:
 
     def __init__(self, url: str, channels: int = 4) -> None:
         self.url = url
-        self._channels = [grpc.aio.insecure_channel(url, options=_CHANNEL_OPTIONS) for _ in range(channels)]
-        self._stubs = itertools.cycle([service_pb2_grpc.GRPCInferenceServiceStub(c) for c in self._channels])
+        self._channels = [
+            grpc.aio.insecure_channel(url, options=_CHANNEL_OPTIONS) for _ in range(channels)
+        ]
+        self._stubs = itertools.cycle(
+            [service_pb2_grpc.GRPCInferenceServiceStub(c) for c in self._channels]
+        )
 
     async def _call(
-        self, rpc: Callable[[service_pb2_grpc.GRPCInferenceServiceStub], Awaitable[T]], timeout_s: float, model: str | None
+        self,
+        rpc: Callable[[service_pb2_grpc.GRPCInferenceServiceStub], Awaitable[T]],
+        timeout_s: float,
+        model: str | None,
     ) -> T:
         try:
             async with asyncio.timeout(timeout_s):
@@ -203,10 +228,14 @@ class TritonGrpcBackend:
             priority=priority or None,
         )
         message = _protobuf_request(model, version, request)
-        response = await self._call(lambda stub: stub.ModelInfer(message, timeout=timeout_s), timeout_s, model)
+        response = await self._call(
+            lambda stub: stub.ModelInfer(message, timeout=timeout_s), timeout_s, model
+        )
         out = {}
         for tensor, raw in zip(response.outputs, response.raw_output_contents, strict=False):
-            out[tensor.name] = InputTensor(tensor.name, tensor.datatype, tuple(tensor.shape), raw).as_numpy()
+            out[tensor.name] = InputTensor(
+                tensor.name, tensor.datatype, tuple(tensor.shape), raw
+            ).as_numpy()
         return out
 
     async def infer_v2(
@@ -220,14 +249,20 @@ class TritonGrpcBackend:
     ) -> RawResponse:
         """Send a checked KServe v2 request over gRPC; the answer comes back in the REST shape."""
         message = _protobuf_request(model, version, request)
-        response = await self._call(lambda stub: stub.ModelInfer(message, timeout=timeout_s), timeout_s, model)
+        response = await self._call(
+            lambda stub: stub.ModelInfer(message, timeout=timeout_s), timeout_s, model
+        )
         body, headers = _rest_response(response, request)
         return RawResponse(_compress(body, headers, accept_encoding), headers)
 
-    async def model_metadata(self, model: str, *, timeout_s: float, version: str = "") -> dict[str, Any]:
+    async def model_metadata(
+        self, model: str, *, timeout_s: float, version: str = ""
+    ) -> dict[str, Any]:
         """Triton's KServe v2 metadata of ``model``, shaped as the HTTP endpoint gives it."""
         message = service_pb2.ModelMetadataRequest(name=model, version=version)
-        response = await self._call(lambda stub: stub.ModelMetadata(message, timeout=timeout_s), timeout_s, model)
+        response = await self._call(
+            lambda stub: stub.ModelMetadata(message, timeout=timeout_s), timeout_s, model
+        )
         return {
             "name": response.name,
             "versions": list(response.versions),
@@ -236,48 +271,69 @@ class TritonGrpcBackend:
             "outputs": [_tensor_metadata(t) for t in response.outputs],
         }
 
-    async def model_config(self, model: str, *, timeout_s: float, version: str = "") -> dict[str, Any]:
+    async def model_config(
+        self, model: str, *, timeout_s: float, version: str = ""
+    ) -> dict[str, Any]:
         """Triton's configuration of ``model`` as JSON (protobuf field names, as over HTTP)."""
         message = service_pb2.ModelConfigRequest(name=model, version=version)
-        response = await self._call(lambda stub: stub.ModelConfig(message, timeout=timeout_s), timeout_s, model)
+        response = await self._call(
+            lambda stub: stub.ModelConfig(message, timeout=timeout_s), timeout_s, model
+        )
         return _as_json(response.config)
 
     async def model_ready(self, model: str, *, timeout_s: float, version: str = "") -> bool:
         message = service_pb2.ModelReadyRequest(name=model, version=version)
-        response = await self._call(lambda stub: stub.ModelReady(message, timeout=timeout_s), timeout_s, model)
+        response = await self._call(
+            lambda stub: stub.ModelReady(message, timeout=timeout_s), timeout_s, model
+        )
         return bool(response.ready)
 
     async def server_metadata(self, *, timeout_s: float) -> dict[str, Any]:
         message = service_pb2.ServerMetadataRequest()
-        response = await self._call(lambda stub: stub.ServerMetadata(message, timeout=timeout_s), timeout_s, None)
-        return {"name": response.name, "version": response.version, "extensions": list(response.extensions)}
+        response = await self._call(
+            lambda stub: stub.ServerMetadata(message, timeout=timeout_s), timeout_s, None
+        )
+        return {
+            "name": response.name,
+            "version": response.version,
+            "extensions": list(response.extensions),
+        }
 
     async def server_ready(self, *, timeout_s: float) -> bool:
         """Whether Triton says it is ready; ``False`` (never an error) when it cannot be reached."""
         try:
             message = service_pb2.ServerReadyRequest()
-            response = await self._call(lambda stub: stub.ServerReady(message, timeout=timeout_s), timeout_s, None)
+            response = await self._call(
+                lambda stub: stub.ServerReady(message, timeout=timeout_s), timeout_s, None
+            )
         except GatewayError:  # a probe: unreachable, slow or broken all mean "not ready"
             return False
         return bool(response.ready)
 
     async def repository_index(self, *, timeout_s: float) -> list[dict[str, Any]]:
         message = service_pb2.RepositoryIndexRequest()
-        response = await self._call(lambda stub: stub.RepositoryIndex(message, timeout=timeout_s), timeout_s, None)
+        response = await self._call(
+            lambda stub: stub.RepositoryIndex(message, timeout=timeout_s), timeout_s, None
+        )
         return [_as_json(m, defaults=False) for m in response.models]
 
     async def reload_model(self, model: str, *, timeout_s: float) -> None:
         config = reload_config(await self.model_config(model, timeout_s=timeout_s))
         message = service_pb2.RepositoryModelLoadRequest(model_name=model)
         message.parameters["config"].string_param = config
-        await self._call(lambda stub: stub.RepositoryModelLoad(message, timeout=timeout_s), timeout_s, model)
+        await self._call(
+            lambda stub: stub.RepositoryModelLoad(message, timeout=timeout_s), timeout_s, model
+        )
 
-    async def statistics(self, *, timeout_s: float, model: str = "", version: str = "") -> list[dict[str, Any]]:
+    async def statistics(
+        self, *, timeout_s: float, model: str = "", version: str = ""
+    ) -> list[dict[str, Any]]:
         """Triton's statistics extension for every loaded model, or for ``model`` (its ``version``, when
         given); counters as integers, as over HTTP."""
         message = service_pb2.ModelStatisticsRequest(name=model, version=version)
-        response = await self._call(lambda stub: stub.ModelStatistics(message, timeout=timeout_s), timeout_s,
-                                    model or None)
+        response = await self._call(
+            lambda stub: stub.ModelStatistics(message, timeout=timeout_s), timeout_s, model or None
+        )
         return [_as_json(m) for m in response.model_stats]
 
     async def close(self) -> None:
@@ -285,7 +341,11 @@ class TritonGrpcBackend:
 
 
 def _tensor_metadata(tensor: service_pb2.ModelMetadataResponse.TensorMetadata) -> dict[str, Any]:
-    return {"name": tensor.name, "datatype": tensor.datatype, "shape": [int(d) for d in tensor.shape]}
+    return {
+        "name": tensor.name,
+        "datatype": tensor.datatype,
+        "shape": [int(d) for d in tensor.shape],
+    }
 
 
 def _as_json(message: Message, defaults: bool = True) -> dict[str, Any]:

@@ -49,7 +49,8 @@ class BoundedDecoder:
 
     def _too_large(self) -> PayloadTooLarge:
         return PayloadTooLarge(
-            f"request body decompresses to more than the limit of {self.max_bytes} bytes", field="body"
+            f"request body decompresses to more than the limit of {self.max_bytes} bytes",
+            field="body",
         )
 
     def feed(self, chunk: bytes) -> bytes:
@@ -66,7 +67,8 @@ class BoundedDecoder:
             while data:
                 if self._zlib.eof:
                     raise BadRequest(
-                        f"request body continues after the end of its {self.encoding} data", field="body"
+                        f"request body continues after the end of its {self.encoding} data",
+                        field="body",
                     )
                 room = self.max_bytes - self.produced
                 piece = self._zlib.decompress(data, min(_SLICE, room + 1))
@@ -76,7 +78,9 @@ class BoundedDecoder:
                 out.append(piece)
                 data = self._zlib.unconsumed_tail or self._zlib.unused_data
         except zlib.error:
-            raise BadRequest(f"request body is not valid {self.encoding} data", field="body") from None
+            raise BadRequest(
+                f"request body is not valid {self.encoding} data", field="body"
+            ) from None
         return b"".join(out)
 
     def finish(self) -> bytes:
@@ -93,17 +97,23 @@ class BoundedDecoder:
         try:
             tail = self._zlib.flush()
         except zlib.error:
-            raise BadRequest(f"request body is not valid {self.encoding} data", field="body") from None
+            raise BadRequest(
+                f"request body is not valid {self.encoding} data", field="body"
+            ) from None
         self.produced += len(tail)
         if self.produced > self.max_bytes:
             raise self._too_large()
         if not self._zlib.eof:
-            raise BadRequest(f"request body ends before its {self.encoding} data does", field="body")
+            raise BadRequest(
+                f"request body ends before its {self.encoding} data does", field="body"
+            )
         return tail
 
 
 def _content_encoding(scope: Scope) -> str | None:
-    values = [v.decode("latin-1") for k, v in scope.get("headers", []) if k.lower() == b"content-encoding"]
+    values = [
+        v.decode("latin-1") for k, v in scope.get("headers", []) if k.lower() == b"content-encoding"
+    ]
     if not values:
         return None
     return ",".join(values).strip().lower()
@@ -163,7 +173,11 @@ class DecompressionMiddleware:
             except (BadRequest, PayloadTooLarge) as exc:
                 failure = exc
                 raise
-            return {"type": "http.request", "body": body, "more_body": message.get("more_body", False)}
+            return {
+                "type": "http.request",
+                "body": body,
+                "more_body": message.get("more_body", False),
+            }
 
         async def guarded_send(message: Message) -> None:
             nonlocal started

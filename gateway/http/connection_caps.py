@@ -63,8 +63,9 @@ class PeerCounts:
         return len(self._counts)
 
 
-def idle_victim(connections: Iterable[C], counts: PeerCounts, *, peer: str | None = None,
-                exclude: object = None) -> C | None:
+def idle_victim(
+    connections: Iterable[C], counts: PeerCounts, *, peer: str | None = None, exclude: object = None
+) -> C | None:
     """The idle connection to close to make room, or None when none is idle.
 
     Args:

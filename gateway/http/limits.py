@@ -135,7 +135,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._head_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
         self._discarding = False
-        self._peer: str | None = None  # counted in ``peers`` from connection_made to connection_lost
+        self._peer: str | None = (
+            None  # counted in ``peers`` from connection_made to connection_lost
+        )
         self._idle_from = 0.0
 
     # -- connection ------------------------------------------------------------------------------
@@ -193,8 +195,11 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         victim = idle_victim(mine, self.peers, peer=peer, exclude=self)
         if victim is None:
             return False
-        self.logger.info("closed an idle connection from %s to make room (%s)", victim.client,
-                         "its address is at its cap" if peer is not None else "the gateway is at its cap")
+        self.logger.info(
+            "closed an idle connection from %s to make room (%s)",
+            victim.client,
+            "its address is at its cap" if peer is not None else "the gateway is at its cap",
+        )
         victim._cancel_timers()
         victim.transport.close()
         return True
@@ -308,7 +313,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def _arm_head_timer(self) -> None:
         if self._head_timer is None:
-            self._head_timer = self.loop.call_later(self.limits.header_timeout_s, self._head_timed_out)
+            self._head_timer = self.loop.call_later(
+                self.limits.header_timeout_s, self._head_timed_out
+            )
 
     def _head_timed_out(self) -> None:
         self._head_timer = None
@@ -341,7 +348,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         """Answer ``refused`` unless an answer is under way, stop the app, drain briefly, close."""
         self._cancel_timers()
         self._discarding = True
-        cycle = None if self._in_head else self.cycle  # while reading a head, no app runs for it yet
+        cycle = (
+            None if self._in_head else self.cycle
+        )  # while reading a head, no app runs for it yet
         answered = cycle is not None and cycle.response_started
         if cycle is not None:  # the app's receive() returns http.disconnect; its sends are dropped
             cycle.disconnected = True
@@ -351,7 +360,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self.logger.info("refused a connection from %s: %s", self.client, refused.detail)
         if not answered:
             instance = cycle.scope.get("path", "") if cycle is not None else ""
-            self.transport.write(_answer(refused.status, refused.title, refused.detail, instance, headers))
+            self.transport.write(
+                _answer(refused.status, refused.title, refused.detail, instance, headers)
+            )
         self.flow.resume_reading()
         self.loop.call_later(LINGER_S, self._close)
 

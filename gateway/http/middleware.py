@@ -64,8 +64,14 @@ class ContextMiddleware:
         server_timing: whether to send the ``Server-Timing`` header.
     """
 
-    def __init__(self, app: ASGIApp, tracker: LatencyTracker, meter: UsageMeter | None = None,
-                 server_timing: bool = True, refusals: RefusalCharge | None = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        tracker: LatencyTracker,
+        meter: UsageMeter | None = None,
+        server_timing: bool = True,
+        refusals: RefusalCharge | None = None,
+    ) -> None:
         self.app = app
         self.tracker = tracker
         self.meter = meter
@@ -87,8 +93,12 @@ class ContextMiddleware:
                 status = message["status"]
                 headers = list(message.get("headers", []))
                 headers.append((b"x-request-id", request_id.encode()))
-                if ctx.rate is not None and not any(k.lower() == b"ratelimit-limit" for k, _ in headers):
-                    headers.extend((k.lower().encode(), v.encode()) for k, v in ctx.rate.headers().items())
+                if ctx.rate is not None and not any(
+                    k.lower() == b"ratelimit-limit" for k, _ in headers
+                ):
+                    headers.extend(
+                        (k.lower().encode(), v.encode()) for k, v in ctx.rate.headers().items()
+                    )
                 if self.server_timing and ctx.principal is not None:
                     total_s = time.perf_counter() - ctx.started
                     headers.append((b"server-timing", ctx.stages.header(total_s).encode()))
@@ -144,8 +154,13 @@ class BodyLimitMiddleware:
         renderer: the problem renderer.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int, renderer: ProblemRenderer,
-                 tier_max_bytes: Callable[[str], int | None] | None = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_bytes: int,
+        renderer: ProblemRenderer,
+        tier_max_bytes: Callable[[str], int | None] | None = None,
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.renderer = renderer
@@ -260,8 +275,12 @@ class AuthMiddleware:
             return
         ctx: RequestContext | None = scope.get(CONTEXT_KEY)
         headers = _headers(scope)
-        if (self.signed_paths is not None and self.signed_paths.fullmatch(path)
-                and b"signature=" in scope.get("query_string", b"") and "authorization" not in headers):
+        if (
+            self.signed_paths is not None
+            and self.signed_paths.fullmatch(path)
+            and b"signature=" in scope.get("query_string", b"")
+            and "authorization" not in headers
+        ):
             await self.app(scope, receive, send)  # no principal: the route checks the signature
             return
         try:
@@ -338,7 +357,10 @@ class DisconnectMiddleware:
             await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
             if not work.done() and not answered:
                 ctx: RequestContext | None = scope.get(CONTEXT_KEY)
-                access_log.info("%s client disconnected; its request is cancelled", ctx.request_id if ctx else "-")
+                access_log.info(
+                    "%s client disconnected; its request is cancelled",
+                    ctx.request_id if ctx else "-",
+                )
                 work.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await work

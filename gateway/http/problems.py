@@ -155,7 +155,9 @@ class ProblemRenderer:
             headers=exc.headers,
         )
 
-    def render(self, exc: GatewayError, instance: str, accept: str = "") -> tuple[int, dict[str, str], bytes]:
+    def render(
+        self, exc: GatewayError, instance: str, accept: str = ""
+    ) -> tuple[int, dict[str, str], bytes]:
         """``(status, headers, body)`` for ``exc`` raised while serving ``instance`` (the path)."""
         return self.render_report(self.report(exc), instance, accept)
 
@@ -195,7 +197,9 @@ class ProblemRenderer:
 
     async def answer(self, scope: Mapping[str, Any], send: Any, exc: GatewayError) -> None:
         """Answer the ASGI request of ``scope`` with the error for ``exc`` (used by middleware)."""
-        accept = next((v.decode("latin-1") for k, v in scope.get("headers", ()) if k.lower() == b"accept"), "")
+        accept = next(
+            (v.decode("latin-1") for k, v in scope.get("headers", ()) if k.lower() == b"accept"), ""
+        )
         await self.send(send, exc, scope.get("path", ""), accept)
 
     async def send(self, send: Any, exc: GatewayError, instance: str, accept: str = "") -> None:

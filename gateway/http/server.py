@@ -41,7 +41,9 @@ log = logging.getLogger(__name__)
 
 
 def _configure_logging(level: str) -> None:
-    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
 
 
 def settings_environment(settings: GatewaySettings) -> dict[str, str]:
@@ -53,7 +55,9 @@ def settings_environment(settings: GatewaySettings) -> dict[str, str]:
             continue  # unset: the field's default (None) applies in the other process too
         if isinstance(raw, SecretStr):
             value = raw.get_secret_value()
-        env[f"GATEWAY_{name.upper()}"] = json.dumps(value) if isinstance(value, dict | list) else str(value)
+        env[f"GATEWAY_{name.upper()}"] = (
+            json.dumps(value) if isinstance(value, dict | list) else str(value)
+        )
     return env
 
 
@@ -153,10 +157,14 @@ def build_parser() -> argparse.ArgumentParser:
         "and rate limits)",
     )
     parser.add_argument(
-        "--grpc-port", type=int, help="port of the KServe v2 gRPC entry on the same host (default 0: none)"
+        "--grpc-port",
+        type=int,
+        help="port of the KServe v2 gRPC entry on the same host (default 0: none)",
     )
     parser.add_argument(
-        "--triton-url", dest="triton_http_url", help="Triton HTTP host:port (default 127.0.0.1:8000)"
+        "--triton-url",
+        dest="triton_http_url",
+        help="Triton HTTP host:port (default 127.0.0.1:8000)",
     )
     parser.add_argument("--triton-grpc-url", help="Triton gRPC host:port (default 127.0.0.1:8001)")
     parser.add_argument(
@@ -165,7 +173,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="gateway -> Triton transport (default http)",
     )
     parser.add_argument(
-        "--keys-db", type=Path, help="SQLite file of API keys when no Redis is set (default ./gateway_keys.sqlite3)"
+        "--keys-db",
+        type=Path,
+        help="SQLite file of API keys when no Redis is set (default ./gateway_keys.sqlite3)",
     )
     parser.add_argument(
         "--redis-url",
@@ -224,14 +234,18 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"requests on one connection before it is closed (default {DEFAULT_MAX_REQUESTS_PER_CONNECTION})",
     )
     parser.add_argument(
-        "--max-in-flight-per-model", type=int, help="concurrent requests per model and worker before 429"
+        "--max-in-flight-per-model",
+        type=int,
+        help="concurrent requests per model and worker before 429",
     )
     parser.add_argument(
         "--ready-models",
         help="comma-separated Triton models /readyz requires (each READY and passing one synthetic inference; "
         "default: none, /readyz follows Triton's server readiness)",
     )
-    parser.add_argument("--upstream-timeout-s", type=float, help="per-request Triton deadline (504 after it)")
+    parser.add_argument(
+        "--upstream-timeout-s", type=float, help="per-request Triton deadline (504 after it)"
+    )
     parser.add_argument(
         "--job-workers",
         type=int,

@@ -22,7 +22,8 @@ def _field_path(loc: Sequence[Any]) -> str:
     parts = [
         str(part)
         for part in loc
-        if part not in ("body", "query", "path", "header") and not (isinstance(part, str) and _UNION_TAG.search(part))
+        if part not in ("body", "query", "path", "header")
+        and not (isinstance(part, str) and _UNION_TAG.search(part))
     ]
     return ".".join(parts)
 
@@ -31,7 +32,10 @@ def _most_specific(errors_: Sequence[Any]) -> dict[str, Any]:
     # Of the errors a union produced, the one about the value (too long, empty) beats "not this
     # type", and the deepest location (the list item) beats its container.
     def rank(error: dict[str, Any]) -> tuple[bool, int]:
-        return (not str(error.get("type", "")).endswith("_type"), len(_field_path(error.get("loc", ()))))
+        return (
+            not str(error.get("type", "")).endswith("_type"),
+            len(_field_path(error.get("loc", ()))),
+        )
 
     return max(errors_, key=rank) if errors_ else {}
 
@@ -46,5 +50,7 @@ def validation_report(exc: RequestValidationError) -> ErrorReport:
         # A lone surrogate escape ("\\ud800") is JSON but not Unicode text: no model can read it.
         detail = f"{field}: not valid Unicode text (a lone surrogate escape)"
         return ErrorReport(400, "Bad request", detail, "bad_request", field=field)
-    detail = "; ".join(f"{_field_path(e.get('loc', ())) or 'body'}: {e.get('msg')}" for e in exc.errors()[:5])
+    detail = "; ".join(
+        f"{_field_path(e.get('loc', ())) or 'body'}: {e.get('msg')}" for e in exc.errors()[:5]
+    )
     return ErrorReport(422, "Validation error", detail, "validation_error", field=field)

@@ -6,6 +6,14 @@ from __future__ import annotations
 
 # its modules, each imported by name: nothing is re-exported
 __all__ = [
-    "callbacks", "image_store", "image_urls", "protocol", "runner", "service", "settings", "store",
-    "store_redis", "store_sqlite",
+    "callbacks",
+    "image_store",
+    "image_urls",
+    "protocol",
+    "runner",
+    "service",
+    "settings",
+    "store",
+    "store_redis",
+    "store_sqlite",
 ]

@@ -78,7 +78,9 @@ def sign(secret: bytes, body: bytes, timestamp: int) -> str:
     return f"t={timestamp},v1={digest}"
 
 
-def verify(secret: bytes, header: str, body: bytes, *, tolerance_s: float = 300, now: float | None = None) -> bool:
+def verify(
+    secret: bytes, header: str, body: bytes, *, tolerance_s: float = 300, now: float | None = None
+) -> bool:
     """Whether ``header`` (a ``Gateway-Signature`` value) signs ``body`` with ``secret``, recently.
 
     What a receiver runs on the raw body it received, before parsing it.
@@ -92,7 +94,9 @@ def verify(secret: bytes, header: str, body: bytes, *, tolerance_s: float = 300,
         return False
     expected = hmac.new(secret, f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
     # Bytes: compare_digest raises on a str holding anything but ASCII, and a header can hold other bytes.
-    return hmac.compare_digest(expected.encode(), parts.get("v1", "").encode("utf-8", "surrogateescape"))
+    return hmac.compare_digest(
+        expected.encode(), parts.get("v1", "").encode("utf-8", "surrogateescape")
+    )
 
 
 def _ip(text: str) -> IPAddress | None:
@@ -120,7 +124,9 @@ def _normal_host(host: str) -> str:
     if address is not None:
         return str(address)
     if _NUMERIC_HOST.match(host):
-        raise ValueError(f"{host!r} is an IPv4 address in a non-standard notation; write it as a.b.c.d")
+        raise ValueError(
+            f"{host!r} is an IPv4 address in a non-standard notation; write it as a.b.c.d"
+        )
     try:
         return host.encode("idna").decode("ascii")
     except UnicodeError as exc:
@@ -140,13 +146,24 @@ class AllowedOrigin:
         """Raises ``ValueError`` naming what is wrong with ``entry``."""
         parts = urlsplit(entry.strip())
         if parts.scheme not in DEFAULT_PORTS:
-            raise ValueError(f"callback allow-list entry {entry!r}: the scheme must be http or https")
-        if parts.username is not None or parts.path not in ("", "/") or parts.query or parts.fragment:
-            raise ValueError(f"callback allow-list entry {entry!r}: only scheme://host[:port] (no path, no user)")
+            raise ValueError(
+                f"callback allow-list entry {entry!r}: the scheme must be http or https"
+            )
+        if (
+            parts.username is not None
+            or parts.path not in ("", "/")
+            or parts.query
+            or parts.fragment
+        ):
+            raise ValueError(
+                f"callback allow-list entry {entry!r}: only scheme://host[:port] (no path, no user)"
+            )
         host = parts.hostname or ""
         wildcard = host.startswith("*.")
         if not host or "*" in host.removeprefix("*."):
-            raise ValueError(f"callback allow-list entry {entry!r}: no host (a wildcard only as '*.domain')")
+            raise ValueError(
+                f"callback allow-list entry {entry!r}: no host (a wildcard only as '*.domain')"
+            )
         try:
             port = parts.port or DEFAULT_PORTS[parts.scheme]
         except ValueError as exc:
@@ -198,7 +215,9 @@ def _embedded_ipv4(address: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address
         found.extend(address.teredo)
     packed = int(address)
     if any(address in network for network in _NAT64) or (packed >> 32 == 0 and packed > 1):
-        found.append(ipaddress.IPv4Address(packed & 0xFFFFFFFF))  # NAT64 or IPv4-compatible (::a.b.c.d)
+        found.append(
+            ipaddress.IPv4Address(packed & 0xFFFFFFFF)
+        )  # NAT64 or IPv4-compatible (::a.b.c.d)
     return found
 
 
@@ -237,11 +256,19 @@ class CallbackPolicy:
         resolver: ``(host, port) -> addresses`` (default: the system resolver); tests pass their own.
     """
 
-    def __init__(self, allow: Sequence[str], private_networks: Sequence[str] = (), *, max_url_chars: int = 2048,
-                 resolve_timeout_s: float = 5.0, resolver: Resolver | None = None) -> None:
+    def __init__(
+        self,
+        allow: Sequence[str],
+        private_networks: Sequence[str] = (),
+        *,
+        max_url_chars: int = 2048,
+        resolve_timeout_s: float = 5.0,
+        resolver: Resolver | None = None,
+    ) -> None:
         self.allow = tuple(AllowedOrigin.parse(entry) for entry in allow)
         self.private_networks: tuple[IPNetwork, ...] = tuple(
-            ipaddress.ip_network(cidr, strict=False) for cidr in private_networks)
+            ipaddress.ip_network(cidr, strict=False) for cidr in private_networks
+        )
         self.max_url_chars = max_url_chars
         self.resolve_timeout_s = resolve_timeout_s
         self._resolve = resolver or _getaddrinfo
@@ -257,28 +284,41 @@ class CallbackPolicy:
             CallbackRefused: callbacks are off, or the URL is malformed or not allow-listed.
         """
         if not self.enabled:
-            raise CallbackRefused("callbacks are not enabled on this gateway (GATEWAY_CALLBACK_ALLOW is empty)",
-                                  field="callback_url")
+            raise CallbackRefused(
+                "callbacks are not enabled on this gateway (GATEWAY_CALLBACK_ALLOW is empty)",
+                field="callback_url",
+            )
         if len(url) > self.max_url_chars:
-            raise CallbackRefused(f"callback_url is {len(url)} characters; at most {self.max_url_chars}",
-                                  field="callback_url")
+            raise CallbackRefused(
+                f"callback_url is {len(url)} characters; at most {self.max_url_chars}",
+                field="callback_url",
+            )
         try:
             parts = urlsplit(url)
             port = parts.port or DEFAULT_PORTS.get(parts.scheme, 0)
             host = _normal_host(parts.hostname or "")
         except ValueError as exc:
-            raise CallbackRefused(f"callback_url is not a valid URL ({exc})", field="callback_url") from exc
+            raise CallbackRefused(
+                f"callback_url is not a valid URL ({exc})", field="callback_url"
+            ) from exc
         if parts.scheme not in DEFAULT_PORTS or not host:
-            raise CallbackRefused("callback_url must be an http or https URL with a host", field="callback_url")
+            raise CallbackRefused(
+                "callback_url must be an http or https URL with a host", field="callback_url"
+            )
         if parts.username is not None or parts.password is not None:
-            raise CallbackRefused("callback_url must not carry credentials (user:password@)", field="callback_url")
+            raise CallbackRefused(
+                "callback_url must not carry credentials (user:password@)", field="callback_url"
+            )
         if any(ord(c) < 33 or ord(c) == 127 for c in url):
-            raise CallbackRefused("callback_url must not contain spaces or control characters", field="callback_url")
+            raise CallbackRefused(
+                "callback_url must not contain spaces or control characters", field="callback_url"
+            )
         entry = next((e for e in self.allow if e.matches(parts.scheme, host, port)), None)
         if entry is None:
             raise CallbackRefused(
                 f"callback_url's origin {parts.scheme}://{host}:{port} is not on this gateway's callback allow-list",
-                field="callback_url")
+                field="callback_url",
+            )
         target = parts.path or "/"
         if parts.query:
             target += "?" + parts.query
@@ -297,16 +337,24 @@ class CallbackPolicy:
             async with asyncio.timeout(self.resolve_timeout_s):
                 found = await self._resolve(target.host, target.port)
         except (OSError, TimeoutError) as exc:
-            raise CallbackRefused(f"callback_url's host {target.host!r} does not resolve", field="callback_url") from exc
+            raise CallbackRefused(
+                f"callback_url's host {target.host!r} does not resolve", field="callback_url"
+            ) from exc
         addresses = [a for a in (_ip(text.split("%", 1)[0]) for text in found) if a is not None]
         if not addresses:
-            raise CallbackRefused(f"callback_url's host {target.host!r} does not resolve", field="callback_url")
+            raise CallbackRefused(
+                f"callback_url's host {target.host!r} does not resolve", field="callback_url"
+            )
         for address in addresses:
             reason = _refusal(address)
-            if reason is not None and not any(address in network for network in self.private_networks):
+            if reason is not None and not any(
+                address in network for network in self.private_networks
+            ):
                 raise CallbackRefused(
                     f"callback_url's host {target.host!r} resolves to {address}, {reason}; such addresses are "
-                    "refused unless the operator allow-lists them", field="callback_url")
+                    "refused unless the operator allow-lists them",
+                    field="callback_url",
+                )
         return addresses
 
 
@@ -329,8 +377,13 @@ class CallbackSender:
         clock: wall-clock seconds, for the signature's timestamp.
     """
 
-    def __init__(self, policy: CallbackPolicy, secret: bytes, timeout_s: float,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        policy: CallbackPolicy,
+        secret: bytes,
+        timeout_s: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.policy = policy
         self._secret = secret
         self.timeout_s = timeout_s
@@ -338,8 +391,12 @@ class CallbackSender:
         # No proxies from the environment (they would connect to the name, not the checked address),
         # no redirects, and no kept-alive connections: a pooled connection is keyed by the address, and
         # one made (and verified) for one host name must not carry another's callback.
-        self._client = httpx.AsyncClient(trust_env=False, follow_redirects=False, timeout=timeout_s,
-                                         limits=httpx.Limits(max_keepalive_connections=0))
+        self._client = httpx.AsyncClient(
+            trust_env=False,
+            follow_redirects=False,
+            timeout=timeout_s,
+            limits=httpx.Limits(max_keepalive_connections=0),
+        )
 
     def body(self, event: dict[str, Any]) -> bytes:
         return json.dumps(event, separators=(",", ":")).encode()
@@ -360,8 +417,12 @@ class CallbackSender:
                 }
                 extensions = {"sni_hostname": target.host} if target.scheme == "https" else {}
                 request = self._client.build_request(
-                    "POST", f"{target.scheme}://{host}:{target.port}{target.target}", content=body, headers=headers,
-                    extensions=extensions)
+                    "POST",
+                    f"{target.scheme}://{host}:{target.port}{target.target}",
+                    content=body,
+                    headers=headers,
+                    extensions=extensions,
+                )
                 response = await self._client.send(request, stream=True)
                 await response.aclose()  # the receiver's body is never read
         except CallbackRefused as exc:
@@ -369,13 +430,17 @@ class CallbackSender:
         except TimeoutError:
             return Delivery(False, retry=True, error=f"no answer within {self.timeout_s:g} s")
         except httpx.HTTPError as exc:
-            return Delivery(False, retry=True, error=f"{type(exc).__name__}: could not reach the receiver")
+            return Delivery(
+                False, retry=True, error=f"{type(exc).__name__}: could not reach the receiver"
+            )
         status = response.status_code
         if 200 <= status < 300:
             return Delivery(True)
         if 300 <= status < 400:
             return Delivery(False, retry=False, error=f"HTTP {status}: redirects are not followed")
-        return Delivery(False, retry=status in RETRY_STATUSES or status >= 500, error=f"HTTP {status}")
+        return Delivery(
+            False, retry=status in RETRY_STATUSES or status >= 500, error=f"HTTP {status}"
+        )
 
     def backoff_s(self, attempts: int, base_s: float) -> float:
         """The wait before attempt ``attempts + 1``: ``base_s`` doubling, at most :data:`MAX_BACKOFF_S`."""

@@ -61,7 +61,9 @@ class ImageStore(ABC):
 
     def _check_size(self, data: bytes) -> None:
         if len(data) > self.max_bytes:
-            raise ValueError(f"an image of {len(data)} bytes does not fit a store of {self.max_bytes}")
+            raise ValueError(
+                f"an image of {len(data)} bytes does not fit a store of {self.max_bytes}"
+            )
 
     @abstractmethod
     async def put(self, owner: str, data: bytes, media_type: str) -> str:
@@ -84,7 +86,9 @@ class ImageStore(ABC):
 class MemoryImageStore(ImageStore):
     """Images in this process's memory (monotonic clock)."""
 
-    def __init__(self, ttl_s: float, max_bytes: int, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, ttl_s: float, max_bytes: int, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         super().__init__(ttl_s, max_bytes, clock)
         self._images: OrderedDict[str, StoredImage] = OrderedDict()
         self._bytes = 0
@@ -164,13 +168,22 @@ class RedisImageStore(ImageStore):
         timeout_s: connect timeout (commands get more: they carry images).
     """
 
-    def __init__(self, url: str, ttl_s: float, max_bytes: int, *, prefix: str = "gw:", timeout_s: float = 0.25,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        url: str,
+        ttl_s: float,
+        max_bytes: int,
+        *,
+        prefix: str = "gw:",
+        timeout_s: float = 0.25,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         import redis.asyncio as aioredis  # the gateway extra provides it; imported only when used
 
         super().__init__(ttl_s, max_bytes, clock)
-        self._redis = aioredis.Redis.from_url(url, socket_timeout=max(2.0, timeout_s * 8),
-                                              socket_connect_timeout=timeout_s)
+        self._redis = aioredis.Redis.from_url(
+            url, socket_timeout=max(2.0, timeout_s * 8), socket_connect_timeout=timeout_s
+        )
         self._prefix = prefix + "img:"
         self._put = self._redis.register_script(_PUT)
 
@@ -178,21 +191,29 @@ class RedisImageStore(ImageStore):
         try:
             return await call
         except Exception as exc:  # any Redis/socket failure
-            raise StateStoreUnavailable(f"the image store (Redis) failed ({type(exc).__name__})",
-                                        retry_after_s=1) from exc
+            raise StateStoreUnavailable(
+                f"the image store (Redis) failed ({type(exc).__name__})", retry_after_s=1
+            ) from exc
 
     async def put(self, owner: str, data: bytes, media_type: str) -> str:
         self._check_size(data)
         token = secrets.token_urlsafe(24)
         p = self._prefix
-        await self._call(self._put(keys=[p + "index", p + "sizes", p + "bytes"],
-                                   args=[p, self._clock(), self.ttl_s, self.max_bytes, token, owner, media_type, data]))
+        await self._call(
+            self._put(
+                keys=[p + "index", p + "sizes", p + "bytes"],
+                args=[p, self._clock(), self.ttl_s, self.max_bytes, token, owner, media_type, data],
+            )
+        )
         return token
 
     async def get(self, owner: str | None, token: str) -> StoredImage | None:
         stored_owner, media_type, data, expires = await self._call(
-            self._redis.hmget(self._prefix + token, "owner", "media_type", "data", "expires"))
-        if stored_owner is None or (owner is not None and not secrets.compare_digest(stored_owner, owner.encode())):
+            self._redis.hmget(self._prefix + token, "owner", "media_type", "data", "expires")
+        )
+        if stored_owner is None or (
+            owner is not None and not secrets.compare_digest(stored_owner, owner.encode())
+        ):
             return None
         image = StoredImage(stored_owner.decode(), data, media_type.decode(), float(expires))
         return image if image.expires > self._clock() else None

@@ -81,15 +81,23 @@ class ImageUrlSigner:
             Gone: the signature holds but the URL has expired (410).
         """
         if not expires or not signature:
-            raise PermissionDenied("this image URL is not signed: use the URL the generation answered, with its "
-                                   "expires and signature", field="signature")
-        if not (expires.isascii() and expires.isdigit()) or len(expires) > 12:  # int() reads any script's digits
+            raise PermissionDenied(
+                "this image URL is not signed: use the URL the generation answered, with its "
+                "expires and signature",
+                field="signature",
+            )
+        if (
+            not (expires.isascii() and expires.isdigit()) or len(expires) > 12
+        ):  # int() reads any script's digits
             raise PermissionDenied("this image URL's expires is not a Unix time", field="expires")
         when = int(expires)
         # Bytes: compare_digest raises on a str holding anything but ASCII, and a query can hold anything.
         if not hmac.compare_digest(_digest(self._key, path, when).encode(), signature.encode()):
-            raise PermissionDenied("this image URL's signature does not match its path and expiry (altered, or "
-                                   "signed by another gateway)", field="signature")
+            raise PermissionDenied(
+                "this image URL's signature does not match its path and expiry (altered, or "
+                "signed by another gateway)",
+                field="signature",
+            )
         if when <= self._clock():
             raise Gone("this image URL has expired; generate the image again", field="expires")
         return when

@@ -14,7 +14,14 @@ from gateway.jobs.callbacks import JOB_ID_HEADER, SIGNATURE_HEADER
 from gateway.protocol.rest import ImageGenerationRequest
 from serving.limits import DEFAULT_LIMITS
 
-__all__ = ["CallbackInfo", "DeletedJob", "ImageJob", "ImageJobList", "ImageJobRequest", "JobErrorInfo"]
+__all__ = [
+    "CallbackInfo",
+    "DeletedJob",
+    "ImageJob",
+    "ImageJobList",
+    "ImageJobRequest",
+    "JobErrorInfo",
+]
 
 _JOBS = DEFAULT_LIMITS.jobs
 
@@ -81,8 +88,15 @@ class ImageJob(BaseModel):
                 "finished_at": 1767225609.7,
                 "expires_at": 1767229209.7,
                 "attempts": 1,
-                "request": {"prompt": "a watercolor fox in the snow", "n": 2, "width": 512, "height": 512,
-                            "steps": 25, "seed": 0, "response_format": "b64_json"},
+                "request": {
+                    "prompt": "a watercolor fox in the snow",
+                    "n": 2,
+                    "width": 512,
+                    "height": 512,
+                    "steps": 25,
+                    "seed": 0,
+                    "response_format": "b64_json",
+                },
                 "images": 2,
                 "error": None,
                 "callback": None,
@@ -97,7 +111,9 @@ class ImageJob(BaseModel):
     created_at: float
     started_at: float | None = None
     finished_at: float | None = None
-    expires_at: float | None = Field(None, description="when a finished job and its images are deleted")
+    expires_at: float | None = Field(
+        None, description="when a finished job and its images are deleted"
+    )
     attempts: int = Field(description="times a worker started it (more than 1: a worker was lost)")
     request: dict[str, Any] = Field(description="the generation parameters, as submitted")
     images: int = Field(description="result images stored (succeeded jobs)")

@@ -74,9 +74,16 @@ class JobRunner:
         clock: wall-clock seconds.
     """
 
-    def __init__(self, settings: GatewaySettings, store: JobStore, tasks: OpenAITasks, renderer: ProblemRenderer,
-                 meter: UsageMeter, sender: CallbackSender | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        store: JobStore,
+        tasks: OpenAITasks,
+        renderer: ProblemRenderer,
+        meter: UsageMeter,
+        sender: CallbackSender | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.settings = settings
         self.store = store
         self.tasks = tasks
@@ -124,7 +131,9 @@ class JobRunner:
         settings = self.settings
         while True:
             try:
-                job = await self.store.claim(self.worker, settings.job_lease_s, settings.job_max_attempts)
+                job = await self.store.claim(
+                    self.worker, settings.job_lease_s, settings.job_max_attempts
+                )
             except StateStoreUnavailable as exc:
                 self._store_failed(exc)
                 await self._idle(self._wake_jobs)
@@ -137,16 +146,22 @@ class JobRunner:
 
     async def _execute(self, job: Job) -> None:
         settings = self.settings
-        ctx = RequestContext(request_id=job.id[-16:], principal=Principal(job.owner, frozenset(job.scopes), job.tier,
-                                                                          job.kind))
+        ctx = RequestContext(
+            request_id=job.id[-16:],
+            principal=Principal(job.owner, frozenset(job.scopes), job.tier, job.kind),
+        )
         request = ImageRequest.from_json(job.request)
         remaining = settings.job_timeout_s - max(0.0, self._clock() - job.created_at)
-        run = asyncio.create_task(self.tasks.run_image_job(ctx, job.model, request, max(1.0, remaining)))
+        run = asyncio.create_task(
+            self.tasks.run_image_job(ctx, job.model, request, max(1.0, remaining))
+        )
         self._running[job.id] = run
         log.info("job %s: running (attempt %d, owner %s)", job.id, job.attempts, job.owner)
         try:
             await self._watch(job, run)
-        except asyncio.CancelledError:  # this process is stopping: let another worker take the job now
+        except (
+            asyncio.CancelledError
+        ):  # this process is stopping: let another worker take the job now
             run.cancel()
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.store.release(job.id, self.worker, 0))
@@ -182,13 +197,19 @@ class JobRunner:
                 self._store_failed(exc)  # keep running: the store may be back before the lease ends
                 continue
             if status is not JobStatus.RUNNING:
-                log.info("job %s: %s elsewhere; stopping", job.id, status.value if status else "taken over")
+                log.info(
+                    "job %s: %s elsewhere; stopping",
+                    job.id,
+                    status.value if status else "taken over",
+                )
                 run.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await run
                 return
 
-    async def _outcome(self, job: Job, run: asyncio.Task[list[bytes]], request: ImageRequest) -> Outcome | None:
+    async def _outcome(
+        self, job: Job, run: asyncio.Task[list[bytes]], request: ImageRequest
+    ) -> Outcome | None:
         """How the run ended, or ``None`` when nothing is to be written (cancelled, or put back)."""
         if run.cancelled():
             return None
@@ -207,9 +228,15 @@ class JobRunner:
             return None
         if isinstance(exc, GatewayError):
             report = self.renderer.report(exc)
-            return Outcome(JobStatus.FAILED, error=JobError(report.status, report.name, report.detail, report.field))
+            return Outcome(
+                JobStatus.FAILED,
+                error=JobError(report.status, report.name, report.detail, report.field),
+            )
         log.error("job %s: failed", job.id, exc_info=exc)
-        return Outcome(JobStatus.FAILED, error=JobError(500, "internal_error", "the gateway failed; see its log"))
+        return Outcome(
+            JobStatus.FAILED,
+            error=JobError(500, "internal_error", "the gateway failed; see its log"),
+        )
 
     # -- callbacks -----------------------------------------------------------------------------
 
@@ -235,8 +262,11 @@ class JobRunner:
         settings = self.settings
         try:
             document = job_document(job, settings.image_generation_model)
-            event = {"type": f"{document['object']}.{job.status.value}", "created": int(self._clock()),
-                     "data": document}
+            event = {
+                "type": f"{document['object']}.{job.status.value}",
+                "created": int(self._clock()),
+                "data": document,
+            }
             result = await self.sender.send(job.callback_url, self.sender.body(event), job.id)
             if result.delivered:
                 state, retry_in = CallbackState.DELIVERED, None
@@ -245,11 +275,15 @@ class JobRunner:
                 retry_in = self.sender.backoff_s(job.callback_attempts, settings.callback_backoff_s)
             else:
                 state, retry_in = CallbackState.FAILED, None
-            log.info("job %s: callback attempt %d: %s%s", job.id, job.callback_attempts,
-                     "delivered" if result.delivered else "failed", f" ({result.error})" if result.error else "")
+            log.info(
+                "job %s: callback attempt %d: %s%s",
+                job.id,
+                job.callback_attempts,
+                "delivered" if result.delivered else "failed",
+                f" ({result.error})" if result.error else "",
+            )
             await self.store.callback_done(job.id, state, result.error, retry_in)
         except StateStoreUnavailable as exc:
             self._store_failed(exc)  # the lease runs out and the delivery is tried again
         finally:
             limit.release()
-

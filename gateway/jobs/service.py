@@ -42,8 +42,12 @@ def job_document(job: Job, default_model: str) -> dict[str, Any]:
     request = dict(job.request)
     callback = None
     if job.callback_url:
-        callback = {"url": job.callback_url, "state": job.callback_state.value if job.callback_state else "waiting",
-                    "attempts": job.callback_attempts, "last_error": job.callback_error or None}
+        callback = {
+            "url": job.callback_url,
+            "state": job.callback_state.value if job.callback_state else "waiting",
+            "attempts": job.callback_attempts,
+            "last_error": job.callback_error or None,
+        }
     error = None
     if job.error is not None:
         error = {"code": job.error.code, "message": job.error.message, "param": job.error.param}
@@ -89,9 +93,15 @@ class ImageJobs:
         clock: wall-clock seconds.
     """
 
-    def __init__(self, tasks: OpenAITasks, store: JobStore, policy: CallbackPolicy,
-                 wake: Callable[[], None] = lambda: None, limits: JobLimits = DEFAULT_LIMITS.jobs,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        tasks: OpenAITasks,
+        store: JobStore,
+        policy: CallbackPolicy,
+        wake: Callable[[], None] = lambda: None,
+        limits: JobLimits = DEFAULT_LIMITS.jobs,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.tasks = tasks
         self.store = store
         self.policy = policy
@@ -106,8 +116,13 @@ class ImageJobs:
     def document(self, job: Job) -> dict[str, Any]:
         return job_document(job, self.default_model)
 
-    async def submit(self, ctx: RequestContext, request: ImageRequest, response_format: str,
-                     callback_url: str | None) -> Job:
+    async def submit(
+        self,
+        ctx: RequestContext,
+        request: ImageRequest,
+        response_format: str,
+        callback_url: str | None,
+    ) -> Job:
         """Queue a generation job for the caller.
 
         Args:
@@ -125,27 +140,42 @@ class ImageJobs:
         principal = ctx.principal
         if principal is None:
             raise RuntimeError("a job submitted without an authenticated principal")
-        triton_model, request = await self.tasks.resolve_image(ctx, request)  # stored with the model's defaults
+        triton_model, request = await self.tasks.resolve_image(
+            ctx, request
+        )  # stored with the model's defaults
         if callback_url:
             await self.policy.addresses(self.policy.check_url(callback_url))
         await self.tasks.service.admission.check(ctx, triton_model)
         job = Job(
-            id=new_job_id(), owner=principal.client_id, kind=principal.kind, tier=principal.tier,
-            scopes=tuple(sorted(principal.scopes)), model=triton_model,
-            request={**request.to_json(), "response_format": response_format}, created_at=self._clock(),
+            id=new_job_id(),
+            owner=principal.client_id,
+            kind=principal.kind,
+            tier=principal.tier,
+            scopes=tuple(sorted(principal.scopes)),
+            model=triton_model,
+            request={**request.to_json(), "response_format": response_format},
+            created_at=self._clock(),
             callback_url=callback_url or "",
         )
-        await self.store.submit(job, max_active=self.limits.max_active_per_key, max_kept=self.limits.max_kept_per_key)
+        await self.store.submit(
+            job, max_active=self.limits.max_active_per_key, max_kept=self.limits.max_kept_per_key
+        )
         self.wake()
         return job
 
     async def _find(self, ctx: RequestContext, job_id: str, *, admin_too: bool) -> Job:
         principal = ctx.principal
         job = await self.store.get(job_id) if looks_like_job_id(job_id) else None
-        if job is None or principal is None or not (
-                job.owner == principal.client_id or (admin_too and _is_admin(principal))):
-            raise NotFound(f"no job '{job_id[:64]}' for this credential (jobs expire, and only their owner may "
-                           "use them)", field="job_id")
+        if (
+            job is None
+            or principal is None
+            or not (job.owner == principal.client_id or (admin_too and _is_admin(principal)))
+        ):
+            raise NotFound(
+                f"no job '{job_id[:64]}' for this credential (jobs expire, and only their owner may "
+                "use them)",
+                field="job_id",
+            )
         return job
 
     async def get(self, ctx: RequestContext, job_id: str) -> Job:
@@ -170,8 +200,11 @@ class ImageJobs:
         """
         job = await self._find(ctx, job_id, admin_too=False)
         if job.status.finished:
-            raise JobNotFinished(f"job '{job.id}' has already ended ({job.status.value}); only queued or running "
-                                 "jobs can be cancelled", field="job_id")
+            raise JobNotFinished(
+                f"job '{job.id}' has already ended ({job.status.value}); only queued or running "
+                "jobs can be cancelled",
+                field="job_id",
+            )
         cancelled = await self.store.cancel(job.id)
         if cancelled is None:
             raise NotFound(f"no job '{job.id}' for this credential", field="job_id")
@@ -185,8 +218,10 @@ class ImageJobs:
         """
         job = await self._find(ctx, job_id, admin_too=False)
         if not job.status.finished or not await self.store.delete(job.id):
-            raise JobNotFinished(f"job '{job.id}' is {job.status.value}; cancel it before deleting it",
-                                 field="job_id")
+            raise JobNotFinished(
+                f"job '{job.id}' is {job.status.value}; cancel it before deleting it",
+                field="job_id",
+            )
 
     async def signed_result(self, job_id: str) -> JobResult:
         """A succeeded job's images for a signed URL (the route checked the signature: no owner here).
@@ -196,8 +231,10 @@ class ImageJobs:
         """
         job = await self.store.get(job_id) if looks_like_job_id(job_id) else None
         if job is None:
-            raise NotFound(f"no job '{job_id[:64]}' (jobs expire, and deleting one removes its images)",
-                           field="job_id")
+            raise NotFound(
+                f"no job '{job_id[:64]}' (jobs expire, and deleting one removes its images)",
+                field="job_id",
+            )
         return await self._result(job)
 
     async def result(self, ctx: RequestContext, job_id: str) -> JobResult:
@@ -211,8 +248,10 @@ class ImageJobs:
     async def _result(self, job: Job) -> JobResult:
         if job.status is not JobStatus.SUCCEEDED:
             why = f": {job.error.message}" if job.error is not None else ""
-            raise JobNotFinished(f"job '{job.id}' is {job.status.value}{why}; a result exists once it has succeeded",
-                                 field="job_id")
+            raise JobNotFinished(
+                f"job '{job.id}' is {job.status.value}{why}; a result exists once it has succeeded",
+                field="job_id",
+            )
         images = await self.store.images(job.id)
         if len(images) != job.images:
             raise NotFound(f"job '{job.id}' has expired", field="job_id")

@@ -41,31 +41,48 @@ class JobSettings(BaseSettings):
         "keys_db)",
     )
     job_workers: int = Field(
-        DEFAULT_JOB_WORKERS, ge=0, le=64,
+        DEFAULT_JOB_WORKERS,
+        ge=0,
+        le=64,
         description="generation jobs each gateway process runs at once; 0: this process accepts and serves jobs "
         "but runs none (other replicas do)",
     )
     job_timeout_s: float = Field(
-        DEFAULT_JOB_TIMEOUT_S, gt=0, le=86_400,
+        DEFAULT_JOB_TIMEOUT_S,
+        gt=0,
+        le=86_400,
         description="a job's deadline once it runs (Triton gets what is left of it); a job that cannot start "
         "(Triton unavailable, the model busy) fails this long after it was submitted",
     )
     job_result_ttl_s: float = Field(
-        DEFAULT_JOB_RESULT_TTL_S, gt=0, le=30 * 86_400, description="how long a finished job and its images are kept"
+        DEFAULT_JOB_RESULT_TTL_S,
+        gt=0,
+        le=30 * 86_400,
+        description="how long a finished job and its images are kept",
     )
     job_lease_s: float = Field(
-        DEFAULT_JOB_LEASE_S, gt=0, le=3600,
+        DEFAULT_JOB_LEASE_S,
+        gt=0,
+        le=3600,
         description="a running job is taken over by another worker this long after its worker stopped renewing",
     )
     job_heartbeat_s: float = Field(
-        DEFAULT_JOB_HEARTBEAT_S, gt=0, le=60,
+        DEFAULT_JOB_HEARTBEAT_S,
+        gt=0,
+        le=60,
         description="how often a worker renews its lease and checks whether its job was cancelled elsewhere",
     )
     job_poll_interval_s: float = Field(
-        DEFAULT_JOB_POLL_INTERVAL_S, gt=0, le=60, description="how often an idle worker looks for queued jobs"
+        DEFAULT_JOB_POLL_INTERVAL_S,
+        gt=0,
+        le=60,
+        description="how often an idle worker looks for queued jobs",
     )
     job_max_attempts: int = Field(
-        DEFAULT_JOB_MAX_ATTEMPTS, ge=1, le=100, description="times a job is started before a lost worker fails it"
+        DEFAULT_JOB_MAX_ATTEMPTS,
+        ge=1,
+        le=100,
+        description="times a job is started before a lost worker fails it",
     )
     callback_allow: tuple[str, ...] = Field(
         (),
@@ -78,14 +95,21 @@ class JobSettings(BaseSettings):
         '["10.20.0.0/16"]; an allow-list entry that is an IP literal is allowed as it is',
     )
     callback_secret: SecretStr = Field(
-        SecretStr(""), description="the HMAC-SHA256 key callbacks are signed with (required with callback_allow)"
+        SecretStr(""),
+        description="the HMAC-SHA256 key callbacks are signed with (required with callback_allow)",
     )
     callback_timeout_s: float = Field(
-        DEFAULT_CALLBACK_TIMEOUT_S, gt=0, le=60, description="one delivery attempt, resolving included"
+        DEFAULT_CALLBACK_TIMEOUT_S,
+        gt=0,
+        le=60,
+        description="one delivery attempt, resolving included",
     )
     callback_max_attempts: int = Field(DEFAULT_CALLBACK_MAX_ATTEMPTS, ge=1, le=20)
     callback_backoff_s: float = Field(
-        DEFAULT_CALLBACK_BACKOFF_S, gt=0, le=300, description="wait before the second attempt; doubles after each"
+        DEFAULT_CALLBACK_BACKOFF_S,
+        gt=0,
+        le=300,
+        description="wait before the second attempt; doubles after each",
     )
 
     @field_validator("callback_allow")
@@ -105,5 +129,7 @@ class JobSettings(BaseSettings):
     @model_validator(mode="after")
     def _callback_secret_set(self) -> JobSettings:
         if self.callback_allow and len(self.callback_secret.get_secret_value()) < 16:
-            raise ValueError("callback_allow needs callback_secret (at least 16 characters) to sign callbacks")
+            raise ValueError(
+                "callback_allow needs callback_secret (at least 16 characters) to sign callbacks"
+            )
         return self

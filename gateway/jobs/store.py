@@ -92,7 +92,9 @@ class JobError:
     param: str | None = None
 
     def to_json(self) -> str:
-        return json.dumps({"status": self.status, "code": self.code, "message": self.message, "param": self.param})
+        return json.dumps(
+            {"status": self.status, "code": self.code, "message": self.message, "param": self.param}
+        )
 
 
 @dataclass(frozen=True)
@@ -217,16 +219,24 @@ class Job:
 
 def lost_error(attempts: int) -> JobError:
     """Why a job whose worker stopped ``attempts`` times in a row failed."""
-    return JobError(503, "worker_lost", f"the job was started {attempts} times and its worker stopped each time")
+    return JobError(
+        503, "worker_lost", f"the job was started {attempts} times and its worker stopped each time"
+    )
 
 
 def limit_reached(what: str, count: int, limit: int) -> TooManyJobs:
     """The error for an owner that holds as many jobs as it may: ``active`` (queued or running) or ``kept``."""
     if what == "active":
-        return TooManyJobs(f"this credential already has {count} generation jobs queued or running (at most "
-                           f"{limit}); wait for one to finish or cancel one", retry_after_s=5)
-    return TooManyJobs(f"this credential already holds {count} generation jobs (at most {limit}, finished ones "
-                       "included until they expire); delete finished ones to make room", retry_after_s=60)
+        return TooManyJobs(
+            f"this credential already has {count} generation jobs queued or running (at most "
+            f"{limit}); wait for one to finish or cancel one",
+            retry_after_s=5,
+        )
+    return TooManyJobs(
+        f"this credential already holds {count} generation jobs (at most {limit}, finished ones "
+        "included until they expire); delete finished ones to make room",
+        retry_after_s=60,
+    )
 
 
 class JobStore(ABC):
@@ -292,7 +302,9 @@ class JobStore(ABC):
         """A finished job whose callback is due, leased to ``worker`` for one delivery attempt."""
 
     @abstractmethod
-    async def callback_done(self, job_id: str, state: CallbackState, error: str, retry_in_s: float | None) -> None:
+    async def callback_done(
+        self, job_id: str, state: CallbackState, error: str, retry_in_s: float | None
+    ) -> None:
         """Record a delivery attempt: ``retry_in_s`` queues the next one; ``None`` ends with ``state``."""
 
     @abstractmethod

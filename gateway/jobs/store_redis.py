@@ -31,7 +31,15 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from gateway.errors import StateStoreUnavailable
-from gateway.jobs.store import CallbackState, Job, JobStatus, JobStore, Outcome, limit_reached, lost_error
+from gateway.jobs.store import (
+    CallbackState,
+    Job,
+    JobStatus,
+    JobStore,
+    Outcome,
+    limit_reached,
+    lost_error,
+)
 
 __all__ = ["RedisJobStore"]
 
@@ -82,7 +90,9 @@ return {'ok', 0}
 """
 
 # KEYS: due. ARGV: prefix, now, lease_s, worker, max_attempts, ttl_s, the error of a lost job.
-_CLAIM = _END + """
+_CLAIM = (
+    _END
+    + """
 local prefix, now, lease, worker = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 for _ = 1, 20 do
   local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, 1)
@@ -103,6 +113,7 @@ for _ = 1, 20 do
 end
 return false
 """
+)
 
 # KEYS: job, due. ARGV: id, worker, lease end.
 _RENEW = """
@@ -122,7 +133,9 @@ return 1
 """
 
 # KEYS: job, images. ARGV: prefix, id, worker, now, ttl, status, error, media_type, images...
-_FINISH = _END + """
+_FINISH = (
+    _END
+    + """
 local status, worker = unpack(redis.call('HMGET', KEYS[1], 'status', 'worker'))
 if status ~= 'running' or worker ~= ARGV[3] then return 0 end
 local count = #ARGV - 8
@@ -131,9 +144,12 @@ redis.call('HSET', KEYS[1], 'images', count, 'media_type', ARGV[8])
 end_job(ARGV[1], ARGV[2], ARGV[6], ARGV[7], ARGV[4], tonumber(ARGV[5]))
 return 1
 """
+)
 
 # KEYS: job. ARGV: prefix, id, now, ttl.
-_CANCEL = _END + """
+_CANCEL = (
+    _END
+    + """
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return false end
 if status == 'queued' or status == 'running' then
@@ -141,6 +157,7 @@ if status == 'queued' or status == 'running' then
 end
 return redis.call('HGETALL', KEYS[1])
 """
+)
 
 # KEYS: job, images, owner index, all, created, callbacks. ARGV: id.
 _DELETE = """
@@ -206,18 +223,34 @@ class RedisJobStore(JobStore):
         clock: wall-clock seconds.
     """
 
-    def __init__(self, url: str, ttl_s: float, *, prefix: str = "gw:", timeout_s: float = 0.25,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        url: str,
+        ttl_s: float,
+        *,
+        prefix: str = "gw:",
+        timeout_s: float = 0.25,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         import redis.asyncio as aioredis  # the gateway extra provides it; imported only when used
 
         self.ttl_s = ttl_s
-        self._redis = aioredis.Redis.from_url(url, socket_timeout=max(2.0, timeout_s * 8),
-                                              socket_connect_timeout=timeout_s)
+        self._redis = aioredis.Redis.from_url(
+            url, socket_timeout=max(2.0, timeout_s * 8), socket_connect_timeout=timeout_s
+        )
         self._p = prefix
         self._clock = clock
-        scripts = {"submit": _SUBMIT, "claim": _CLAIM, "renew": _RENEW, "release": _RELEASE, "finish": _FINISH,
-                   "cancel": _CANCEL, "delete": _DELETE, "claim_callback": _CLAIM_CALLBACK,
-                   "callback_done": _CALLBACK_DONE}
+        scripts = {
+            "submit": _SUBMIT,
+            "claim": _CLAIM,
+            "renew": _RENEW,
+            "release": _RELEASE,
+            "finish": _FINISH,
+            "cancel": _CANCEL,
+            "delete": _DELETE,
+            "claim_callback": _CLAIM_CALLBACK,
+            "callback_done": _CALLBACK_DONE,
+        }
         self._scripts = {name: self._redis.register_script(body) for name, body in scripts.items()}
 
     def _key(self, job_id: str) -> str:
@@ -227,8 +260,9 @@ class RedisJobStore(JobStore):
         try:
             return await call
         except Exception as exc:  # any Redis/socket failure
-            raise StateStoreUnavailable(f"the job store (Redis) failed ({type(exc).__name__})",
-                                        retry_after_s=1) from exc
+            raise StateStoreUnavailable(
+                f"the job store (Redis) failed ({type(exc).__name__})", retry_after_s=1
+            ) from exc
 
     async def _script(self, name: str, keys: list[str], args: list[Any]) -> Any:
         return await self._call(self._scripts[name](keys=keys, args=args))
@@ -238,7 +272,13 @@ class RedisJobStore(JobStore):
         fields = [item for pair in job.to_fields().items() for item in pair]
         what, count = await self._script(
             "submit",
-            [self._key(job.id), f"{p}jobs:owner:{job.owner}", f"{p}jobs:all", f"{p}jobs:created", f"{p}jobs:due"],
+            [
+                self._key(job.id),
+                f"{p}jobs:owner:{job.owner}",
+                f"{p}jobs:all",
+                f"{p}jobs:created",
+                f"{p}jobs:due",
+            ],
             [self._clock(), max_active, max_kept, job.id, repr(job.created_at), *fields],
         )
         what = _text(what)
@@ -249,7 +289,11 @@ class RedisJobStore(JobStore):
 
     def _visible(self, job: Job | None) -> Job | None:
         # Redis expires the hash on its own clock; this keeps the store's clock the one that counts.
-        return None if job is None or (job.expires_at is not None and job.expires_at <= self._clock()) else job
+        return (
+            None
+            if job is None or (job.expires_at is not None and job.expires_at <= self._clock())
+            else job
+        )
 
     async def get(self, job_id: str) -> Job | None:
         return self._visible(_job(await self._call(self._redis.hgetall(self._key(job_id)))))
@@ -262,46 +306,86 @@ class RedisJobStore(JobStore):
         pipe = self._redis.pipeline(transaction=False)
         for job_id in ids:
             pipe.hgetall(self._key(_text(job_id)))
-        jobs = [j for j in (self._visible(_job(raw)) for raw in await self._call(pipe.execute())) if j is not None]
+        jobs = [
+            j
+            for j in (self._visible(_job(raw)) for raw in await self._call(pipe.execute()))
+            if j is not None
+        ]
         return sorted(jobs, key=lambda j: j.created_at, reverse=True)[:limit]
 
     async def claim(self, worker: str, lease_s: float, max_attempts: int) -> Job | None:
         error = lost_error(max_attempts).to_json()
-        return _job(await self._script(
-            "claim", [f"{self._p}jobs:due"], [self._p, self._clock(), lease_s, worker, max_attempts, self.ttl_s, error]
-        ))
+        return _job(
+            await self._script(
+                "claim",
+                [f"{self._p}jobs:due"],
+                [self._p, self._clock(), lease_s, worker, max_attempts, self.ttl_s, error],
+            )
+        )
 
     async def renew(self, job_id: str, worker: str, lease_s: float) -> JobStatus | None:
-        status = await self._script("renew", [self._key(job_id), f"{self._p}jobs:due"],
-                                    [job_id, worker, self._clock() + lease_s])
+        status = await self._script(
+            "renew",
+            [self._key(job_id), f"{self._p}jobs:due"],
+            [job_id, worker, self._clock() + lease_s],
+        )
         return JobStatus(_text(status)) if status else None
 
     async def release(self, job_id: str, worker: str, delay_s: float) -> bool:
-        return bool(await self._script("release", [self._key(job_id), f"{self._p}jobs:due"],
-                                       [job_id, worker, self._clock() + delay_s]))
+        return bool(
+            await self._script(
+                "release",
+                [self._key(job_id), f"{self._p}jobs:due"],
+                [job_id, worker, self._clock() + delay_s],
+            )
+        )
 
     async def finish(self, job_id: str, worker: str, outcome: Outcome) -> bool:
         error = "" if outcome.error is None else outcome.error.to_json()
-        return bool(await self._script(
-            "finish", [self._key(job_id), self._key(job_id) + ":images"],
-            [self._p, job_id, worker, self._clock(), self.ttl_s, outcome.status.value, error, outcome.media_type,
-             *outcome.images],
-        ))
+        return bool(
+            await self._script(
+                "finish",
+                [self._key(job_id), self._key(job_id) + ":images"],
+                [
+                    self._p,
+                    job_id,
+                    worker,
+                    self._clock(),
+                    self.ttl_s,
+                    outcome.status.value,
+                    error,
+                    outcome.media_type,
+                    *outcome.images,
+                ],
+            )
+        )
 
     async def cancel(self, job_id: str) -> Job | None:
-        return _job(await self._script("cancel", [self._key(job_id)], [self._p, job_id, self._clock(), self.ttl_s]))
+        return _job(
+            await self._script(
+                "cancel", [self._key(job_id)], [self._p, job_id, self._clock(), self.ttl_s]
+            )
+        )
 
     async def delete(self, job_id: str) -> bool:
         job = await self.get(job_id)
         if job is None:
             return False
         p = self._p
-        return bool(await self._script(
-            "delete",
-            [self._key(job_id), self._key(job_id) + ":images", f"{p}jobs:owner:{job.owner}", f"{p}jobs:all",
-             f"{p}jobs:created", f"{p}jobs:callbacks"],
-            [job_id],
-        ))
+        return bool(
+            await self._script(
+                "delete",
+                [
+                    self._key(job_id),
+                    self._key(job_id) + ":images",
+                    f"{p}jobs:owner:{job.owner}",
+                    f"{p}jobs:all",
+                    f"{p}jobs:created",
+                    f"{p}jobs:callbacks",
+                ],
+                [job_id],
+            )
+        )
 
     async def images(self, job_id: str) -> list[bytes]:
         if await self.get(job_id) is None:
@@ -311,12 +395,21 @@ class RedisJobStore(JobStore):
 
     async def claim_callback(self, worker: str, lease_s: float) -> Job | None:
         now = self._clock()
-        return _job(await self._script("claim_callback", [f"{self._p}jobs:callbacks"], [self._p, now, now + lease_s]))
+        return _job(
+            await self._script(
+                "claim_callback", [f"{self._p}jobs:callbacks"], [self._p, now, now + lease_s]
+            )
+        )
 
-    async def callback_done(self, job_id: str, state: CallbackState, error: str, retry_in_s: float | None) -> None:
+    async def callback_done(
+        self, job_id: str, state: CallbackState, error: str, retry_in_s: float | None
+    ) -> None:
         retry = "" if retry_in_s is None else repr(self._clock() + retry_in_s)
-        await self._script("callback_done", [self._key(job_id), f"{self._p}jobs:callbacks"],
-                           [job_id, state.value, error, retry])
+        await self._script(
+            "callback_done",
+            [self._key(job_id), f"{self._p}jobs:callbacks"],
+            [job_id, state.value, error, retry],
+        )
 
     async def close(self) -> None:
         await self._redis.aclose()

@@ -18,7 +18,15 @@ from pathlib import Path
 from typing import TypeVar
 
 from gateway.errors import StateStoreUnavailable
-from gateway.jobs.store import CallbackState, Job, JobStatus, JobStore, Outcome, limit_reached, lost_error
+from gateway.jobs.store import (
+    CallbackState,
+    Job,
+    JobStatus,
+    JobStore,
+    Outcome,
+    limit_reached,
+    lost_error,
+)
 from gateway.tenancy.private_files import create_private
 
 __all__ = ["SqliteJobStore"]
@@ -54,7 +62,9 @@ class SqliteJobStore(JobStore):
         clock: wall-clock seconds (tests pass their own).
     """
 
-    def __init__(self, path: Path | str, ttl_s: float, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, path: Path | str, ttl_s: float, clock: Callable[[], float] = time.time
+    ) -> None:
         self.path = Path(path)
         self.ttl_s = ttl_s
         create_private(self.path)  # key hashes / tenants' data: mode 0600
@@ -88,7 +98,9 @@ class SqliteJobStore(JobStore):
         try:
             return await asyncio.to_thread(transaction)
         except sqlite3.Error as exc:
-            raise StateStoreUnavailable(f"the job store failed ({type(exc).__name__})", retry_after_s=1) from exc
+            raise StateStoreUnavailable(
+                f"the job store failed ({type(exc).__name__})", retry_after_s=1
+            ) from exc
 
     # -- rows -----------------------------------------------------------------------------------
 
@@ -98,12 +110,22 @@ class SqliteJobStore(JobStore):
         return Job.from_fields(json.loads(row[0])) if row else None
 
     @staticmethod
-    def _save(db: sqlite3.Connection, job: Job, *, due: float | None, callback_due: float | None) -> None:
+    def _save(
+        db: sqlite3.Connection, job: Job, *, due: float | None, callback_due: float | None
+    ) -> None:
         db.execute(
             "INSERT OR REPLACE INTO jobs (id, owner, status, created_at, due, expires_at, callback_due, record) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (job.id, job.owner, job.status.value, job.created_at, due, job.expires_at, callback_due,
-             json.dumps(job.to_fields())),
+            (
+                job.id,
+                job.owner,
+                job.status.value,
+                job.created_at,
+                due,
+                job.expires_at,
+                callback_due,
+                json.dumps(job.to_fields()),
+            ),
         )
 
     @staticmethod
@@ -113,14 +135,19 @@ class SqliteJobStore(JobStore):
 
     @staticmethod
     def _purge(db: sqlite3.Connection, now: float) -> None:
-        db.execute("DELETE FROM job_images WHERE job_id IN (SELECT id FROM jobs WHERE expires_at <= ?)", (now,))
+        db.execute(
+            "DELETE FROM job_images WHERE job_id IN (SELECT id FROM jobs WHERE expires_at <= ?)",
+            (now,),
+        )
         db.execute("DELETE FROM jobs WHERE expires_at <= ?", (now,))
 
     def _end(self, db: sqlite3.Connection, job: Job, now: float) -> Job:
         """Write ``job`` as finished: expiring, its callback (if any) due now."""
         pending = bool(job.callback_url)
         ended = dataclasses.replace(
-            job, finished_at=now, expires_at=now + self.ttl_s,
+            job,
+            finished_at=now,
+            expires_at=now + self.ttl_s,
             callback_state=CallbackState.PENDING if pending else None,
         )
         self._save(db, ended, due=None, callback_due=now if pending else None)
@@ -132,7 +159,8 @@ class SqliteJobStore(JobStore):
         def body(db: sqlite3.Connection, now: float) -> None:
             self._purge(db, now)
             active, kept = db.execute(
-                "SELECT COUNT(*) FILTER (WHERE expires_at IS NULL), COUNT(*) FROM jobs WHERE owner = ?", (job.owner,)
+                "SELECT COUNT(*) FILTER (WHERE expires_at IS NULL), COUNT(*) FROM jobs WHERE owner = ?",
+                (job.owner,),
             ).fetchone()
             if active >= max_active:
                 raise limit_reached("active", active, max_active)
@@ -147,7 +175,9 @@ class SqliteJobStore(JobStore):
 
     @staticmethod
     def _visible(job: Job | None, now: float) -> Job | None:
-        return None if job is None or (job.expires_at is not None and job.expires_at <= now) else job
+        return (
+            None if job is None or (job.expires_at is not None and job.expires_at <= now) else job
+        )
 
     async def list_jobs(self, owner: str | None, limit: int) -> list[Job]:
         def body(db: sqlite3.Connection, now: float) -> list[Job]:
@@ -165,18 +195,27 @@ class SqliteJobStore(JobStore):
             self._purge(db, now)
             while True:
                 row = db.execute(
-                    "SELECT id FROM jobs WHERE due IS NOT NULL AND due <= ? ORDER BY due LIMIT 1", (now,)
+                    "SELECT id FROM jobs WHERE due IS NOT NULL AND due <= ? ORDER BY due LIMIT 1",
+                    (now,),
                 ).fetchone()
                 if row is None:
                     return None
                 job = self._load(db, row[0])
                 assert job is not None
                 if job.attempts >= max_attempts:
-                    self._end(db, dataclasses.replace(job, status=JobStatus.FAILED, error=lost_error(job.attempts)),
-                              now)
+                    self._end(
+                        db,
+                        dataclasses.replace(
+                            job, status=JobStatus.FAILED, error=lost_error(job.attempts)
+                        ),
+                        now,
+                    )
                     continue
                 claimed = dataclasses.replace(
-                    job, status=JobStatus.RUNNING, worker=worker, attempts=job.attempts + 1,
+                    job,
+                    status=JobStatus.RUNNING,
+                    worker=worker,
+                    attempts=job.attempts + 1,
                     started_at=job.started_at or now,
                 )
                 self._save(db, claimed, due=now + lease_s, callback_due=None)
@@ -200,7 +239,9 @@ class SqliteJobStore(JobStore):
             job = self._load(db, job_id)
             if job is None or job.status is not JobStatus.RUNNING or job.worker != worker:
                 return False
-            queued = dataclasses.replace(job, status=JobStatus.QUEUED, attempts=max(0, job.attempts - 1))
+            queued = dataclasses.replace(
+                job, status=JobStatus.QUEUED, attempts=max(0, job.attempts - 1)
+            )
             self._save(db, queued, due=now + delay_s, callback_due=None)
             return True
 
@@ -215,8 +256,17 @@ class SqliteJobStore(JobStore):
                 "INSERT INTO job_images (job_id, position, data) VALUES (?, ?, ?)",
                 [(job_id, k, image) for k, image in enumerate(outcome.images)],
             )
-            self._end(db, dataclasses.replace(job, status=outcome.status, error=outcome.error,
-                                              images=len(outcome.images), media_type=outcome.media_type), now)
+            self._end(
+                db,
+                dataclasses.replace(
+                    job,
+                    status=outcome.status,
+                    error=outcome.error,
+                    images=len(outcome.images),
+                    media_type=outcome.media_type,
+                ),
+                now,
+            )
             return True
 
         return await self._run(body)
@@ -245,7 +295,9 @@ class SqliteJobStore(JobStore):
         def body(db: sqlite3.Connection, now: float) -> list[bytes]:
             if self._visible(self._load(db, job_id), now) is None:
                 return []
-            rows = db.execute("SELECT data FROM job_images WHERE job_id = ? ORDER BY position", (job_id,))
+            rows = db.execute(
+                "SELECT data FROM job_images WHERE job_id = ? ORDER BY position", (job_id,)
+            )
             return [bytes(r[0]) for r in rows.fetchall()]
 
         return await self._run(body)
@@ -254,7 +306,8 @@ class SqliteJobStore(JobStore):
         def body(db: sqlite3.Connection, now: float) -> Job | None:
             row = db.execute(
                 "SELECT id FROM jobs WHERE callback_due IS NOT NULL AND callback_due <= ? ORDER BY callback_due "
-                "LIMIT 1", (now,)
+                "LIMIT 1",
+                (now,),
             ).fetchone()
             if row is None:
                 return None
@@ -266,17 +319,19 @@ class SqliteJobStore(JobStore):
 
         return await self._run(body)
 
-    async def callback_done(self, job_id: str, state: CallbackState, error: str, retry_in_s: float | None) -> None:
+    async def callback_done(
+        self, job_id: str, state: CallbackState, error: str, retry_in_s: float | None
+    ) -> None:
         def body(db: sqlite3.Connection, now: float) -> None:
             job = self._load(db, job_id)
             if job is None:
                 return
             done = dataclasses.replace(job, callback_state=state, callback_error=error)
-            self._save(db, done, due=None, callback_due=None if retry_in_s is None else now + retry_in_s)
+            self._save(
+                db, done, due=None, callback_due=None if retry_in_s is None else now + retry_in_s
+            )
 
         await self._run(body)
 
     async def close(self) -> None:
         return None
-
-

@@ -15,9 +15,13 @@ __all__ = ["read_client_hashes"]
 P = TypeVar("P")
 
 
-async def read_client_hashes(redis: Any, periods: Sequence[P], client: str | None,
-                             clients_key: Callable[[P], str],
-                             hash_key: Callable[[P, str], str]) -> list[tuple[P, str, dict[Any, Any]]]:
+async def read_client_hashes(
+    redis: Any,
+    periods: Sequence[P],
+    client: str | None,
+    clients_key: Callable[[P], str],
+    hash_key: Callable[[P, str], str],
+) -> list[tuple[P, str, dict[Any, Any]]]:
     """``(period, client, hash)`` for ``client`` in every period, or (``client`` None) for every client
     the period's set names, in two pipelined round trips. Redis errors propagate to the store."""
     if client is None:
@@ -25,8 +29,11 @@ async def read_client_hashes(redis: Any, periods: Sequence[P], client: str | Non
         for period in periods:
             pipe.smembers(clients_key(period))
         members = await pipe.execute()
-        wanted = [(period, c.decode() if isinstance(c, bytes) else c)
-                  for period, clients in zip(periods, members, strict=True) for c in sorted(clients)]
+        wanted = [
+            (period, c.decode() if isinstance(c, bytes) else c)
+            for period, clients in zip(periods, members, strict=True)
+            for c in sorted(clients)
+        ]
     else:
         wanted = [(period, client) for period in periods]
     pipe = redis.pipeline(transaction=False)

@@ -146,7 +146,9 @@ def _merge_encoded(entries: list[EncodedEntry]) -> dict[Series, LatencySketch]:
     for key, encoded in blobs.items():
         try:
             merged[key] = LatencySketch.merged(encoded)
-        except ValueError as exc:  # a process of another version, or a damaged entry: skip the series' remote part
+        except (
+            ValueError
+        ) as exc:  # a process of another version, or a damaged entry: skip the series' remote part
             log.warning("latency stats: unreadable sketches for %s skipped: %s", key, exc)
     return merged
 
@@ -282,8 +284,14 @@ class LatencyTracker:
             return client
         return OTHER_CLIENT
 
-    def record(self, model: str, client: str, status: int, seconds: float,
-               stages: Mapping[str, float] | None = None) -> None:
+    def record(
+        self,
+        model: str,
+        client: str,
+        status: int,
+        seconds: float,
+        stages: Mapping[str, float] | None = None,
+    ) -> None:
         """One admitted request's latency.
 
         Args:
@@ -323,7 +331,9 @@ class LatencyTracker:
         except StatsStoreError as exc:
             self.windows.mark_dirty(entries)
             if self._publishing:  # once per outage, not once per interval
-                log.warning("latency stats: publishing to the shared store failed (%s); retrying", exc)
+                log.warning(
+                    "latency stats: publishing to the shared store failed (%s); retrying", exc
+                )
             self._publishing = False
             return
         if not self._publishing:
@@ -343,7 +353,9 @@ class LatencyTracker:
             client: only this client's series (what a client credential may see); ``None`` for all.
         """
         now = time.time()
-        local = merge_entries(self.windows.entries(now, client))  # copies: records may go on meanwhile
+        local = merge_entries(
+            self.windows.entries(now, client)
+        )  # copies: records may go on meanwhile
         if self.store is None:
             return WindowView(local, True)
         cached = self._remote.get(client)
@@ -353,7 +365,9 @@ class LatencyTracker:
             try:
                 encoded = await self.store.read(self.windows.buckets(now), client, self.process_id)
             except StatsStoreError as exc:
-                log.warning("latency stats: reading the shared store failed (%s); local figures only", exc)
+                log.warning(
+                    "latency stats: reading the shared store failed (%s); local figures only", exc
+                )
                 return WindowView(local, False)
             # Merging every worker's and replica's sketches is CPU work: off the event loop.
             remote = await asyncio.to_thread(_merge_encoded, encoded)

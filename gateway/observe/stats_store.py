@@ -39,7 +39,13 @@ from typing import Protocol
 from gateway.observe.latency import BucketEntry
 from gateway.observe.redis_series import read_client_hashes
 
-__all__ = ["EncodedEntry", "RedisSketchStore", "SketchStore", "SqliteSketchStore", "StatsStoreError"]
+__all__ = [
+    "EncodedEntry",
+    "RedisSketchStore",
+    "SketchStore",
+    "SqliteSketchStore",
+    "StatsStoreError",
+]
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +57,9 @@ class StatsStoreError(Exception):
 class SketchStore(Protocol):
     """A place where processes publish and read latency sketches."""
 
-    async def publish(self, process: str, entries: Sequence[BucketEntry], expires_at: Mapping[int, float]) -> None:
+    async def publish(
+        self, process: str, entries: Sequence[BucketEntry], expires_at: Mapping[int, float]
+    ) -> None:
         """Write (over) ``process``'s sketches; ``expires_at`` maps each bucket to the Unix time after
         which no window covers it.
 
@@ -59,7 +67,9 @@ class SketchStore(Protocol):
             StatsStoreError: the store failed.
         """
 
-    async def read(self, buckets: range, client: str | None, exclude_process: str) -> list[EncodedEntry]:
+    async def read(
+        self, buckets: range, client: str | None, exclude_process: str
+    ) -> list[EncodedEntry]:
         """Every other process's sketches in ``buckets`` (only ``client``'s when given), still encoded
         (merging encoded sketches is far cheaper than decoding each, see ``LatencySketch.merged``).
 
@@ -109,11 +119,17 @@ class RedisSketchStore:
     def _series_key(self, bucket: int, client: str) -> str:
         return f"{self._prefix}{bucket}:c:{client}"
 
-    async def publish(self, process: str, entries: Sequence[BucketEntry], expires_at: Mapping[int, float]) -> None:
+    async def publish(
+        self, process: str, entries: Sequence[BucketEntry], expires_at: Mapping[int, float]
+    ) -> None:
         pipe = self._redis.pipeline(transaction=False)
         touched: set[tuple[int, str]] = set()
         for entry in entries:
-            pipe.hset(self._series_key(entry.bucket, entry.client), f"{process}:{entry.model}", entry.sketch.to_bytes())
+            pipe.hset(
+                self._series_key(entry.bucket, entry.client),
+                f"{process}:{entry.model}",
+                entry.sketch.to_bytes(),
+            )
             touched.add((entry.bucket, entry.client))
         for bucket, client in touched:
             when = math.ceil(expires_at[bucket])
@@ -125,9 +141,13 @@ class RedisSketchStore:
         except Exception as exc:  # any Redis/socket failure
             raise StatsStoreError(f"Redis: {type(exc).__name__}: {exc}") from exc
 
-    async def read(self, buckets: range, client: str | None, exclude_process: str) -> list[EncodedEntry]:
+    async def read(
+        self, buckets: range, client: str | None, exclude_process: str
+    ) -> list[EncodedEntry]:
         try:
-            series = await read_client_hashes(self._redis, buckets, client, self._clients_key, self._series_key)
+            series = await read_client_hashes(
+                self._redis, buckets, client, self._clients_key, self._series_key
+            )
         except Exception as exc:  # any Redis/socket failure
             raise StatsStoreError(f"Redis: {type(exc).__name__}: {exc}") from exc
         out = []
@@ -176,9 +196,12 @@ class SqliteSketchStore:
     def _connect(self) -> sqlite3.Connection:
         return sqlite3.connect(self.path, timeout=5.0)
 
-    def _publish(self, process: str, entries: Sequence[BucketEntry], expires_at: Mapping[int, float]) -> None:
+    def _publish(
+        self, process: str, entries: Sequence[BucketEntry], expires_at: Mapping[int, float]
+    ) -> None:
         rows = [
-            (e.bucket, e.client, e.model, process, expires_at[e.bucket], e.sketch.to_bytes()) for e in entries
+            (e.bucket, e.client, e.model, process, expires_at[e.bucket], e.sketch.to_bytes())
+            for e in entries
         ]
         db = self._connect()
         try:
@@ -209,13 +232,17 @@ class SqliteSketchStore:
             db.close()
         return [EncodedEntry(model, owner, bytes(blob)) for owner, model, blob in rows]
 
-    async def publish(self, process: str, entries: Sequence[BucketEntry], expires_at: Mapping[int, float]) -> None:
+    async def publish(
+        self, process: str, entries: Sequence[BucketEntry], expires_at: Mapping[int, float]
+    ) -> None:
         try:
             await asyncio.to_thread(self._publish, process, entries, expires_at)
         except sqlite3.Error as exc:
             raise StatsStoreError(f"SQLite: {exc}") from exc
 
-    async def read(self, buckets: range, client: str | None, exclude_process: str) -> list[EncodedEntry]:
+    async def read(
+        self, buckets: range, client: str | None, exclude_process: str
+    ) -> list[EncodedEntry]:
         try:
             return await asyncio.to_thread(self._read, buckets, client, exclude_process)
         except sqlite3.Error as exc:

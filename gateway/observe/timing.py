@@ -56,12 +56,16 @@ class StageTimes:
 
     def header(self, total_s: float) -> str:
         """The ``Server-Timing`` value: each stage entered, then ``total``, in milliseconds."""
-        parts = [f"{name};dur={self.seconds[name] * 1000:.3f}" for name in STAGES if name in self.seconds]
+        parts = [
+            f"{name};dur={self.seconds[name] * 1000:.3f}" for name in STAGES if name in self.seconds
+        ]
         parts.append(f"total;dur={total_s * 1000:.3f}")
         return ", ".join(parts)
 
 
-async def watch_event_loop(observe: Callable[[float], None], interval_s: float = LOOP_LAG_INTERVAL_S) -> None:
+async def watch_event_loop(
+    observe: Callable[[float], None], interval_s: float = LOOP_LAG_INTERVAL_S
+) -> None:
     """Pass the running event loop's lag to ``observe`` every ``interval_s`` until cancelled (a
     lifespan task; the gateway observes it into ``gateway_event_loop_lag_seconds``).
 

@@ -69,7 +69,11 @@ _DESCRIPTIONS = {
 def problem_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses`` entries for the given error statuses, all problem+json."""
     return {
-        code: {"model": Problem, "description": _DESCRIPTIONS[code], "content": {PROBLEM_CONTENT_TYPE: {}}}
+        code: {
+            "model": Problem,
+            "description": _DESCRIPTIONS[code],
+            "content": {PROBLEM_CONTENT_TYPE: {}},
+        }
         for code in codes
     }
 
@@ -79,10 +83,14 @@ INFERENCE_ERRORS = problem_responses(400, 401, 403, 404, 413, 415, 422, 429, 502
 
 class OpenAIErrorDetail(BaseModel):
     message: str = Field(description="what went wrong, for people")
-    type: str = Field(description="invalid_request_error, authentication_error, permission_error, "
-                                  "rate_limit_error or server_error")
+    type: str = Field(
+        description="invalid_request_error, authentication_error, permission_error, "
+        "rate_limit_error or server_error"
+    )
     param: str | None = Field(None, description="the request field at fault, when there is one")
-    code: str | None = Field(None, description="the kind of error, e.g. model_not_found, rate_limited")
+    code: str | None = Field(
+        None, description="the kind of error, e.g. model_not_found, rate_limited"
+    )
 
 
 class OpenAIError(BaseModel):
@@ -107,14 +115,20 @@ class OpenAIError(BaseModel):
 class KServeError(BaseModel):
     """The KServe v2 error body, on ``/v2`` routes (tritonclient raises it as its exception's message)."""
 
-    model_config = ConfigDict(json_schema_extra={"example": {"error": "model 'resnet' is not served by Triton"}})
+    model_config = ConfigDict(
+        json_schema_extra={"example": {"error": "model 'resnet' is not served by Triton"}}
+    )
 
     error: str
 
 
 def openai_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses`` entries in OpenAI's error shape (validation failures are 400 there)."""
-    return {code: {"model": OpenAIError, "description": _DESCRIPTIONS[code]} for code in codes if code != 422}
+    return {
+        code: {"model": OpenAIError, "description": _DESCRIPTIONS[code]}
+        for code in codes
+        if code != 422
+    }
 
 
 def kserve_responses(*codes: int) -> dict[int | str, dict[str, Any]]:

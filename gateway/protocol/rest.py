@@ -64,7 +64,8 @@ class Health(BaseModel):
     status: Literal["ok", "ready", "not ready"]
     triton: str | None = Field(None, description="Triton's HTTP address, on readiness")
     models: list[str] | None = Field(
-        None, description="on readiness: the models checked (each READY and passing one synthetic inference)"
+        None,
+        description="on readiness: the models checked (each READY and passing one synthetic inference)",
     )
 
 
@@ -73,12 +74,20 @@ class ModelObject(BaseModel):
 
     id: str
     object: Literal["model"] = "model"
-    created: int = Field(description="Unix time the model's entry was published (0 when it does not say)")
+    created: int = Field(
+        description="Unix time the model's entry was published (0 when it does not say)"
+    )
     owned_by: str = "triton"
-    state: str | None = Field(None, description="with residency on: loaded, loading, unloading or available "
-                              "(loaded on the first request)")
-    footprint_bytes: int | None = Field(None, description="with residency on: its memory, measured at its last "
-                                        "load (or estimated before one)")
+    state: str | None = Field(
+        None,
+        description="with residency on: loaded, loading, unloading or available "
+        "(loaded on the first request)",
+    )
+    footprint_bytes: int | None = Field(
+        None,
+        description="with residency on: its memory, measured at its last "
+        "load (or estimated before one)",
+    )
 
 
 class ModelList(BaseModel):
@@ -87,8 +96,18 @@ class ModelList(BaseModel):
             "example": {
                 "object": "list",
                 "data": [
-                    {"id": "image_classifier", "object": "model", "created": 1764690000, "owned_by": "triton"},
-                    {"id": "text_embedding", "object": "model", "created": 1764690000, "owned_by": "triton"},
+                    {
+                        "id": "image_classifier",
+                        "object": "model",
+                        "created": 1764690000,
+                        "owned_by": "triton",
+                    },
+                    {
+                        "id": "text_embedding",
+                        "object": "model",
+                        "created": 1764690000,
+                        "owned_by": "triton",
+                    },
                 ],
             }
         }
@@ -161,12 +180,18 @@ class EmbeddingsRequest(BaseModel):
         json_schema_extra={
             "examples": [
                 {"model": "text_embedding", "input": ["a photo of a cat", "espresso"]},
-                {"model": "text_embedding", "input": [[101, 7592, 2088, 102]], "encoding_format": "base64"},
+                {
+                    "model": "text_embedding",
+                    "input": [[101, 7592, 2088, 102]],
+                    "encoding_format": "base64",
+                },
             ]
         },
     )
 
-    model: str = Field(min_length=1, description="an embedding model of `/v1/models` (e.g. 'text_embedding')")
+    model: str = Field(
+        min_length=1, description="an embedding model of `/v1/models` (e.g. 'text_embedding')"
+    )
     input: StrictStr | list[StrictStr] | TokenArray | list[TokenArray] = Field(
         json_schema_extra=_state_input_limits,
         description=(
@@ -177,13 +202,16 @@ class EmbeddingsRequest(BaseModel):
             "text (outside the vocabulary, a reserved entry, [CLS]/[SEP] in the middle), such as another "
             "tokenizer's (tiktoken's), is refused with 400 naming the input. Large lists are split into the "
             "model's batch size and answered in order. The encoder reads the first 256 tokens."
-        )
+        ),
     )
     encoding_format: Literal["float", "base64"] = Field(
-        "float", description="base64: each vector as little-endian float32 bytes (what the OpenAI SDKs send)"
+        "float",
+        description="base64: each vector as little-endian float32 bytes (what the OpenAI SDKs send)",
     )
     dimensions: int | None = Field(
-        None, ge=1, description=(
+        None,
+        ge=1,
+        description=(
             "shorter vectors: the first `dimensions` values, L2-renormalised; 1 to the model's length (384 for "
             "text_embedding), else 400 naming `dimensions`. Models trained for it (Matryoshka) keep most of "
             "their quality when shortened; all-MiniLM-L6-v2 was not, and loses more the shorter it gets"
@@ -220,7 +248,9 @@ class EmbeddingData(BaseModel):
 
 
 class Usage(BaseModel):
-    prompt_tokens: int = Field(description="tokens the model's tokenizer produced, [CLS]/[SEP] included")
+    prompt_tokens: int = Field(
+        description="tokens the model's tokenizer produced, [CLS]/[SEP] included"
+    )
     total_tokens: int
 
 
@@ -261,7 +291,9 @@ class ImageGenerationRequest(BaseModel):
 
     prompt: str = Field(min_length=1, max_length=_GENERATION.max_prompt_chars)
     model: str | None = Field(None, description="defaults to the configured diffusion model")
-    n: int | None = Field(1, ge=1, le=_GENERATION.max_images, description="images, each its own seed")
+    n: int | None = Field(
+        1, ge=1, le=_GENERATION.max_images, description="images, each its own seed"
+    )
     size: str | None = Field(
         None,
         pattern=r"^(auto|\d{2,4}x\d{2,4})$",
@@ -272,19 +304,34 @@ class ImageGenerationRequest(BaseModel):
         ),
     )
     response_format: Literal["b64_json", "url"] | None = Field(
-        "b64_json", description="url: a link served by this gateway, for a short while, to this credential only"
+        "b64_json",
+        description="url: a link served by this gateway, for a short while, to this credential only",
     )
     output_format: Literal["png", "jpeg", "webp"] | None = "png"
     negative_prompt: str = Field("", max_length=_GENERATION.max_prompt_chars)
-    steps: int | None = Field(None, ge=_GENERATION.min_steps, le=_GENERATION.max_steps,
-                              description="denoising steps; absent: the model's own default (limit_default_steps)")
-    guidance_scale: float = Field(
-        _GENERATION.default_guidance, ge=_GENERATION.min_guidance, le=_GENERATION.max_guidance, allow_inf_nan=False
+    steps: int | None = Field(
+        None,
+        ge=_GENERATION.min_steps,
+        le=_GENERATION.max_steps,
+        description="denoising steps; absent: the model's own default (limit_default_steps)",
     )
-    seed: int = Field(0, ge=_GENERATION.min_seed, le=_GENERATION.max_seed,
-                      description="seed of the first image; image k uses seed + k")
-    scheduler: str = Field("default", max_length=64,
-                           description=f"default (the checkpoint's own) or one of {', '.join(_GENERATION.schedulers)}")
+    guidance_scale: float = Field(
+        _GENERATION.default_guidance,
+        ge=_GENERATION.min_guidance,
+        le=_GENERATION.max_guidance,
+        allow_inf_nan=False,
+    )
+    seed: int = Field(
+        0,
+        ge=_GENERATION.min_seed,
+        le=_GENERATION.max_seed,
+        description="seed of the first image; image k uses seed + k",
+    )
+    scheduler: str = Field(
+        "default",
+        max_length=64,
+        description=f"default (the checkpoint's own) or one of {', '.join(_GENERATION.schedulers)}",
+    )
 
     def dimensions(self) -> tuple[int | None, int | None]:
         """(width, height) asked for; ``None`` for the model's own side."""
@@ -297,9 +344,17 @@ class ImageGenerationRequest(BaseModel):
         """The protocol-neutral request the tasks (and the job store) work with."""
         width, height = self.dimensions()
         return ImageRequest(
-            prompt=self.prompt, model=self.model, n=self.n or 1, width=width, height=height,
-            output_format=self.output_format or "png", negative_prompt=self.negative_prompt, steps=self.steps,
-            guidance=self.guidance_scale, seed=self.seed, scheduler=self.scheduler,
+            prompt=self.prompt,
+            model=self.model,
+            n=self.n or 1,
+            width=width,
+            height=height,
+            output_format=self.output_format or "png",
+            negative_prompt=self.negative_prompt,
+            steps=self.steps,
+            guidance=self.guidance_scale,
+            seed=self.seed,
+            scheduler=self.scheduler,
         )
 
 
@@ -312,7 +367,10 @@ class ImageData(BaseModel):
 class ImageGenerationResponse(BaseModel):
     model_config = ConfigDict(
         json_schema_extra={
-            "example": {"created": 1764690000, "data": [{"url": "http://127.0.0.1:8080/v1/images/files/Zk3..."}]}
+            "example": {
+                "created": 1764690000,
+                "data": [{"url": "http://127.0.0.1:8080/v1/images/files/Zk3..."}],
+            }
         }
     )
 

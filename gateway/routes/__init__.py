@@ -6,6 +6,17 @@ from __future__ import annotations
 
 # its modules, each imported by name: nothing is re-exported
 __all__ = [
-    "admin", "classify", "health", "jobs", "kserve", "kserve_grpc", "openai", "openapi_doc",
-    "residency_admin", "stats", "stats_report", "traffic", "usage",
+    "admin",
+    "classify",
+    "health",
+    "jobs",
+    "kserve",
+    "kserve_grpc",
+    "openai",
+    "openapi_doc",
+    "residency_admin",
+    "stats",
+    "stats_report",
+    "traffic",
+    "usage",
 ]

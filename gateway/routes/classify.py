@@ -6,7 +6,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, File, UploadFile
 
-from gateway.protocol.rest import INFERENCE_ERRORS, ClassifyResponse, ClassifyResult, ClassPrediction
+from gateway.protocol.rest import (
+    INFERENCE_ERRORS,
+    ClassifyResponse,
+    ClassifyResult,
+    ClassPrediction,
+)
 from gateway.service import InferenceService
 from gateway.tenancy.context import RequestContext
 from serving.limits import DEFAULT_LIMITS

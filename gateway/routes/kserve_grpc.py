@@ -190,52 +190,86 @@ class KServeGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         if ctx.admitted and ctx.model is not None:
             self.tracker.record(ctx.model, client, call.status, elapsed, ctx.stages.seconds)
             if self.meter is not None:
-                self.meter.record(client, ctx.model, call.status, ctx.usage, ctx.stages.get("upstream"))
+                self.meter.record(
+                    client, ctx.model, call.status, ctx.usage, ctx.stages.get("upstream")
+                )
         if access_log.isEnabledFor(logging.INFO):
-            access_log.info("%s gRPC %s %d %.2fms client=%s model=%s", ctx.request_id, call.method, call.status,
-                            elapsed * 1000, client, ctx.model or "-")
+            access_log.info(
+                "%s gRPC %s %d %.2fms client=%s model=%s",
+                ctx.request_id,
+                call.method,
+                call.status,
+                elapsed * 1000,
+                client,
+                ctx.model or "-",
+            )
 
-    async def _infer(self, ctx: RequestContext, call: _Call, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
+    async def _infer(
+        self, ctx: RequestContext, call: _Call, request: pb.ModelInferRequest
+    ) -> pb.ModelInferResponse:
         raw = await self.service.infer_v2(
-            ctx, request.model_name, GrpcBody(request, deadline_us=call.deadline_us()), version=request.model_version
+            ctx,
+            request.model_name,
+            GrpcBody(request, deadline_us=call.deadline_us()),
+            version=request.model_version,
         )
         return response_from_rest(raw.body, raw.headers)
 
     # -- health and metadata ----------------------------------------------------------------
 
-    async def ServerLive(self, request: pb.ServerLiveRequest, context: Any) -> pb.ServerLiveResponse:
+    async def ServerLive(
+        self, request: pb.ServerLiveRequest, context: Any
+    ) -> pb.ServerLiveResponse:
         async def handler(ctx: RequestContext, call: _Call) -> pb.ServerLiveResponse:
             return pb.ServerLiveResponse(live=True)
 
         return await self._run("ServerLive", context, pb.ServerLiveResponse(), handler, public=True)
 
-    async def ServerReady(self, request: pb.ServerReadyRequest, context: Any) -> pb.ServerReadyResponse:
+    async def ServerReady(
+        self, request: pb.ServerReadyRequest, context: Any
+    ) -> pb.ServerReadyResponse:
         async def handler(ctx: RequestContext, call: _Call) -> pb.ServerReadyResponse:
             return pb.ServerReadyResponse(ready=await self.service.ready())
 
-        return await self._run("ServerReady", context, pb.ServerReadyResponse(), handler, public=True)
+        return await self._run(
+            "ServerReady", context, pb.ServerReadyResponse(), handler, public=True
+        )
 
-    async def ServerMetadata(self, request: pb.ServerMetadataRequest, context: Any) -> pb.ServerMetadataResponse:
+    async def ServerMetadata(
+        self, request: pb.ServerMetadataRequest, context: Any
+    ) -> pb.ServerMetadataResponse:
         async def handler(ctx: RequestContext, call: _Call) -> pb.ServerMetadataResponse:
             meta = await self.service.server_metadata(ctx)
-            return pb.ServerMetadataResponse(name=meta["name"], version=meta["version"], extensions=meta["extensions"])
+            return pb.ServerMetadataResponse(
+                name=meta["name"], version=meta["version"], extensions=meta["extensions"]
+            )
 
         return await self._run("ServerMetadata", context, pb.ServerMetadataResponse(), handler)
 
-    async def ModelReady(self, request: pb.ModelReadyRequest, context: Any) -> pb.ModelReadyResponse:
+    async def ModelReady(
+        self, request: pb.ModelReadyRequest, context: Any
+    ) -> pb.ModelReadyResponse:
         async def handler(ctx: RequestContext, call: _Call) -> pb.ModelReadyResponse:
-            return pb.ModelReadyResponse(ready=await self.service.model_ready(ctx, request.name, request.version))
+            return pb.ModelReadyResponse(
+                ready=await self.service.model_ready(ctx, request.name, request.version)
+            )
 
         return await self._run("ModelReady", context, pb.ModelReadyResponse(), handler)
 
-    async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: Any) -> pb.ModelMetadataResponse:
+    async def ModelMetadata(
+        self, request: pb.ModelMetadataRequest, context: Any
+    ) -> pb.ModelMetadataResponse:
         async def handler(ctx: RequestContext, call: _Call) -> pb.ModelMetadataResponse:
             meta = await self.service.model_metadata(ctx, request.name, request.version)
-            return json_format.ParseDict(meta, pb.ModelMetadataResponse(), ignore_unknown_fields=True)
+            return json_format.ParseDict(
+                meta, pb.ModelMetadataResponse(), ignore_unknown_fields=True
+            )
 
         return await self._run("ModelMetadata", context, pb.ModelMetadataResponse(), handler)
 
-    async def ModelConfig(self, request: pb.ModelConfigRequest, context: Any) -> pb.ModelConfigResponse:
+    async def ModelConfig(
+        self, request: pb.ModelConfigRequest, context: Any
+    ) -> pb.ModelConfigResponse:
         async def handler(ctx: RequestContext, call: _Call) -> pb.ModelConfigResponse:
             config = await self.service.model_config(ctx, request.name, request.version)
             parsed = json_format.ParseDict(config, mc.ModelConfig(), ignore_unknown_fields=True)
@@ -245,24 +279,33 @@ class KServeGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     # -- operator reads (the admin credential) ------------------------------------------------
 
-    async def RepositoryIndex(self, request: pb.RepositoryIndexRequest, context: Any) -> pb.RepositoryIndexResponse:
+    async def RepositoryIndex(
+        self, request: pb.RepositoryIndexRequest, context: Any
+    ) -> pb.RepositoryIndexResponse:
         async def handler(ctx: RequestContext, call: _Call) -> pb.RepositoryIndexResponse:
             index = await self.service.repository_index(ctx, ready_only=request.ready)
-            return json_format.ParseDict({"models": index}, pb.RepositoryIndexResponse(), ignore_unknown_fields=True)
+            return json_format.ParseDict(
+                {"models": index}, pb.RepositoryIndexResponse(), ignore_unknown_fields=True
+            )
 
         return await self._run("RepositoryIndex", context, pb.RepositoryIndexResponse(), handler)
 
-    async def ModelStatistics(self, request: pb.ModelStatisticsRequest, context: Any) -> pb.ModelStatisticsResponse:
+    async def ModelStatistics(
+        self, request: pb.ModelStatisticsRequest, context: Any
+    ) -> pb.ModelStatisticsResponse:
         async def handler(ctx: RequestContext, call: _Call) -> pb.ModelStatisticsResponse:
             stats = await self.service.statistics(ctx, request.name, request.version)
-            return json_format.ParseDict({"model_stats": stats}, pb.ModelStatisticsResponse(),
-                                         ignore_unknown_fields=True)
+            return json_format.ParseDict(
+                {"model_stats": stats}, pb.ModelStatisticsResponse(), ignore_unknown_fields=True
+            )
 
         return await self._run("ModelStatistics", context, pb.ModelStatisticsResponse(), handler)
 
     # -- inference --------------------------------------------------------------------------
 
-    async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
+    async def ModelInfer(
+        self, request: pb.ModelInferRequest, context: Any
+    ) -> pb.ModelInferResponse:
         async def handler(ctx: RequestContext, call: _Call) -> pb.ModelInferResponse:
             return await self._infer(ctx, call, request)
 
@@ -278,7 +321,9 @@ class KServeGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         try:
             principal: Principal = await self.authenticator.authenticate(metadata)
         except GatewayError as exc:
-            context.set_code(GRPC_STATUS.get(self.renderer.status_for(exc), grpc.StatusCode.UNKNOWN))
+            context.set_code(
+                GRPC_STATUS.get(self.renderer.status_for(exc), grpc.StatusCode.UNKNOWN)
+            )
             context.set_details(exc.detail)
             return
         async for request in request_iterator:
@@ -332,7 +377,10 @@ async def start_grpc_server(
         maximum_concurrent_rpcs=settings.grpc_max_concurrent_rpcs,
     )
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
-        KServeGrpcServicer(service, authenticator, renderer, tracker, meter, settings.server_timing), server
+        KServeGrpcServicer(
+            service, authenticator, renderer, tracker, meter, settings.server_timing
+        ),
+        server,
     )
     address = f"{settings.host}:{settings.grpc_port}"
     try:

@@ -18,7 +18,9 @@ from gateway.tenancy import key_protocol
 __all__ = ["document_security"]
 
 
-def document_security(app: FastAPI, public_paths: Sequence[str], metrics_paths: Sequence[str]) -> None:
+def document_security(
+    app: FastAPI, public_paths: Sequence[str], metrics_paths: Sequence[str]
+) -> None:
     """Declare in OpenAPI which credential each route takes (the auth middleware enforces it)."""
 
     def openapi() -> dict[str, Any]:
@@ -47,8 +49,11 @@ def _exact_integer_bounds(schema: dict[str, Any]) -> None:
     """Put back the integer bounds FastAPI's OpenAPI model turns into floats (2**63 - 1, the largest
     seed, would otherwise be documented as 2**63, one past it)."""
     components = schema.get("components", {}).get("schemas", {})
-    for name, model in [item for module in (protocol, job_protocol, key_protocol, error_protocol)
-                        for item in vars(module).items()]:
+    for name, model in [
+        item
+        for module in (protocol, job_protocol, key_protocol, error_protocol)
+        for item in vars(module).items()
+    ]:
         if not (isinstance(model, type) and issubclass(model, BaseModel) and name in components):
             continue
         documented = components[name].get("properties", {})

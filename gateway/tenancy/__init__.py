@@ -8,7 +8,21 @@ from __future__ import annotations
 
 # its modules, each imported by name: nothing is re-exported
 __all__ = [
-    "admission", "auth", "context", "key_protocol", "key_stores", "keys", "keys_cli", "keys_sqlite",
-    "private_files", "ratelimit", "redis_state", "secret_policy", "state_sync", "tiers", "traffic",
-    "usage", "usage_store",
+    "admission",
+    "auth",
+    "context",
+    "key_protocol",
+    "key_stores",
+    "keys",
+    "keys_cli",
+    "keys_sqlite",
+    "private_files",
+    "ratelimit",
+    "redis_state",
+    "secret_policy",
+    "state_sync",
+    "tiers",
+    "traffic",
+    "usage",
+    "usage_store",
 ]

@@ -59,7 +59,14 @@ from gateway.tenancy.ratelimit import Decision, RateLimiter
 if TYPE_CHECKING:
     from gateway.backends.residency import ResidencyManager
 
-__all__ = ["AdmissionControl", "RefusalCharge", "Ticket", "key_bucket", "model_bucket", "refusal_bucket"]
+__all__ = [
+    "AdmissionControl",
+    "RefusalCharge",
+    "Ticket",
+    "key_bucket",
+    "model_bucket",
+    "refusal_bucket",
+]
 
 
 def key_bucket(client_id: str) -> str:
@@ -100,7 +107,9 @@ class Ticket:
         """
         left = self.deadline - time.monotonic()
         if left <= 0:
-            raise UpstreamTimeout(f"the request's deadline passed before it reached model '{self.model}'")
+            raise UpstreamTimeout(
+                f"the request's deadline passed before it reached model '{self.model}'"
+            )
         return left
 
 
@@ -120,7 +129,11 @@ class AdmissionControl:
     """
 
     def __init__(
-        self, settings: GatewaySettings, catalog: ModelCatalog, limiter: RateLimiter, tracker: LatencyTracker,
+        self,
+        settings: GatewaySettings,
+        catalog: ModelCatalog,
+        limiter: RateLimiter,
+        tracker: LatencyTracker,
         healer: ModelHealer | None = None,
     ) -> None:
         self.settings = settings
@@ -149,7 +162,9 @@ class AdmissionControl:
             raise RuntimeError("admission without an authenticated principal")
         if not principal.allows(model):
             self.tracker.reject("scope")
-            raise PermissionDenied(f"this credential is not allowed to use model '{name}'", field=field)
+            raise PermissionDenied(
+                f"this credential is not allowed to use model '{name}'", field=field
+            )
         return model
 
     async def known(self, name: str, model: str) -> None:
@@ -165,7 +180,9 @@ class AdmissionControl:
         return ModelNotFound(name)
 
     @asynccontextmanager
-    async def admit(self, ctx: RequestContext, name: str, field: str = "model") -> AsyncIterator[Ticket]:
+    async def admit(
+        self, ctx: RequestContext, name: str, field: str = "model"
+    ) -> AsyncIterator[Ticket]:
         """Let one request for ``name`` through, or refuse it before it reaches Triton (steps 1-6).
 
         Args:
@@ -245,7 +262,9 @@ class AdmissionControl:
         return model
 
     @asynccontextmanager
-    async def slot(self, ctx: RequestContext, model: str, timeout_s: float | None = None) -> AsyncIterator[Ticket]:
+    async def slot(
+        self, ctx: RequestContext, model: str, timeout_s: float | None = None
+    ) -> AsyncIterator[Ticket]:
         """Step 6: the tier's share of ``model``'s in-flight bound, held until the block exits.
 
         Args:
@@ -273,7 +292,9 @@ class AdmissionControl:
         if running >= share:
             # 429 rather than 503: load shedding the client should back off from, not an outage.
             self.tracker.reject("in_flight")
-            held = "" if share == bound else f" (tier '{principal.tier}' may use {share} of {bound})"
+            held = (
+                "" if share == bound else f" (tier '{principal.tier}' may use {share} of {bound})"
+            )
             raise Overloaded(
                 f"model '{model}' already has {running} requests in flight{held}; retry shortly",
                 retry_after_s=self.settings.retry_after_s,
@@ -295,7 +316,8 @@ class AdmissionControl:
         ticket = Ticket(
             model=model,
             priority=tier.priority,
-            deadline=time.monotonic() + (self.settings.upstream_timeout_s if timeout_s is None else timeout_s),
+            deadline=time.monotonic()
+            + (self.settings.upstream_timeout_s if timeout_s is None else timeout_s),
         )
         try:
             if self.residency is None:
@@ -378,8 +400,12 @@ class RefusalCharge:
         principal = ctx.principal
         limiter = self._limiter()
         if (
-            ctx.charged or principal is None or principal.kind == "admin" or limiter is None
-            or not 400 <= status < 500 or status in _UNCHARGED
+            ctx.charged
+            or principal is None
+            or principal.kind == "admin"
+            or limiter is None
+            or not 400 <= status < 500
+            or status in _UNCHARGED
         ):
             return
         tier = self.settings.tier_limit(principal.tier)
@@ -387,13 +413,20 @@ class RefusalCharge:
         limit = key_limit or tier.model_limit()
         if limit is None:
             return  # an unlimited tier
-        bucket = key_bucket(principal.client_id) if key_limit is not None else refusal_bucket(principal.client_id)
+        bucket = (
+            key_bucket(principal.client_id)
+            if key_limit is not None
+            else refusal_bucket(principal.client_id)
+        )
         ctx.charged = True
         decision = await limiter.hit(bucket, limit)
         if not decision.allowed or decision.remaining == 0:
             # Empty now: the next request would be refused; until a token is back, refuse it here.
-            wait = decision.retry_after_s if not decision.allowed else (
-                decision.reset_s - (limit.burst - 1) * 60.0 / limit.per_minute)
+            wait = (
+                decision.retry_after_s
+                if not decision.allowed
+                else (decision.reset_s - (limit.burst - 1) * 60.0 / limit.per_minute)
+            )
             if len(self._blocked) > _MAX_BLOCKED:
                 self._blocked.clear()
             self._blocked[principal.client_id] = (self._clock() + max(wait, 0.0), decision)

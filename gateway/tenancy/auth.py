@@ -73,8 +73,12 @@ class Authenticator:
         clock: monotonic seconds, for the cache's ages (tests pass their own).
     """
 
-    def __init__(self, settings: GatewaySettings, store: KeyStore,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        store: KeyStore,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.settings = settings
         self.store = store
         self._clock = clock
@@ -122,10 +126,15 @@ class Authenticator:
         if admin and hmac.compare_digest(credential.encode(), admin.encode()):
             # The admin credential may read client routes too (e.g. /v1/stats for operators).
             return Principal(
-                client_id="admin", scopes=frozenset({"*"}), tier=self.settings.default_tier, kind="admin"
+                client_id="admin",
+                scopes=frozenset({"*"}),
+                tier=self.settings.default_tier,
+                kind="admin",
             )
         if credential.startswith("gk_"):
-            raise AuthenticationError("malformed API key", field="authorization", headers=_CHALLENGE)
+            raise AuthenticationError(
+                "malformed API key", field="authorization", headers=_CHALLENGE
+            )
         return self._from_jwt(credential)
 
     async def _record(self, key_id: str) -> ApiKeyRecord | None:
@@ -146,7 +155,9 @@ class Authenticator:
                 # Availability first: the last answer the store gave stands until it is back (no
                 # change can be written to an unreachable store either).
                 return cached[1]
-            raise StateStoreUnavailable(f"API keys cannot be verified: {exc}", retry_after_s=1) from exc
+            raise StateStoreUnavailable(
+                f"API keys cannot be verified: {exc}", retry_after_s=1
+            ) from exc
 
     def _lookup(self, key_id: str) -> asyncio.Task[ApiKeyRecord | None]:
         """The store lookup of ``key_id`` in flight, started if there is none: requests that miss the
@@ -205,7 +216,9 @@ class Authenticator:
             key = self._jwt_keys.get(alg)
             if key is None:
                 raise AuthenticationError(
-                    f"JWT algorithm {alg!r} is not accepted", field="authorization", headers=_CHALLENGE
+                    f"JWT algorithm {alg!r} is not accepted",
+                    field="authorization",
+                    headers=_CHALLENGE,
                 )
             require = (
                 ["exp", "sub"]
@@ -222,7 +235,9 @@ class Authenticator:
                 leeway=5,
             )
         except jwt.ExpiredSignatureError as exc:
-            raise AuthenticationError("JWT has expired", field="authorization", headers=_CHALLENGE) from exc
+            raise AuthenticationError(
+                "JWT has expired", field="authorization", headers=_CHALLENGE
+            ) from exc
         except jwt.PyJWTError as exc:
             # PyJWT's messages name the failing claim ("Invalid audience"), never the token.
             raise AuthenticationError(
@@ -231,7 +246,9 @@ class Authenticator:
         raw_scopes = claims.get("models", claims.get("scope", ""))
         scopes = raw_scopes.split() if isinstance(raw_scopes, str) else [str(s) for s in raw_scopes]
         tier = str(claims.get("tier") or self.settings.default_tier)
-        return Principal(client_id=f"jwt:{claims['sub']}", scopes=frozenset(scopes), tier=tier, kind="jwt")
+        return Principal(
+            client_id=f"jwt:{claims['sub']}", scopes=frozenset(scopes), tier=tier, kind="jwt"
+        )
 
     def invalidate(self, key_id: str) -> None:
         """Forget a cached key (after a rotation or revocation in this process); a lookup already
@@ -257,7 +274,9 @@ class Authenticator:
         """
         expected = self.settings.admin_token.get_secret_value()
         if not expected:
-            raise PermissionDenied("the admin API is disabled: set GATEWAY_ADMIN_TOKEN to enable it")
+            raise PermissionDenied(
+                "the admin API is disabled: set GATEWAY_ADMIN_TOKEN to enable it"
+            )
         presented = headers.get("x-admin-token") or extract_credential(headers) or ""
         if not hmac.compare_digest(presented.encode(), expected.encode()):
             raise AuthenticationError(

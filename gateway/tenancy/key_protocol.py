@@ -91,8 +91,12 @@ class ExportedKey(BaseModel):
 
     key_id: str = Field(pattern=KEY_ID_PATTERN, description="the public id (12 hex characters)")
     name: str = Field(min_length=1, max_length=200)
-    key_hash: str = Field(pattern=KEY_HASH_PATTERN, description="SHA-256 (hex) of the plaintext key")
-    scopes: list[str] = Field(min_length=1, max_length=MAX_KEY_SCOPES, description="model names, or ['*'] for all")
+    key_hash: str = Field(
+        pattern=KEY_HASH_PATTERN, description="SHA-256 (hex) of the plaintext key"
+    )
+    scopes: list[str] = Field(
+        min_length=1, max_length=MAX_KEY_SCOPES, description="model names, or ['*'] for all"
+    )
     tier: str = Field(min_length=1, max_length=100, description="a tier of GATEWAY_TIER_LIMITS")
     created_at: float = Field(ge=0)
     rotated_at: float | None = Field(None, ge=0)
@@ -125,9 +129,13 @@ class KeyExport(BaseModel):
         },
     )
 
-    keys: list[ExportedKey] = Field(max_length=MAX_IMPORT_KEYS, description=f"at most {MAX_IMPORT_KEYS:,} keys")
+    keys: list[ExportedKey] = Field(
+        max_length=MAX_IMPORT_KEYS, description=f"at most {MAX_IMPORT_KEYS:,} keys"
+    )
 
 
 class ImportKeysResponse(BaseModel):
     imported: list[str] = Field(description="key ids written")
-    skipped: list[str] = Field(description="key ids already present with identical content (a re-run)")
+    skipped: list[str] = Field(
+        description="key ids already present with identical content (a re-run)"
+    )

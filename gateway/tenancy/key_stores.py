@@ -35,7 +35,9 @@ def open_key_store(settings: GatewaySettings) -> KeyStore:
     return SqliteKeyStore(settings.keys_db)
 
 
-def bootstrap_first_key(settings: GatewaySettings, name: str = "first-key", tier: str | None = None) -> str:
+def bootstrap_first_key(
+    settings: GatewaySettings, name: str = "first-key", tier: str | None = None
+) -> str:
     """Create an all-models key in the configured store, for the platform's start command.
 
     Args:

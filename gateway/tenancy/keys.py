@@ -48,6 +48,7 @@ _SECRET_BYTES = 32
 KEY_ID_PATTERN = r"^[0-9a-f]{12}$"
 KEY_HASH_PATTERN = r"^[0-9a-f]{64}$"
 
+
 @dataclass(frozen=True)
 class ApiKeyRecord:
     """One stored key, without its secret.
@@ -183,7 +184,9 @@ class KeyStore(ABC):
     """
 
     @abstractmethod
-    def create(self, name: str, scopes: Sequence[str] = (ALL_MODELS,), tier: str = "free") -> tuple[str, str]:
+    def create(
+        self, name: str, scopes: Sequence[str] = (ALL_MODELS,), tier: str = "free"
+    ) -> tuple[str, str]:
         """Create a key.
 
         Args:
@@ -274,8 +277,12 @@ def records_from_export(entries: Iterable[dict[str, Any]]) -> list[ApiKeyRecord]
                     scopes=tuple(str(s) for s in entry["scopes"]),
                     tier=str(entry["tier"]),
                     created_at=float(entry["created_at"]),
-                    rotated_at=None if entry.get("rotated_at") is None else float(entry["rotated_at"]),
-                    revoked_at=None if entry.get("revoked_at") is None else float(entry["revoked_at"]),
+                    rotated_at=None
+                    if entry.get("rotated_at") is None
+                    else float(entry["rotated_at"]),
+                    revoked_at=None
+                    if entry.get("revoked_at") is None
+                    else float(entry["revoked_at"]),
                     key_hash=str(entry["key_hash"]),
                 )
             )

@@ -44,11 +44,15 @@ def build_parser() -> argparse.ArgumentParser:
     store = argparse.ArgumentParser(add_help=False)
     store.add_argument("--keys-db", type=Path, help="SQLite key file (env GATEWAY_KEYS_DB)")
     store.add_argument("--redis-url", help="use the Redis store instead (env GATEWAY_REDIS_URL)")
-    store.add_argument("--redis-prefix", help="Redis key namespace (env GATEWAY_REDIS_PREFIX, default gw:)")
+    store.add_argument(
+        "--redis-prefix", help="Redis key namespace (env GATEWAY_REDIS_PREFIX, default gw:)"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     create = commands.add_parser("create", parents=[store], help="create a key and print it once")
     create.add_argument("name")
-    create.add_argument("--scope", action="append", dest="scopes", help="a model name (repeat); default: all")
+    create.add_argument(
+        "--scope", action="append", dest="scopes", help="a model name (repeat); default: all"
+    )
     create.add_argument("--tier", help="rate-limit tier (default: GATEWAY_DEFAULT_TIER)")
     commands.add_parser("list", parents=[store], help="list keys as JSON (never secrets or hashes)")
     export = commands.add_parser(
@@ -87,7 +91,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "create":
             tier = args.tier or settings.default_tier
             if tier not in settings.tier_limits:
-                parser.error(f"unknown tier '{tier}' (known: {', '.join(sorted(settings.tier_limits))})")
+                parser.error(
+                    f"unknown tier '{tier}' (known: {', '.join(sorted(settings.tier_limits))})"
+                )
             _, plaintext = store.create(args.name, args.scopes or [ALL_MODELS], tier)
             print(plaintext)
         elif args.command == "list":
@@ -114,16 +120,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _import(
-    parser: argparse.ArgumentParser, args: argparse.Namespace, settings: GatewaySettings, store: KeyStore
+    parser: argparse.ArgumentParser,
+    args: argparse.Namespace,
+    settings: GatewaySettings,
+    store: KeyStore,
 ) -> int:
     text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
     try:
         document = KeyExport.model_validate_json(text)
     except ValidationError as exc:
-        parser.error(f"{args.file} is not a key export: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}")
+        parser.error(
+            f"{args.file} is not a key export: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}"
+        )
     unknown = sorted({k.tier for k in document.keys} - set(settings.tier_limits))
     if unknown:
-        parser.error(f"unknown tier(s) {', '.join(unknown)}: configure them in GATEWAY_TIER_LIMITS first")
+        parser.error(
+            f"unknown tier(s) {', '.join(unknown)}: configure them in GATEWAY_TIER_LIMITS first"
+        )
     try:
         result = store.import_records(records_from_export(k.model_dump() for k in document.keys))
     except ValueError as exc:

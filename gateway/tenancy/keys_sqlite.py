@@ -78,7 +78,9 @@ class SqliteKeyStore(KeyStore):
             key_hash=row["key_hash"],
         )
 
-    def create(self, name: str, scopes: Sequence[str] = (ALL_MODELS,), tier: str = "free") -> tuple[str, str]:
+    def create(
+        self, name: str, scopes: Sequence[str] = (ALL_MODELS,), tier: str = "free"
+    ) -> tuple[str, str]:
         if not scopes:
             raise ValueError("a key needs at least one scope (a model name or '*')")
         for _ in range(5):  # an id collision is astronomically rare; retry rather than fail
@@ -87,7 +89,14 @@ class SqliteKeyStore(KeyStore):
                 with self._connect() as db:
                     db.execute(
                         "INSERT INTO api_keys (key_id, name, key_hash, scopes, tier, created_at) VALUES (?,?,?,?,?,?)",
-                        (key_id, name, hash_key(plaintext), json.dumps(list(scopes)), tier, time.time()),
+                        (
+                            key_id,
+                            name,
+                            hash_key(plaintext),
+                            json.dumps(list(scopes)),
+                            tier,
+                            time.time(),
+                        ),
                     )
             except sqlite3.IntegrityError:
                 continue
@@ -138,8 +147,16 @@ class SqliteKeyStore(KeyStore):
                     "INSERT INTO api_keys (key_id, name, key_hash, scopes, tier, created_at, rotated_at, "
                     "revoked_at) VALUES (?,?,?,?,?,?,?,?)",
                     [
-                        (r.key_id, r.name, r.key_hash, json.dumps(list(r.scopes)), r.tier, r.created_at,
-                         r.rotated_at, r.revoked_at)
+                        (
+                            r.key_id,
+                            r.name,
+                            r.key_hash,
+                            json.dumps(list(r.scopes)),
+                            r.tier,
+                            r.created_at,
+                            r.rotated_at,
+                            r.revoked_at,
+                        )
                         for r in write
                     ],
                 )

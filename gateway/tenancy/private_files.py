@@ -26,7 +26,9 @@ def create_private(path: Path) -> None:
         OSError: the file or a parent cannot be created, or its mode cannot be changed.
     """
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(path, os.O_CREAT | os.O_WRONLY, PRIVATE_MODE)  # the mode applies only if it is created
+    fd = os.open(
+        path, os.O_CREAT | os.O_WRONLY, PRIVATE_MODE
+    )  # the mode applies only if it is created
     try:
         if stat.S_IMODE(os.fstat(fd).st_mode) & 0o077:
             os.fchmod(fd, PRIVATE_MODE)

@@ -26,7 +26,14 @@ from gateway.errors import RateLimiterUnavailable
 from gateway.settings import RedisFailurePolicy
 from gateway.tenancy.tiers import RateLimit
 
-__all__ = ["Decision", "InProcessRateLimiter", "RateLimiter", "RedisRateLimiter", "gcra", "openai_duration"]
+__all__ = [
+    "Decision",
+    "InProcessRateLimiter",
+    "RateLimiter",
+    "RedisRateLimiter",
+    "gcra",
+    "openai_duration",
+]
 
 log = logging.getLogger(__name__)
 
@@ -240,7 +247,9 @@ class RedisRateLimiter:
         except Exception as exc:  # any Redis/socket failure takes the configured policy
             self._down_until = time.monotonic() + self._retry_after_s
             log.warning(
-                "rate limiter: Redis unavailable (%s); policy=%s", type(exc).__name__, self._policy.value
+                "rate limiter: Redis unavailable (%s); policy=%s",
+                type(exc).__name__,
+                self._policy.value,
             )
             return [self._on_failure(limit) for _, limit in checks]
         return [

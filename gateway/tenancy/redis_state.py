@@ -50,7 +50,14 @@ from gateway.tenancy.keys import (
 if TYPE_CHECKING:
     from redis.client import Pipeline
 
-__all__ = ["DEFAULT_PREFIX", "RedisKeyStore", "RedisTrafficStore", "StateVersions", "connect", "read_versions"]
+__all__ = [
+    "DEFAULT_PREFIX",
+    "RedisKeyStore",
+    "RedisTrafficStore",
+    "StateVersions",
+    "connect",
+    "read_versions",
+]
 
 DEFAULT_PREFIX = "gw:"
 T = TypeVar("T")
@@ -59,7 +66,10 @@ T = TypeVar("T")
 def connect(url: str, timeout_s: float) -> redis.Redis:
     """A blocking client with bounded connect and command timeouts (an outage must not stall callers)."""
     return redis.Redis.from_url(
-        url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, retry_on_timeout=False,
+        url,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
+        retry_on_timeout=False,
         decode_responses=True,
     )
 
@@ -150,12 +160,16 @@ class RedisKeyStore(KeyStore):
         pipe.hset(self._key(record.key_id), mapping=_to_hash(record))  # type: ignore[arg-type]
         pipe.zadd(self._index, {record.key_id: record.created_at})
 
-    def create(self, name: str, scopes: Sequence[str] = (ALL_MODELS,), tier: str = "free") -> tuple[str, str]:
+    def create(
+        self, name: str, scopes: Sequence[str] = (ALL_MODELS,), tier: str = "free"
+    ) -> tuple[str, str]:
         if not scopes:
             raise ValueError("a key needs at least one scope (a model name or '*')")
         for _ in range(5):  # an id collision is astronomically rare; retry rather than fail
             key_id, plaintext = new_key()
-            record = ApiKeyRecord(key_id, name, tuple(scopes), tier, time.time(), None, None, hash_key(plaintext))
+            record = ApiKeyRecord(
+                key_id, name, tuple(scopes), tier, time.time(), None, None, hash_key(plaintext)
+            )
 
             def body(pipe: Pipeline, record: ApiKeyRecord = record) -> bool:
                 if pipe.exists(self._key(record.key_id)):
@@ -191,7 +205,10 @@ class RedisKeyStore(KeyStore):
             if not fields or fields.get("revoked_at"):
                 return False
             pipe.multi()
-            pipe.hset(self._key(key_id), mapping={"key_hash": hash_key(plaintext), "rotated_at": repr(time.time())})
+            pipe.hset(
+                self._key(key_id),
+                mapping={"key_hash": hash_key(plaintext), "rotated_at": repr(time.time())},
+            )
             pipe.incr(self._version)
             return True
 
@@ -222,7 +239,10 @@ class RedisKeyStore(KeyStore):
         keys = [self._key(r.key_id) for r in records]
 
         def body(pipe: Pipeline) -> ImportResult:
-            existing = {r.key_id: _from_hash(r.key_id, pipe.hgetall(k)) for r, k in zip(records, keys, strict=True)}  # type: ignore[arg-type]
+            existing = {
+                r.key_id: _from_hash(r.key_id, pipe.hgetall(k))  # type: ignore[arg-type]
+                for r, k in zip(records, keys, strict=True)
+            }
             write, skipped = plan_import(records, existing)
             pipe.multi()
             for record in write:
@@ -259,7 +279,10 @@ class RedisTrafficStore:
         """
         with _unavailable_on_error():
             raw: dict[str, Any] = self._redis.hgetall(self._hash)  # type: ignore[assignment]
-        return {model: {str(v): float(w) for v, w in json.loads(doc).items()} for model, doc in raw.items()}
+        return {
+            model: {str(v): float(w) for v, w in json.loads(doc).items()}
+            for model, doc in raw.items()
+        }
 
     def save(self, model: str, weights: dict[str, float]) -> None:
         """Set ``model``'s weights (already validated)."""

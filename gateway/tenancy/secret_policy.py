@@ -49,10 +49,36 @@ MIN_JWT_SECRET_CHARS = 32
 # Compared after lower-casing and dropping everything but letters and digits, so "Change-Me",
 # "change_me" and "<change me>" all match. A value *containing* one of the first group is a
 # template's filler too ("change-me-in-production").
-_PLACEHOLDER_PARTS = ("changeme", "replaceme", "placeholder", "fillmein", "yoursecret", "yourtoken", "insecure")
+_PLACEHOLDER_PARTS = (
+    "changeme",
+    "replaceme",
+    "placeholder",
+    "fillmein",
+    "yoursecret",
+    "yourtoken",
+    "insecure",
+)
 _PLACEHOLDER_WORDS = {
-    "secret", "password", "passwd", "admin", "token", "default", "example", "test", "testing", "dev",
-    "development", "todo", "fixme", "none", "null", "empty", "xxx", "12345678", "1234567890", "qwerty",
+    "secret",
+    "password",
+    "passwd",
+    "admin",
+    "token",
+    "default",
+    "example",
+    "test",
+    "testing",
+    "dev",
+    "development",
+    "todo",
+    "fixme",
+    "none",
+    "null",
+    "empty",
+    "xxx",
+    "12345678",
+    "1234567890",
+    "qwerty",
 }
 
 
@@ -72,8 +98,11 @@ def is_placeholder(value: str) -> bool:
     folded = re.sub(r"[^a-z0-9]", "", value.lower())
     if not folded:
         return True
-    return (any(part in folded for part in _PLACEHOLDER_PARTS) or folded in _PLACEHOLDER_WORDS
-            or len(set(folded)) == 1)
+    return (
+        any(part in folded for part in _PLACEHOLDER_PARTS)
+        or folded in _PLACEHOLDER_WORDS
+        or len(set(folded)) == 1
+    )
 
 
 def _problem(variable: str, value: str, *, required: bool, min_chars: int) -> str | None:
@@ -98,10 +127,23 @@ def secret_problems(settings: GatewaySettings) -> list[str]:
     checks = [
         ("GATEWAY_ADMIN_TOKEN", settings.admin_token.get_secret_value(), True, MIN_TOKEN_CHARS),
         ("GATEWAY_JWT_SECRET", settings.jwt_secret.get_secret_value(), False, MIN_JWT_SECRET_CHARS),
-        ("GATEWAY_METRICS_TOKEN", settings.metrics_token.get_secret_value(), False, MIN_TOKEN_CHARS),
-        ("GATEWAY_CALLBACK_SECRET", settings.callback_secret.get_secret_value(), False, MIN_TOKEN_CHARS),
+        (
+            "GATEWAY_METRICS_TOKEN",
+            settings.metrics_token.get_secret_value(),
+            False,
+            MIN_TOKEN_CHARS,
+        ),
+        (
+            "GATEWAY_CALLBACK_SECRET",
+            settings.callback_secret.get_secret_value(),
+            False,
+            MIN_TOKEN_CHARS,
+        ),
     ]
-    problems = (_problem(name, value, required=required, min_chars=size) for name, value, required, size in checks)
+    problems = (
+        _problem(name, value, required=required, min_chars=size)
+        for name, value, required, size in checks
+    )
     return [p for p in problems if p]
 
 
@@ -118,11 +160,15 @@ def check_secrets(settings: GatewaySettings) -> None:
     if not problems:
         return
     if settings.dev_insecure:
-        log.warning("%s=1: serving with insecure secrets (never do this outside development): %s",
-                    DEV_INSECURE_ENV, "; ".join(problems))
+        log.warning(
+            "%s=1: serving with insecure secrets (never do this outside development): %s",
+            DEV_INSECURE_ENV,
+            "; ".join(problems),
+        )
         return
     raise InsecureSecrets(
-        "refusing to start with insecure secrets: " + "; ".join(problems)
+        "refusing to start with insecure secrets: "
+        + "; ".join(problems)
         + f". Set real ones (`inferctl up` generates them), or {DEV_INSECURE_ENV}=1 for a throwaway "
         "development server only"
     )

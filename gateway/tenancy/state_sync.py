@@ -71,12 +71,18 @@ class StateSync:
             await self._traffic.flush()  # canary outcomes counted here since the last check
         except (KeyStoreUnavailable, StateStoreUnavailable) as exc:
             if self._healthy is not False:
-                log.warning("shared state: Redis unreachable (%s); caches kept until it answers", exc)
+                log.warning(
+                    "shared state: Redis unreachable (%s); caches kept until it answers", exc
+                )
             self._healthy = False
             self.seen = None  # after the outage: drop and reload everything
             return False
         if self._healthy is not True:
-            log.info("shared state: in sync (keys v%d, canary weights v%d)", current.keys, current.traffic)
+            log.info(
+                "shared state: in sync (keys v%d, canary weights v%d)",
+                current.keys,
+                current.traffic,
+            )
         self._healthy = True
         self.seen = current
         self.last_ok = time.monotonic()

@@ -88,14 +88,25 @@ class TierLimit(BaseModel):
 
 DEFAULT_TIER_LIMITS: dict[str, TierLimit] = {
     "free": TierLimit(
-        per_minute=10, burst=5, key_per_minute=20, key_burst=10, priority=3, in_flight_share=0.5,
-        max_concurrent=4, max_body_bytes=2 * 1024 * 1024,
+        per_minute=10,
+        burst=5,
+        key_per_minute=20,
+        key_burst=10,
+        priority=3,
+        in_flight_share=0.5,
+        max_concurrent=4,
+        max_body_bytes=2 * 1024 * 1024,
     ),
     "standard": TierLimit(
         per_minute=100, burst=20, key_per_minute=300, key_burst=50, priority=2, in_flight_share=0.8
     ),
     "premium": TierLimit(
-        per_minute=1000, burst=100, key_per_minute=3000, key_burst=300, priority=1, in_flight_share=1.0
+        per_minute=1000,
+        burst=100,
+        key_per_minute=3000,
+        key_burst=300,
+        priority=1,
+        in_flight_share=1.0,
     ),
     # Contracted volume billed from usage metering (GET /admin/usage): no rate limit.
     "enterprise": TierLimit(priority=1, in_flight_share=1.0),

@@ -108,12 +108,16 @@ def check_target(target: str, field: str = "versions") -> Route | str:
         BadRequest: neither a version nor ``model:`` followed by a valid model name.
     """
     if target.startswith(MODEL_TARGET):
-        return Route(check_model_name(target[len(MODEL_TARGET):], field=field))
+        return Route(check_model_name(target[len(MODEL_TARGET) :], field=field))
     return check_version(target, field=field)
 
 
 def _route(model: str, target: str) -> Route:
-    return Route(target[len(MODEL_TARGET):]) if target.startswith(MODEL_TARGET) else Route(model, target)
+    return (
+        Route(target[len(MODEL_TARGET) :])
+        if target.startswith(MODEL_TARGET)
+        else Route(model, target)
+    )
 
 
 def check_weights(weights: Mapping[str, float]) -> dict[str, float]:
@@ -128,8 +132,14 @@ def check_weights(weights: Mapping[str, float]) -> dict[str, float]:
         raise BadRequest(f"{len(weights)} versions; at most {MAX_VERSIONS}", field="versions")
     for version, weight in weights.items():
         check_target(version, field="versions")
-        if isinstance(weight, bool) or not isinstance(weight, int | float) or not math.isfinite(weight):
-            raise BadRequest(f"weight of version {version} is not a finite number", field=f"versions.{version}")
+        if (
+            isinstance(weight, bool)
+            or not isinstance(weight, int | float)
+            or not math.isfinite(weight)
+        ):
+            raise BadRequest(
+                f"weight of version {version} is not a finite number", field=f"versions.{version}"
+            )
         if not 0 <= weight <= MAX_WEIGHT:
             raise BadRequest(
                 f"weight of version {version} is {weight:g}; weights go from 0 to {MAX_WEIGHT:g}",
@@ -143,7 +153,7 @@ def check_weights(weights: Mapping[str, float]) -> dict[str, float]:
 
 def _is_target(key: str) -> bool:
     if key.startswith(MODEL_TARGET):
-        return model_name_problem(key[len(MODEL_TARGET):]) is None
+        return model_name_problem(key[len(MODEL_TARGET) :]) is None
     return _VERSION.fullmatch(key) is not None
 
 
@@ -151,7 +161,9 @@ async def _in_thread(func: Callable[P, R], *args: P.args, **kwargs: P.kwargs) ->
     try:
         return await asyncio.to_thread(func, *args, **kwargs)
     except KeyStoreUnavailable as exc:
-        raise StateStoreUnavailable(f"canary weights are unavailable: {exc}", retry_after_s=1) from exc
+        raise StateStoreUnavailable(
+            f"canary weights are unavailable: {exc}", retry_after_s=1
+        ) from exc
 
 
 class TrafficSplit:
@@ -226,7 +238,10 @@ class TrafficSplit:
             counts = await _in_thread(self.store.outcomes, model)
         else:
             counts = self._counts.get(model, {})
-        return {target: {"answered": answered, "failed": failed} for target, (answered, failed) in sorted(counts.items())}
+        return {
+            target: {"answered": answered, "failed": failed}
+            for target, (answered, failed) in sorted(counts.items())
+        }
 
     async def update(self, model: str, weights: Mapping[str, float]) -> None:
         """Set ``model``'s weights everywhere: in the shared store first (when there is one), then here.
@@ -262,7 +277,9 @@ class TrafficSplit:
         table = await _in_thread(self.store.load)
         fresh: dict[str, tuple[tuple[str, ...], tuple[float, ...]]] = {}
         for model, weights in table.items():
-            kept = {v: w for v, w in weights.items() if _is_target(v) and math.isfinite(w) and w > 0}
+            kept = {
+                v: w for v, w in weights.items() if _is_target(v) and math.isfinite(w) and w > 0
+            }
             if kept:  # the store only ever holds validated weights; skip anything else
                 fresh[model] = (tuple(kept), tuple(kept.values()))
         self._weights = fresh
@@ -273,7 +290,9 @@ class TrafficSplit:
         if entry is None:
             return Route(model)
         targets, weights = entry
-        return _route(model, targets[0] if len(targets) == 1 else self._rng.choices(targets, weights)[0])
+        return _route(
+            model, targets[0] if len(targets) == 1 else self._rng.choices(targets, weights)[0]
+        )
 
     def pick(self, model: str) -> str:
         """The version for one request ('' = let Triton choose); see :meth:`route` for model targets."""
@@ -281,4 +300,7 @@ class TrafficSplit:
 
     def snapshot(self) -> dict[str, dict[str, float]]:
         total = {m: sum(w) for m, (_, w) in self._weights.items()}
-        return {m: {v: w / total[m] for v, w in zip(vs, ws, strict=True)} for m, (vs, ws) in self._weights.items()}
+        return {
+            m: {v: w / total[m] for v, w in zip(vs, ws, strict=True)}
+            for m, (vs, ws) in self._weights.items()
+        }

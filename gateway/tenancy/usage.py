@@ -30,7 +30,15 @@ import uuid
 from dataclasses import dataclass, field, fields
 from typing import Protocol
 
-__all__ = ["METRICS", "RequestUsage", "UsageMeter", "UsageRow", "UsageStore", "UsageStoreError", "day_of"]
+__all__ = [
+    "METRICS",
+    "RequestUsage",
+    "UsageMeter",
+    "UsageRow",
+    "UsageStore",
+    "UsageStoreError",
+    "day_of",
+]
 
 log = logging.getLogger(__name__)
 
@@ -127,8 +135,15 @@ class UsageMeter:
             self._today = (start, start + 86_400, day)
         return day
 
-    def record(self, client: str, model: str, status: int, usage: RequestUsage, upstream_s: float,
-               now: float | None = None) -> None:
+    def record(
+        self,
+        client: str,
+        model: str,
+        status: int,
+        usage: RequestUsage,
+        upstream_s: float,
+        now: float | None = None,
+    ) -> None:
         """One admitted request, once it is answered.
 
         Args:
@@ -185,7 +200,10 @@ class UsageMeter:
                 await self.flush()
             except UsageStoreError as exc:
                 if not failing:  # once per outage, not once per interval
-                    log.warning("usage metering: flushing to the store failed (%s); counts kept, retrying", exc)
+                    log.warning(
+                        "usage metering: flushing to the store failed (%s); counts kept, retrying",
+                        exc,
+                    )
                 failing = True
                 continue
             if failing:

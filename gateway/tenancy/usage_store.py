@@ -74,7 +74,12 @@ class RedisUsageStore:
     """
 
     def __init__(
-        self, url: str, *, prefix: str = "gw:", timeout_s: float = 0.25, retention_days: int = DEFAULT_RETENTION_DAYS
+        self,
+        url: str,
+        *,
+        prefix: str = "gw:",
+        timeout_s: float = 0.25,
+        retention_days: int = DEFAULT_RETENTION_DAYS,
     ) -> None:
         import redis.asyncio as aioredis  # the gateway extra provides it; imported only when used
 
@@ -86,7 +91,9 @@ class RedisUsageStore:
         self._add = self._redis.register_script(_ADD_LUA)
 
     def _expiry(self, day: str) -> int:
-        end = dt.datetime.combine(dt.date.fromisoformat(day), dt.time(), dt.UTC) + dt.timedelta(days=1)
+        end = dt.datetime.combine(dt.date.fromisoformat(day), dt.time(), dt.UTC) + dt.timedelta(
+            days=1
+        )
         return int(end.timestamp()) + self._retention_s
 
     async def add(self, batch: str, rows: list[UsageRow]) -> None:
@@ -101,7 +108,12 @@ class RedisUsageStore:
             counts.append(fields)
             expiry.append(self._expiry(row.day))
             clients.append(row.client)
-        args: list[str | int] = [BATCH_MEMORY_S, json.dumps(counts), json.dumps(expiry), json.dumps(clients)]
+        args: list[str | int] = [
+            BATCH_MEMORY_S,
+            json.dumps(counts),
+            json.dumps(expiry),
+            json.dumps(clients),
+        ]
         try:
             await self._add(keys=keys, args=args)
         except Exception as exc:  # any Redis/socket failure
@@ -110,8 +122,13 @@ class RedisUsageStore:
     async def read(self, first_day: str, last_day: str, client: str | None) -> list[UsageRow]:
         days = days_between(first_day, last_day)
         try:
-            series = await read_client_hashes(self._redis, days, client, lambda day: f"{self._prefix}{day}:clients",
-                                              lambda day, owner: f"{self._prefix}{day}:{owner}")
+            series = await read_client_hashes(
+                self._redis,
+                days,
+                client,
+                lambda day: f"{self._prefix}{day}:clients",
+                lambda day, owner: f"{self._prefix}{day}:{owner}",
+            )
         except Exception as exc:  # any Redis/socket failure
             raise UsageStoreError(f"Redis: {type(exc).__name__}: {exc}") from exc
         rows: dict[tuple[str, str, str], UsageRow] = {}
@@ -160,7 +177,9 @@ class SqliteUsageStore:
         try:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute(_SCHEMA)
-            db.execute("CREATE TABLE IF NOT EXISTS usage_batches (batch TEXT PRIMARY KEY, at REAL NOT NULL)")
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS usage_batches (batch TEXT PRIMARY KEY, at REAL NOT NULL)"
+            )
         finally:
             db.close()
 
@@ -172,9 +191,13 @@ class SqliteUsageStore:
         try:
             with db:  # one transaction: the batch marker and all rows, or nothing
                 now = time.time()
-                fresh = db.execute("INSERT OR IGNORE INTO usage_batches VALUES (?, ?)", (batch, now)).rowcount
+                fresh = db.execute(
+                    "INSERT OR IGNORE INTO usage_batches VALUES (?, ?)", (batch, now)
+                ).rowcount
                 if fresh:
-                    db.executemany(_UPSERT, [(r.day, r.client, r.model, *r.counts().values()) for r in rows])
+                    db.executemany(
+                        _UPSERT, [(r.day, r.client, r.model, *r.counts().values()) for r in rows]
+                    )
                 db.execute("DELETE FROM usage_batches WHERE at < ?", (now - BATCH_MEMORY_S,))
         finally:
             db.close()

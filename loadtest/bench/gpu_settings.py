@@ -17,11 +17,21 @@ class GpuBenchSettings:
     out_dir: Path
     #: closed-loop concurrency of each configuration (the targets compare like with like: batching
     #: on/off and the naive server at 32, the JPEG paths where P99 <= 20 ms can hold)
-    points: dict[str, tuple[int, ...]] = field(default_factory=lambda: {
-        "tensor http": (32, 128, 256), "tensor system-shm": (128, 256), "tensor cuda-shm": (32, 128, 256),
-        "tensor cuda-shm x8": (32, 64), "tensor compiled cuda-shm": (32, 256), "tensor no-batching": (32,), "tensor no-batching cuda-shm": (32,), "naive": (32,),
-        "jpeg": (32, 64, 128, 256), "jpeg compiled": (32, 64, 128),
-        "jpeg gateway": (32, 64, 128, 256)})
+    points: dict[str, tuple[int, ...]] = field(
+        default_factory=lambda: {
+            "tensor http": (32, 128, 256),
+            "tensor system-shm": (128, 256),
+            "tensor cuda-shm": (32, 128, 256),
+            "tensor cuda-shm x8": (32, 64),
+            "tensor compiled cuda-shm": (32, 256),
+            "tensor no-batching": (32,),
+            "tensor no-batching cuda-shm": (32,),
+            "naive": (32,),
+            "jpeg": (32, 64, 128, 256),
+            "jpeg compiled": (32, 64, 128),
+            "jpeg gateway": (32, 64, 128, 256),
+        }
+    )
     duration_s: float = 3.0
     warmup_s: float = 1.0
     capacity_s: float = 2.0

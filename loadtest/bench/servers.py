@@ -20,20 +20,42 @@ from serving.ports import reserve_port
 from serving.processes import ManagedProcess, child_env, python_module
 from serving.redis_process import redis_server
 
-__all__ = ["BenchGateway", "gateway_server", "naive_embedding_server", "naive_server", "start_triton"]
+__all__ = [
+    "BenchGateway",
+    "gateway_server",
+    "naive_embedding_server",
+    "naive_server",
+    "start_triton",
+]
 
 _BENCH_TIER = "loadtest-bench"
 
 
 @contextlib.contextmanager
-def naive_server(device: str, precision: str, workdir: Path, model: str = DEFAULT_MODEL,
-                 threads: int = 0) -> Iterator[str]:
+def naive_server(
+    device: str, precision: str, workdir: Path, model: str = DEFAULT_MODEL, threads: int = 0
+) -> Iterator[str]:
     """Start :mod:`loadtest.naive_server` on a reserved port (``threads`` > 0: that many torch intra-op
     threads, else PyTorch's default); yields its base URL."""
     port = reserve_port()
-    command = python_module("loadtest.naive_server", "--host", "127.0.0.1", "--port", str(port),
-                            "--model", model, "--device", device, "--precision", precision, "--threads", str(threads))
-    with ManagedProcess(command, name="naive server", log_path=workdir / "naive_server.log", env=child_env()) as process:
+    command = python_module(
+        "loadtest.naive_server",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--model",
+        model,
+        "--device",
+        device,
+        "--precision",
+        precision,
+        "--threads",
+        str(threads),
+    )
+    with ManagedProcess(
+        command, name="naive server", log_path=workdir / "naive_server.log", env=child_env()
+    ) as process:
         process.wait_http(f"http://127.0.0.1:{port}/healthz", 300, expect=b'"ok"')
         yield f"http://127.0.0.1:{port}"
 
@@ -42,10 +64,25 @@ def naive_server(device: str, precision: str, workdir: Path, model: str = DEFAUL
 def naive_embedding_server(device: str, workdir: Path, threads: int = 0) -> Iterator[str]:
     """Start :mod:`loadtest.naive_server` serving sentence-transformers' ``encode``; yields its base URL."""
     port = reserve_port()
-    command = python_module("loadtest.naive_server", "--host", "127.0.0.1", "--port", str(port),
-                            "--task", "embeddings", "--device", device, "--threads", str(threads))
-    with ManagedProcess(command, name="sentence-transformers server", log_path=workdir / f"naive_embeddings_{device}.log",
-                        env=child_env()) as process:
+    command = python_module(
+        "loadtest.naive_server",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--task",
+        "embeddings",
+        "--device",
+        device,
+        "--threads",
+        str(threads),
+    )
+    with ManagedProcess(
+        command,
+        name="sentence-transformers server",
+        log_path=workdir / f"naive_embeddings_{device}.log",
+        env=child_env(),
+    ) as process:
         process.wait_http(f"http://127.0.0.1:{port}/healthz", 300, expect=b'"ok"')
         yield f"http://127.0.0.1:{port}"
 
@@ -69,8 +106,12 @@ def gateway_server(triton_http_url: str, workdir: Path, workers: int = 1) -> Ite
     """
     with contextlib.ExitStack() as stack:
         extra = {
-            "GATEWAY_TIER_LIMITS": json.dumps({_BENCH_TIER: {"per_minute": 1e9, "burst": 1_000_000},
-                                               "free": {"per_minute": 10, "burst": 5}}),
+            "GATEWAY_TIER_LIMITS": json.dumps(
+                {
+                    _BENCH_TIER: {"per_minute": 1e9, "burst": 1_000_000},
+                    "free": {"per_minute": 10, "burst": 5},
+                }
+            ),
             "GATEWAY_MAX_IN_FLIGHT_PER_MODEL": "4096",
             "GATEWAY_LOG_LEVEL": "warning",
             "GATEWAY_METRICS_TOKEN": secrets.token_urlsafe(24),
@@ -84,9 +125,22 @@ def gateway_server(triton_http_url: str, workdir: Path, workers: int = 1) -> Ite
             options += ["--workers", str(workers)]
         _, key = _create_key(keys_db, extra.get("GATEWAY_REDIS_URL"))
         port = reserve_port()
-        launch = GatewayLaunch(port, child_env(extra), log_path=workdir / "gateway.log",
-                               args=("--host", "127.0.0.1", "--port", str(port), "--triton-url", triton_http_url,
-                                     *options, "--log-level", "warning"))
+        launch = GatewayLaunch(
+            port,
+            child_env(extra),
+            log_path=workdir / "gateway.log",
+            args=(
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--triton-url",
+                triton_http_url,
+                *options,
+                "--log-level",
+                "warning",
+            ),
+        )
         stack.enter_context(start_gateway_process(launch))
         yield BenchGateway(f"http://127.0.0.1:{port}", key, extra["GATEWAY_METRICS_TOKEN"])
 
@@ -113,7 +167,11 @@ def start_triton(repository: Path, ports: TritonPorts, python: str | None) -> Tr
             raise
         import subprocess
 
-        listing = subprocess.run(["ss", "-tanp"], capture_output=True, text=True, check=False).stdout
+        listing = subprocess.run(
+            ["ss", "-tanp"], capture_output=True, text=True, check=False
+        ).stdout
         print(f"{exc}; listening and connected sockets then:\n{listing}", flush=True)
-        server = TritonServer(repository, ports=TritonPorts.free(), python=python, startup_timeout_s=300)
+        server = TritonServer(
+            repository, ports=TritonPorts.free(), python=python, startup_timeout_s=300
+        )
         return server.start()

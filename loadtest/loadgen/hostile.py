@@ -92,7 +92,12 @@ class IdleConnectionTarget:
                 return 0, None, None, f"reset: {exc!r}"
             await _close(writer, abort=False)
             status = _status_of(line[:_STATUS_LINE_BYTES])
-            return (status or 0), None, None, line[:200].decode(errors="replace") or "closed by the server"
+            return (
+                (status or 0),
+                None,
+                None,
+                line[:200].decode(errors="replace") or "closed by the server",
+            )
 
         yield send
 
@@ -120,8 +125,12 @@ class DisconnectTarget:
     @contextlib.asynccontextmanager
     async def connect(self, concurrency: int) -> AsyncIterator[Send]:
         host, port, path = _host_port(self.url)
-        head = [f"POST {path} HTTP/1.1", f"Host: {host}:{port}", f"Content-Length: {len(self.body)}",
-                "Connection: close"]
+        head = [
+            f"POST {path} HTTP/1.1",
+            f"Host: {host}:{port}",
+            f"Content-Length: {len(self.body)}",
+            "Connection: close",
+        ]
         head += [f"{name}: {value}" for name, value in self.headers.items()]
         request = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + self.body
 
@@ -142,7 +151,12 @@ class DisconnectTarget:
                 return 0, None, None, f"reset: {exc!r}"
             await _close(writer, abort=True)
             status = _status_of(line[:_STATUS_LINE_BYTES])
-            return (status or 0), None, None, None if status == 200 else line[:200].decode(errors="replace")
+            return (
+                (status or 0),
+                None,
+                None,
+                None if status == 200 else line[:200].decode(errors="replace"),
+            )
 
         yield send
 
@@ -175,7 +189,9 @@ class PacedTarget:
             async def send(worker: int, index: int) -> Outcome:
                 if not started:
                     started.append(time.monotonic() - index / self.rate_per_s)
-                await asyncio.sleep(max(0.0, started[0] + index / self.rate_per_s - time.monotonic()))
+                await asyncio.sleep(
+                    max(0.0, started[0] + index / self.rate_per_s - time.monotonic())
+                )
                 return await inner_send(worker, index)
 
             yield send

@@ -57,8 +57,9 @@ class ModelMixTarget:
             async def send(worker: int, index: int) -> Outcome:
                 model = self.sequence[index % len(self.sequence)]
                 try:
-                    async with session.post(f"{self.base_url}/v2/models/{model}/infer", data=self.body,
-                                            headers=headers) as response:
+                    async with session.post(
+                        f"{self.base_url}/v2/models/{model}/infer", data=self.body, headers=headers
+                    ) as response:
                         payload = await response.read()
                         status = response.status
                         retry_after = _retry_after(response.headers.get("Retry-After"))

@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 
-CHILD = r'''
+CHILD = r"""
 import faulthandler, os, subprocess, sys, time
 import torch
 faulthandler.enable()
@@ -31,17 +31,24 @@ if sys.argv[2] == "fresh":
     print("fresh rc", subprocess.run([sys.executable, "-c", load]).returncode, flush=True)
 else:
     print("same-process load ok", torch._inductor.aoti_load_package(pkg)(x), flush=True)
-'''
+"""
 
 for mode in sys.argv[1:] or ["same", "fresh"]:
     with tempfile.TemporaryDirectory() as tmp:
         started = time.time()
         try:
-            r = subprocess.run([sys.executable, "-c", CHILD, tmp, mode], env=os.environ, capture_output=True, text=True,
-                               timeout=150)
+            r = subprocess.run(
+                [sys.executable, "-c", CHILD, tmp, mode],
+                env=os.environ,
+                capture_output=True,
+                text=True,
+                timeout=150,
+            )
         except subprocess.TimeoutExpired:
             print(f"=== {mode}: timed out")
             continue
-        print(f"=== default opt, {mode} process: rc {r.returncode} in {time.time() - started:.0f} s")
+        print(
+            f"=== default opt, {mode} process: rc {r.returncode} in {time.time() - started:.0f} s"
+        )
         print(r.stdout[-1500:])
         print(r.stderr[-2500:])

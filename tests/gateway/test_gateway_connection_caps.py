@@ -31,9 +31,14 @@ Address = tuple[str, int]
 @pytest.fixture
 def capped(gateway_factory, tiny_triton):  # type: ignore[no-untyped-def]
     # Deadlines far longer than a test, so no connection is closed by a timeout meanwhile.
-    gateway = gateway_factory(tiny_triton.http_url, max_connections=MAX_CONNECTIONS,
-                              max_connections_per_peer=PER_PEER, header_timeout_s=60.0, body_timeout_s=60.0,
-                              keep_alive_timeout_s=60.0)
+    gateway = gateway_factory(
+        tiny_triton.http_url,
+        max_connections=MAX_CONNECTIONS,
+        max_connections_per_peer=PER_PEER,
+        header_timeout_s=60.0,
+        body_timeout_s=60.0,
+        keep_alive_timeout_s=60.0,
+    )
     return gateway, ("127.0.0.1", int(gateway.url.rsplit(":", 1)[1]))
 
 
@@ -44,7 +49,9 @@ def sockets() -> Iterator[ExitStack]:
 
 
 def _connect(address: Address, source: str, stack: ExitStack) -> socket.socket:
-    sock = stack.enter_context(socket.create_connection(address, timeout=20, source_address=(source, 0)))
+    sock = stack.enter_context(
+        socket.create_connection(address, timeout=20, source_address=(source, 0))
+    )
     return sock
 
 
@@ -52,9 +59,11 @@ def _busy(address: Address, source: str, auth: dict[str, str], stack: ExitStack)
     """A connection in the middle of a request: its head is read (the gateway said 100 Continue) and
     its body never comes."""
     sock = _connect(address, source, stack)
-    sock.sendall(b"POST /v2/models/tiny_linear/infer HTTP/1.1\r\nHost: x\r\nAuthorization: "
-                 + auth["Authorization"].encode()
-                 + b"\r\nContent-Type: application/json\r\nContent-Length: 1000\r\nExpect: 100-continue\r\n\r\n")
+    sock.sendall(
+        b"POST /v2/models/tiny_linear/infer HTTP/1.1\r\nHost: x\r\nAuthorization: "
+        + auth["Authorization"].encode()
+        + b"\r\nContent-Type: application/json\r\nContent-Length: 1000\r\nExpect: 100-continue\r\n\r\n"
+    )
     head = b""
     while b"\r\n\r\n" not in head:
         chunk = sock.recv(4096)
@@ -107,7 +116,9 @@ def test_a_peer_over_its_cap_with_nothing_idle_is_refused_and_others_are_served(
         _busy(address, "127.0.0.2", auth, sockets)
     answer = _get(address, "127.0.0.2", sockets)
     assert b"retry-after: 1" in answer.lower()
-    assert f"this address already holds {PER_PEER} connections" in str(_problem(answer, 429)["detail"])
+    assert f"this address already holds {PER_PEER} connections" in str(
+        _problem(answer, 429)["detail"]
+    )
     assert _get(address, "127.0.0.1", sockets).startswith(b"HTTP/1.1 200")
 
 
@@ -130,7 +141,9 @@ def test_at_the_total_cap_with_nothing_idle_new_connections_get_429_until_one_en
     busy += [_busy(address, "127.0.0.7", auth, sockets) for _ in range(MAX_CONNECTIONS - PER_PEER)]
     answer = _get(address, "127.0.0.1", sockets)
     assert b"retry-after: 1" in answer.lower()
-    assert f"already holds {MAX_CONNECTIONS} connections and none is idle" in str(_problem(answer, 429)["detail"])
+    assert f"already holds {MAX_CONNECTIONS} connections and none is idle" in str(
+        _problem(answer, 429)["detail"]
+    )
     for sock in busy:
         sock.close()
     for _ in range(50):  # the gateway notices the closed connections; a new one is then served
@@ -144,7 +157,9 @@ def test_the_victim_is_the_longest_idle_of_the_peer_holding_the_most() -> None:
     counts = PeerCounts()
     for peer in ("a", "a", "a", "b", "b"):
         counts.add(peer)
-    a_old, a_new, a_busy = (SimpleNamespace(peer="a", idle_since=lambda t=t: t) for t in (2.0, 5.0, None))
+    a_old, a_new, a_busy = (
+        SimpleNamespace(peer="a", idle_since=lambda t=t: t) for t in (2.0, 5.0, None)
+    )
     b_oldest = SimpleNamespace(peer="b", idle_since=lambda: 1.0)
     connections = [a_new, a_busy, b_oldest, a_old]
     assert idle_victim(connections, counts) is a_old  # "a" holds the most

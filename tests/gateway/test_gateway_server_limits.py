@@ -60,7 +60,9 @@ def test_a_64_mb_header_is_refused_without_being_buffered(limited) -> None:  # t
     before = process.memory_info().rss
     sock = _connect(address)
     try:
-        sock.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (64 << 20) + b"\r\n\r\n")
+        sock.sendall(
+            b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (64 << 20) + b"\r\n\r\n"
+        )
     except OSError:  # the gateway may close before the last byte; its answer is still readable
         pass
     problem = _problem(_read_until_closed(sock), 431)
@@ -112,20 +114,26 @@ def test_a_body_sent_after_an_early_answer_does_not_hold_the_connection(limited)
     # connection open forever; it is closed once idle, like any keep-alive connection.
     _, address = limited
     sock = _connect(address)
-    sock.sendall(b"POST /v2/models/tiny_linear/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n")
+    sock.sendall(
+        b"POST /v2/models/tiny_linear/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n"
+    )
     answer = b""
     while b"\r\n\r\n" not in answer:  # the 401 comes first; only then does the body follow
         answer += sock.recv(65536)
     assert answer.startswith(b"HTTP/1.1 401")
     sock.sendall(b"x" * 5000)
-    _read_until_closed(sock)  # returns once the gateway closes the idle connection (else: socket timeout)
+    _read_until_closed(
+        sock
+    )  # returns once the gateway closes the idle connection (else: socket timeout)
 
 
 def test_ordinary_requests_with_large_allowed_headers_pass(limited) -> None:  # type: ignore[no-untyped-def]
     _, address = limited
     sock = _connect(address)
     sock.sendall(
-        b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Token: " + b"t" * 8000 + b"\r\nConnection: close\r\n\r\n"
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Token: "
+        + b"t" * 8000
+        + b"\r\nConnection: close\r\n\r\n"
     )
     assert _read_until_closed(sock).startswith(b"HTTP/1.1 200")
 
@@ -137,7 +145,9 @@ def test_head_bytes_are_counted_up_to_the_blank_line_across_reads() -> None:
 
     count = LimitedHttpToolsProtocol._head_part
     state = SimpleNamespace(_head_tail=b"")
-    assert count(state, b"POST / HTTP/1.1\r\nA: b\r\n\r\n" + b"x" * 1000) == 25  # the body is not head
+    assert (
+        count(state, b"POST / HTTP/1.1\r\nA: b\r\n\r\n" + b"x" * 1000) == 25
+    )  # the body is not head
     state = SimpleNamespace(_head_tail=b"")
     head = b"GET / HTTP/1.1\r\nA: b\r\n\r\n"
     reads = [head[:10], head[10:23], head[23:] + b"next"]  # the blank line split across reads
@@ -157,7 +167,9 @@ def test_chunked_trailers_never_become_headers(limited) -> None:  # type: ignore
         b"POST /v2/models/tiny_linear/infer HTTP/1.1\r\nHost: x\r\nAuthorization: "
         + auth["Authorization"].encode()
         + b"\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
-        + b"%x\r\n" % len(body) + body + b"\r\n0\r\n"
+        + b"%x\r\n" % len(body)
+        + body
+        + b"\r\n0\r\n"
         + b"Inference-Header-Content-Length: 3\r\nContent-Encoding: gzip\r\n\r\n"
     )
     answer = _read_until_closed(sock)
@@ -189,9 +201,19 @@ def test_a_tiers_body_cap_is_enforced_while_reading(tiered) -> None:  # type: ig
             yield padded[start : start + 500]
 
     for content in (padded, chunks()):
-        response = httpx.post(url, content=content, headers={**small, **problem_headers}, timeout=20)
+        response = httpx.post(
+            url, content=content, headers={**small, **problem_headers}, timeout=20
+        )
         assert response.status_code == 413, response.text
         assert "limit of tier 'small' of 1000 bytes" in response.json()["detail"]
         assert response.json()["field"] == "body"
-    assert httpx.post(url, content=good, headers={**small, **problem_headers}, timeout=20).status_code == 200
-    assert httpx.post(url, content=padded, headers={**large, **problem_headers}, timeout=20).status_code == 200
+    assert (
+        httpx.post(url, content=good, headers={**small, **problem_headers}, timeout=20).status_code
+        == 200
+    )
+    assert (
+        httpx.post(
+            url, content=padded, headers={**large, **problem_headers}, timeout=20
+        ).status_code
+        == 200
+    )

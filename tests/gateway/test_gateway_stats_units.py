@@ -96,7 +96,9 @@ async def test_a_client_sees_only_its_own_figures() -> None:
     tracker.record("m1", "key:b", 200, 0.500)
     tracker.record("m3", "key:b", 200, 0.700)
     tracker.update_triton("m1", requests=10, queue_ns=0, compute_ns=0, success_ns=0)
-    tracker.update_triton("m1", requests=30, queue_ns=20_000_000, compute_ns=100_000_000, success_ns=140_000_000)
+    tracker.update_triton(
+        "m1", requests=30, queue_ns=20_000_000, compute_ns=100_000_000, success_ns=140_000_000
+    )
 
     mine = await stats_document(tracker, _client("key:a"))
     assert mine["scope"] == "key:a"
@@ -104,7 +106,11 @@ async def test_a_client_sees_only_its_own_figures() -> None:
     assert set(mine["models"]) == {"m1", "m2"}
     assert mine["models"]["m1"]["gateway"]["count"] == 1  # its own m1 request, not key:b's
     assert mine["models"]["m1"]["gateway"]["max_ms"] == pytest.approx(10.0)
-    assert mine["models"]["m1"]["triton"] == {"queue_mean_ms": 1.0, "compute_mean_ms": 5.0, "request_mean_ms": 7.0}
+    assert mine["models"]["m1"]["triton"] == {
+        "queue_mean_ms": 1.0,
+        "compute_mean_ms": 5.0,
+        "request_mean_ms": 7.0,
+    }
     assert "model_clients" not in mine and "key:b" not in str(mine)
 
     everything = await stats_document(tracker, ADMIN)
@@ -164,7 +170,11 @@ def test_metrics_of_several_worker_processes_add_up(tmp_path: Path) -> None:
         env = dict(os.environ)
         subprocess.run([sys.executable, "-c", _RECORD, "3"], env=env, check=True)
         scrape = subprocess.run(
-            [sys.executable, "-c", _RECORD, "4", "scrape"], env=env, check=True, capture_output=True, text=True
+            [sys.executable, "-c", _RECORD, "4", "scrape"],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
         ).stdout
     assert MULTIPROCESS_ENV not in os.environ and not Path(directory).exists()
     assert 'gateway_request_duration_seconds_count{model="m",status="200"} 7.0' in scrape

@@ -73,7 +73,9 @@ async def test_a_key_in_use_is_refreshed_before_it_expires(tmp_path: Path, clock
     await auth.authenticate(headers)
     clock.now += 4.5  # past 80% of the lifetime: refreshed in the background
     store.hold.clear()  # the refresh hangs in the store...
-    principal = await asyncio.wait_for(auth.authenticate(headers), 5)  # ...and the request does not wait
+    principal = await asyncio.wait_for(
+        auth.authenticate(headers), 5
+    )  # ...and the request does not wait
     assert principal.client_id == f"key:{key_id}"
     await _until(lambda: store.gets == 2)  # the refresh reached the store
     await asyncio.wait_for(auth.authenticate(headers), 5)  # one refresh at a time
@@ -99,9 +101,14 @@ async def test_unknown_ids_cost_and_answer_what_a_wrong_secret_does(
     auth = Authenticator(GatewaySettings(key_cache_ttl_s=5), store, clock)
     calls: list[str] = []
     real_hash, real_compare = keys_module.hash_key, keys_module.hmac.compare_digest
-    monkeypatch.setattr(keys_module, "hash_key", lambda text: calls.append("hash") or real_hash(text))
-    monkeypatch.setattr(keys_module.hmac, "compare_digest",
-                        lambda a, b: calls.append("compare") or real_compare(a, b))
+    monkeypatch.setattr(
+        keys_module, "hash_key", lambda text: calls.append("hash") or real_hash(text)
+    )
+    monkeypatch.setattr(
+        keys_module.hmac,
+        "compare_digest",
+        lambda a, b: calls.append("compare") or real_compare(a, b),
+    )
 
     async def refusal(credential: str) -> tuple[str, list[str]]:
         calls.clear()
@@ -111,10 +118,16 @@ async def test_unknown_ids_cost_and_answer_what_a_wrong_secret_does(
 
     wrong_secret = new_key(key_id)[1]
     unknown = new_key()[1]
-    assert await refusal(wrong_secret) == await refusal(unknown) == ("invalid API key", ["hash", "compare"])
+    assert (
+        await refusal(wrong_secret)
+        == await refusal(unknown)
+        == ("invalid API key", ["hash", "compare"])
+    )
 
 
-async def test_made_up_ids_never_push_real_keys_out_of_the_cache(tmp_path: Path, clock: Clock) -> None:
+async def test_made_up_ids_never_push_real_keys_out_of_the_cache(
+    tmp_path: Path, clock: Clock
+) -> None:
     from gateway.tenancy.auth import _CACHE_ENTRIES
     from gateway.tenancy.keys import new_key
 

@@ -66,10 +66,16 @@ def test_usage_and_stats_survive_a_store_outage(rel_triton, gateways, redis_serv
 
         def counted() -> bool:
             response = client.get("/v1/usage")
-            return response.status_code == 200 and sum(r["requests"] for r in response.json()["data"]) == 7
+            return (
+                response.status_code == 200
+                and sum(r["requests"] for r in response.json()["data"]) == 7
+            )
 
         _wait(counted, "the usage of the outage never reached Redis")
-        _wait(lambda: client.get("/v1/stats").json()["complete"] is True, "stats never read Redis again")
+        _wait(
+            lambda: client.get("/v1/stats").json()["complete"] is True,
+            "stats never read Redis again",
+        )
     assert "Traceback" not in gateway.log()
 
 

@@ -69,7 +69,9 @@ class GatewayProcess:
         """``host:port`` of its KServe v2 gRPC entry (started with ``grpc_port=...``)."""
         port = int(self.env.get("GATEWAY_GRPC_PORT", "0"))
         if not port:
-            raise RuntimeError("this gateway was started without a gRPC entry (pass grpc_port=reserve_port())")
+            raise RuntimeError(
+                "this gateway was started without a gRPC entry (pass grpc_port=reserve_port())"
+            )
         return f"127.0.0.1:{port}"
 
     def client(self, **kwargs: object) -> httpx.Client:
@@ -105,11 +107,22 @@ def start_gateway(workdir: Path, triton_http_url: str, **settings: object) -> Ga
     }
     values.update(settings)
     env = child_env(
-        {f"GATEWAY_{key.upper()}": json.dumps(value) if isinstance(value, dict | list) else str(value)
-         for key, value in values.items()}
+        {
+            f"GATEWAY_{key.upper()}": json.dumps(value)
+            if isinstance(value, dict | list)
+            else str(value)
+            for key, value in values.items()
+        }
     )
-    process = start_gateway_process(GatewayLaunch(port, env, log_path=workdir / f"gateway-{port}.log",
-                                                  ready_timeout_s=_START_TIMEOUT_S, cwd=ROOT))
+    process = start_gateway_process(
+        GatewayLaunch(
+            port,
+            env,
+            log_path=workdir / f"gateway-{port}.log",
+            ready_timeout_s=_START_TIMEOUT_S,
+            cwd=ROOT,
+        )
+    )
     return GatewayProcess(url=f"http://127.0.0.1:{port}", env=env, process=process)
 
 
@@ -117,13 +130,21 @@ def tiny_request(rows: int = 1) -> dict[str, object]:
     """A KServe v2 JSON body for ``tiny_linear``."""
     return {
         "inputs": [
-            {"name": "input", "shape": [rows, 4], "datatype": "FP32", "data": [1.0, 2.0, 3.0, 4.0] * rows}
+            {
+                "name": "input",
+                "shape": [rows, 4],
+                "datatype": "FP32",
+                "data": [1.0, 2.0, 3.0, 4.0] * rows,
+            }
         ]
     }
 
 
 def create_key(
-    gateway: GatewayProcess, tier: str = "unlimited", scopes: list[str] | None = None, name: str = "test"
+    gateway: GatewayProcess,
+    tier: str = "unlimited",
+    scopes: list[str] | None = None,
+    name: str = "test",
 ) -> tuple[dict[str, str], dict[str, object]]:
     """Create an API key through the admin API; returns ``(auth headers, created key document)``."""
     response = httpx.post(

@@ -77,19 +77,31 @@ def _parameters(parameters: Mapping[str, pb.InferParameter], where: str) -> dict
     return {key: _parameter_value(value, f"{where}.{key}") for key, value in parameters.items()}
 
 
-def _typed_contents(tensor: pb.ModelInferRequest.InferInputTensor, shape: tuple[int, ...], where: str) -> np.ndarray:
+def _typed_contents(
+    tensor: pb.ModelInferRequest.InferInputTensor, shape: tuple[int, ...], where: str
+) -> np.ndarray:
     name, datatype = tensor.name, tensor.datatype
     field = _CONTENTS_FIELD.get(datatype)
     if field is None:
-        raise _bad(f"input '{name}': {datatype} data must be sent in raw_input_contents", f"{where}.contents")
-    others = [f for f in _CONTENTS_FIELD.values() if f != field and len(getattr(tensor.contents, f))]
+        raise _bad(
+            f"input '{name}': {datatype} data must be sent in raw_input_contents",
+            f"{where}.contents",
+        )
+    others = [
+        f for f in _CONTENTS_FIELD.values() if f != field and len(getattr(tensor.contents, f))
+    ]
     if others:
-        raise _bad(f"input '{name}': {datatype} data belongs in contents.{field}, not {others[0]}", f"{where}.contents")
+        raise _bad(
+            f"input '{name}': {datatype} data belongs in contents.{field}, not {others[0]}",
+            f"{where}.contents",
+        )
     values = getattr(tensor.contents, field)
     count = math.prod(shape)
     if len(values) != count:
-        raise _bad(f"input '{name}' has {len(values)} data elements; shape {list(shape)} needs {count}",
-                   f"{where}.contents")
+        raise _bad(
+            f"input '{name}' has {len(values)} data elements; shape {list(shape)} needs {count}",
+            f"{where}.contents",
+        )
     if datatype == "BYTES":
         array = np.empty(count, dtype=np.object_)
         array[:] = list(values)
@@ -99,8 +111,10 @@ def _typed_contents(tensor: pb.ModelInferRequest.InferInputTensor, shape: tuple[
         info = np.iinfo(dtype)
         wide = np.asarray(values, dtype=np.int64 if dtype.kind == "i" else np.uint64)
         if int(wide.min()) < info.min or int(wide.max()) > info.max:
-            raise _bad(f"input '{name}': a value is outside the {datatype} range [{info.min}, {info.max}]",
-                       f"{where}.contents")
+            raise _bad(
+                f"input '{name}': a value is outside the {datatype} range [{info.min}, {info.max}]",
+                f"{where}.contents",
+            )
     return np.asarray(values, dtype=dtype).reshape(shape)
 
 
@@ -134,35 +148,54 @@ def parse_grpc(message: pb.ModelInferRequest, limits: ParseLimits | None = None)
         if any(t.name == name for t in inputs):
             raise _bad(f"input '{name}' is given twice", f"{where}.name")
         if tensor.datatype not in DATATYPES:
-            raise _bad(f"input '{name}': datatype must be one of {', '.join(DATATYPES)}", f"{where}.datatype")
+            raise _bad(
+                f"input '{name}': datatype must be one of {', '.join(DATATYPES)}",
+                f"{where}.datatype",
+            )
         shape = _shape(list(tensor.shape), f"{where}.shape", limits)
         # KServe's Python client states each raw input's size, as REST's binary extension does.
-        params = _tensor_parameters(_parameters(tensor.parameters, f"{where}.parameters"), f"{where}.parameters",
-                                    frozenset({"binary_data_size"}) if raw_contents else frozenset())
+        params = _tensor_parameters(
+            _parameters(tensor.parameters, f"{where}.parameters"),
+            f"{where}.parameters",
+            frozenset({"binary_data_size"}) if raw_contents else frozenset(),
+        )
         data: np.ndarray | bytes
         if raw_contents:
             if tensor.HasField("contents"):
-                raise _bad(f"input '{name}' has both contents and raw_input_contents", f"{where}.contents")
-            if "binary_data_size" in params and params["binary_data_size"] != len(raw_contents[index]):
-                raise _bad(f"input '{name}': binary_data_size {params['binary_data_size']} is not the "
-                           f"{len(raw_contents[index])} bytes of its raw_input_contents",
-                           f"{where}.parameters.binary_data_size")
+                raise _bad(
+                    f"input '{name}' has both contents and raw_input_contents", f"{where}.contents"
+                )
+            if "binary_data_size" in params and params["binary_data_size"] != len(
+                raw_contents[index]
+            ):
+                raise _bad(
+                    f"input '{name}': binary_data_size {params['binary_data_size']} is not the "
+                    f"{len(raw_contents[index])} bytes of its raw_input_contents",
+                    f"{where}.parameters.binary_data_size",
+                )
             data = _binary_data(raw_contents[index], name, tensor.datatype, shape, where)
         else:
             data = _typed_contents(tensor, shape, where)
         inputs.append(InputTensor(name=name, datatype=tensor.datatype, shape=shape, data=data))
 
     outputs = _parse_outputs(
-        [{"name": o.name, "parameters": _parameters(o.parameters, f"outputs.{i}.parameters")}
-         for i, o in enumerate(message.outputs)] or None,
+        [
+            {"name": o.name, "parameters": _parameters(o.parameters, f"outputs.{i}.parameters")}
+            for i, o in enumerate(message.outputs)
+        ]
+        or None,
         limits,
     )
     # binary_data is a REST choice; gRPC outputs are always raw bytes.
     outputs = tuple(replace(o, binary_data=None) for o in outputs)
-    custom, reserved = _parse_parameters(_parameters(message.parameters, "parameters") or None, limits)
+    custom, reserved = _parse_parameters(
+        _parameters(message.parameters, "parameters") or None, limits
+    )
     reserved.pop("binary_data_output", None)
     if len(message.id) > limits.max_text_chars or _CONTROL.search(message.id):
-        raise _bad(f"id must be a string of at most {limits.max_text_chars} printable characters", "id")
+        raise _bad(
+            f"id must be a string of at most {limits.max_text_chars} printable characters", "id"
+        )
     return InferRequest(
         inputs=tuple(inputs),
         outputs=outputs,
@@ -206,7 +239,9 @@ class GrpcBody:
     def parse(self, limits: ParseLimits | None = None) -> InferRequest:
         """:func:`parse_grpc` of this message, its ``timeout`` no longer than the client's deadline."""
         request = parse_grpc(self.message, limits)
-        if self.deadline_us is None or (request.timeout_us is not None and request.timeout_us <= self.deadline_us):
+        if self.deadline_us is None or (
+            request.timeout_us is not None and request.timeout_us <= self.deadline_us
+        ):
             return request
         return replace(request, timeout_us=self.deadline_us)
 
@@ -229,8 +264,11 @@ def _output_bytes(output: dict[str, Any], tail: bytes, offset: int) -> tuple[byt
             raise UpstreamError("Triton's answer is shorter than its outputs declare")
         return tail[offset : offset + int(size)], offset + int(size)
     tensor = InputTensor.from_numpy(
-        output["name"], np.asarray(output.get("data", []), dtype=numpy_dtype(output["datatype"]) if
-                                   output["datatype"] != "BYTES" else np.object_).reshape(output["shape"]),
+        output["name"],
+        np.asarray(
+            output.get("data", []),
+            dtype=numpy_dtype(output["datatype"]) if output["datatype"] != "BYTES" else np.object_,
+        ).reshape(output["shape"]),
         output["datatype"],
     )
     return tensor.raw(), offset
@@ -259,10 +297,11 @@ def response_from_rest(body: bytes, headers: Mapping[str, str]) -> pb.ModelInfer
     offset = 0
     for output in document.get("outputs", []):
         raw, offset = _output_bytes(output, tail, offset)
-        tensor = response.outputs.add(name=output["name"], datatype=output["datatype"], shape=output["shape"])
+        tensor = response.outputs.add(
+            name=output["name"], datatype=output["datatype"], shape=output["shape"]
+        )
         for key, value in (output.get("parameters") or {}).items():
             if key != "binary_data_size":
                 tensor.parameters[key].CopyFrom(_to_parameter(value))
         response.raw_output_contents.append(raw)
     return response
-

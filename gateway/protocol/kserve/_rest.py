@@ -91,7 +91,8 @@ def _object(value: Any, allowed: frozenset[str], where: str) -> dict[str, Any]:
     unknown = sorted(set(value) - allowed)
     if unknown:
         raise _bad(
-            f"{where} has an unknown field {unknown[0]!r} (known: {', '.join(sorted(allowed))})", where
+            f"{where} has an unknown field {unknown[0]!r} (known: {', '.join(sorted(allowed))})",
+            where,
         )
     return value
 
@@ -110,14 +111,18 @@ def _int(value: Any, where: str, low: int, high: int) -> int:
     return value
 
 
-def _parse_parameters(value: Any, limits: ParseLimits) -> tuple[dict[str, ParameterValue], dict[str, Any]]:
+def _parse_parameters(
+    value: Any, limits: ParseLimits
+) -> tuple[dict[str, ParameterValue], dict[str, Any]]:
     """Custom parameters, and the reserved ones the gateway accepts from a client."""
     if value is None:
         return {}, {}
     if not isinstance(value, dict):
         raise _bad("parameters must be a JSON object", "parameters")
     if len(value) > limits.max_parameters:
-        raise _bad(f"parameters holds {len(value)} entries; at most {limits.max_parameters}", "parameters")
+        raise _bad(
+            f"parameters holds {len(value)} entries; at most {limits.max_parameters}", "parameters"
+        )
     custom: dict[str, ParameterValue] = {}
     reserved: dict[str, Any] = {}
     for key, item in value.items():
@@ -130,14 +135,25 @@ def _parse_parameters(value: Any, limits: ParseLimits) -> tuple[dict[str, Parame
         elif key == "timeout":
             reserved[key] = _int(item, where, 0, _INT64[1])
         elif key == "priority":
-            raise _bad(f"{where}: the request priority is set by the gateway from the credential's tier", where)
+            raise _bad(
+                f"{where}: the request priority is set by the gateway from the credential's tier",
+                where,
+            )
         elif key.startswith("sequence_"):
-            raise _bad(f"{where}: sequence requests (sequence_id/start/end) are not served through the gateway", where)
+            raise _bad(
+                f"{where}: sequence requests (sequence_id/start/end) are not served through the gateway",
+                where,
+            )
         elif key.startswith("shared_memory_"):
             # Not in tritonclient's reserved list, yet Triton reads it: a custom parameter it would be
             # forwarded as. Named by prefix, so a spelling Triton adds later is refused too.
-            raise _bad(f"{where}: shared memory regions cannot be used through the gateway; send the data", where)
-        elif key in TRITON_RESERVED_REQUEST_PARAMS or key.startswith(TRITON_RESERVED_REQUEST_PARAMS_PREFIX):
+            raise _bad(
+                f"{where}: shared memory regions cannot be used through the gateway; send the data",
+                where,
+            )
+        elif key in TRITON_RESERVED_REQUEST_PARAMS or key.startswith(
+            TRITON_RESERVED_REQUEST_PARAMS_PREFIX
+        ):
             raise _bad(f"parameter {key!r} is reserved by Triton", where)
         elif isinstance(item, bool):
             custom[key] = item
@@ -169,7 +185,9 @@ def _tensor_parameters(value: Any, where: str, allowed: frozenset[str]) -> dict[
             )
         if key not in allowed:
             known = ", ".join(sorted(allowed)) or "none"
-            raise _bad(f"{where} has an unknown parameter {key!r} (known: {known})", f"{where}.{key}")
+            raise _bad(
+                f"{where} has an unknown parameter {key!r} (known: {known})", f"{where}.{key}"
+            )
     return value
 
 
@@ -210,8 +228,11 @@ def work_bytes(body: bytes, header_length: str | None) -> int:
         inputs = json.loads(body[:split]).get("inputs")
         # No dimension below 0 (a negative one must not cancel another input's elements); at most
         # one element per 4 bytes (each carries a 4-byte length).
-        declared = sum(math.prod(max(0, int(d)) for d in item["shape"])
-                       for item in inputs if item.get("datatype") == "BYTES")
+        declared = sum(
+            math.prod(max(0, int(d)) for d in item["shape"])
+            for item in inputs
+            if item.get("datatype") == "BYTES"
+        )
     except (ValueError, TypeError, AttributeError, KeyError, RecursionError):
         return len(body)
     return split + min(declared, tail // 4) * BYTES_ELEMENT_WORK + tail // NUMERIC_BINARY_DISCOUNT
@@ -249,7 +270,9 @@ def parse_rest(
     split = _header_length(header_length, len(body))
     header, tail = (body, b"") if split is None else (body[:split], body[split:])
     what = "body" if split is None else "JSON header"
-    document = _object(_strict_json.loads(header, max_depth=limits.max_depth, what=what), _REQUEST_KEYS, what)
+    document = _object(
+        _strict_json.loads(header, max_depth=limits.max_depth, what=what), _REQUEST_KEYS, what
+    )
 
     raw_inputs = document.get("inputs")
     if not isinstance(raw_inputs, list) or not 1 <= len(raw_inputs) <= limits.max_tensors:
@@ -264,7 +287,10 @@ def parse_rest(
             raise _bad(f"input '{name}' is given twice", f"{where}.name")
         datatype = item.get("datatype")
         if datatype not in DATATYPES:
-            raise _bad(f"input '{name}': datatype must be one of {', '.join(DATATYPES)}", f"{where}.datatype")
+            raise _bad(
+                f"input '{name}': datatype must be one of {', '.join(DATATYPES)}",
+                f"{where}.datatype",
+            )
         shape = _shape(item.get("shape"), f"{where}.shape", limits)
         params = _tensor_parameters(
             item.get("parameters"), f"{where}.parameters", frozenset({"binary_data_size"})
@@ -272,11 +298,14 @@ def parse_rest(
         if "binary_data_size" in params:
             if "data" in item:
                 raise _bad(f"input '{name}' has both data and binary_data_size", f"{where}.data")
-            size = _int(params["binary_data_size"], f"{where}.parameters.binary_data_size", 0, _INT64[1])
+            size = _int(
+                params["binary_data_size"], f"{where}.parameters.binary_data_size", 0, _INT64[1]
+            )
             if offset + size > len(tail):
                 raise _bad(
                     f"input '{name}': binary_data_size {size} runs past the {len(tail)} bytes after the "
-                    f"JSON header" + ("" if split is not None else f" (no {HEADER_LENGTH} header was sent)"),
+                    f"JSON header"
+                    + ("" if split is not None else f" (no {HEADER_LENGTH} header was sent)"),
                     f"{where}.parameters.binary_data_size",
                 )
             data: np.ndarray | bytes = _binary_data(
@@ -302,8 +331,12 @@ def parse_rest(
         or len(request_id) > limits.max_text_chars
         or _CONTROL.search(request_id)
     ):
-        raise _bad(f"id must be a string of at most {limits.max_text_chars} printable characters", "id")
-    model_name = _name(document["model_name"], "model_name", limits) if "model_name" in document else ""
+        raise _bad(
+            f"id must be a string of at most {limits.max_text_chars} printable characters", "id"
+        )
+    model_name = (
+        _name(document["model_name"], "model_name", limits) if "model_name" in document else ""
+    )
     return InferRequest(
         inputs=tuple(inputs),
         outputs=outputs,
@@ -328,12 +361,15 @@ def _parse_outputs(value: Any, limits: ParseLimits) -> tuple[RequestedOutput, ..
         if any(o.name == name for o in outputs):
             raise _bad(f"output '{name}' is asked for twice", f"{where}.name")
         params = _tensor_parameters(
-            item.get("parameters"), f"{where}.parameters", frozenset({"binary_data", "classification"})
+            item.get("parameters"),
+            f"{where}.parameters",
+            frozenset({"binary_data", "classification"}),
         )
         binary = params.get("binary_data")
         if binary is not None and not isinstance(binary, bool):
             raise _bad(
-                f"output '{name}': binary_data must be true or false", f"{where}.parameters.binary_data"
+                f"output '{name}': binary_data must be true or false",
+                f"{where}.parameters.binary_data",
             )
         classes = params.get("classification", 0)
         _int(classes, f"{where}.parameters.classification", 0, limits.max_class_count)

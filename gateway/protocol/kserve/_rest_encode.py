@@ -43,7 +43,9 @@ def encode_rest(request: InferRequest) -> tuple[bytes, dict[str, str]]:
     ]
     if request.outputs:
         header["outputs"] = [_encode_output(output) for output in request.outputs]
-    encoded = json.dumps(header, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
+    encoded = json.dumps(header, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode(
+        "ascii"
+    )
     headers = {"Content-Type": "application/octet-stream", HEADER_LENGTH: str(len(encoded))}
     return b"".join([encoded, *raws]), headers
 

@@ -104,22 +104,29 @@ def loads(document: bytes, *, max_depth: int, what: str = "body") -> Any:
         document.count(b"[") + document.count(b"{") > max_depth
         and (depth := nesting_depth(document)) > max_depth
     ):
-        raise BadRequest(f"{what} nests {depth} levels deep; at most {max_depth} are allowed", field="body")
+        raise BadRequest(
+            f"{what} nests {depth} levels deep; at most {max_depth} are allowed", field="body"
+        )
     try:
         return json.loads(text, object_pairs_hook=_strict_object, parse_constant=_no_constants)
     except _DuplicateKey as exc:
-        raise BadRequest(f"{what} repeats the key {exc.key!r} in one object", field=exc.key) from None
+        raise BadRequest(
+            f"{what} repeats the key {exc.key!r} in one object", field=exc.key
+        ) from None
     except _LoneSurrogate:
         raise BadRequest(
             f"{what} holds a lone UTF-16 surrogate escape (not Unicode text)", field="body"
         ) from None
     except json.JSONDecodeError as exc:
         raise BadRequest(
-            f"{what} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})", field="body"
+            f"{what} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})",
+            field="body",
         ) from None
     except _NotJson as exc:
         raise BadRequest(f"{what} is not valid JSON: {exc}", field="body") from None
     except ValueError:  # an integer literal longer than Python reads (4300 digits)
         raise BadRequest(f"{what} holds a number too long to read", field="body") from None
-    except RecursionError:  # unreachable after the depth scan; kept so a scan bug can never be a 500
+    except (
+        RecursionError
+    ):  # unreachable after the depth scan; kept so a scan bug can never be a 500
         raise BadRequest(f"{what} nests too deeply", field="body") from None

@@ -37,11 +37,16 @@ def _flatten(data: Any, where: str) -> list[Any]:
     return data
 
 
-def _json_data(data: Any, name: str, datatype: str, shape: tuple[int, ...], where: str) -> np.ndarray:
+def _json_data(
+    data: Any, name: str, datatype: str, shape: tuple[int, ...], where: str
+) -> np.ndarray:
     flat = _flatten(data, where)
     count = math.prod(shape)
     if len(flat) != count:
-        raise _bad(f"input '{name}' has {len(flat)} data elements; shape {list(shape)} needs {count}", where)
+        raise _bad(
+            f"input '{name}' has {len(flat)} data elements; shape {list(shape)} needs {count}",
+            where,
+        )
     if datatype == "BF16":
         raise _bad(f"input '{name}': BF16 data must be sent in binary (binary_data_size)", where)
     kinds = set(map(type, flat))
@@ -54,7 +59,8 @@ def _json_data(data: Any, name: str, datatype: str, shape: tuple[int, ...], wher
         except UnicodeEncodeError:
             index = next(i for i, item in enumerate(flat) if _strict_json.has_surrogate(item))
             raise _bad(
-                f"input '{name}' item {index} holds a lone UTF-16 surrogate (not Unicode text)", where
+                f"input '{name}' item {index} holds a lone UTF-16 surrogate (not Unicode text)",
+                where,
             ) from None
         array = np.empty(count, dtype=np.object_)
         array[:] = values
@@ -69,7 +75,8 @@ def _json_data(data: Any, name: str, datatype: str, shape: tuple[int, ...], wher
         info = np.iinfo(dtype)
         if flat and (min(flat) < info.min or max(flat) > info.max):
             raise _bad(
-                f"input '{name}': a value is outside the {datatype} range [{info.min}, {info.max}]", where
+                f"input '{name}': a value is outside the {datatype} range [{info.min}, {info.max}]",
+                where,
             )
         return np.array(flat, dtype=dtype).reshape(shape)
     if kinds - {int, float}:
@@ -106,7 +113,9 @@ def _binary_data(raw: bytes, name: str, datatype: str, shape: tuple[int, ...], w
     size = element_size(datatype)
     if size is None:
         if count * 4 > len(raw):
-            raise _bad(f"input '{name}': {len(raw)} bytes cannot hold {count} BYTES elements", where)
+            raise _bad(
+                f"input '{name}': {len(raw)} bytes cannot hold {count} BYTES elements", where
+            )
         _check_bytes_layout(raw, name, count, where)
     elif len(raw) != count * size:
         raise _bad(

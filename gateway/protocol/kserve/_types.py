@@ -25,8 +25,16 @@ from tritonclient.utils import (
     triton_to_np_dtype,
 )
 
-__all__ = ["BYTES_ELEMENT_WORK", "DATATYPES", "NUMERIC_BINARY_DISCOUNT", "InferRequest", "InputTensor",
-           "ParameterValue", "RequestedOutput", "element_size"]
+__all__ = [
+    "BYTES_ELEMENT_WORK",
+    "DATATYPES",
+    "NUMERIC_BINARY_DISCOUNT",
+    "InferRequest",
+    "InputTensor",
+    "ParameterValue",
+    "RequestedOutput",
+    "element_size",
+]
 
 # What checking a request costs, in bytes of JSON (20-80 ns a byte, by content): a binary BYTES
 # element costs 140-230 ns of Python work, a byte of numeric binary data a copy (about 0.1 ns).
@@ -105,7 +113,9 @@ class InputTensor:
         if isinstance(self.data, np.ndarray):
             return self.data.reshape(self.shape)
         if self.datatype == "BYTES":
-            flat = deserialize_bytes_tensor(self.data) if self.data else np.empty(0, dtype=np.object_)
+            flat = (
+                deserialize_bytes_tensor(self.data) if self.data else np.empty(0, dtype=np.object_)
+            )
             return flat.reshape(self.shape)
         return np.frombuffer(self.data, dtype=numpy_dtype(self.datatype)).reshape(self.shape)
 
@@ -120,9 +130,12 @@ class InputTensor:
             )
         if datatype == "BYTES" and array.dtype != np.object_:
             array = np.array(
-                [v.encode() if isinstance(v, str) else bytes(v) for v in array.reshape(-1)], dtype=np.object_
+                [v.encode() if isinstance(v, str) else bytes(v) for v in array.reshape(-1)],
+                dtype=np.object_,
             ).reshape(array.shape)
-        return cls(name=name, datatype=datatype, shape=tuple(int(d) for d in array.shape), data=array)
+        return cls(
+            name=name, datatype=datatype, shape=tuple(int(d) for d in array.shape), data=array
+        )
 
 
 @dataclass(frozen=True, slots=True)
