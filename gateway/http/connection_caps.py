@@ -4,7 +4,7 @@ A client that opens many connections and sends nothing on them (or keeps idle ke
 must not fill the gateway's connection table so that every other client is refused. So a new
 connection over a cap first closes an *idle* connection (no request in progress, no byte of the
 next one received) and is then served; only when no connection is idle is the new one refused (429
-with Retry-After, :mod:`gateway.http_limits`):
+with Retry-After, :mod:`gateway.http.limits`):
 
 - over ``max_connections_per_peer`` (connections from one peer address): the idle connection of
   that same peer that has been idle the longest, so a peer's pressure falls on its own connections;
@@ -30,7 +30,7 @@ class IdleAware(Protocol):
     def peer(self) -> str: ...
 
     def idle_since(self) -> float | None:
-        """When the connection last became idle (loop time), or None while it is not idle."""
+        """When the connection last became idle (any increasing clock), or None while it is not idle."""
         ...
 
 

@@ -30,7 +30,9 @@ a connection is answered with ``Connection: close``.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -119,11 +121,18 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     limits: ClassVar[ServerLimits]
     peers: ClassVar[PeerCounts]  # connections per peer address, one table per bound class (server)
+    # Orders when connections became idle. Not the loop's clock: uvloop's ticks in milliseconds, so
+    # connections accepted in one tick would tie and the victim would be any of them.
+    idle_clock: ClassVar[Iterator[int]]
 
     @classmethod
     def with_limits(cls, limits: ServerLimits) -> type[LimitedHttpToolsProtocol]:
         """A subclass bound to ``limits`` and its own peer table (uvicorn instantiates the class it is given)."""
-        return type(cls.__name__, (cls,), {"limits": limits, "peers": PeerCounts()})
+        return type(
+            cls.__name__,
+            (cls,),
+            {"limits": limits, "peers": PeerCounts(), "idle_clock": itertools.count()},
+        )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -138,7 +147,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._peer: str | None = (
             None  # counted in ``peers`` from connection_made to connection_lost
         )
-        self._idle_from = 0.0
+        self._idle_from = 0
 
     # -- connection ------------------------------------------------------------------------------
 
@@ -146,8 +155,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def peer(self) -> str:
         return self._peer or ""
 
-    def idle_since(self) -> float | None:
-        """When this connection last became idle (no request in progress, no byte of the next one), or None."""
+    def idle_since(self) -> int | None:
+        """When this connection last became idle (no request in progress, no byte of the next one),
+        as a tick of the server's idle clock; None while it is not idle."""
         cycle = self.cycle
         idle = (
             self._in_head
@@ -161,7 +171,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._idle_from = self.loop.time()
+        self._idle_from = next(self.idle_clock)
         self._peer = self.client[0] if self.client else ""
         held = self.peers.add(self._peer)
         if held > self.limits.max_connections_per_peer and not self._close_idle(self._peer):
@@ -213,7 +223,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        self._idle_from = self.loop.time()
+        self._idle_from = next(self.idle_clock)
 
     def data_received(self, data: bytes) -> None:
         if self._discarding:
