@@ -126,6 +126,7 @@ def build_variants(root: Path, settings: MultiModelSettings) -> list[str]:
 def gateway(triton_http_url: str, workdir: Path, env: dict[str, str]) -> Iterator[tuple[str, str]]:
     """A real gateway (``env`` adds its settings) with one unlimited key; yields ``(base URL, api key)``."""
     from gateway.keys_sqlite import SqliteKeyStore
+    from gateway.secret_policy import generate_secret
 
     workdir.mkdir(parents=True, exist_ok=True)
     keys_db = workdir / "keys.sqlite3"
@@ -133,7 +134,9 @@ def gateway(triton_http_url: str, workdir: Path, env: dict[str, str]) -> Iterato
     port = reserve_port()
     tiers = {"unlimited": {"per_minute": 1e9, "burst": 1_000_000}}
     full_env = child_env({"GATEWAY_TIER_LIMITS": json.dumps(tiers), "GATEWAY_TRITON_STATS_INTERVAL_S": "0",
-                          "GATEWAY_LOG_LEVEL": "warning", **env})
+                          "GATEWAY_LOG_LEVEL": "warning",
+                          # unused here, but the gateway refuses to serve without one; each run makes its own
+                          "GATEWAY_ADMIN_TOKEN": generate_secret(), **env})
     command = python_module("gateway", "--host", "127.0.0.1", "--port", str(port), "--triton-url", triton_http_url,
                             "--keys-db", str(keys_db), "--log-level", "warning")
     with ManagedProcess(command, name="gateway", log_path=workdir / "gateway.log", env=full_env) as process:
