@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -145,7 +146,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         return self._peer or ""
 
     def idle_since(self) -> float | None:
-        """When this connection last became idle (no request in progress, no byte of the next one), or None."""
+        """When this connection last became idle (monotonic clock; no request in progress, no byte of the next one), or None."""
         cycle = self.cycle
         idle = (
             self._in_head
@@ -159,7 +160,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._idle_from = self.loop.time()
+        self._idle_from = time.monotonic()  # not loop.time(): uvloop's is cached per loop pass, so ties
         self._peer = self.client[0] if self.client else ""
         held = self.peers.add(self._peer)
         if held > self.limits.max_connections_per_peer and not self._close_idle(self._peer):
@@ -208,7 +209,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        self._idle_from = self.loop.time()
+        self._idle_from = time.monotonic()  # not loop.time(): uvloop's is cached per loop pass, so ties
 
     def data_received(self, data: bytes) -> None:
         if self._discarding:
