@@ -51,7 +51,9 @@ class BuildCache:
     def _group(self, spec_name: str, digest: str) -> Path:
         return self.root / spec_name / digest
 
-    def restore(self, repository: Path, spec_name: str, digest: str, *, variants: bool) -> list[str]:
+    def restore(
+        self, repository: Path, spec_name: str, digest: str, *, variants: bool
+    ) -> list[str]:
         """Publish the cached entries of ``spec_name`` built from ``digest`` that ``repository`` lacks.
 
         Args:
@@ -76,8 +78,11 @@ class BuildCache:
             if current is not None and current.inputs_hash == report.inputs_hash:
                 continue  # already served here
             version_dir = report_path.parent
-            files = {str(p.relative_to(version_dir)): p for p in sorted(version_dir.rglob("*"))
-                     if p.is_file() and p.name != REPORT_NAME}
+            files = {
+                str(p.relative_to(version_dir)): p
+                for p in sorted(version_dir.rglob("*"))
+                if p.is_file() and p.name != REPORT_NAME
+            }
             report.version = (repo.latest_version(repository, cached.name) or 0) + 1
             report.notes = [*report.notes, "restored from the build cache (same inputs hash)"]
             repo.publish(repository, read_config(cached / "config.pbtxt"), files, report)
@@ -85,7 +90,9 @@ class BuildCache:
         os.utime(group)  # recently used: pruning keeps it
         return restored
 
-    def store(self, repository: Path, spec_name: str, digest: str, reports: Iterable[BuildReport]) -> None:
+    def store(
+        self, repository: Path, spec_name: str, digest: str, reports: Iterable[BuildReport]
+    ) -> None:
         """Keep the entries ``reports`` published for ``spec_name`` (built from ``digest``).
 
         Args:
@@ -97,8 +104,12 @@ class BuildCache:
                 already kept is not copied again unless something in the step was built.
         """
         reports = list(reports)
-        entries = [r for r in reports if (repository / r.model / "config.pbtxt").is_file()
-                   and (repository / r.model / str(r.version)).is_dir()]
+        entries = [
+            r
+            for r in reports
+            if (repository / r.model / "config.pbtxt").is_file()
+            and (repository / r.model / str(r.version)).is_dir()
+        ]
         group = self._group(spec_name, digest)
         if not entries or (group.is_dir() and all(r.skipped for r in reports)):
             return
@@ -110,7 +121,9 @@ class BuildCache:
                 target = staging / report.model
                 target.mkdir()
                 shutil.copy2(repository / report.model / "config.pbtxt", target / "config.pbtxt")
-                shutil.copytree(repository / report.model / str(report.version), target / str(report.version))
+                shutil.copytree(
+                    repository / report.model / str(report.version), target / str(report.version)
+                )
                 if report.model == spec_name:
                     (target / _OWN).touch()
             if group.exists():
@@ -121,7 +134,14 @@ class BuildCache:
         self._prune(spec_name)
 
     def _prune(self, spec_name: str) -> None:
-        groups = sorted((p for p in (self.root / spec_name).iterdir() if p.is_dir() and not p.name.startswith(".")),
-                        key=lambda p: p.stat().st_mtime, reverse=True)
+        groups = sorted(
+            (
+                p
+                for p in (self.root / spec_name).iterdir()
+                if p.is_dir() and not p.name.startswith(".")
+            ),
+            key=lambda p: p.stat().st_mtime,
+            reverse=True,
+        )
         for old in groups[KEEP_PER_SPEC:]:
             shutil.rmtree(old, ignore_errors=True)

@@ -82,9 +82,16 @@ def _images_per_s(fn: object, x: object, seconds: float = 1.0) -> float:
         return runs * int(x.shape[0]) / (time.perf_counter() - started)  # type: ignore[attr-defined]
 
 
-def publish_compiled(repository: Path, source: str = "efficientnet_lite0", *, flavour: str = "inductor",
-                     device: str = "cuda", name: str | None = None, max_batch: int = DEFAULT_MAX_BATCH,
-                     batching: BatchingPolicy | None = None) -> Path:
+def publish_compiled(
+    repository: Path,
+    source: str = "efficientnet_lite0",
+    *,
+    flavour: str = "inductor",
+    device: str = "cuda",
+    name: str | None = None,
+    max_batch: int = DEFAULT_MAX_BATCH,
+    batching: BatchingPolicy | None = None,
+) -> Path:
     """Export, compile, check and publish ``source`` as a compiled entry for this host.
 
     Raises:
@@ -101,9 +108,13 @@ def publish_compiled(repository: Path, source: str = "efficientnet_lite0", *, fl
     if device not in ("cuda", "cpu"):
         raise BuildError(f"unknown device {device!r}: expected cuda or cpu")
     if device == "cpu" and flavour == "aoti":
-        raise BuildError("the aoti flavour is built for a GPU; on the CPU, build the inductor flavour")
+        raise BuildError(
+            "the aoti flavour is built for a GPU; on the CPU, build the inductor flavour"
+        )
     if device == "cuda" and not torch.cuda.is_available():
-        raise BuildError(f"the {flavour} flavour for cuda is compiled on the GPU it serves on, and no CUDA device is visible here")
+        raise BuildError(
+            f"the {flavour} flavour for cuda is compiled on the GPU it serves on, and no CUDA device is visible here"
+        )
     spec = get_spec(source)
     if not isinstance(spec, ModelSpec) or len(spec.inputs) != 1:
         raise BuildError(f"{source} is not a single-input PyTorch model spec")
@@ -128,7 +139,9 @@ def publish_compiled(repository: Path, source: str = "efficientnet_lite0", *, fl
     # The sample set (88 photos and views) can outnumber max_batch: export and check in batches it allows.
     chunks = example.split(max_batch)
     with torch.no_grad():
-        exported = torch.export.export(model, (chunks[0],), dynamic_shapes=({0: batch},), strict=False)
+        exported = torch.export.export(
+            model, (chunks[0],), dynamic_shapes=({0: batch},), strict=False
+        )
     timings["export"] = time.perf_counter() - started
     with tempfile.TemporaryDirectory(prefix=f"build-{name}-") as tmp:
         artifact = Path(tmp) / filename
@@ -140,7 +153,9 @@ def publish_compiled(repository: Path, source: str = "efficientnet_lite0", *, fl
                 # torch.export.save warns when the tensors of one storage group are all partial
                 # views, which FP16 channels_last CUDA weights are (seen on the H200 host); what it
                 # saved is checked below, on the file as the backend loads it.
-                warnings.filterwarnings("ignore", message="No complete tensor found in the group", category=UserWarning)
+                warnings.filterwarnings(
+                    "ignore", message="No complete tensor found in the group", category=UserWarning
+                )
                 torch.export.save(exported, str(artifact))
         # Loaded as the backend loads it; the inductor flavour compiles in its first calls.
         compiled = TorchModule(str(artifact), torch.device(device), dtype, gpu, [torch.float32])
@@ -151,56 +166,110 @@ def publish_compiled(repository: Path, source: str = "efficientnet_lite0", *, fl
         timings["compile"] = time.perf_counter() - started
         candidate = torch.cat(outs).float().cpu().numpy()
         parity = compare(reference[0], candidate, classes=spec.outputs[0].name == spec.class_output)
-        tolerance = spec.variant_tolerance("fp16") if gpu else spec.tolerance  # FP32: the export's own
+        tolerance = (
+            spec.variant_tolerance("fp16") if gpu else spec.tolerance
+        )  # FP32: the export's own
         if parity.failures(tolerance):
-            raise ParityError(f"{name}: the {flavour} flavour is outside the {'FP16' if gpu else 'FP32'} tolerance: "
-                              f"{'; '.join(parity.failures(tolerance))}")
-        probe = torch.randn(min(128 if gpu else 8, max_batch), *example.shape[1:], device=device, dtype=dtype)
+            raise ParityError(
+                f"{name}: the {flavour} flavour is outside the {'FP16' if gpu else 'FP32'} tolerance: "
+                f"{'; '.join(parity.failures(tolerance))}"
+            )
+        probe = torch.randn(
+            min(128 if gpu else 8, max_batch), *example.shape[1:], device=device, dtype=dtype
+        )
         if gpu:
             probe = probe.contiguous(memory_format=torch.channels_last)
         speed = {"eager": _images_per_s(model, probe), flavour: _images_per_s(compiled, probe)}
 
         inputs, outputs = _positional(spec.inputs, "INPUT"), _positional(spec.outputs, "OUTPUT")
-        policy = batching or replace(spec.batching, max_batch_size=max_batch,
-                                     preferred_batch_sizes=tuple(s for s in (32, 64, 128) if s <= max_batch))
-        parameters = {"precision": "fp16", "FORCE_CPU_ONLY_INPUT_TENSORS": "no"} if gpu else {"precision": "fp32"}
-        config = model_config(name, platform="pytorch_libtorch", inputs=inputs, outputs=outputs, batching=policy,
-                              parameters=parameters, gpu=gpu)
+        policy = batching or replace(
+            spec.batching,
+            max_batch_size=max_batch,
+            preferred_batch_sizes=tuple(s for s in (32, 64, 128) if s <= max_batch),
+        )
+        parameters = (
+            {"precision": "fp16", "FORCE_CPU_ONLY_INPUT_TENSORS": "no"}
+            if gpu
+            else {"precision": "fp32"}
+        )
+        config = model_config(
+            name,
+            platform="pytorch_libtorch",
+            inputs=inputs,
+            outputs=outputs,
+            batching=policy,
+            parameters=parameters,
+            gpu=gpu,
+        )
         config.default_model_filename = filename
         if gpu:
             properties = torch.cuda.get_device_properties(torch.device(device))
-            built_for = f"{properties.name} (compute capability {properties.major}.{properties.minor})"
+            built_for = (
+                f"{properties.name} (compute capability {properties.major}.{properties.minor})"
+            )
         else:
             built_for = "the CPU"
-        how = "AOTInductor package" if flavour == "aoti" else "torch.export program, torch.compile (Inductor) at load"
+        how = (
+            "AOTInductor package"
+            if flavour == "aoti"
+            else "torch.export program, torch.compile (Inductor) at load"
+        )
         report = BuildReport(
-            model=name, family=spec.family, version=(repo.latest_version(repository, name) or 0) + 1,
+            model=name,
+            family=spec.family,
+            version=(repo.latest_version(repository, name) or 0) + 1,
             precision="fp16" if gpu else "fp32",
-            weights=weights.__dict__, timings_s=timings, parity={spec.outputs[0].name: parity.as_dict()},
+            weights=weights.__dict__,
+            timings_s=timings,
+            parity={spec.outputs[0].name: parity.as_dict()},
             notes=[
                 f"{how} of {source}: {'FP16 weights, channels_last' if gpu else 'FP32'}, batch 1..{max_batch}",
                 f"built for {built_for}, torch {torch.__version__}",
                 "in-process images/s at batch {}: eager {:,.0f}, {} {:,.0f}".format(
-                    probe.shape[0], speed["eager"], flavour, speed[flavour]),
+                    probe.shape[0], speed["eager"], flavour, speed[flavour]
+                ),
             ],
         )
         return repo.publish(repository, config, {filename: artifact}, report)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m builders.compiled", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=__doc__.split("\n\n", 2)[2])
-    parser.add_argument("--repository", type=Path, required=True, help="the model repository to publish into")
-    parser.add_argument("--source", default="efficientnet_lite0", help="the PyTorch model spec to compile")
-    parser.add_argument("--flavour", choices=sorted(FLAVOURS), default="inductor",
-                        help="inductor: torch.export program compiled at load (default); aoti: AOTInductor package")
-    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="where the entry serves")
-    parser.add_argument("--name", default=None, help="the entry's name (default <source>_<flavour>)")
+    parser = argparse.ArgumentParser(
+        prog="python -m builders.compiled",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 2)[2],
+    )
+    parser.add_argument(
+        "--repository", type=Path, required=True, help="the model repository to publish into"
+    )
+    parser.add_argument(
+        "--source", default="efficientnet_lite0", help="the PyTorch model spec to compile"
+    )
+    parser.add_argument(
+        "--flavour",
+        choices=sorted(FLAVOURS),
+        default="inductor",
+        help="inductor: torch.export program compiled at load (default); aoti: AOTInductor package",
+    )
+    parser.add_argument(
+        "--device", choices=("cuda", "cpu"), default="cuda", help="where the entry serves"
+    )
+    parser.add_argument(
+        "--name", default=None, help="the entry's name (default <source>_<flavour>)"
+    )
     parser.add_argument("--max-batch", type=int, default=DEFAULT_MAX_BATCH)
     args = parser.parse_args(argv)
-    print(publish_compiled(args.repository, args.source, flavour=args.flavour, device=args.device, name=args.name,
-                           max_batch=args.max_batch))
+    print(
+        publish_compiled(
+            args.repository,
+            args.source,
+            flavour=args.flavour,
+            device=args.device,
+            name=args.name,
+            max_batch=args.max_batch,
+        )
+    )
     return 0
 
 

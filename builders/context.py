@@ -66,7 +66,9 @@ class BuildContext:
     notify: Callable[[str], None] = _quiet
 
 
-def onnx_entry_config(spec: ModelSpec, name: str, precision: str, *, gpu: bool, ragged: bool = True) -> mc.ModelConfig:
+def onnx_entry_config(
+    spec: ModelSpec, name: str, precision: str, *, gpu: bool, ragged: bool = True
+) -> mc.ModelConfig:
     """The ``onnxruntime_onnx`` config of ``name`` (``spec``'s FP32 entry or one of its variants).
 
     On a GPU host the entry runs in ``KIND_GPU`` instances with the TensorRT execution accelerator,
@@ -74,8 +76,15 @@ def onnx_entry_config(spec: ModelSpec, name: str, precision: str, *, gpu: bool, 
     INT8 (Q/DQ) entry gets the CUDA provider only: the TensorRT provider's INT8 path is not verified.
     ``ragged``: the spec's ``ragged_inputs`` get ``allow_ragged_batch`` (not for native backends).
     """
-    config = model_config(name, platform="onnxruntime_onnx", inputs=spec.inputs, outputs=spec.outputs,
-                          batching=spec.batching, parameters=spec.model_parameters(), gpu=gpu)
+    config = model_config(
+        name,
+        platform="onnxruntime_onnx",
+        inputs=spec.inputs,
+        outputs=spec.outputs,
+        batching=spec.batching,
+        parameters=spec.model_parameters(),
+        gpu=gpu,
+    )
     config.default_model_filename = "model.onnx"
     for message in config.input:
         message.allow_ragged_batch = ragged and message.name in spec.ragged_inputs

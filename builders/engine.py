@@ -129,26 +129,37 @@ def _check_onnx(path: Path) -> None:
     except Exception as exc:  # DecodeError and friends: the file is not a serialized ModelProto
         raise EngineBuildError(f"{path.name} is not a readable ONNX model: {exc}") from exc
     if not model.graph.output:
-        raise EngineBuildError(f"{path.name} is not a usable ONNX model: its graph has no outputs "
-                               f"({path.stat().st_size} bytes; a truncated or foreign file?)")
+        raise EngineBuildError(
+            f"{path.name} is not a usable ONNX model: its graph has no outputs "
+            f"({path.stat().st_size} bytes; a truncated or foreign file?)"
+        )
 
 
-def _axis_ranges(name: str, dims: list[int], given: Sequence[Sequence[int]] | None,
-                 onnx_name: str) -> tuple[list[int], list[int], list[int]]:
+def _axis_ranges(
+    name: str, dims: list[int], given: Sequence[Sequence[int]] | None, onnx_name: str
+) -> tuple[list[int], list[int], list[int]]:
     """(min, opt, max) non-batch dims of one input: its fixed dims, or the ranges given for dynamic ones."""
     if given is None:
         if any(d == -1 for d in dims):
-            raise EngineBuildError(f"input '{name}' of {onnx_name} has dynamic non-batch axes {[-1, *dims]}; "
-                                   "an engine profile needs their (min, opt, max) sizes (spec.engine_axis_ranges)")
+            raise EngineBuildError(
+                f"input '{name}' of {onnx_name} has dynamic non-batch axes {[-1, *dims]}; "
+                "an engine profile needs their (min, opt, max) sizes (spec.engine_axis_ranges)"
+            )
         return dims, dims, dims
     if len(given) != 3 or any(len(g) != len(dims) for g in given):
-        raise EngineBuildError(f"axis ranges for input '{name}' must be (min, opt, max) dims of rank {len(dims)}, "
-                               f"got {given}")
+        raise EngineBuildError(
+            f"axis ranges for input '{name}' must be (min, opt, max) dims of rank {len(dims)}, "
+            f"got {given}"
+        )
     low, mid, high = (list(g) for g in given)
     for axis, d in enumerate(dims):
-        if not (0 < low[axis] <= mid[axis] <= high[axis]) or (d != -1 and not low[axis] == mid[axis] == high[axis] == d):
-            raise EngineBuildError(f"axis {axis + 1} of input '{name}' ({d}) cannot take range "
-                                   f"{low[axis]}..{mid[axis]}..{high[axis]}")
+        if not (0 < low[axis] <= mid[axis] <= high[axis]) or (
+            d != -1 and not low[axis] == mid[axis] == high[axis] == d
+        ):
+            raise EngineBuildError(
+                f"axis {axis + 1} of input '{name}' ({d}) cannot take range "
+                f"{low[axis]}..{mid[axis]}..{high[axis]}"
+            )
     return low, mid, high
 
 
@@ -189,8 +200,15 @@ class EngineOptions:
     triton_release: str | None = None
 
 
-def build_engine(onnx: Path, out_dir: Path, profile: EngineProfile, precision: str,
-                 options: EngineOptions = EngineOptions(), *, input_hash: str | None = None) -> EngineMetadata:
+def build_engine(
+    onnx: Path,
+    out_dir: Path,
+    profile: EngineProfile,
+    precision: str,
+    options: EngineOptions = EngineOptions(),
+    *,
+    input_hash: str | None = None,
+) -> EngineMetadata:
     """Build a strongly typed TensorRT engine from ``onnx`` into ``out_dir/model.plan`` + ``engine.json``.
 
     Args:
@@ -212,7 +230,9 @@ def build_engine(onnx: Path, out_dir: Path, profile: EngineProfile, precision: s
     compute_capability, optimization_level = options.compute_capability, options.optimization_level
     flavour = options.flavour
     if max_batch_size < 1:
-        raise EngineBuildError(f"TensorRT engines need a batch axis: max_batch_size is {max_batch_size}")
+        raise EngineBuildError(
+            f"TensorRT engines need a batch axis: max_batch_size is {max_batch_size}"
+        )
     if not onnx.is_file():
         raise EngineBuildError(f"ONNX file for the TensorRT engine not found: {onnx}")
     _check_onnx(onnx)
@@ -221,8 +241,10 @@ def build_engine(onnx: Path, out_dir: Path, profile: EngineProfile, precision: s
     if tensorrt.flavour == "tensorrt":
         local = _local_compute_capability()
         if compute_capability not in (None, local):
-            raise EngineBuildError(f"full TensorRT builds for the local GPU (compute capability {local}), "
-                                   f"not {compute_capability}; use TensorRT for RTX to build ahead of time")
+            raise EngineBuildError(
+                f"full TensorRT builds for the local GPU (compute capability {local}), "
+                f"not {compute_capability}; use TensorRT for RTX to build ahead of time"
+            )
         capability = local
     else:
         capability = compute_capability or DEFAULT_COMPUTE_CAPABILITY
@@ -235,11 +257,15 @@ def build_engine(onnx: Path, out_dir: Path, profile: EngineProfile, precision: s
     parser = trt.OnnxParser(network, log.logger)
     if not parser.parse_from_file(str(onnx)):
         problems = parser_errors(parser) or log.errors() or ["no detail given"]
-        raise EngineBuildError(f"TensorRT ({tensorrt.flavour} {tensorrt.version}) cannot parse {onnx.name}: "
-                               + "; ".join(problems))
+        raise EngineBuildError(
+            f"TensorRT ({tensorrt.flavour} {tensorrt.version}) cannot parse {onnx.name}: "
+            + "; ".join(problems)
+        )
     if network.num_outputs == 0:
-        raise EngineBuildError(f"TensorRT ({tensorrt.flavour} {tensorrt.version}) parsed {onnx.name} "
-                               "to a network without outputs")
+        raise EngineBuildError(
+            f"TensorRT ({tensorrt.flavour} {tensorrt.version}) parsed {onnx.name} "
+            "to a network without outputs"
+        )
 
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, _WORKSPACE_BYTES)
@@ -255,22 +281,30 @@ def build_engine(onnx: Path, out_dir: Path, profile: EngineProfile, precision: s
         tensor = network.get_input(i)
         dims = list(tensor.shape)
         if dims[0] != -1:
-            raise EngineBuildError(f"input '{tensor.name}' of {onnx.name} has no dynamic batch axis: {dims}")
-        low, mid, high = _axis_ranges(tensor.name, dims[1:], (axis_ranges or {}).get(tensor.name), onnx.name)
+            raise EngineBuildError(
+                f"input '{tensor.name}' of {onnx.name} has no dynamic batch axis: {dims}"
+            )
+        low, mid, high = _axis_ranges(
+            tensor.name, dims[1:], (axis_ranges or {}).get(tensor.name), onnx.name
+        )
         shapes = {"min": [1, *low], "opt": [opt, *mid], "max": [max_batch_size, *high]}
         trt_profile.set_shape(tensor.name, shapes["min"], shapes["opt"], shapes["max"])
         profiles[tensor.name] = shapes
     config.add_optimization_profile(trt_profile)
 
-    cache_bytes = timing_cache.read_bytes() if timing_cache is not None and timing_cache.is_file() else b""
+    cache_bytes = (
+        timing_cache.read_bytes() if timing_cache is not None and timing_cache.is_file() else b""
+    )
     cache = config.create_timing_cache(cache_bytes)
     # A cache from another TensorRT build or device is ignored rather than failing the build.
     config.set_timing_cache(cache, True)
 
     serialized = builder.build_serialized_network(network, config)
     if serialized is None:
-        raise EngineBuildError(f"TensorRT ({tensorrt.flavour} {tensorrt.version}) could not build {onnx.name}: "
-                               + ("; ".join(log.errors()) or "no detail given"))
+        raise EngineBuildError(
+            f"TensorRT ({tensorrt.flavour} {tensorrt.version}) could not build {onnx.name}: "
+            + ("; ".join(log.errors()) or "no detail given")
+        )
     seconds = time.perf_counter() - started
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -283,7 +317,9 @@ def build_engine(onnx: Path, out_dir: Path, profile: EngineProfile, precision: s
         if updated is not None:
             tmp = timing_cache.with_name(timing_cache.name + f".{os.getpid()}.tmp")
             tmp.write_bytes(memoryview(updated.serialize()))
-            os.replace(tmp, timing_cache)  # atomic: a concurrent build reads the old or the new cache
+            os.replace(
+                tmp, timing_cache
+            )  # atomic: a concurrent build reads the old or the new cache
 
     metadata = EngineMetadata(
         flavour=tensorrt.flavour,
@@ -336,7 +372,9 @@ def check_engine(
     if tensorrt_version != meta.tensorrt_version:
         problems.append(f"built with TensorRT {meta.tensorrt_version}, host has {tensorrt_version}")
     if compute_capability != meta.compute_capability:
-        problems.append(f"built for compute capability {meta.compute_capability}, host GPU is {compute_capability}")
+        problems.append(
+            f"built for compute capability {meta.compute_capability}, host GPU is {compute_capability}"
+        )
     if plan is not None and meta.engine_sha256 and file_sha256(plan) != meta.engine_sha256:
         problems.append(f"{plan.name} does not match the sha256 recorded at build time")
     if problems:

@@ -49,6 +49,8 @@ __all__ = [
 #: TensorRT inside each NGC Triton release the platform deploys (docker/triton.Dockerfile's base)
 NGC_TENSORRT = {"24.10": "10.5.0"}
 DEFAULT_NGC_RELEASE = "24.10"
+
+
 def artifact_root(repository: Path) -> Path:
     """Where engines that no Triton of the target loads are kept: beside the repository, never in it
     (Triton loads every folder of its repository with ``--load-model=*``)."""
@@ -86,9 +88,15 @@ class ServingTarget:
             ValueError: a release whose TensorRT version is not recorded in :data:`NGC_TENSORRT`.
         """
         if release not in NGC_TENSORRT:
-            raise ValueError(f"unknown NGC Triton release {release!r}; known: {', '.join(sorted(NGC_TENSORRT))}")
-        return cls(f"NGC Triton {release} (TensorRT {NGC_TENSORRT[release]}) on compute capability "
-                   f"{compute_capability}", NGC_TENSORRT[release], compute_capability)
+            raise ValueError(
+                f"unknown NGC Triton release {release!r}; known: {', '.join(sorted(NGC_TENSORRT))}"
+            )
+        return cls(
+            f"NGC Triton {release} (TensorRT {NGC_TENSORRT[release]}) on compute capability "
+            f"{compute_capability}",
+            NGC_TENSORRT[release],
+            compute_capability,
+        )
 
     def refusal(self, meta: EngineMetadata, plan: Path | None = None) -> str | None:
         """Why this server cannot load the engine ``meta`` describes; ``None`` when it can.
@@ -97,43 +105,68 @@ class ServingTarget:
             meta: the engine's metadata (``engine.json``).
             plan: the plan file; when given, its sha256 must be the one ``meta`` records.
         """
-        if plan is not None and (not plan.is_file() or (meta.engine_sha256 and file_sha256(plan) != meta.engine_sha256)):
+        if plan is not None and (
+            not plan.is_file() or (meta.engine_sha256 and file_sha256(plan) != meta.engine_sha256)
+        ):
             return f"{plan.name} is missing or is not the plan engine.json describes (sha256)"
         if meta.flavour != "tensorrt":
-            return (f"built by {meta.flavour} {meta.tensorrt_version}: it runs under the TensorRT-RTX runtime, "
-                    "which Triton's tensorrt_plan backend is not")
+            return (
+                f"built by {meta.flavour} {meta.tensorrt_version}: it runs under the TensorRT-RTX runtime, "
+                "which Triton's tensorrt_plan backend is not"
+            )
         if self.tensorrt_version is None:
             return f"{self.name} cannot load TensorRT plans"
         problems = []
         if _release(meta.tensorrt_version) != _release(self.tensorrt_version):
-            problems.append(f"built with TensorRT {meta.tensorrt_version}, {self.name} has {self.tensorrt_version}")
-        if self.compute_capability is not None and meta.compute_capability != self.compute_capability:
-            problems.append(f"built for compute capability {meta.compute_capability}, not {self.compute_capability}")
+            problems.append(
+                f"built with TensorRT {meta.tensorrt_version}, {self.name} has {self.tensorrt_version}"
+            )
+        if (
+            self.compute_capability is not None
+            and meta.compute_capability != self.compute_capability
+        ):
+            problems.append(
+                f"built for compute capability {meta.compute_capability}, not {self.compute_capability}"
+            )
         return "; ".join(problems) or None
 
     def entry_refusal(self, version_dir: Path) -> str | None:
         """:meth:`refusal` for a published entry's version folder (``engine.json`` + ``model.plan``)."""
         if not (version_dir / METADATA_NAME).is_file():
-            return f"no {METADATA_NAME} beside the plan: its TensorRT version and target are unknown"
+            return (
+                f"no {METADATA_NAME} beside the plan: its TensorRT version and target are unknown"
+            )
         return self.refusal(read_metadata(version_dir), version_dir / ENGINE_NAME)
 
 
-def engine_refusals(repository: Path, target: ServingTarget, models: Iterable[str] | None = None) -> dict[str, str | None]:
+def engine_refusals(
+    repository: Path, target: ServingTarget, models: Iterable[str] | None = None
+) -> dict[str, str | None]:
     """Every ``tensorrt_plan`` entry (of ``models``, or all) -> why ``target`` cannot load its latest
     version (``None``: it can). Entries are recognised by their config, never by their name."""
-    names = sorted(models) if models is not None else sorted(p.name for p in repository.iterdir() if p.is_dir())
+    names = (
+        sorted(models)
+        if models is not None
+        else sorted(p.name for p in repository.iterdir() if p.is_dir())
+    )
     out: dict[str, str | None] = {}
     for name in names:
         config = repository / name / "config.pbtxt"
         if not config.is_file() or not is_tensorrt(read_config(config)):
             continue
-        versions = sorted((p for p in (repository / name).iterdir() if p.is_dir() and p.name.isdigit()),
-                          key=lambda p: int(p.name))
-        out[name] = target.entry_refusal(versions[-1]) if versions else "no version folder with an engine"
+        versions = sorted(
+            (p for p in (repository / name).iterdir() if p.is_dir() and p.name.isdigit()),
+            key=lambda p: int(p.name),
+        )
+        out[name] = (
+            target.entry_refusal(versions[-1]) if versions else "no version folder with an engine"
+        )
     return out
 
 
-def check_repository_engines(repository: Path, target: ServingTarget, models: Iterable[str] | None = None) -> list[str]:
+def check_repository_engines(
+    repository: Path, target: ServingTarget, models: Iterable[str] | None = None
+) -> list[str]:
     """The ``tensorrt_plan`` entries ``target`` loads; refuses a repository holding one it cannot.
 
     Raises:

@@ -1,15 +1,21 @@
 """Build errors. Each stops the build with a message that names the problem; nothing is published.
 
-    BuildError
-    ├── UnknownModelError      a name no spec answers to
-    ├── MissingInputError      a checkpoint folder or weights file that is not there
-    ├── ParityError            an artifact drifted past its tolerance from the PyTorch reference
-    └── EngineBuildError       TensorRT could not parse or build the ONNX graph
+BuildError
+├── UnknownModelError      a name no spec answers to
+├── MissingInputError      a checkpoint folder or weights file that is not there
+├── ParityError            an artifact drifted past its tolerance from the PyTorch reference
+└── EngineBuildError       TensorRT could not parse or build the ONNX graph
 """
 
 from __future__ import annotations
 
-__all__ = ["BuildError", "EngineBuildError", "MissingInputError", "ParityError", "UnknownModelError"]
+__all__ = [
+    "BuildError",
+    "EngineBuildError",
+    "MissingInputError",
+    "ParityError",
+    "UnknownModelError",
+]
 
 
 class BuildError(Exception):

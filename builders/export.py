@@ -65,7 +65,9 @@ def onnx_files(path: Path, name: str = "model.onnx") -> dict[str, Path]:
             location = ExternalDataInfo(tensor).location
             source = path.parent / location
             if not source.is_file():
-                raise FileNotFoundError(f"{path.name} references external data {location}, which is not beside it")
+                raise FileNotFoundError(
+                    f"{path.name} references external data {location}, which is not beside it"
+                )
             files[location] = source
     return files
 
@@ -93,8 +95,14 @@ def save_onnx(model: Any, path: Path, *, external_data: bool) -> Path:
     data = path.with_name(path.name + ".data")
     data.unlink(missing_ok=True)
     if external_data:
-        onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                        location=data.name, size_threshold=1024)
+        onnx.save_model(
+            model,
+            str(path),
+            save_as_external_data=True,
+            all_tensors_to_one_file=True,
+            location=data.name,
+            size_threshold=1024,
+        )
     else:
         onnx.save_model(model, str(path))
     return path
@@ -126,7 +134,9 @@ def select_output(model: object, output: str, argument_names: Sequence[str]) -> 
     return SelectOutput().eval()
 
 
-def torch_reference(module: object, spec: ModelSpec, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+def torch_reference(
+    module: object, spec: ModelSpec, feeds: dict[str, np.ndarray]
+) -> list[np.ndarray]:
     """Run the PyTorch module on ``feeds``; the ground truth every artifact is compared with."""
     import torch
 
@@ -137,7 +147,9 @@ def torch_reference(module: object, spec: ModelSpec, feeds: dict[str, np.ndarray
     return [o.detach().cpu().numpy() for o in outs]
 
 
-def export_onnx(module: object, spec: ModelSpec, feeds: dict[str, np.ndarray], path: Path) -> ExportResult:
+def export_onnx(
+    module: object, spec: ModelSpec, feeds: dict[str, np.ndarray], path: Path
+) -> ExportResult:
     """Export ``module`` traced on ``feeds``; every input and output gets a dynamic batch axis.
 
     Weights over :data:`EXTERNAL_DATA_THRESHOLD_BYTES` (or any, when ``spec.onnx_external_data``)
@@ -185,5 +197,9 @@ def export_onnx(module: object, spec: ModelSpec, feeds: dict[str, np.ndarray], p
     # By path, so the checker reads external data too (and models over 2 GiB can be checked at all).
     onnx.checker.check_model(str(path), full_check=True)
     data = path.with_name(path.name + ".data")
-    return ExportResult(path=path, seconds=time.perf_counter() - started, opset=spec.opset,
-                        external_data=data if external else None)
+    return ExportResult(
+        path=path,
+        seconds=time.perf_counter() - started,
+        opset=spec.opset,
+        external_data=data if external else None,
+    )

@@ -27,7 +27,10 @@ class GoldenItem:
 def golden_set(preprocessing: Preprocessing | None = None) -> list[GoldenItem]:
     """Every held-out photograph, preprocessed for the model under test (the default preprocessing if None)."""
     spec = preprocessing or Preprocessing()
-    return [GoldenItem(photo.name, preprocess(photo.load(), spec), photo.labels or None) for photo in HELD_OUT_PHOTOS]
+    return [
+        GoldenItem(photo.name, preprocess(photo.load(), spec), photo.labels or None)
+        for photo in HELD_OUT_PHOTOS
+    ]
 
 
 def held_out_batch(preprocessing: Preprocessing) -> np.ndarray:

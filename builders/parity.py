@@ -27,13 +27,19 @@ class ParityResult:
         """Human-readable reasons this result is outside ``tolerance`` (empty when it passes)."""
         problems = []
         if self.max_abs_error > tolerance.max_abs_error:
-            problems.append(f"max abs error {self.max_abs_error:.3g} > {tolerance.max_abs_error:.3g}")
+            problems.append(
+                f"max abs error {self.max_abs_error:.3g} > {tolerance.max_abs_error:.3g}"
+            )
         if self.min_cosine < tolerance.min_cosine:
             problems.append(f"min cosine {self.min_cosine:.6f} < {tolerance.min_cosine:.6f}")
         if self.top1_agreement is not None and self.top1_agreement < tolerance.min_top1_agreement:
-            problems.append(f"top-1 agreement {self.top1_agreement:.3f} < {tolerance.min_top1_agreement:.3f}")
+            problems.append(
+                f"top-1 agreement {self.top1_agreement:.3f} < {tolerance.min_top1_agreement:.3f}"
+            )
         if self.top5_agreement is not None and self.top5_agreement < tolerance.min_top5_agreement:
-            problems.append(f"top-5 agreement {self.top5_agreement:.3f} < {tolerance.min_top5_agreement:.3f}")
+            problems.append(
+                f"top-5 agreement {self.top5_agreement:.3f} < {tolerance.min_top5_agreement:.3f}"
+            )
         return problems
 
     def as_dict(self) -> dict[str, Any]:
@@ -69,11 +75,15 @@ def compare(reference: np.ndarray, candidate: np.ndarray, classes: bool = False)
     )
 
 
-def run_onnx(path: Path, feeds: dict[str, np.ndarray], outputs: list[str] | None = None) -> list[np.ndarray]:
+def run_onnx(
+    path: Path, feeds: dict[str, np.ndarray], outputs: list[str] | None = None
+) -> list[np.ndarray]:
     """Run an ONNX file once on the CPU with onnxruntime, as the ``onnxruntime`` backend runs it on this host."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     avoid_saturating_int8(options)
-    session = ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(
+        str(path), sess_options=options, providers=["CPUExecutionProvider"]
+    )
     return list(session.run(outputs, feeds))

@@ -63,8 +63,10 @@ class Photo:
             candidate = Path(folder) / self.path
             if candidate.is_file():
                 return candidate
-        raise FileNotFoundError(f"photograph '{self.name}' ({self.module}/{self.path}) is not installed; "
-                                "install the builders extra")
+        raise FileNotFoundError(
+            f"photograph '{self.name}' ({self.module}/{self.path}) is not installed; "
+            "install the builders extra"
+        )
 
     def load(self) -> Image.Image:
         """The photograph as RGB (grey-level photographs are repeated over the three channels)."""
@@ -81,10 +83,16 @@ _CATS = frozenset(range(281, 286))  # tabby, tiger cat, Persian, Siamese, Egypti
 #: never calibrated on; verified labels where a correct classifier has one answer
 HELD_OUT_PHOTOS: tuple[Photo, ...] = (
     _skimage("chelsea", labels=_CATS),
-    _skimage("coffee", labels=frozenset({504, 550, 967, 968})),  # coffee mug, espresso maker, espresso, cup
+    _skimage(
+        "coffee", labels=frozenset({504, 550, 967, 968})
+    ),  # coffee mug, espresso maker, espresso, cup
     _skimage("camera", labels=frozenset({759, 872})),  # a man behind a reflex camera on a tripod
-    _skimage("rocket", "jpg", labels=frozenset({657, 744, 812})),  # missile, projectile, space shuttle
-    Photo("china", "sklearn", "datasets/images/china.jpg", frozenset({663, 698})),  # monastery, palace
+    _skimage(
+        "rocket", "jpg", labels=frozenset({657, 744, 812})
+    ),  # missile, projectile, space shuttle
+    Photo(
+        "china", "sklearn", "datasets/images/china.jpg", frozenset({663, 698})
+    ),  # monastery, palace
     _skimage("astronaut"),
     _skimage("brick"),
     _skimage("coins"),
@@ -149,8 +157,11 @@ def _loaded(photo: Photo) -> Image.Image:
 
 def calibration_views(views: tuple[View, ...] = CALIBRATION_VIEWS) -> list[tuple[str, Image.Image]]:
     """``(name, image)`` for every calibration photograph under every view, in a fixed order."""
-    return [(f"{photo.name}/{view.name}", view.apply(_loaded(photo)))
-            for photo in CALIBRATION_PHOTOS for view in views]
+    return [
+        (f"{photo.name}/{view.name}", view.apply(_loaded(photo)))
+        for photo in CALIBRATION_PHOTOS
+        for view in views
+    ]
 
 
 def photo_files() -> list[Path]:

@@ -9,6 +9,7 @@ the next version, so Triton's version policy moves traffic to it and the old one
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import tempfile
@@ -37,7 +38,15 @@ from serving.console import LogProgress, Table, make_console, print_table
 from serving.console import progress as progress_display
 from serving.limits import DEFAULT_LIMITS
 
-__all__ = ["BuildOptions", "build", "build_specs", "inputs_hash", "print_summary", "stale", "summary_table"]
+__all__ = [
+    "BuildOptions",
+    "build",
+    "build_specs",
+    "inputs_hash",
+    "print_summary",
+    "stale",
+    "summary_table",
+]
 
 
 @dataclass(frozen=True)
@@ -67,17 +76,32 @@ class BuildOptions:
     #: a content-addressed cache of built entries shared by every repository (builders.build_cache);
     #: None: off (engines and forced builds never use it)
     cache: Path | None = None
+    #: INT8: calibrate by every method the spec names and keep the best on its held-out inputs (a
+    #: study: ~3x the calibration time); off, the spec's first method (its measured best) alone
+    int8_calibration_study: bool = False
 
     def engine_options(self) -> EngineOptions | None:
         if not (self.variants and self.engines):
             return None
-        cache = self.timing_cache or self.repository.parent / f".{self.repository.name}.trt-timing-cache"
-        return EngineOptions(timing_cache=cache, compute_capability=self.engine_compute_capability,
-                             optimization_level=self.engine_optimization_level, triton_release=self.triton_release)
+        cache = (
+            self.timing_cache
+            or self.repository.parent / f".{self.repository.name}.trt-timing-cache"
+        )
+        return EngineOptions(
+            timing_cache=cache,
+            compute_capability=self.engine_compute_capability,
+            optimization_level=self.engine_optimization_level,
+            triton_release=self.triton_release,
+        )
 
 
-def inputs_hash(spec: Spec, requirements: Mapping[str, str] | None = None, *, gpu: bool = False,
-                native_backends: bool = False) -> str:
+def inputs_hash(
+    spec: Spec,
+    requirements: Mapping[str, str] | None = None,
+    *,
+    gpu: bool = False,
+    native_backends: bool = False,
+) -> str:
     """Hash of everything that makes this build what it is.
 
     Args:
@@ -98,11 +122,17 @@ def inputs_hash(spec: Spec, requirements: Mapping[str, str] | None = None, *, gp
             digest.update(f"{name}={(requirements or {}).get(name, '')}".encode())
     else:
         described = {
-            "inputs": spec.inputs, "outputs": spec.outputs, "batching": spec.batching,
-            "tolerance": spec.tolerance, "opset": spec.opset, "parameters": spec.model_parameters(),
+            "inputs": spec.inputs,
+            "outputs": spec.outputs,
+            "batching": spec.batching,
+            "tolerance": spec.tolerance,
+            "opset": spec.opset,
+            "parameters": spec.model_parameters(),
             "weights": str(getattr(spec, "weights", "")),
             **({"host": "gpu"} if gpu else {}),
-            **({"ragged": spec.ragged_inputs} if spec.ragged_inputs and not native_backends else {}),
+            **(
+                {"ragged": spec.ragged_inputs} if spec.ragged_inputs and not native_backends else {}
+            ),
             # the published config carries the queue policies: a change to them is a new build
             "queue": DEFAULT_LIMITS.queue,
         }
@@ -131,10 +161,19 @@ def _up_to_date(options: BuildOptions, name: str, digest: str) -> BuildReport | 
     return None
 
 
-def _build_asset(spec: AssetSpec, options: BuildOptions, digest: str,
-                 status: Callable[[str], None] = lambda message: None) -> BuildReport:
-    report = BuildReport(model=spec.name, family=spec.family, version=_next_version(options.repository, spec.name),
-                         precision="n/a", inputs_hash=digest)
+def _build_asset(
+    spec: AssetSpec,
+    options: BuildOptions,
+    digest: str,
+    status: Callable[[str], None] = lambda message: None,
+) -> BuildReport:
+    report = BuildReport(
+        model=spec.name,
+        family=spec.family,
+        version=_next_version(options.repository, spec.name),
+        precision="n/a",
+        inputs_hash=digest,
+    )
     if spec.produce is None:
         repo.publish(options.repository, spec.config, spec.files, report)
         return report
@@ -147,19 +186,28 @@ def _build_asset(spec: AssetSpec, options: BuildOptions, digest: str,
     return report
 
 
-def _current_variants(spec: ModelSpec, options: BuildOptions, digest: str,
-                      notify: Callable[[str], None]) -> list[BuildReport] | None:
+def _current_variants(
+    spec: ModelSpec, options: BuildOptions, digest: str, notify: Callable[[str], None]
+) -> list[BuildReport] | None:
     """Reports of the variants/engines ``spec`` needs when all are up to date ([] if none are wanted)."""
     if not (options.variants and spec.variants):
         return []
     if options.force:
         return None
-    return precision_variants.up_to_date_variants(spec, digest, options.repository, options.engine_options(), notify)
+    return precision_variants.up_to_date_variants(
+        spec, digest, options.repository, options.engine_options(), notify
+    )
 
 
-def _build_model(spec: ModelSpec, options: BuildOptions, digest: str, progress: Progress | LogProgress, task: TaskID,
-                 previous: BuildReport | None = None,
-                 notify: Callable[[str], None] = lambda message: None) -> list[BuildReport]:
+def _build_model(
+    spec: ModelSpec,
+    options: BuildOptions,
+    digest: str,
+    progress: Progress | LogProgress,
+    task: TaskID,
+    previous: BuildReport | None = None,
+    notify: Callable[[str], None] = lambda message: None,
+) -> list[BuildReport]:
     """Export, verify and publish ``spec`` (unless ``previous`` is its current entry), then its variants."""
     timings: dict[str, float] = {}
     started = time.perf_counter()
@@ -172,12 +220,24 @@ def _build_model(spec: ModelSpec, options: BuildOptions, digest: str, progress: 
     timings["load"] = time.perf_counter() - started
 
     def context(parent: BuildReport, fp32: Path, workdir: Path) -> BuildContext:
-        return BuildContext(spec=spec, repository=options.repository, workdir=workdir, parent=parent,
-                            parent_hash=digest, fp32_onnx=fp32, feeds=feeds, reference=reference,
-                            held_out=held_out, held_out_reference=held_out_reference,
-                            force=options.force, engines=options.engine_options(), gpu=options.gpu,
-                            native_backends=options.native_backends,
-                            status=lambda message: progress.update(task, description=message), notify=notify)
+        return BuildContext(
+            spec=spec,
+            repository=options.repository,
+            workdir=workdir,
+            parent=parent,
+            parent_hash=digest,
+            fp32_onnx=fp32,
+            feeds=feeds,
+            reference=reference,
+            held_out=held_out,
+            held_out_reference=held_out_reference,
+            force=options.force,
+            engines=options.engine_options(),
+            gpu=options.gpu,
+            native_backends=options.native_backends,
+            status=lambda message: progress.update(task, description=message),
+            notify=notify,
+        )
 
     with tempfile.TemporaryDirectory(prefix=f"build-{spec.name}-") as tmp:
         if previous is not None:
@@ -197,18 +257,30 @@ def _build_model(spec: ModelSpec, options: BuildOptions, digest: str, progress: 
             for out, ref, cand in zip(spec.outputs, reference, candidate, strict=True)
         }
         timings["parity"] = time.perf_counter() - started
-        failures = [f"{name}: {p}" for name, result in parity.items() for p in result.failures(spec.tolerance)]
+        failures = [
+            f"{name}: {p}"
+            for name, result in parity.items()
+            for p in result.failures(spec.tolerance)
+        ]
         if failures:
-            raise ParityError(f"{spec.name} ONNX export is outside tolerance: " + "; ".join(failures))
+            raise ParityError(
+                f"{spec.name} ONNX export is outside tolerance: " + "; ".join(failures)
+            )
 
         report = BuildReport(
-            model=spec.name, family=spec.family, version=_next_version(options.repository, spec.name),
-            inputs_hash=digest, weights=weights.__dict__, timings_s=timings,
+            model=spec.name,
+            family=spec.family,
+            version=_next_version(options.repository, spec.name),
+            inputs_hash=digest,
+            weights=weights.__dict__,
+            timings_s=timings,
             parity={name: result.as_dict() for name, result in parity.items()},
         )
         if not weights.pretrained:
             report.notes.append(f"weights: {weights.note or 'random initialisation'}")
-        config = onnx_entry_config(spec, spec.name, "fp32", gpu=options.gpu, ragged=not options.native_backends)
+        config = onnx_entry_config(
+            spec, spec.name, "fp32", gpu=options.gpu, ragged=not options.native_backends
+        )
         # Variants and engines are built and verified before anything is published.
         pending = _build_variants(context(report, exported.path, Path(tmp)), options)
         progress.update(task, description=f"{spec.name}: publishing")
@@ -216,13 +288,35 @@ def _build_model(spec: ModelSpec, options: BuildOptions, digest: str, progress: 
         return [report, *(p.publish(options.repository) for p in pending)]
 
 
-def _build_variants(ctx: BuildContext, options: BuildOptions) -> list[precision_variants.Publication]:
+def _build_variants(
+    ctx: BuildContext, options: BuildOptions
+) -> list[precision_variants.Publication]:
     if not (options.variants and ctx.spec.variants):
         return []
     return precision_variants.build_variants(ctx)
 
 
-def build(names: Iterable[str], options: BuildOptions, console: Console | None = None) -> list[BuildReport]:
+def as_built(spec: Spec, options: BuildOptions) -> Spec:
+    """``spec`` as ``options`` build it: INT8 calibrated by its first method alone unless
+    ``options.int8_calibration_study`` (the variant's hash names the methods, so the two never mix).
+
+    Returns:
+        ``spec`` itself, or a shallow copy with one calibration method.
+    """
+    if (
+        not isinstance(spec, ModelSpec)
+        or options.int8_calibration_study
+        or len(spec.int8_calibrations) <= 1
+    ):
+        return spec
+    single = copy.copy(spec)
+    single.int8_calibrations = spec.int8_calibrations[:1]
+    return single
+
+
+def build(
+    names: Iterable[str], options: BuildOptions, console: Console | None = None
+) -> list[BuildReport]:
     """Build ``names`` (and what they require) into ``options.repository``.
 
     Raises:
@@ -234,10 +328,12 @@ def build(names: Iterable[str], options: BuildOptions, console: Console | None =
     return build_specs(resolve(names, options.weights), options, console)
 
 
-def build_specs(specs: Iterable[Spec], options: BuildOptions, console: Console | None = None) -> list[BuildReport]:
+def build_specs(
+    specs: Iterable[Spec], options: BuildOptions, console: Console | None = None
+) -> list[BuildReport]:
     """Build specs that are already resolved (a caller's own spec, e.g. a candidate under test)."""
     console = console or make_console(stderr=True)
-    specs = list(specs)
+    specs = [as_built(spec, options) for spec in specs]
     told: set[str] = set()
 
     def notify(message: str) -> None:  # each skip reason once per build
@@ -247,23 +343,47 @@ def build_specs(specs: Iterable[Spec], options: BuildOptions, console: Console |
 
     reports: list[BuildReport] = []
     digests: dict[str, str] = {}
-    cache = BuildCache(options.cache) if options.cache and not options.force and not options.engines else None
+    cache = (
+        BuildCache(options.cache)
+        if options.cache and not options.force and not options.engines
+        else None
+    )
     with progress_display(console) as progress:
         overall = progress.add_task("building", total=len(specs))
         for spec in specs:
-            digest = digests[spec.name] = inputs_hash(spec, _requirement_hashes(spec, digests, options.repository),
-                                                      gpu=options.gpu, native_backends=options.native_backends)
+            digest = digests[spec.name] = inputs_hash(
+                spec,
+                _requirement_hashes(spec, digests, options.repository),
+                gpu=options.gpu,
+                native_backends=options.native_backends,
+            )
             if cache is not None:
-                restored = cache.restore(options.repository, spec.name, digest, variants=options.variants)
+                restored = cache.restore(
+                    options.repository, spec.name, digest, variants=options.variants
+                )
                 if restored:
-                    progress.update(overall, description=f"{spec.name}: restored {', '.join(restored)} from the cache")
+                    progress.update(
+                        overall,
+                        description=f"{spec.name}: restored {', '.join(restored)} from the cache",
+                    )
             previous = _up_to_date(options, spec.name, digest)
             step: list[BuildReport]
             if isinstance(spec, AssetSpec):
-                step = [previous or _build_asset(
-                    spec, options, digest, lambda message: progress.update(overall, description=message))]
+                step = [
+                    previous
+                    or _build_asset(
+                        spec,
+                        options,
+                        digest,
+                        lambda message: progress.update(overall, description=message),
+                    )
+                ]
             else:
-                current = _current_variants(spec, options, digest, notify) if previous is not None else None
+                current = (
+                    _current_variants(spec, options, digest, notify)
+                    if previous is not None
+                    else None
+                )
                 if previous is not None and current is not None:
                     step = [previous, *current]
                 else:
@@ -283,17 +403,25 @@ def stale(names: Iterable[str], options: BuildOptions) -> list[str]:
     """
     found: list[str] = []
     digests: dict[str, str] = {}
-    for spec in resolve(names, options.weights):
-        digest = digests[spec.name] = inputs_hash(spec, _requirement_hashes(spec, digests, options.repository),
-                                                  gpu=options.gpu, native_backends=options.native_backends)
+    for spec in (as_built(s, options) for s in resolve(names, options.weights)):
+        digest = digests[spec.name] = inputs_hash(
+            spec,
+            _requirement_hashes(spec, digests, options.repository),
+            gpu=options.gpu,
+            native_backends=options.native_backends,
+        )
         if _up_to_date(options, spec.name, digest) is None:
             found.append(spec.name)
         if isinstance(spec, ModelSpec) and options.variants:
             for precision in spec.variants:
                 name = precision_variants.variant_name(spec.name, precision)
                 current = repo.latest_report(options.repository, name)
-                if options.force or current is None or \
-                        current.inputs_hash != precision_variants.variant_hash(spec, digest, precision):
+                if (
+                    options.force
+                    or current is None
+                    or current.inputs_hash
+                    != precision_variants.variant_hash(spec, digest, precision)
+                ):
                     found.append(name)
     return found
 
@@ -314,13 +442,27 @@ def _requirement_hashes(spec: Spec, built: Mapping[str, str], repository: Path) 
 
 def summary_table(reports: Iterable[BuildReport]) -> Table:
     """One row per artifact with its parity figures."""
-    table = Table("Build summary", ("model", "version", "precision", "status", "weights", "max abs err",
-                                    "min cosine", "top-1 agree"))
+    table = Table(
+        "Build summary",
+        (
+            "model",
+            "version",
+            "precision",
+            "status",
+            "weights",
+            "max abs err",
+            "min cosine",
+            "top-1 agree",
+        ),
+    )
     for r in reports:
         first: dict[str, Any] = next(iter(r.parity.values()), {}) if r.parity else {}
         top1 = first.get("top1_agreement")
         table.add_row(
-            r.model, str(r.version), r.precision, "up to date" if r.skipped else "built",
+            r.model,
+            str(r.version),
+            r.precision,
+            "up to date" if r.skipped else "built",
             r.weights.get("source", "-") if r.weights else "-",
             f"{first['max_abs_error']:.2e}" if first else "-",
             f"{first['min_cosine']:.6f}" if first else "-",

@@ -84,8 +84,12 @@ class PrecisionResult:
     seconds: float
 
 
-def to_fp16(src: Path, dst: Path, keep_fp32_ops: Iterable[str] = DEFAULT_FP32_OPS,
-            keep_float: Iterable[str] = ()) -> Path:
+def to_fp16(
+    src: Path,
+    dst: Path,
+    keep_fp32_ops: Iterable[str] = DEFAULT_FP32_OPS,
+    keep_float: Iterable[str] = (),
+) -> Path:
     """Convert an FP32 ONNX graph to FP16, keeping its inputs and outputs FP32.
 
     Args:
@@ -102,12 +106,16 @@ def to_fp16(src: Path, dst: Path, keep_fp32_ops: Iterable[str] = DEFAULT_FP32_OP
 
     try:
         try:
-            converted = _convert_fp16(onnx.load(str(src)), keep_fp32_ops, tuple(keep_float), tidy=True)
+            converted = _convert_fp16(
+                onnx.load(str(src)), keep_fp32_ops, tuple(keep_float), tidy=True
+            )
         except AttributeError:
             # onnxconverter-common 1.16's last step, which drops Cast(to FP16) -> Cast(to FP32) pairs,
             # fails when the second cast feeds several nodes (a UNet's timestep input does). The pairs
             # are only tidiness: ONNX Runtime and TensorRT fold them. Convert again without that step.
-            converted = _convert_fp16(onnx.load(str(src)), keep_fp32_ops, tuple(keep_float), tidy=False)
+            converted = _convert_fp16(
+                onnx.load(str(src)), keep_fp32_ops, tuple(keep_float), tidy=False
+            )
     except Exception as exc:  # onnx/onnxconverter raise bare exceptions of many kinds
         raise PrecisionError(f"FP16 conversion of {src.name} failed: {exc}") from exc
     _restore_float_outputs(converted.graph, onnx.load(str(src), load_external_data=False).graph)
@@ -129,7 +137,9 @@ def _inline_shared_weights(model: Any) -> Any:
     graph = model.graph
     initializers = {i.name: i for i in graph.initializer}
     for node in [n for n in graph.node if n.op_type == "Identity" and n.input[0] in initializers]:
-        copy = numpy_helper.from_array(numpy_helper.to_array(initializers[node.input[0]]), node.output[0])
+        copy = numpy_helper.from_array(
+            numpy_helper.to_array(initializers[node.input[0]]), node.output[0]
+        )
         graph.initializer.append(copy)
         graph.node.remove(node)
     return model
@@ -147,20 +157,30 @@ def _kept_nodes(graph: Any, ops: set[str], patterns: tuple[str, ...]) -> list[st
     for node in graph.node:
         for name in node.input:
             consumers.setdefault(name, []).append(node)
-    casts = [n for n in graph.node if n.op_type == "Cast"
-             and any(a.name == "to" and a.i == TensorProto.FLOAT for a in n.attribute)]
+    casts = [
+        n
+        for n in graph.node
+        if n.op_type == "Cast"
+        and any(a.name == "to" and a.i == TensorProto.FLOAT for a in n.attribute)
+    ]
     changed = True
     while changed:  # a cast may feed another cast
         changed = False
         for cast in casts:
             users = [u for out in cast.output for u in consumers.get(out, [])]
-            if cast.name not in kept and users and all(u.op_type in ops or u.name in kept for u in users):
+            if (
+                cast.name not in kept
+                and users
+                and all(u.op_type in ops or u.name in kept for u in users)
+            ):
                 kept.add(cast.name)
                 changed = True
     return sorted(kept)
 
 
-def _convert_fp16(model: Any, keep_fp32_ops: Iterable[str], keep_float: tuple[str, ...], *, tidy: bool) -> Any:
+def _convert_fp16(
+    model: Any, keep_fp32_ops: Iterable[str], keep_float: tuple[str, ...], *, tidy: bool
+) -> Any:
     from onnxconverter_common import float16
 
     model = _inline_shared_weights(model)
@@ -170,10 +190,17 @@ def _convert_fp16(model: Any, keep_fp32_ops: Iterable[str], keep_float: tuple[st
         # One warning per tiny weight truncated to FP16's range; parity afterwards is the real check.
         warnings.filterwarnings("ignore", message="the float32 number", category=UserWarning)
         if not tidy:
-            stack.enter_context(unittest.mock.patch.object(float16, "remove_unnecessary_cast_node", lambda graph: None))
-        converted = float16.convert_float_to_float16(model, keep_io_types=True,
-                                                     op_block_list=sorted(set(keep_fp32_ops)) or None,
-                                                     node_block_list=nodes or None)
+            stack.enter_context(
+                unittest.mock.patch.object(
+                    float16, "remove_unnecessary_cast_node", lambda graph: None
+                )
+            )
+        converted = float16.convert_float_to_float16(
+            model,
+            keep_io_types=True,
+            op_block_list=sorted(set(keep_fp32_ops)) or None,
+            node_block_list=nodes or None,
+        )
     _retype_cast_outputs(converted.graph)
     return converted
 
@@ -187,13 +214,20 @@ def _retype_cast_outputs(graph: Any) -> None:
     """
     from onnx import TensorProto
 
-    declared = {info.name: info.type.tensor_type.elem_type for info in graph.value_info if info.type.HasField("tensor_type")}
+    declared = {
+        info.name: info.type.tensor_type.elem_type
+        for info in graph.value_info
+        if info.type.HasField("tensor_type")
+    }
     for node in graph.node:
         if node.op_type != "Cast":
             continue
         for attribute in node.attribute:
-            if (attribute.name == "to" and attribute.i == TensorProto.FLOAT
-                    and declared.get(node.output[0]) == TensorProto.FLOAT16):
+            if (
+                attribute.name == "to"
+                and attribute.i == TensorProto.FLOAT
+                and declared.get(node.output[0]) == TensorProto.FLOAT16
+            ):
                 attribute.i = TensorProto.FLOAT16
 
 
@@ -208,14 +242,23 @@ def _restore_float_outputs(graph: Any, original: Any) -> None:
 
     wanted = {o.name: o.type.tensor_type.elem_type for o in original.output}
     for output in graph.output:
-        if wanted.get(output.name) != TensorProto.FLOAT or output.type.tensor_type.elem_type != TensorProto.FLOAT16:
+        if (
+            wanted.get(output.name) != TensorProto.FLOAT
+            or output.type.tensor_type.elem_type != TensorProto.FLOAT16
+        ):
             continue
         internal = f"{output.name}__fp16"
         for node in graph.node:
             node.output[:] = [internal if n == output.name else n for n in node.output]
             node.input[:] = [internal if n == output.name else n for n in node.input]
         graph.node.append(
-            helper.make_node("Cast", [internal], [output.name], to=TensorProto.FLOAT, name=f"{output.name}__to_fp32")
+            helper.make_node(
+                "Cast",
+                [internal],
+                [output.name],
+                to=TensorProto.FLOAT,
+                name=f"{output.name}__to_fp32",
+            )
         )
         output.type.tensor_type.elem_type = TensorProto.FLOAT
 
@@ -235,7 +278,9 @@ class CalibrationReader:
     def __init__(self, samples: Mapping[str, np.ndarray], batch_size: int = 4) -> None:
         sizes = {len(v) for v in samples.values()}
         if len(sizes) != 1 or 0 in sizes:
-            raise PrecisionError(f"calibration inputs must share one non-empty batch axis, got sizes {sorted(sizes)}")
+            raise PrecisionError(
+                f"calibration inputs must share one non-empty batch axis, got sizes {sorted(sizes)}"
+            )
         self.samples = {k: np.ascontiguousarray(v) for k, v in samples.items()}
         self.rows = sizes.pop()
         self.batch_size = max(1, batch_size)
@@ -254,7 +299,7 @@ class CalibrationReader:
     def _iterate(self) -> Iterator[dict[str, np.ndarray]]:
         for batch in range(*self._range):
             start = batch * self.batch_size
-            yield {k: v[start:start + self.batch_size] for k, v in self.samples.items()}
+            yield {k: v[start : start + self.batch_size] for k, v in self.samples.items()}
 
     def get_next(self) -> dict[str, np.ndarray] | None:
         return next(self._batches, None)
@@ -296,10 +341,15 @@ def to_int8(
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    methods = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
-               "entropy": CalibrationMethod.Entropy}
+    methods = {
+        "minmax": CalibrationMethod.MinMax,
+        "percentile": CalibrationMethod.Percentile,
+        "entropy": CalibrationMethod.Entropy,
+    }
     if method not in methods:
-        raise PrecisionError(f"unknown calibration method '{method}'; known: {', '.join(CALIBRATION_METHODS)}")
+        raise PrecisionError(
+            f"unknown calibration method '{method}'; known: {', '.join(CALIBRATION_METHODS)}"
+        )
     reader = CalibrationReader(calibration, batch_size=batch_size)
     dst.parent.mkdir(parents=True, exist_ok=True)
     src, dst = src.resolve(), dst.resolve()
@@ -307,8 +357,11 @@ def to_int8(
     # onnxruntime's shape inference and quantizer drop scratch files (sym_shape_infer_temp.onnx,
     # <uuid>.data) into the working directory, and leave them there when they fail: work elsewhere.
     # onnxruntime's histogram calibrators print a line per batch collected: keep the build's output clean.
-    with tempfile.TemporaryDirectory(prefix="int8-") as scratch, contextlib.chdir(scratch), \
-            contextlib.redirect_stdout(io.StringIO()):
+    with (
+        tempfile.TemporaryDirectory(prefix="int8-") as scratch,
+        contextlib.chdir(scratch),
+        contextlib.redirect_stdout(io.StringIO()),
+    ):
         try:
             # Shape inference + graph cleanup first, as onnxruntime recommends before quantizing;
             # transformer graphs with dynamic sequence axes defeat the symbolic pass, ONNX's own suffices.
@@ -329,8 +382,12 @@ def to_int8(
                 op_types_to_quantize=list(op_types) if op_types is not None else None,
                 nodes_to_exclude=excluded,
                 # CalibStridedMinMax: collect (and merge into the ranges/histograms) one batch at a time.
-                extra_options={"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False,
-                               "CalibStridedMinMax": 1},
+                extra_options={
+                    "ActivationSymmetric": True,
+                    "WeightSymmetric": True,
+                    "QuantizeBias": False,
+                    "CalibStridedMinMax": 1,
+                },
             )
         except PrecisionError:
             raise
@@ -351,10 +408,18 @@ def _matching_nodes(path: Path, patterns: tuple[str, ...]) -> list[str]:
     return [n.name for n in graph.node if any(p in n.name for p in patterns)]
 
 
-def convert(precision: str, src: Path, dst: Path, calibration: Mapping[str, np.ndarray],
-            keep_fp32_ops: Iterable[str] = DEFAULT_FP32_OPS, *, int8_op_types: Iterable[str] | None = None,
-            int8_keep_float: Iterable[str] = (), int8_method: str = "minmax",
-            fp16_keep_float: Iterable[str] = ()) -> PrecisionResult:
+def convert(
+    precision: str,
+    src: Path,
+    dst: Path,
+    calibration: Mapping[str, np.ndarray],
+    keep_fp32_ops: Iterable[str] = DEFAULT_FP32_OPS,
+    *,
+    int8_op_types: Iterable[str] | None = None,
+    int8_keep_float: Iterable[str] = (),
+    int8_method: str = "minmax",
+    fp16_keep_float: Iterable[str] = (),
+) -> PrecisionResult:
     """Produce the ``precision`` variant of ``src`` at ``dst``.
 
     Raises:
@@ -364,7 +429,14 @@ def convert(precision: str, src: Path, dst: Path, calibration: Mapping[str, np.n
     if precision == "fp16":
         to_fp16(src, dst, keep_fp32_ops, fp16_keep_float)
     elif precision == "int8":
-        to_int8(src, dst, calibration, op_types=int8_op_types, keep_float=int8_keep_float, method=int8_method)
+        to_int8(
+            src,
+            dst,
+            calibration,
+            op_types=int8_op_types,
+            keep_float=int8_keep_float,
+            method=int8_method,
+        )
     else:
         raise PrecisionError(f"unknown precision '{precision}'; known: {', '.join(PRECISIONS)}")
     return PrecisionResult(path=dst, precision=precision, seconds=time.perf_counter() - started)

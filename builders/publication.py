@@ -33,7 +33,9 @@ class Publication:
 
     def publish(self, repository: Path) -> BuildReport:
         if self.artifact:
-            repo.publish_artifact(targets.artifact_root(repository), self.report.model, self.files, self.report)
+            repo.publish_artifact(
+                targets.artifact_root(repository), self.report.model, self.files, self.report
+            )
             # An entry of this name published as a Triton model before (an engine Triton cannot load)
             # would fail to load under --load-model=*: it goes.
             repo.remove_entry(repository, self.report.model)

@@ -15,7 +15,15 @@ from typing import Any
 __all__ = ["BuildReport", "REPORT_NAME", "file_sha256", "package_versions"]
 
 REPORT_NAME = "build_report.json"
-_TRACKED_PACKAGES = ("torch", "onnx", "onnxruntime", "onnxconverter-common", "transformers", "diffusers", "tensorrt-rtx")
+_TRACKED_PACKAGES = (
+    "torch",
+    "onnx",
+    "onnxruntime",
+    "onnxconverter-common",
+    "transformers",
+    "diffusers",
+    "tensorrt-rtx",
+)
 
 
 def file_sha256(path: Path) -> str:
@@ -53,11 +61,17 @@ class BuildReport:
     skipped: bool = False
 
     def add_artifact(self, role: str, path: Path) -> None:
-        self.artifacts[role] = {"file": path.name, "sha256": file_sha256(path), "bytes": path.stat().st_size}
+        self.artifacts[role] = {
+            "file": path.name,
+            "sha256": file_sha256(path),
+            "bytes": path.stat().st_size,
+        }
 
     def artifact_files(self) -> list[str]:
         """The published files, by their path in the version folder."""
-        return sorted(role if role != "model" else entry["file"] for role, entry in self.artifacts.items())
+        return sorted(
+            role if role != "model" else entry["file"] for role, entry in self.artifacts.items()
+        )
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)

@@ -54,7 +54,9 @@ def _version_dirs(repository: Path, name: str) -> list[Path]:
     entry = repository / name
     if not entry.is_dir():
         return []
-    return sorted((p for p in entry.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name))
+    return sorted(
+        (p for p in entry.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name)
+    )
 
 
 def versions(repository: Path, name: str) -> list[int]:
@@ -124,7 +126,11 @@ def discard_unfinished(repository: Path, names: Iterable[str] | None = None) -> 
         The folders removed.
     """
     if names is None:
-        names = sorted(p.name for p in repository.iterdir() if p.is_dir()) if repository.is_dir() else []
+        names = (
+            sorted(p.name for p in repository.iterdir() if p.is_dir())
+            if repository.is_dir()
+            else []
+        )
     removed = []
     for name in names:
         for version in unfinished_versions(repository, name):
@@ -180,7 +186,10 @@ def publish(
             target.chmod(0o644)
             # Every file is hashed in the report: the model file as "model", the rest (ONNX external
             # data, weights folders, tokenizer files) by their path in the version folder.
-            report.add_artifact("model" if dest.startswith("model.") and not dest.endswith(".data") else dest, target)
+            report.add_artifact(
+                "model" if dest.startswith("model.") and not dest.endswith(".data") else dest,
+                target,
+            )
         report.write(version_dir)
         published = mc.ModelConfig()
         published.CopyFrom(config)
@@ -192,8 +201,13 @@ def publish(
             # the finished versions (see the module docstring).
             write_config(published, version_dir / UNFINISHED)
             if finished:
-                published.version_policy.CopyFrom(mc.ModelVersionPolicy(
-                    specific=mc.ModelVersionPolicy.Specific(versions=_served(config.version_policy, finished))))
+                published.version_policy.CopyFrom(
+                    mc.ModelVersionPolicy(
+                        specific=mc.ModelVersionPolicy.Specific(
+                            versions=_served(config.version_policy, finished)
+                        )
+                    )
+                )
         write_config(published, staging / "config.pbtxt")
 
         entry.mkdir(exist_ok=True)
@@ -210,8 +224,9 @@ def publish(
     return entry / str(report.version)
 
 
-def publish_artifact(root: Path, name: str, files: Mapping[str, Path], report: BuildReport,
-                     *, keep_versions: int = 3) -> Path:
+def publish_artifact(
+    root: Path, name: str, files: Mapping[str, Path], report: BuildReport, *, keep_versions: int = 3
+) -> Path:
     """Write ``files`` and the report as version ``report.version`` of ``name`` under ``root``: a build
     output that is not a Triton entry (no config; ``root`` is never a model repository).
 

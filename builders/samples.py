@@ -14,7 +14,13 @@ import numpy as np
 from PIL import Image
 
 from builders import golden
-from builders.photos import CALIBRATION_PHOTOS, CALIBRATION_VIEWS, View, calibration_views, photo_files
+from builders.photos import (
+    CALIBRATION_PHOTOS,
+    CALIBRATION_VIEWS,
+    View,
+    calibration_views,
+    photo_files,
+)
 from serving import image_preprocessing
 from serving.image_preprocessing import Preprocessing, preprocess
 
@@ -26,7 +32,12 @@ WHOLE: tuple[View, ...] = (CALIBRATION_VIEWS[0],)
 
 def image_sample_sources() -> tuple[Path, ...]:
     """The files an image model's samples are made of: a change to any is a change to its build."""
-    return (Path(__file__), Path(golden.__file__), Path(image_preprocessing.__file__), *photo_files())
+    return (
+        Path(__file__),
+        Path(golden.__file__),
+        Path(image_preprocessing.__file__),
+        *photo_files(),
+    )
 
 
 @cache

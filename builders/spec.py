@@ -75,10 +75,12 @@ class Tolerance:
 #: 0.99996, top-1 1.0; INT8 (symmetric per-channel QDQ, min/max calibration) max abs 0.90, cosine
 #: 0.982, top-1 0.833, figures taken on the photographs it was calibrated on. A spec with held-out
 #: inputs sets its own INT8 tolerance from the held-out figures (efficientnet_lite0 does).
-DEFAULT_VARIANT_TOLERANCES: Mapping[str, Tolerance] = MappingProxyType({
-    "fp16": Tolerance(max_abs_error=0.1, min_cosine=0.9995, min_top1_agreement=1.0),
-    "int8": Tolerance(max_abs_error=1.5, min_cosine=0.97, min_top1_agreement=0.8),
-})
+DEFAULT_VARIANT_TOLERANCES: Mapping[str, Tolerance] = MappingProxyType(
+    {
+        "fp16": Tolerance(max_abs_error=0.1, min_cosine=0.9995, min_top1_agreement=1.0),
+        "int8": Tolerance(max_abs_error=1.5, min_cosine=0.97, min_top1_agreement=0.8),
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -113,15 +115,19 @@ class ModelSpec(ABC):
     #: float (e.g. transformer output projections whose inputs carry outlier activations)
     int8_op_types: tuple[str, ...] | None = None
     int8_keep_float: tuple[str, ...] = ()
-    #: INT8 calibration methods to try (``builders.precision.CALIBRATION_METHODS``); the build keeps the
-    #: one best on the held-out inputs (top-1, then top-5 agreement, then cosine) and reports them all
+    #: INT8 calibration methods to try (``builders.precision.CALIBRATION_METHODS``), the measured best
+    #: first: a build uses the first alone; a study (``BuildOptions.int8_calibration_study``, ``inferctl
+    #: build --int8-calibration-study``) tries them all, keeps the one best on the held-out inputs (top-1,
+    #: then top-5 agreement, then cosine) and reports them all
     int8_calibrations: tuple[str, ...] = ("minmax",)
     #: FP16: node-name substrings kept in FP32 (e.g. a timestep embedding, whose sinusoids of
     #: timesteps up to 1000 FP16 cannot resolve)
     fp16_keep_float: tuple[str, ...] = ()
     #: TensorRT profile for inputs with dynamic non-batch axes: name -> (min, opt, max) dims without
     #: the batch axis, e.g. {"input_ids": ((1,), (128,), (256,))}; without it no engine is built
-    engine_axis_ranges: Mapping[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = MappingProxyType({})
+    engine_axis_ranges: Mapping[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = (
+        MappingProxyType({})
+    )
     #: inputs whose config sets ``allow_ragged_batch``: requests of different lengths (axis 1) share a
     #: batch; the Python-based backends pad them (see ``serving/backends/batching_core.py``)
     ragged_inputs: tuple[str, ...] = ()
@@ -142,7 +148,9 @@ class ModelSpec(ABC):
 
         Every family the registry knows says it; a spec that does not cannot be promoted.
         """
-        raise NotImplementedError(f"{self.name}: its family does not say how a new version is judged")
+        raise NotImplementedError(
+            f"{self.name}: its family does not say how a new version is judged"
+        )
 
     def held_out_inputs(self) -> dict[str, np.ndarray] | None:
         """Real inputs no calibration sees, on which an INT8 variant is judged (None: judged on the samples)."""

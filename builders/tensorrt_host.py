@@ -73,8 +73,13 @@ def local_compute_capability() -> str:
     smi = shutil.which("nvidia-smi")
     if smi:
         try:
-            out = subprocess.run([smi, "--query-gpu=compute_cap", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=30, check=True).stdout.split()
+            out = subprocess.run(
+                [smi, "--query-gpu=compute_cap", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=True,
+            ).stdout.split()
             if out:
                 return out[0].strip()
         except (OSError, subprocess.SubprocessError):
@@ -87,7 +92,9 @@ def local_compute_capability() -> str:
             return f"{major}.{minor}"
     except ImportError:
         pass
-    raise EngineUnavailable("full TensorRT is installed but no GPU is visible (nvidia-smi / CUDA) to build for")
+    raise EngineUnavailable(
+        "full TensorRT is installed but no GPU is visible (nvidia-smi / CUDA) to build for"
+    )
 
 
 def rtx_capability(trt: ModuleType, capability: str) -> Any:
@@ -95,7 +102,9 @@ def rtx_capability(trt: ModuleType, capability: str) -> Any:
     try:
         return getattr(trt.ComputeCapability, member)
     except AttributeError:
-        known = [m[2:-1] + "." + m[-1] for m in trt.ComputeCapability.__members__ if m.startswith("SM")]
+        known = [
+            m[2:-1] + "." + m[-1] for m in trt.ComputeCapability.__members__ if m.startswith("SM")
+        ]
         raise EngineBuildError(
             f"TensorRT for RTX cannot target compute capability {capability}; it builds for {', '.join(known)}"
         ) from None
@@ -136,6 +145,10 @@ def parser_errors(parser: Any) -> list[str]:
     for i in range(parser.num_errors):
         error = parser.get_error(i)
         code = getattr(error.code(), "name", str(error.code()))
-        where = f" at node {error.node()} '{error.node_name()}' (op {error.node_operator()})" if error.node() >= 0 else ""
+        where = (
+            f" at node {error.node()} '{error.node_name()}' (op {error.node_operator()})"
+            if error.node() >= 0
+            else ""
+        )
         messages.append(f"{code}{where}: {error.desc()} [{error.func()}]")
     return messages

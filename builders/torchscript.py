@@ -34,7 +34,13 @@ from builders.report import BuildReport, file_sha256
 from builders.spec import BatchingPolicy, ModelSpec, TensorSpec
 from builders.triton_config import model_config
 
-__all__ = ["TorchScriptOptions", "build_torchscript", "pinned_devices", "torchscript_name", "trace_for_device"]
+__all__ = [
+    "TorchScriptOptions",
+    "build_torchscript",
+    "pinned_devices",
+    "torchscript_name",
+    "trace_for_device",
+]
 
 
 def torchscript_name(source: str) -> str:
@@ -79,15 +85,20 @@ def _positional(tensors: Sequence[TensorSpec], prefix: str) -> list[TensorSpec]:
 def pinned_devices(traced: object) -> set[str]:
     """The devices a traced module's graph names as constants (``{"cpu"}``, ``{"cuda:0"}``, or none)."""
     graph = traced.inlined_graph  # type: ignore[attr-defined]
-    return {str(node.output().toIValue()) for node in graph.nodes()
-            if node.kind() == "prim::Constant" and node.output().type().kind() == "DeviceObjType"}
+    return {
+        str(node.output().toIValue())
+        for node in graph.nodes()
+        if node.kind() == "prim::Constant" and node.output().type().kind() == "DeviceObjType"
+    }
 
 
 def _runs_on_cuda(options: TorchScriptOptions) -> bool:
     return options.device == "cuda" or (options.device == "auto" and options.gpu)
 
 
-def trace_for_device(module: object, args: tuple[object, ...], options: TorchScriptOptions, name: str) -> tuple[object, tuple[object, ...]]:
+def trace_for_device(
+    module: object, args: tuple[object, ...], options: TorchScriptOptions, name: str
+) -> tuple[object, tuple[object, ...]]:
     """The traced module and the inputs it takes (on the CUDA device when its graph must run there)."""
     import torch
 
@@ -97,8 +108,10 @@ def trace_for_device(module: object, args: tuple[object, ...], options: TorchScr
     if not pinned or not _runs_on_cuda(options):
         return traced, args
     if not torch.cuda.is_available():
-        raise BuildError(f"{name}: the trace pins device {sorted(pinned)} (the model creates tensors on its input's "
-                         "device), so an entry served on CUDA must be traced on a GPU, and none is visible here")
+        raise BuildError(
+            f"{name}: the trace pins device {sorted(pinned)} (the model creates tensors on its input's "
+            "device), so an entry served on CUDA must be traced on a GPU, and none is visible here"
+        )
     device = torch.device("cuda")
     module.to(device)  # type: ignore[attr-defined]
     args = tuple(a.to(device) for a in args)  # type: ignore[attr-defined]
@@ -115,8 +128,13 @@ def _hash(spec: ModelSpec, options: TorchScriptOptions) -> str:
     return digest.hexdigest()
 
 
-def build_torchscript(repository: Path, source: str, options: TorchScriptOptions = TorchScriptOptions(),
-                      *, force: bool = False) -> BuildReport:
+def build_torchscript(
+    repository: Path,
+    source: str,
+    options: TorchScriptOptions = TorchScriptOptions(),
+    *,
+    force: bool = False,
+) -> BuildReport:
     """Trace ``source``'s module, check it, and publish it as ``<source>_torchscript`` (unless current).
 
     Args:
@@ -148,7 +166,9 @@ def build_torchscript(repository: Path, source: str, options: TorchScriptOptions
     reference = torch_reference(module, spec, feeds)
     # Not frozen: freezing folds weights into graph constants, which ``.half()`` in the backend
     # could then no longer convert.
-    traced, args = trace_for_device(module, tuple(torch.from_numpy(feeds[t.name]) for t in spec.inputs), options, name)
+    traced, args = trace_for_device(
+        module, tuple(torch.from_numpy(feeds[t.name]) for t in spec.inputs), options, name
+    )
     with torch.no_grad():
         out = traced(*args)  # type: ignore[operator]
     outs = out if isinstance(out, tuple | list) else (out,)
@@ -157,26 +177,46 @@ def build_torchscript(repository: Path, source: str, options: TorchScriptOptions
         o.name: compare(ref, cand, classes=o.name == spec.class_output)
         for o, ref, cand in zip(spec.outputs, reference, candidate, strict=True)
     }
-    failures = [f"{n}: {p}" for n, result in parity.items() for p in result.failures(spec.tolerance)]
+    failures = [
+        f"{n}: {p}" for n, result in parity.items() for p in result.failures(spec.tolerance)
+    ]
     if failures:
         raise ParityError(f"{name}: TorchScript trace is outside tolerance: " + "; ".join(failures))
 
     inputs, outputs = _positional(spec.inputs, "INPUT"), _positional(spec.outputs, "OUTPUT")
     config = model_config(
-        name, platform="pytorch_libtorch", inputs=inputs, outputs=outputs, batching=options.batching or spec.batching,
-        parameters={"precision": options.precision, "intra_op_thread_count": "0", "device": options.device,
-                    **({"FORCE_CPU_ONLY_INPUT_TENSORS": "no"} if options.gpu else {})},
+        name,
+        platform="pytorch_libtorch",
+        inputs=inputs,
+        outputs=outputs,
+        batching=options.batching or spec.batching,
+        parameters={
+            "precision": options.precision,
+            "intra_op_thread_count": "0",
+            "device": options.device,
+            **({"FORCE_CPU_ONLY_INPUT_TENSORS": "no"} if options.gpu else {}),
+        },
         gpu=options.gpu,
     )
     config.default_model_filename = "model.pt"
     report = BuildReport(
-        model=name, family=spec.family, version=(repo.latest_version(repository, name) or 0) + 1,
-        precision=options.precision if options.gpu or options.device == "cuda" else "fp32", inputs_hash=digest,
-        weights=weights.__dict__, timings_s={"trace": time.perf_counter() - started},
+        model=name,
+        family=spec.family,
+        version=(repo.latest_version(repository, name) or 0) + 1,
+        precision=options.precision if options.gpu or options.device == "cuda" else "fp32",
+        inputs_hash=digest,
+        weights=weights.__dict__,
+        timings_s={"trace": time.perf_counter() - started},
         parity={n: r.as_dict() for n, r in parity.items()},
-        notes=[f"TorchScript trace of {source}; inputs {[t.name for t in inputs]}, outputs {[t.name for t in outputs]}; "
-               f"parity vs the eager module on {len(reference[0])} real samples"]
-              + ([f"the graph pins device {sorted(pinned)}: load it on that device"] if (pinned := pinned_devices(traced)) else []),
+        notes=[
+            f"TorchScript trace of {source}; inputs {[t.name for t in inputs]}, outputs {[t.name for t in outputs]}; "
+            f"parity vs the eager module on {len(reference[0])} real samples"
+        ]
+        + (
+            [f"the graph pins device {sorted(pinned)}: load it on that device"]
+            if (pinned := pinned_devices(traced))
+            else []
+        ),
     )
     with tempfile.TemporaryDirectory(prefix=f"build-{name}-") as tmp:
         path = Path(tmp) / "model.pt"

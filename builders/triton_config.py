@@ -28,6 +28,7 @@ __all__ = [
     "write_config",
 ]
 
+
 def data_type(dtype: str) -> int:
     """Triton's data type enum for a numpy dtype name (``"bytes"`` for strings), by tritonclient's map."""
     if dtype == "bytes":
@@ -71,7 +72,11 @@ def model_config(
             for session initialisation. Only for numeric inputs (Triton cannot synthesise strings).
         versions_kept: serve the newest N versions (``version_policy.latest``).
     """
-    instances = DEFAULT_LIMITS.queue.default_instances if batching.instance_count is None else batching.instance_count
+    instances = (
+        DEFAULT_LIMITS.queue.default_instances
+        if batching.instance_count is None
+        else batching.instance_count
+    )
     inputs, outputs = list(inputs), list(outputs)
     config = mc.ModelConfig(
         name=name,
@@ -80,7 +85,9 @@ def model_config(
         max_batch_size=batching.max_batch_size,
         input=_io(inputs, mc.ModelInput),
         output=_io(outputs, mc.ModelOutput),
-        version_policy=mc.ModelVersionPolicy(latest=mc.ModelVersionPolicy.Latest(num_versions=versions_kept)),
+        version_policy=mc.ModelVersionPolicy(
+            latest=mc.ModelVersionPolicy.Latest(num_versions=versions_kept)
+        ),
         instance_group=[
             mc.ModelInstanceGroup(
                 kind=mc.ModelInstanceGroup.KIND_GPU if gpu else mc.ModelInstanceGroup.KIND_CPU,
@@ -102,13 +109,17 @@ def model_config(
         sample = mc.ModelWarmup(name="zeros", batch_size=1 if batching.max_batch_size > 0 else 0)
         for t in inputs:
             sample.inputs[t.name].CopyFrom(
-                mc.ModelWarmup.Input(data_type=data_type(t.dtype), dims=list(t.dims), zero_data=True)
+                mc.ModelWarmup.Input(
+                    data_type=data_type(t.dtype), dims=list(t.dims), zero_data=True
+                )
             )
         config.model_warmup.append(sample)
     return config
 
 
-def apply_queue_policy(config: mc.ModelConfig, limits: QueueLimits = DEFAULT_LIMITS.queue) -> mc.ModelConfig:
+def apply_queue_policy(
+    config: mc.ModelConfig, limits: QueueLimits = DEFAULT_LIMITS.queue
+) -> mc.ModelConfig:
     """Give ``config``'s scheduler priority levels and a bounded, rejecting queue per level.
 
     The levels and policies are ``serving.limits``' (the gateway maps tiers to the levels). Each
@@ -130,14 +141,18 @@ def apply_queue_policy(config: mc.ModelConfig, limits: QueueLimits = DEFAULT_LIM
     batcher.default_priority_level = limits.default_priority_level
     for level in range(1, limits.priority_levels + 1):
         policy = limits.policy(level)
-        batcher.priority_queue_policy[level].CopyFrom(mc.ModelQueuePolicy(
-            timeout_action=mc.ModelQueuePolicy.REJECT,
-            default_timeout_microseconds=policy.default_timeout_us,
-            allow_timeout_override=policy.allow_timeout_override,
-            max_queue_size=policy.max_queue_size,
-        ))
+        batcher.priority_queue_policy[level].CopyFrom(
+            mc.ModelQueuePolicy(
+                timeout_action=mc.ModelQueuePolicy.REJECT,
+                default_timeout_microseconds=policy.default_timeout_us,
+                allow_timeout_override=policy.allow_timeout_override,
+                max_queue_size=policy.max_queue_size,
+            )
+        )
     # A level without an entry falls back to the default policy: bounded too.
-    batcher.default_queue_policy.CopyFrom(batcher.priority_queue_policy[limits.default_priority_level])
+    batcher.default_queue_policy.CopyFrom(
+        batcher.priority_queue_policy[limits.default_priority_level]
+    )
     return config
 
 
@@ -159,7 +174,9 @@ def ensemble_config(
     )
     for model, input_map, output_map in steps:
         config.ensemble_scheduling.step.append(
-            mc.ModelEnsembling.Step(model_name=model, model_version=-1, input_map=input_map, output_map=output_map)
+            mc.ModelEnsembling.Step(
+                model_name=model, model_version=-1, input_map=input_map, output_map=output_map
+            )
         )
     return config
 
@@ -184,7 +201,9 @@ def tensorrt_accelerator(config: mc.ModelConfig, precision_mode: str = "FP16") -
     Args:
         precision_mode: ``FP32`` or ``FP16`` (the native backend's ``precision_mode`` parameter).
     """
-    accelerator = config.optimization.execution_accelerators.gpu_execution_accelerator.add(name="tensorrt")
+    accelerator = config.optimization.execution_accelerators.gpu_execution_accelerator.add(
+        name="tensorrt"
+    )
     accelerator.parameters["precision_mode"] = precision_mode
     accelerator.parameters["max_workspace_size_bytes"] = str(TENSORRT_WORKSPACE_BYTES)
     return config

@@ -55,6 +55,7 @@ __all__ = [
     "variant_name",
 ]
 
+
 def variant_name(model: str, precision: str) -> str:
     return f"{model}_{precision}"
 
@@ -62,13 +63,26 @@ def variant_name(model: str, precision: str) -> str:
 def variant_hash(spec: ModelSpec, parent_hash: str, precision: str) -> str:
     """The parent's hash plus what makes this variant (precision, tolerance, conversion code)."""
     code = (file_sha256(Path(precision_module.__file__)), file_sha256(Path(__file__)))
-    return digest_of(parent_hash, precision, spec.variant_tolerance(precision), DEFAULT_FP32_OPS,
-                   spec.int8_op_types, spec.int8_keep_float, spec.int8_calibrations, spec.fp16_keep_float, code)
+    return digest_of(
+        parent_hash,
+        precision,
+        spec.variant_tolerance(precision),
+        DEFAULT_FP32_OPS,
+        spec.int8_op_types,
+        spec.int8_keep_float,
+        spec.int8_calibrations,
+        spec.fp16_keep_float,
+        code,
+    )
 
 
-def up_to_date_variants(spec: ModelSpec, parent_hash: str, repository: Path,
-                        engines: EngineOptions | None,
-                        notify: Callable[[str], None] = lambda message: None) -> list[BuildReport] | None:
+def up_to_date_variants(
+    spec: ModelSpec,
+    parent_hash: str,
+    repository: Path,
+    engines: EngineOptions | None,
+    notify: Callable[[str], None] = lambda message: None,
+) -> list[BuildReport] | None:
     """The published reports of every variant (and engine) ``spec`` needs, or None if one must be built.
 
     Engines count only when a TensorRT flavour is installed and the spec can have one: otherwise they
@@ -83,16 +97,23 @@ def up_to_date_variants(spec: ModelSpec, parent_hash: str, repository: Path,
             return None
         reports.append(current)
         if engines is not None and target is not None:
-            built = current_engine(repository, engine_name(spec.name, precision),
-                             engine_hash(digest, target[0], engines, target[1], spec.engine_axis_ranges))
+            built = current_engine(
+                repository,
+                engine_name(spec.name, precision),
+                engine_hash(digest, target[0], engines, target[1], spec.engine_axis_ranges),
+            )
             if built is None:
                 return None
             reports.append(built)
     return reports
 
 
-def parity_entry(vs_reference: ParityResult, vs_fp32_onnx: ParityResult, fp32_vs_reference: ParityResult | None,
-                 tolerance: Tolerance) -> dict[str, object]:
+def parity_entry(
+    vs_reference: ParityResult,
+    vs_fp32_onnx: ParityResult,
+    fp32_vs_reference: ParityResult | None,
+    tolerance: Tolerance,
+) -> dict[str, object]:
     """One output's parity record: figures vs PyTorch (gated), vs the FP32 ONNX, and the deltas."""
     entry: dict[str, object] = dict(vs_reference.as_dict())
     entry["vs_fp32_onnx"] = vs_fp32_onnx.as_dict()
@@ -101,8 +122,11 @@ def parity_entry(vs_reference: ParityResult, vs_fp32_onnx: ParityResult, fp32_vs
             "max_abs_error": vs_reference.max_abs_error - fp32_vs_reference.max_abs_error,
             "mean_abs_error": vs_reference.mean_abs_error - fp32_vs_reference.mean_abs_error,
             "min_cosine": vs_reference.min_cosine - fp32_vs_reference.min_cosine,
-            "top1_agreement": (None if vs_reference.top1_agreement is None or fp32_vs_reference.top1_agreement is None
-                               else vs_reference.top1_agreement - fp32_vs_reference.top1_agreement),
+            "top1_agreement": (
+                None
+                if vs_reference.top1_agreement is None or fp32_vs_reference.top1_agreement is None
+                else vs_reference.top1_agreement - fp32_vs_reference.top1_agreement
+            ),
         }
     entry["tolerance"] = asdict(tolerance)
     return entry
@@ -125,10 +149,14 @@ def build_variants(ctx: BuildContext) -> list[Publication]:
     spec = ctx.spec
     unknown = [p for p in spec.variants if p not in PRECISIONS]
     if unknown:
-        raise PrecisionError(f"{spec.name} declares unknown precision variants {unknown}; known: {', '.join(PRECISIONS)}")
+        raise PrecisionError(
+            f"{spec.name} declares unknown precision variants {unknown}; known: {', '.join(PRECISIONS)}"
+        )
     fp32_outputs = run_onnx(ctx.fp32_onnx, dict(ctx.feeds), [o.name for o in spec.outputs])
-    fp32_parity = {out.name: compare(ref, cand, classes=out.name == spec.class_output)
-                   for out, ref, cand in zip(spec.outputs, ctx.reference, fp32_outputs, strict=True)}
+    fp32_parity = {
+        out.name: compare(ref, cand, classes=out.name == spec.class_output)
+        for out, ref, cand in zip(spec.outputs, ctx.reference, fp32_outputs, strict=True)
+    }
     target = usable_engine_target(spec, ctx.engines, ctx.notify)
 
     pending: list[Publication] = []
@@ -151,24 +179,40 @@ def build_variants(ctx: BuildContext) -> list[Publication]:
             trt_digest = engine_hash(digest, trt, ctx.engines, capability, spec.engine_axis_ranges)
             built = None if ctx.force else current_engine(ctx.repository, trt_name, trt_digest)
             if built is None:
-                ctx.status(f"{trt_name}: building {trt.flavour} engine for compute capability {capability}")
-                pending.append(build_engine_entry(ctx, precision, trt_digest, onnx_path, variant.report, capability))
+                ctx.status(
+                    f"{trt_name}: building {trt.flavour} engine for compute capability {capability}"
+                )
+                pending.append(
+                    build_engine_entry(
+                        ctx, precision, trt_digest, onnx_path, variant.report, capability
+                    )
+                )
             else:
                 pending.append(Publication(built))
     return pending
 
 
-def _build_variant(ctx: BuildContext, precision: str, digest: str, onnx_path: Path,
-                   fp32_outputs: Sequence[np.ndarray], fp32_parity: Mapping[str, ParityResult]) -> Publication:
+def _build_variant(
+    ctx: BuildContext,
+    precision: str,
+    digest: str,
+    onnx_path: Path,
+    fp32_outputs: Sequence[np.ndarray],
+    fp32_parity: Mapping[str, ParityResult],
+) -> Publication:
     spec, reference = ctx.spec, ctx.reference
     name = variant_name(spec.name, precision)
     timings: dict[str, float] = {}
-    judged_held_out = precision == "int8" and ctx.held_out is not None and ctx.held_out_reference is not None
+    judged_held_out = (
+        precision == "int8" and ctx.held_out is not None and ctx.held_out_reference is not None
+    )
     if precision == "int8":
         method, studies = _calibrate(ctx, name, onnx_path, timings)
     else:
         ctx.status(f"{name}: converting to {precision.upper()}")
-        converted = convert(precision, ctx.fp32_onnx, onnx_path, ctx.feeds, fp16_keep_float=spec.fp16_keep_float)
+        converted = convert(
+            precision, ctx.fp32_onnx, onnx_path, ctx.feeds, fp16_keep_float=spec.fp16_keep_float
+        )
         timings[f"to_{precision}"] = converted.seconds
         method, studies = "", {}
 
@@ -186,14 +230,23 @@ def _build_variant(ctx: BuildContext, precision: str, digest: str, onnx_path: Pa
     for index, out in enumerate(spec.outputs):
         classes = out.name == spec.class_output
         vs_reference = compare(gated_reference[index], gated_outputs[index], classes=classes)
-        fp32_own = compare(gated_reference[index], gated_fp32[index], classes=classes) if judged_held_out \
+        fp32_own = (
+            compare(gated_reference[index], gated_fp32[index], classes=classes)
+            if judged_held_out
             else fp32_parity.get(out.name)
-        entry = parity_entry(vs_reference, compare(gated_fp32[index], gated_outputs[index], classes=classes),
-                             fp32_own, tolerance)
+        )
+        entry = parity_entry(
+            vs_reference,
+            compare(gated_fp32[index], gated_outputs[index], classes=classes),
+            fp32_own,
+            tolerance,
+        )
         if judged_held_out:
             entry["judged_on"] = "held-out"
             # the same figures on the calibration data, for contrast (not gated: calibration has seen it)
-            entry["calibration_set"] = compare(reference[index], outputs[index], classes=classes).as_dict()
+            entry["calibration_set"] = compare(
+                reference[index], outputs[index], classes=classes
+            ).as_dict()
             entry["calibration_method"] = method
             entry["calibration_methods"] = {m: figures[out.name] for m, figures in studies.items()}
         parity[out.name] = entry
@@ -201,16 +254,26 @@ def _build_variant(ctx: BuildContext, precision: str, digest: str, onnx_path: Pa
     timings["parity"] = time.perf_counter() - started
     if failures:
         where = "on the held-out inputs" if judged_held_out else "vs the PyTorch reference"
-        raise ParityError(f"{name} ({precision.upper()} variant of {spec.name}) is outside its tolerance {where}: "
-                          + "; ".join(failures))
+        raise ParityError(
+            f"{name} ({precision.upper()} variant of {spec.name}) is outside its tolerance {where}: "
+            + "; ".join(failures)
+        )
 
     parent = ctx.parent
     report = BuildReport(
-        model=name, family=spec.family, version=(repo.latest_version(ctx.repository, name) or 0) + 1,
-        precision=precision, inputs_hash=digest, weights=dict(parent.weights), timings_s=timings, parity=parity,
-        notes=[f"{precision.upper()} variant of {spec.name} v{parent.version}; parity on "
-               f"{len(gated_reference[0])} real samples vs the FP32 PyTorch reference (gated), vs the FP32 ONNX "
-               "(vs_fp32_onnx), and the change from the FP32 ONNX's own parity (delta_vs_fp32)"],
+        model=name,
+        family=spec.family,
+        version=(repo.latest_version(ctx.repository, name) or 0) + 1,
+        precision=precision,
+        inputs_hash=digest,
+        weights=dict(parent.weights),
+        timings_s=timings,
+        parity=parity,
+        notes=[
+            f"{precision.upper()} variant of {spec.name} v{parent.version}; parity on "
+            f"{len(gated_reference[0])} real samples vs the FP32 PyTorch reference (gated), vs the FP32 ONNX "
+            "(vs_fp32_onnx), and the change from the FP32 ONNX's own parity (delta_vs_fp32)"
+        ],
     )
     if precision == "int8":
         calibrated_on = len(reference[0])
@@ -219,21 +282,26 @@ def _build_variant(ctx: BuildContext, precision: str, digest: str, onnx_path: Pa
                 f"INT8: static Q/DQ, symmetric per-channel weights; calibrated on {calibrated_on} real samples and "
                 f"judged on {len(gated_reference[0])} held-out samples no calibration has seen; calibration methods "
                 f"tried: {', '.join(studies)} (figures on the held-out samples in calibration_methods); kept: "
-                f"{method}")
+                f"{method}"
+            )
         else:
-            report.notes.append(f"INT8: static Q/DQ, symmetric per-channel weights, {method} calibration on the same "
-                                f"{calibrated_on} real samples it is checked on (the spec has no held-out inputs)")
+            report.notes.append(
+                f"INT8: static Q/DQ, symmetric per-channel weights, {method} calibration on the same "
+                f"{calibrated_on} real samples it is checked on (the spec has no held-out inputs)"
+            )
     config = onnx_entry_config(spec, name, precision, gpu=ctx.gpu, ragged=not ctx.native_backends)
     return Publication(report, config, onnx_files(onnx_path))
 
 
-def _calibrate(ctx: BuildContext, name: str, onnx_path: Path,
-               timings: dict[str, float]) -> tuple[str, dict[str, dict[str, dict[str, object]]]]:
+def _calibrate(
+    ctx: BuildContext, name: str, onnx_path: Path, timings: dict[str, float]
+) -> tuple[str, dict[str, dict[str, dict[str, object]]]]:
     """INT8 by every calibration method the spec names; the best on the held-out inputs ends up at ``onnx_path``.
 
     Returns:
         The method kept and, per method, its figures per output on the held-out inputs (empty
-        without held-out inputs: then the spec's first method is used alone).
+        without held-out inputs: then the spec's first method is used alone). A build without
+        ``BuildOptions.int8_calibration_study`` names one method (``pipeline.as_built``).
     """
     spec = ctx.spec
     methods = spec.int8_calibrations or ("minmax",)
@@ -244,21 +312,43 @@ def _calibrate(ctx: BuildContext, name: str, onnx_path: Path,
     for method in methods:
         ctx.status(f"{name}: calibrating INT8 ({method})")
         path = onnx_path.with_name(f"{onnx_path.stem}.{method}.onnx")
-        converted = convert("int8", ctx.fp32_onnx, path, ctx.feeds, int8_op_types=spec.int8_op_types,
-                            int8_keep_float=spec.int8_keep_float, int8_method=method)
+        converted = convert(
+            "int8",
+            ctx.fp32_onnx,
+            path,
+            ctx.feeds,
+            int8_op_types=spec.int8_op_types,
+            int8_keep_float=spec.int8_keep_float,
+            int8_method=method,
+        )
         timings[f"to_int8_{method}"] = converted.seconds
-        if len(methods) == 1:
+        if (
+            ctx.held_out is None or ctx.held_out_reference is None
+        ):  # one method (above): nothing to rank on
             ranked.append(((0.0,), method, path))
             break
-        assert ctx.held_out is not None and ctx.held_out_reference is not None
         outputs = run_onnx(path, dict(ctx.held_out), [o.name for o in spec.outputs])
-        results = {out.name: compare(ref, cand, classes=out.name == spec.class_output)
-                   for out, ref, cand in zip(spec.outputs, ctx.held_out_reference, outputs, strict=True)}
+        results = {
+            out.name: compare(ref, cand, classes=out.name == spec.class_output)
+            for out, ref, cand in zip(spec.outputs, ctx.held_out_reference, outputs, strict=True)
+        }
         studies[method] = {out: r.as_dict() for out, r in results.items()}
         judged = results.get(spec.class_output or "", next(iter(results.values())))
-        ranked.append(((judged.top1_agreement or 0.0, judged.top5_agreement or 0.0, judged.min_cosine,
-                        -judged.max_abs_error), method, path))
-    _, best, path = max(ranked, key=lambda item: item[0])  # ties: the earlier method in the spec's order
+        ranked.append(
+            (
+                (
+                    judged.top1_agreement or 0.0,
+                    judged.top5_agreement or 0.0,
+                    judged.min_cosine,
+                    -judged.max_abs_error,
+                ),
+                method,
+                path,
+            )
+        )
+    _, best, path = max(
+        ranked, key=lambda item: item[0]
+    )  # ties: the earlier method in the spec's order
     path.replace(onnx_path)
     for _, _, other in ranked:
         other.unlink(missing_ok=True)

@@ -23,18 +23,19 @@ __all__ = [
 
 _EXPORTS = {
     "GatewaySettings": "gateway.settings",
-    "KeyStore": "gateway.keys",
-    "bootstrap_first_key": "gateway.keys",
+    "KeyStore": "gateway.tenancy.keys",
+    "bootstrap_first_key": "gateway.tenancy.key_stores",
     "create_app": "gateway.app",
-    "open_key_store": "gateway.keys",
-    "serve": "gateway.server",
+    "open_key_store": "gateway.tenancy.key_stores",
+    "serve": "gateway.http.server",
 }
 
 if TYPE_CHECKING:
     from gateway.app import create_app
-    from gateway.keys import KeyStore, bootstrap_first_key, open_key_store
-    from gateway.server import serve
+    from gateway.http.server import serve
     from gateway.settings import GatewaySettings
+    from gateway.tenancy.key_stores import bootstrap_first_key, open_key_store
+    from gateway.tenancy.keys import KeyStore
 
 
 def __getattr__(name: str) -> Any:

@@ -1,8 +1,8 @@
-"""``python -m gateway``: see :mod:`gateway.server`."""
+"""``python -m gateway``: see :mod:`gateway.http.server`."""
 
 from __future__ import annotations
 
-from gateway.server import main
+from gateway.http.server import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

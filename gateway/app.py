@@ -4,8 +4,8 @@ Owns the wiring and nothing else: the one table from exceptions to HTTP statuses
 list, the routers, and a lifespan that opens (and closes) the Triton client pool, the rate limiter,
 the Triton statistics poller, the shared-state sync (with Redis), the generation job store and its
 workers, and the KServe v2 gRPC entry when a port is set for it. Nothing happens at import time.
-What backs each store is chosen in :mod:`gateway.app_stores`; :mod:`gateway.validation_report` words
-validation failures and :mod:`gateway.openapi_doc` finishes the OpenAPI document.
+What backs each store is chosen in :mod:`gateway.app_stores`; :mod:`gateway.http.validation_report` words
+validation failures and :mod:`gateway.routes.openapi_doc` finishes the OpenAPI document.
 """
 
 from __future__ import annotations
@@ -15,6 +15,9 @@ import contextlib
 import logging
 import re
 from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -23,7 +26,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware import Middleware
 
 from gateway import errors
-from gateway.admission import RefusalCharge
 from gateway.app_stores import (
     build_backend,
     build_image_store,
@@ -32,33 +34,52 @@ from gateway.app_stores import (
     build_sketch_store,
     build_usage_store,
 )
-from gateway.auth import Authenticator
-from gateway.callbacks import CallbackPolicy, CallbackSender
-from gateway.compression import DecompressionMiddleware
-from gateway.context import CONTEXT_KEY
-from gateway.grpc_entry import start_grpc_server
-from gateway.image_urls import ImageUrlSigner
-from gateway.job_runner import JobRunner
-from gateway.job_service import ImageJobs
-from gateway.keys import open_key_store
-from gateway.middleware import AuthMiddleware, BodyLimitMiddleware, ContextMiddleware, DisconnectMiddleware
-from gateway.model_cards import ModelCards
+from gateway.backends.model_cards import ModelCards
+from gateway.backends.residency import ResidencyManager
+from gateway.backends.residency_setup import build_residency
+from gateway.backends.triton import InferenceBackend
+from gateway.http.compression import DecompressionMiddleware
+from gateway.http.middleware import (
+    AuthMiddleware,
+    BodyLimitMiddleware,
+    ContextMiddleware,
+    DisconnectMiddleware,
+)
+from gateway.http.problems import ErrorReport, ErrorShape, ProblemRenderer
+from gateway.http.validation_report import validation_report
+from gateway.jobs.callbacks import CallbackPolicy, CallbackSender
+from gateway.jobs.image_urls import ImageUrlSigner
+from gateway.jobs.runner import JobRunner
+from gateway.jobs.service import ImageJobs
+from gateway.jobs.store import JobStore
+from gateway.observe.stats import LatencyTracker
+from gateway.observe.timing import watch_event_loop
 from gateway.openai_tasks import OpenAITasks
-from gateway.openapi_doc import document_security
-from gateway.problems import ErrorReport, ErrorShape, ProblemRenderer
-from gateway.ratelimit import RateLimiter
-from gateway.residency import build_residency
-from gateway.routes import admin, classify, health, jobs, kserve, openai, residency_admin, stats, usage
+from gateway.routes import (
+    admin,
+    classify,
+    health,
+    jobs,
+    kserve,
+    openai,
+    residency_admin,
+    stats,
+    usage,
+)
 from gateway.routes import traffic as traffic_routes
+from gateway.routes.kserve_grpc import start_grpc_server
+from gateway.routes.openapi_doc import document_security
 from gateway.service import InferenceService
 from gateway.settings import GatewaySettings
-from gateway.state_sync import StateSync
-from gateway.stats import LatencyTracker
-from gateway.timing import watch_event_loop
-from gateway.traffic import TrafficSplit
-from gateway.triton import InferenceBackend
-from gateway.usage import UsageMeter, UsageStoreError
-from gateway.validation_report import validation_report
+from gateway.tenancy.admission import RefusalCharge
+from gateway.tenancy.auth import Authenticator
+from gateway.tenancy.context import CONTEXT_KEY
+from gateway.tenancy.key_stores import open_key_store
+from gateway.tenancy.keys import KeyStore
+from gateway.tenancy.ratelimit import RateLimiter
+from gateway.tenancy.state_sync import StateSync
+from gateway.tenancy.traffic import TrafficSplit
+from gateway.tenancy.usage import UsageMeter, UsageStore, UsageStoreError
 from serving.limits import DEFAULT_LIMITS
 
 __all__ = ["ERROR_SHAPES", "ERROR_STATUS", "create_app"]
@@ -126,7 +147,9 @@ and on any route whose request sends `Accept: application/problem+json`. 429 and
 """
 
 
-async def _poll_triton_stats(backend: InferenceBackend, tracker: LatencyTracker, interval_s: float) -> None:
+async def _poll_triton_stats(
+    backend: InferenceBackend, tracker: LatencyTracker, interval_s: float
+) -> None:
     """Feed Triton's cumulative per-model statistics into the tracker, forever (cancelled at shutdown)."""
     while True:
         try:
@@ -142,6 +165,39 @@ async def _poll_triton_stats(backend: InferenceBackend, tracker: LatencyTracker,
         except errors.GatewayError as exc:  # Triton down or slow: try again next tick
             log.debug("Triton statistics poll failed: %s", exc.detail)
         await asyncio.sleep(interval_s)
+
+
+Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
+
+
+@dataclass
+class _Parts:
+    """What the app is built from before it starts: shared by the middleware, the routes (through
+    ``app.state``) and the lifespan."""
+
+    renderer: ProblemRenderer
+    tracker: LatencyTracker
+    meter: UsageMeter
+    key_store: KeyStore
+    redis_client: Any
+    traffic: TrafficSplit
+    authenticator: Authenticator
+    sync: StateSync | None
+    callbacks: CallbackPolicy
+
+
+@dataclass
+class _Running:
+    """What the lifespan started, to stop in order."""
+
+    backend: InferenceBackend
+    limiter: RateLimiter
+    residency: ResidencyManager | None
+    job_store: JobStore
+    usage_store: UsageStore
+    sender: CallbackSender | None
+    grpc_server: Any
+    tasks: list[asyncio.Task[None]]
 
 
 def create_app(
@@ -161,22 +217,68 @@ def create_app(
     Returns:
         The ASGI app; its lifespan opens and closes the Triton pool and the limiter.
     """
-    renderer = ProblemRenderer(ERROR_STATUS, ERROR_SHAPES)
+    parts = _build_parts(settings)
+    # Refused requests cost a token (charged after the answer, checked before the next body is read).
+    refusals = RefusalCharge(settings, lambda: getattr(app.state, "limiter", None))
+    app = FastAPI(
+        title="Inference gateway",
+        version="0.1.0",
+        description=_DESCRIPTION,
+        lifespan=_lifespan(
+            settings, parts, backend_factory or build_backend, limiter_factory or build_limiter
+        ),
+        middleware=_middleware(settings, parts, refusals),
+    )
+    app.state.settings = settings
+    app.state.tracker = parts.tracker
+    app.state.meter = parts.meter
+    app.state.key_store = parts.key_store
+    app.state.traffic = parts.traffic
+    app.state.state_sync = parts.sync
+    app.state.authenticator = parts.authenticator
+    app.state.renderer = parts.renderer
+    app.state.images = build_image_store(settings)
+    app.state.image_urls = ImageUrlSigner(
+        settings.admin_token.get_secret_value() or settings.jwt_secret.get_secret_value()
+    )
+    _install_error_handlers(app, parts.renderer)
+    # Inference routes first: Starlette matches routes in order, and these carry the traffic.
+    for module in (
+        kserve,
+        openai,
+        jobs,
+        classify,
+        health,
+        stats,
+        usage,
+        admin,
+        residency_admin,
+        traffic_routes,
+    ):
+        app.include_router(module.router)
+    document_security(app, PUBLIC_PATHS, METRICS_PATHS)
+    return app
+
+
+def _build_parts(settings: GatewaySettings) -> _Parts:
+    """The app's long-lived parts, built before it starts (no I/O beyond opening the key store)."""
     tracker = LatencyTracker(
-        settings.stats_window_s, settings.stats_bucket_s, settings.stats_max_series, settings.max_client_labels
+        settings.stats_window_s,
+        settings.stats_bucket_s,
+        settings.stats_max_series,
+        settings.max_client_labels,
     )
     # With Redis, keys and canary weights live there (every replica and worker sees one truth);
     # without it, keys are the SQLite file and weights stay in this single process.
     store = open_key_store(settings)
     redis_client = None
     if settings.shared:
-        from gateway.redis_state import RedisTrafficStore, connect, read_versions
+        from gateway.tenancy.redis_state import RedisTrafficStore, connect, read_versions
 
         redis_client = connect(settings.redis_url.get_secret_value(), settings.redis_timeout_s)
         traffic = TrafficSplit(store=RedisTrafficStore(redis_client, settings.redis_prefix))
     else:
         traffic = TrafficSplit()
-    meter = UsageMeter()
     authenticator = Authenticator(settings, store)
     sync = None
     if redis_client is not None:
@@ -188,99 +290,48 @@ def create_app(
             settings.state_sync_interval_s,
         )
     callbacks = CallbackPolicy(
-        settings.callback_allow, settings.callback_private_networks,
-        max_url_chars=DEFAULT_LIMITS.jobs.max_callback_url_chars, resolve_timeout_s=settings.callback_timeout_s,
+        settings.callback_allow,
+        settings.callback_private_networks,
+        max_url_chars=DEFAULT_LIMITS.jobs.max_callback_url_chars,
+        resolve_timeout_s=settings.callback_timeout_s,
     )
-    make_backend = backend_factory or build_backend
-    make_limiter = limiter_factory or build_limiter
+    return _Parts(
+        ProblemRenderer(ERROR_STATUS, ERROR_SHAPES),
+        tracker,
+        UsageMeter(),
+        store,
+        redis_client,
+        traffic,
+        authenticator,
+        sync,
+        callbacks,
+    )
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        backend = make_backend(settings)
-        limiter = make_limiter(settings)
-        app.state.backend = backend
-        app.state.limiter = limiter
-        app.state.service = InferenceService(settings, backend, limiter, tracker, traffic)
-        residency = build_residency(settings, settings.triton_http_url, settings.keys_db, tracker.registry)
-        if residency is not None:
-            await residency.start()
-            app.state.service.admission.residency = residency
-        app.state.residency = residency
-        app.state.openai = OpenAITasks(
-            app.state.service, ModelCards(backend, timeout_s=settings.triton_health_timeout_s * 4)
-        )
-        job_store = build_job_store(settings)
-        sender = None
-        if callbacks.enabled:
-            sender = CallbackSender(callbacks, settings.callback_secret.get_secret_value().encode(),
-                                    settings.callback_timeout_s)
-        runner = JobRunner(settings, job_store, app.state.openai, renderer, meter, sender)
-        app.state.job_runner = runner
-        app.state.jobs = ImageJobs(app.state.openai, job_store, callbacks, wake=runner.wake)
-        tracker.store = build_sketch_store(settings)
-        tracker.remote_ttl_s = settings.stats_publish_interval_s
-        tracker.forget_dead_workers()
-        meter.store = build_usage_store(settings)
-        grpc_server = None
-        if settings.grpc_port:
-            # Same process, same event loop, same service: the KServe v2 gRPC entry.
-            grpc_server = await start_grpc_server(
-                settings, app.state.service, authenticator, renderer, tracker, meter
-            )
-        tasks = [asyncio.create_task(meter.flush_forever(settings.usage_flush_interval_s)),
-                 asyncio.create_task(runner.run()), asyncio.create_task(watch_event_loop(tracker.loop_lag.observe))]
-        if tracker.store is not None:
-            tasks.append(asyncio.create_task(tracker.publish_forever(settings.stats_publish_interval_s)))
-        if settings.triton_stats_interval_s > 0:
-            tasks.append(
-                asyncio.create_task(_poll_triton_stats(backend, tracker, settings.triton_stats_interval_s))
-            )
-        if sync is not None:
-            await sync.refresh()  # canary weights in place before the first request
-            tasks.append(asyncio.create_task(sync.run()))
-        try:
-            yield
-        finally:
-            if grpc_server is not None:
-                await grpc_server.stop(grace=5)
-            for task in tasks:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-            await tracker.publish()  # the last seconds of traffic, for the processes that remain
-            try:
-                await meter.flush()
-            except UsageStoreError as exc:
-                log.error("usage metering: the last counts could not be stored: %s", exc)
-            if tracker.store is not None:
-                await tracker.store.close()
-            await meter.store.close()
-            if sender is not None:
-                await sender.close()
-            await job_store.close()
-            await app.state.images.close()
-            await app.state.service.catalog.close()
-            await app.state.service.healer.close()
-            if residency is not None:
-                await residency.close()
-            await backend.close()
-            await limiter.close()
-            store.close()
-            if redis_client is not None:
-                redis_client.close()
 
-    # Outermost first. Context wraps everything so even 401/413 answers get a request id and log line.
-    # Refused requests cost a token (charged after the answer, checked before the next body is read).
-    refusals = RefusalCharge(settings, lambda: getattr(app.state, "limiter", None))
-    middleware = [
-        Middleware(ContextMiddleware, tracker=tracker, meter=meter, server_timing=settings.server_timing,
-                   refusals=refusals),
+def _middleware(
+    settings: GatewaySettings, parts: _Parts, refusals: RefusalCharge
+) -> list[Middleware]:
+    """The middleware list, outermost first. Context wraps everything so even 401/413 answers get a
+    request id and log line."""
+    renderer = parts.renderer
+    return [
+        Middleware(
+            ContextMiddleware,
+            tracker=parts.tracker,
+            meter=parts.meter,
+            server_timing=settings.server_timing,
+            refusals=refusals,
+        ),
         Middleware(DisconnectMiddleware),
-        Middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, renderer=renderer,
-                   tier_max_bytes=lambda tier: settings.tier_limit(tier).max_body_bytes),
+        Middleware(
+            BodyLimitMiddleware,
+            max_bytes=settings.max_body_bytes,
+            renderer=renderer,
+            tier_max_bytes=lambda tier: settings.tier_limit(tier).max_body_bytes,
+        ),
         Middleware(
             AuthMiddleware,
-            authenticator=authenticator,
+            authenticator=parts.authenticator,
             renderer=renderer,
             public=PUBLIC_PATHS,
             public_prefixes=PUBLIC_PREFIXES,
@@ -291,28 +342,131 @@ def create_app(
         # Inside auth: nothing is decompressed for a caller without credentials.
         Middleware(DecompressionMiddleware, max_bytes=settings.max_body_bytes, renderer=renderer),
     ]
-    app = FastAPI(
-        title="Inference gateway",
-        version="0.1.0",
-        description=_DESCRIPTION,
-        lifespan=lifespan,
-        middleware=middleware,
+
+
+def _lifespan(
+    settings: GatewaySettings,
+    parts: _Parts,
+    make_backend: Callable[[GatewaySettings], InferenceBackend],
+    make_limiter: Callable[[GatewaySettings], RateLimiter],
+) -> Lifespan:
+    """The lifespan: start the services and background tasks, and stop them in order."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        running = await _start(app, settings, parts, make_backend(settings), make_limiter(settings))
+        try:
+            yield
+        finally:
+            await _stop(app, parts, running)
+
+    return lifespan
+
+
+async def _start(
+    app: FastAPI,
+    settings: GatewaySettings,
+    parts: _Parts,
+    backend: InferenceBackend,
+    limiter: RateLimiter,
+) -> _Running:
+    """Put the services on ``app.state`` and start the background tasks (and the gRPC entry)."""
+    tracker, meter = parts.tracker, parts.meter
+    app.state.backend = backend
+    app.state.limiter = limiter
+    app.state.service = InferenceService(settings, backend, limiter, tracker, parts.traffic)
+    residency = build_residency(
+        settings, settings.triton_http_url, settings.keys_db, tracker.registry
     )
-    app.state.settings = settings
-    app.state.tracker = tracker
-    app.state.meter = meter
-    app.state.key_store = store
-    app.state.traffic = traffic
-    app.state.state_sync = sync
-    app.state.authenticator = authenticator
-    app.state.renderer = renderer
-    app.state.images = build_image_store(settings)
-    app.state.image_urls = ImageUrlSigner(settings.admin_token.get_secret_value()
-                                          or settings.jwt_secret.get_secret_value())
+    if residency is not None:
+        await residency.start()
+        app.state.service.admission.residency = residency
+    app.state.residency = residency
+    app.state.openai = OpenAITasks(
+        app.state.service, ModelCards(backend, timeout_s=settings.triton_health_timeout_s * 4)
+    )
+    job_store = build_job_store(settings)
+    sender = None
+    if parts.callbacks.enabled:
+        sender = CallbackSender(
+            parts.callbacks,
+            settings.callback_secret.get_secret_value().encode(),
+            settings.callback_timeout_s,
+        )
+    runner = JobRunner(settings, job_store, app.state.openai, parts.renderer, meter, sender)
+    app.state.job_runner = runner
+    app.state.jobs = ImageJobs(app.state.openai, job_store, parts.callbacks, wake=runner.wake)
+    tracker.store = build_sketch_store(settings)
+    tracker.remote_ttl_s = settings.stats_publish_interval_s
+    tracker.forget_dead_workers()
+    meter.store = usage_store = build_usage_store(settings)
+    grpc_server = None
+    if settings.grpc_port:
+        # Same process, same event loop, same service: the KServe v2 gRPC entry.
+        grpc_server = await start_grpc_server(
+            settings, app.state.service, parts.authenticator, parts.renderer, tracker, meter
+        )
+    tasks = [
+        asyncio.create_task(meter.flush_forever(settings.usage_flush_interval_s)),
+        asyncio.create_task(runner.run()),
+        asyncio.create_task(watch_event_loop(tracker.loop_lag.observe)),
+    ]
+    if tracker.store is not None:
+        tasks.append(
+            asyncio.create_task(tracker.publish_forever(settings.stats_publish_interval_s))
+        )
+    if settings.triton_stats_interval_s > 0:
+        tasks.append(
+            asyncio.create_task(
+                _poll_triton_stats(backend, tracker, settings.triton_stats_interval_s)
+            )
+        )
+    if parts.sync is not None:
+        await parts.sync.refresh()  # canary weights in place before the first request
+        tasks.append(asyncio.create_task(parts.sync.run()))
+    return _Running(backend, limiter, residency, job_store, usage_store, sender, grpc_server, tasks)
+
+
+async def _stop(app: FastAPI, parts: _Parts, running: _Running) -> None:
+    """Stop what :func:`_start` started: the gRPC entry, the tasks, then flush and close each store."""
+    tracker, meter = parts.tracker, parts.meter
+    if running.grpc_server is not None:
+        await running.grpc_server.stop(grace=5)
+    for task in running.tasks:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    await tracker.publish()  # the last seconds of traffic, for the processes that remain
+    try:
+        await meter.flush()
+    except UsageStoreError as exc:
+        log.error("usage metering: the last counts could not be stored: %s", exc)
+    if tracker.store is not None:
+        await tracker.store.close()
+    await running.usage_store.close()
+    if running.sender is not None:
+        await running.sender.close()
+    await running.job_store.close()
+    await app.state.images.close()
+    await app.state.service.catalog.close()
+    await app.state.service.healer.close()
+    if running.residency is not None:
+        await running.residency.close()
+    await running.backend.close()
+    await running.limiter.close()
+    parts.key_store.close()
+    if parts.redis_client is not None:
+        parts.redis_client.close()
+
+
+def _install_error_handlers(app: FastAPI, renderer: ProblemRenderer) -> None:
+    """Every error answers in the shape of its path's API, through the one renderer."""
 
     async def gateway_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, errors.GatewayError)
-        status, headers, body = renderer.render(exc, request.url.path, request.headers.get("accept", ""))
+        status, headers, body = renderer.render(
+            exc, request.url.path, request.headers.get("accept", "")
+        )
         if status >= 500:
             ctx = request.scope.get(CONTEXT_KEY)
             log.warning(
@@ -326,7 +480,9 @@ def create_app(
         return Response(body, status_code=status, headers=headers)
 
     def answer(request: Request, report: ErrorReport) -> Response:
-        status, headers, body = renderer.render_report(report, request.url.path, request.headers.get("accept", ""))
+        status, headers, body = renderer.render_report(
+            report, request.url.path, request.headers.get("accept", "")
+        )
         return Response(body, status_code=status, headers=headers)
 
     async def http_error(request: Request, exc: Exception) -> Response:
@@ -334,8 +490,16 @@ def create_app(
         if isinstance(exc.__cause__, errors.GatewayError):  # e.g. a body read that hit our limit
             return await gateway_error(request, exc.__cause__)
         name = "not_found" if exc.status_code == 404 else "http_error"
-        return answer(request, ErrorReport(exc.status_code, "HTTP error", str(exc.detail), name,
-                                           headers=dict(exc.headers or {})))
+        return answer(
+            request,
+            ErrorReport(
+                exc.status_code,
+                "HTTP error",
+                str(exc.detail),
+                name,
+                headers=dict(exc.headers or {}),
+            ),
+        )
 
     async def validation_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
@@ -344,16 +508,14 @@ def create_app(
     async def unexpected(request: Request, exc: Exception) -> Response:
         # Never relabelled as a client error: a 500, logged with the traceback.
         log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return answer(request, ErrorReport(500, "Internal server error", "the gateway failed; see its log",
-                                           "internal_error"))
+        return answer(
+            request,
+            ErrorReport(
+                500, "Internal server error", "the gateway failed; see its log", "internal_error"
+            ),
+        )
 
     app.add_exception_handler(errors.GatewayError, gateway_error)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(Exception, unexpected)
-
-    # Inference routes first: Starlette matches routes in order, and these carry the traffic.
-    for module in (kserve, openai, jobs, classify, health, stats, usage, admin, residency_admin, traffic_routes):
-        app.include_router(module.router)
-    document_security(app, PUBLIC_PATHS, METRICS_PATHS)
-    return app

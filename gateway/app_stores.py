@@ -6,15 +6,15 @@
 
 from __future__ import annotations
 
-from gateway.image_store import ImageStore, MemoryImageStore
-from gateway.jobs import JobStore
-from gateway.jobs_sqlite import SqliteJobStore
-from gateway.ratelimit import InProcessRateLimiter, RateLimiter, RedisRateLimiter
+from gateway.backends.triton import InferenceBackend, TritonHttpBackend
+from gateway.jobs.image_store import ImageStore, MemoryImageStore
+from gateway.jobs.store import JobStore
+from gateway.jobs.store_sqlite import SqliteJobStore
+from gateway.observe.stats_store import RedisSketchStore, SketchStore, SqliteSketchStore
 from gateway.settings import GatewaySettings, TritonProtocol
-from gateway.stats_store import RedisSketchStore, SketchStore, SqliteSketchStore
-from gateway.triton import InferenceBackend, TritonHttpBackend
-from gateway.usage import UsageStore
-from gateway.usage_store import RedisUsageStore, SqliteUsageStore
+from gateway.tenancy.ratelimit import InProcessRateLimiter, RateLimiter, RedisRateLimiter
+from gateway.tenancy.usage import UsageStore
+from gateway.tenancy.usage_store import RedisUsageStore, SqliteUsageStore
 
 __all__ = [
     "build_backend",
@@ -41,7 +41,7 @@ def build_limiter(settings: GatewaySettings) -> RateLimiter:
 
 def build_backend(settings: GatewaySettings) -> InferenceBackend:
     if settings.triton_protocol is TritonProtocol.GRPC:
-        from gateway.triton_grpc import TritonGrpcBackend
+        from gateway.backends.triton_grpc import TritonGrpcBackend
 
         return TritonGrpcBackend(settings.triton_grpc_url, settings.triton_grpc_channels)
     return TritonHttpBackend(settings.triton_http_url, settings.triton_pool_size)
@@ -64,10 +64,14 @@ def build_job_store(settings: GatewaySettings) -> JobStore:
     """Where generation jobs live: Redis if configured (every replica), else a SQLite file next to the key store."""
     url = settings.redis_url.get_secret_value()
     if url:
-        from gateway.jobs_redis import RedisJobStore
+        from gateway.jobs.store_redis import RedisJobStore
 
-        return RedisJobStore(url, settings.job_result_ttl_s, prefix=settings.redis_prefix,
-                             timeout_s=settings.redis_timeout_s)
+        return RedisJobStore(
+            url,
+            settings.job_result_ttl_s,
+            prefix=settings.redis_prefix,
+            timeout_s=settings.redis_timeout_s,
+        )
     return SqliteJobStore(settings.jobs_path(), settings.job_result_ttl_s)
 
 
@@ -75,10 +79,15 @@ def build_image_store(settings: GatewaySettings) -> ImageStore:
     """Where images behind ``url`` answers wait: Redis if configured (every replica serves them), else memory."""
     url = settings.redis_url.get_secret_value()
     if url:
-        from gateway.image_store import RedisImageStore
+        from gateway.jobs.image_store import RedisImageStore
 
-        return RedisImageStore(url, settings.image_url_ttl_s, settings.image_url_max_bytes,
-                               prefix=settings.redis_prefix, timeout_s=settings.redis_timeout_s)
+        return RedisImageStore(
+            url,
+            settings.image_url_ttl_s,
+            settings.image_url_max_bytes,
+            prefix=settings.redis_prefix,
+            timeout_s=settings.redis_timeout_s,
+        )
     return MemoryImageStore(settings.image_url_ttl_s, settings.image_url_max_bytes)
 
 
@@ -86,7 +95,9 @@ def build_sketch_store(settings: GatewaySettings) -> SketchStore | None:
     """Where processes share latency sketches: Redis if configured, else ``stats_db``, else nowhere."""
     url = settings.redis_url.get_secret_value()
     if url:
-        return RedisSketchStore(url, prefix=settings.redis_prefix, timeout_s=settings.redis_timeout_s)
+        return RedisSketchStore(
+            url, prefix=settings.redis_prefix, timeout_s=settings.redis_timeout_s
+        )
     if settings.stats_db is not None:
         return SqliteSketchStore(settings.stats_db)
     return None

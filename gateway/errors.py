@@ -141,7 +141,9 @@ class UnsupportedMediaType(GatewayError):
 class _RetryLater(GatewayError):
     """An error whose response carries ``Retry-After`` (whole seconds, at least 1)."""
 
-    def __init__(self, detail: str, *, retry_after_s: float, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, detail: str, *, retry_after_s: float, headers: dict[str, str] | None = None
+    ) -> None:
         merged = {"Retry-After": str(max(1, int(-(-retry_after_s // 1))))}
         merged.update(headers or {})
         super().__init__(detail, headers=merged)
@@ -174,7 +176,7 @@ class ModelNotReady(ServiceUnavailable):
 
 class ModelUnhealthy(ServiceUnavailable):
     """A worker process of a model died (a Python stub killed or out of memory), or the model keeps
-    failing: the gateway reloads it (:mod:`gateway.model_healer`) and answers 503 meanwhile.
+    failing: the gateway reloads it (:mod:`gateway.backends.model_healer`) and answers 503 meanwhile.
 
     Args:
         failed_model: the Triton model whose instance failed: the model called, or a step of its

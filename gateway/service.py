@@ -1,9 +1,9 @@
 """The gateway's data plane: the model tasks, each behind admission control.
 
 Protocol-neutral: no FastAPI, no REST models. Routes translate HTTP to these calls and back; the
-Triton side is an :class:`gateway.triton.InferenceBackend`, so this layer runs against a fake in
+Triton side is an :class:`gateway.backends.triton.InferenceBackend`, so this layer runs against a fake in
 unit tests and the real server everywhere else. Admission (name, scope, limits, in-flight share,
-deadline, priority) is :mod:`gateway.admission`; request limits come from :mod:`serving.limits`, the
+deadline, priority) is :mod:`gateway.tenancy.admission`; request limits come from :mod:`serving.limits`, the
 numbers the model configs carry. The OpenAI tasks are :mod:`gateway.openai_tasks`.
 """
 
@@ -17,19 +17,19 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from gateway.admission import AdmissionControl, Ticket
-from gateway.catalog import ModelCatalog, check_model_name
-from gateway.context import RequestContext
+from gateway.backends.catalog import ModelCatalog, check_model_name
+from gateway.backends.model_breaker import Breakers
+from gateway.backends.model_healer import ModelHealer
+from gateway.backends.readiness import ReadinessProbe
+from gateway.backends.triton import InferenceBackend, RawResponse, Tensor, timeout_us
 from gateway.errors import BadRequest, Conflict, ModelNotFound, PermissionDenied
-from gateway.kserve import GrpcBody, InferRequest, ParseLimits, RestBody
-from gateway.model_breaker import Breakers
-from gateway.model_healer import ModelHealer
-from gateway.ratelimit import RateLimiter
-from gateway.readiness import ReadinessProbe
+from gateway.observe.stats import LatencyTracker
+from gateway.protocol.kserve import GrpcBody, InferRequest, ParseLimits, RestBody
 from gateway.settings import GatewaySettings
-from gateway.stats import LatencyTracker
-from gateway.traffic import Route, TrafficSplit, check_target, check_version, check_weights
-from gateway.triton import InferenceBackend, RawResponse, Tensor, timeout_us
+from gateway.tenancy.admission import AdmissionControl, Ticket
+from gateway.tenancy.context import RequestContext
+from gateway.tenancy.ratelimit import RateLimiter
+from gateway.tenancy.traffic import Route, TrafficSplit, check_target, check_version, check_weights
 from serving.limits import DEFAULT_LIMITS, RequestLimits
 
 __all__ = ["PARSE_INLINE_WORK", "SERVED_EXTENSIONS", "Classification", "InferenceService"]
@@ -40,8 +40,9 @@ T = TypeVar("T")
 #: Triton's KServe v2 extensions a client can use through the gateway (statistics and the repository
 #: index with the admin credential only). Shared memory, sequences, client-set scheduling, repository
 #: control (load, unload), tracing and logging are not served.
-SERVED_EXTENSIONS = frozenset({"classification", "model_configuration", "binary_tensor_data", "parameters",
-                               "statistics"})
+SERVED_EXTENSIONS = frozenset(
+    {"classification", "model_configuration", "binary_tensor_data", "parameters", "statistics"}
+)
 
 _IMAGE_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF87a", b"GIF89a", b"BM", b"RIFF")
 
@@ -101,9 +102,13 @@ class InferenceService:
             timeout_s=settings.triton_health_timeout_s * 4,
         )
         self.healer = ModelHealer(
-            backend, Breakers(settings.breaker_failures), tracker.registry,
-            load_timeout_s=settings.heal_load_timeout_s, probe_timeout_s=settings.ready_timeout_s,
-            max_backoff_s=settings.heal_max_backoff_s, under_rollout=self.traffic.splits,
+            backend,
+            Breakers(settings.breaker_failures),
+            tracker.registry,
+            load_timeout_s=settings.heal_load_timeout_s,
+            probe_timeout_s=settings.ready_timeout_s,
+            max_backoff_s=settings.heal_max_backoff_s,
+            under_rollout=self.traffic.splits,
         )
         self.admission = AdmissionControl(settings, self.catalog, limiter, tracker, self.healer)
         self.readiness = ReadinessProbe(
@@ -118,18 +123,23 @@ class InferenceService:
         """The Triton model behind a public name (aliases from the settings; no lookup)."""
         return self.catalog.alias(model)
 
-    async def _infer(self, ctx: RequestContext, ticket: Ticket, inputs: Sequence[Tensor],
-                     outputs: Sequence[str]) -> dict[str, np.ndarray]:
+    async def _infer(
+        self, ctx: RequestContext, ticket: Ticket, inputs: Sequence[Tensor], outputs: Sequence[str]
+    ) -> dict[str, np.ndarray]:
         route = self.traffic.route(ticket.model)
         with ctx.stages.stage("upstream"):
-            return await self.routed(ticket.model, route, self.backend.infer(
-                route.model,
-                inputs,
-                outputs,
-                timeout_s=ticket.remaining_s(),
-                version=route.version,
-                priority=ticket.priority,
-            ))
+            return await self.routed(
+                ticket.model,
+                route,
+                self.backend.infer(
+                    route.model,
+                    inputs,
+                    outputs,
+                    timeout_s=ticket.remaining_s(),
+                    version=route.version,
+                    priority=ticket.priority,
+                ),
+            )
 
     async def routed(self, model: str, route: Route, call: Awaitable[T]) -> T:
         """Await a call the traffic split routed, counting its outcome for ``model``'s canary."""
@@ -176,8 +186,10 @@ class InferenceService:
                 with ctx.stages.stage("parse"):
                     request = await self._parse(request)
             if request.model_name and request.model_name != model:
-                raise BadRequest(f"the body names model '{request.model_name}' but the path names '{model}'",
-                                 field="model_name")
+                raise BadRequest(
+                    f"the body names model '{request.model_name}' but the path names '{model}'",
+                    field="model_name",
+                )
             request = _apply_policy(request, ticket)
             # A version the client named is served as asked; otherwise the canary weights route.
             route = Route(ticket.model, version) if version else self.traffic.route(ticket.model)
@@ -202,7 +214,9 @@ class InferenceService:
         await self.admission.known(model, triton_model)
         return triton_model, check_version(version) if version else ""
 
-    async def model_metadata(self, ctx: RequestContext, model: str, version: str = "") -> dict[str, Any]:
+    async def model_metadata(
+        self, ctx: RequestContext, model: str, version: str = ""
+    ) -> dict[str, Any]:
         """Triton's KServe v2 metadata of ``model`` (of one ``version`` when given).
 
         Raises:
@@ -213,7 +227,9 @@ class InferenceService:
             model, timeout_s=self.settings.triton_health_timeout_s * 4, version=version
         )
 
-    async def model_config(self, ctx: RequestContext, model: str, version: str = "") -> dict[str, Any]:
+    async def model_config(
+        self, ctx: RequestContext, model: str, version: str = ""
+    ) -> dict[str, Any]:
         """Triton's configuration of ``model`` (the model configuration extension).
 
         Raises:
@@ -231,27 +247,39 @@ class InferenceService:
             ModelNotFound: Triton's repository has no such model.
         """
         model, version = await self._known(ctx, model, version)
-        return await self.backend.model_ready(model, timeout_s=self.settings.triton_health_timeout_s, version=version)
+        return await self.backend.model_ready(
+            model, timeout_s=self.settings.triton_health_timeout_s, version=version
+        )
 
     async def server_metadata(self, ctx: RequestContext) -> dict[str, Any]:
         """Triton's server metadata, listing only the protocol extensions the gateway serves."""
-        meta = await self.backend.server_metadata(timeout_s=self.settings.triton_health_timeout_s * 4)
+        meta = await self.backend.server_metadata(
+            timeout_s=self.settings.triton_health_timeout_s * 4
+        )
         extensions = [e for e in meta.get("extensions", []) if e in SERVED_EXTENSIONS]
-        return {"name": str(meta.get("name", "triton")), "version": str(meta.get("version", "")),
-                "extensions": extensions}
+        return {
+            "name": str(meta.get("name", "triton")),
+            "version": str(meta.get("version", "")),
+            "extensions": extensions,
+        }
 
-
-    async def repository_index(self, ctx: RequestContext, *, ready_only: bool = False) -> list[dict[str, Any]]:
+    async def repository_index(
+        self, ctx: RequestContext, *, ready_only: bool = False
+    ) -> list[dict[str, Any]]:
         """Triton's model repository index (every model, its version, state and reason), for the admin.
 
         Raises:
             PermissionDenied: the caller is not the admin credential.
         """
         _require_admin(ctx, "the model repository index")
-        index = await self.backend.repository_index(timeout_s=self.settings.triton_health_timeout_s * 4)
+        index = await self.backend.repository_index(
+            timeout_s=self.settings.triton_health_timeout_s * 4
+        )
         return [entry for entry in index if entry.get("state") == "READY"] if ready_only else index
 
-    async def statistics(self, ctx: RequestContext, model: str = "", version: str = "") -> list[dict[str, Any]]:
+    async def statistics(
+        self, ctx: RequestContext, model: str = "", version: str = ""
+    ) -> list[dict[str, Any]]:
         """Triton's statistics extension (cumulative counters) of every model, or of one (version).
 
         Raises:
@@ -261,8 +289,9 @@ class InferenceService:
         _require_admin(ctx, "Triton's inference statistics")
         if model:
             model, version = await self._known(ctx, model, version)
-        return await self.backend.statistics(timeout_s=self.settings.triton_health_timeout_s * 4, model=model,
-                                             version=version)
+        return await self.backend.statistics(
+            timeout_s=self.settings.triton_health_timeout_s * 4, model=model, version=version
+        )
 
     async def ready(self) -> bool:
         """Triton's own server readiness (a short, bounded probe); ``/readyz`` asks more, see
@@ -288,8 +317,14 @@ class InferenceService:
         for target, weight in weights.items():
             route = check_target(target)
             model_name, version = (route.model, "") if isinstance(route, Route) else (model, route)
-            if weight > 0 and not await self.backend.model_ready(model_name, timeout_s=timeout, version=version):
-                what = f"model '{model_name}'" if isinstance(route, Route) else f"version {version} of model '{model}'"
+            if weight > 0 and not await self.backend.model_ready(
+                model_name, timeout_s=timeout, version=version
+            ):
+                what = (
+                    f"model '{model_name}'"
+                    if isinstance(route, Route)
+                    else f"version {version} of model '{model}'"
+                )
                 raise Conflict(
                     f"{what} is not READY in Triton; load it before sending traffic to it",
                     field=f"versions.{target}",
@@ -309,17 +344,26 @@ class InferenceService:
         if not images:
             raise BadRequest("no image sent", field="file")
         if len(images) > limits.max_count:
-            raise BadRequest(f"{len(images)} files sent; at most {limits.max_count} per request", field="file")
+            raise BadRequest(
+                f"{len(images)} files sent; at most {limits.max_count} per request", field="file"
+            )
         for index, data in enumerate(images):
             if not data:
                 raise BadRequest(f"file {index} is empty", field="file")
             if len(data) > limits.max_bytes:
-                raise BadRequest(f"file {index} is {len(data)} bytes; at most {limits.max_bytes} per image", field="file")
+                raise BadRequest(
+                    f"file {index} is {len(data)} bytes; at most {limits.max_bytes} per image",
+                    field="file",
+                )
             if not data.startswith(_IMAGE_MAGIC):
-                raise BadRequest(f"file {index} is not a JPEG, PNG, GIF, BMP or WebP image", field="file")
+                raise BadRequest(
+                    f"file {index} is not a JPEG, PNG, GIF, BMP or WebP image", field="file"
+                )
         batch = np.array([[d] for d in images], dtype=np.object_)
         async with self.admission.admit(ctx, self.settings.classifier_model) as ticket:
-            out = await self._infer(ctx, ticket, [Tensor("IMAGE", batch)], ["LABELS", "SCORES", "CLASS_IDS"])
+            out = await self._infer(
+                ctx, ticket, [Tensor("IMAGE", batch)], ["LABELS", "SCORES", "CLASS_IDS"]
+            )
         ctx.usage.images = len(images)
         labels, scores, ids = out["LABELS"], out["SCORES"], out["CLASS_IDS"]
         return [
@@ -336,9 +380,11 @@ def _require_admin(ctx: RequestContext, what: str) -> None:
     """Operator reads (Triton's own view of every model) need the admin credential, not an API key."""
     principal = ctx.principal
     if principal is None or principal.kind != "admin":
-        raise PermissionDenied(f"{what} is for operators: send the admin credential (GATEWAY_ADMIN_TOKEN) as "
-                               "'Authorization: Bearer <admin token>'; an API key or JWT cannot read it",
-                               field="authorization")
+        raise PermissionDenied(
+            f"{what} is for operators: send the admin credential (GATEWAY_ADMIN_TOKEN) as "
+            "'Authorization: Bearer <admin token>'; an API key or JWT cannot read it",
+            field="authorization",
+        )
 
 
 def _apply_policy(request: InferRequest, ticket: Ticket) -> InferRequest:

@@ -16,12 +16,12 @@ from typing import Annotated
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
 
-from gateway.catalog import model_name_problem
-from gateway.job_settings import JobSettings
-from gateway.model_breaker import DEFAULT_BREAKER_FAILURES
-from gateway.model_healer import DEFAULT_HEAL_LOAD_TIMEOUT_S, DEFAULT_HEAL_MAX_BACKOFF_S
-from gateway.residency_settings import ResidencySettings
-from gateway.tiers import DEFAULT_TIER, DEFAULT_TIER_LIMITS, TierLimit
+from gateway.backends.catalog import model_name_problem
+from gateway.backends.model_breaker import DEFAULT_BREAKER_FAILURES
+from gateway.backends.model_healer import DEFAULT_HEAL_LOAD_TIMEOUT_S, DEFAULT_HEAL_MAX_BACKOFF_S
+from gateway.backends.residency_settings import ResidencySettings
+from gateway.jobs.settings import JobSettings
+from gateway.tenancy.tiers import DEFAULT_TIER, DEFAULT_TIER_LIMITS, TierLimit
 from serving.readiness import parse_model_list
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "DEFAULT_KEEP_ALIVE_TIMEOUT_S",
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MAX_CONNECTIONS",
+    "DEFAULT_MAX_CONNECTIONS_PER_PEER",
     "DEFAULT_MAX_HEADER_BYTES",
     "DEFAULT_MAX_HEADER_COUNT",
     "DEFAULT_MAX_REQUESTS_PER_CONNECTION",
@@ -68,13 +69,15 @@ DEFAULT_KEYS_DB = Path("gateway_keys.sqlite3")
 DEFAULT_ADMIN_TOKEN = ""  # empty: the admin API is switched off
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 DEFAULT_MAX_IN_FLIGHT_PER_MODEL = 64
-# Connection limits (gateway/http_limits.py). 32 KiB of headers holds a large JWT many times over.
+# Connection limits (gateway/http/limits.py). 32 KiB of headers holds a large JWT many times over.
 DEFAULT_MAX_HEADER_BYTES = 32 * 1024
 DEFAULT_MAX_HEADER_COUNT = 100
 DEFAULT_HEADER_TIMEOUT_S = 10.0
 # A 16 MiB body at 4 Mbit/s takes about 35 s.
 DEFAULT_BODY_TIMEOUT_S = 60.0
 DEFAULT_MAX_CONNECTIONS = 1024
+# One address: a client, or a proxy in front of the gateway (raise it to max_connections there).
+DEFAULT_MAX_CONNECTIONS_PER_PEER = 256
 DEFAULT_KEEP_ALIVE_TIMEOUT_S = 5.0
 DEFAULT_MAX_REQUESTS_PER_CONNECTION = 10_000
 DEFAULT_UPSTREAM_TIMEOUT_S = 30.0
@@ -145,17 +148,31 @@ class GatewaySettings(JobSettings, ResidencySettings):
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     grpc_port: int = Field(
-        DEFAULT_GRPC_PORT, ge=0, le=65535, description="port of the KServe v2 gRPC entry (same host); 0: none"
+        DEFAULT_GRPC_PORT,
+        ge=0,
+        le=65535,
+        description="port of the KServe v2 gRPC entry (same host); 0: none",
     )
     grpc_max_concurrent_rpcs: int = Field(
-        DEFAULT_GRPC_MAX_CONCURRENT_RPCS, ge=1, description="gRPC calls served at once; more are refused"
+        DEFAULT_GRPC_MAX_CONCURRENT_RPCS,
+        ge=1,
+        description="gRPC calls served at once; more are refused",
     )
-    triton_http_url: str = Field(DEFAULT_TRITON_HTTP_URL, description="host:port of Triton's HTTP endpoint")
-    triton_grpc_url: str = Field(DEFAULT_TRITON_GRPC_URL, description="host:port of Triton's gRPC endpoint")
-    triton_protocol: TritonProtocol = Field(TritonProtocol.HTTP, description="gateway -> Triton transport")
+    triton_http_url: str = Field(
+        DEFAULT_TRITON_HTTP_URL, description="host:port of Triton's HTTP endpoint"
+    )
+    triton_grpc_url: str = Field(
+        DEFAULT_TRITON_GRPC_URL, description="host:port of Triton's gRPC endpoint"
+    )
+    triton_protocol: TritonProtocol = Field(
+        TritonProtocol.HTTP, description="gateway -> Triton transport"
+    )
     triton_pool_size: int = Field(DEFAULT_TRITON_POOL_SIZE, ge=1)
     triton_grpc_channels: int = Field(
-        DEFAULT_TRITON_GRPC_CHANNELS, ge=1, le=64, description="gRPC channels to Triton, used in turn"
+        DEFAULT_TRITON_GRPC_CHANNELS,
+        ge=1,
+        le=64,
+        description="gRPC channels to Triton, used in turn",
     )
     triton_health_timeout_s: float = Field(DEFAULT_TRITON_HEALTH_TIMEOUT_S, gt=0)
     triton_stats_interval_s: float = Field(
@@ -178,32 +195,52 @@ class GatewaySettings(JobSettings, ResidencySettings):
         SecretStr(""),
         description="shared store for API keys, canary weights and rate limits; empty: SQLite + this process",
     )
-    redis_prefix: str = Field(DEFAULT_REDIS_PREFIX, min_length=1, description="namespace of every Redis key")
+    redis_prefix: str = Field(
+        DEFAULT_REDIS_PREFIX, min_length=1, description="namespace of every Redis key"
+    )
     state_sync_interval_s: float = Field(
         DEFAULT_STATE_SYNC_INTERVAL_S,
         gt=0,
         le=1.0,
         description="how often each process checks Redis for changed keys / canary weights",
     )
-    workers: int = Field(DEFAULT_WORKERS, ge=0, le=256, description="gateway processes; 0: automatic")
+    workers: int = Field(
+        DEFAULT_WORKERS, ge=0, le=256, description="gateway processes; 0: automatic"
+    )
     redis_failure_policy: RedisFailurePolicy = RedisFailurePolicy.OPEN
     redis_timeout_s: float = Field(DEFAULT_REDIS_TIMEOUT_S, gt=0)
     redis_retry_after_s: float = Field(DEFAULT_REDIS_RETRY_AFTER_S, ge=0)
     tier_limits: dict[str, TierLimit] = Field(default_factory=lambda: dict(DEFAULT_TIER_LIMITS))
     default_tier: str = DEFAULT_TIER
     server_timing: bool = Field(
-        True, description="send authenticated callers a Server-Timing header with the gateway's stages"
+        True,
+        description="send authenticated callers a Server-Timing header with the gateway's stages",
     )
     max_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, ge=1)
-    max_header_bytes: int = Field(DEFAULT_MAX_HEADER_BYTES, ge=1024, description="request line plus headers")
+    max_header_bytes: int = Field(
+        DEFAULT_MAX_HEADER_BYTES, ge=1024, description="request line plus headers"
+    )
     max_header_count: int = Field(DEFAULT_MAX_HEADER_COUNT, ge=1)
     header_timeout_s: float = Field(
-        DEFAULT_HEADER_TIMEOUT_S, gt=0, description="from a request's first byte to the end of its headers"
+        DEFAULT_HEADER_TIMEOUT_S,
+        gt=0,
+        description="from a request's first byte to the end of its headers",
     )
     body_timeout_s: float = Field(
-        DEFAULT_BODY_TIMEOUT_S, gt=0, description="from the end of the headers to the last byte of the body"
+        DEFAULT_BODY_TIMEOUT_S,
+        gt=0,
+        description="from the end of the headers to the last byte of the body",
     )
-    max_connections: int = Field(DEFAULT_MAX_CONNECTIONS, ge=1, description="open connections before 429")
+    max_connections: int = Field(
+        DEFAULT_MAX_CONNECTIONS,
+        ge=1,
+        description="open connections; past it an idle one is closed, else 429",
+    )
+    max_connections_per_peer: int = Field(
+        DEFAULT_MAX_CONNECTIONS_PER_PEER,
+        ge=1,
+        description="open connections from one peer address; past it its longest idle one is closed, else 429",
+    )
     keep_alive_timeout_s: float = Field(DEFAULT_KEEP_ALIVE_TIMEOUT_S, gt=0)
     max_requests_per_connection: int = Field(DEFAULT_MAX_REQUESTS_PER_CONNECTION, ge=1)
     max_in_flight_per_model: int = Field(DEFAULT_MAX_IN_FLIGHT_PER_MODEL, ge=1)
@@ -216,7 +253,9 @@ class GatewaySettings(JobSettings, ResidencySettings):
     retry_after_s: int = Field(DEFAULT_RETRY_AFTER_S, ge=1)
     stats_window_s: float = Field(DEFAULT_STATS_WINDOW_S, gt=0, le=86_400)
     stats_bucket_s: float = Field(
-        DEFAULT_STATS_BUCKET_S, gt=0, description="time resolution of the stats window (one sketch per bucket)"
+        DEFAULT_STATS_BUCKET_S,
+        gt=0,
+        description="time resolution of the stats window (one sketch per bucket)",
     )
     stats_max_series: int = Field(
         DEFAULT_STATS_MAX_SERIES,
@@ -224,7 +263,9 @@ class GatewaySettings(JobSettings, ResidencySettings):
         description="(model, client) pairs per time bucket before new clients are counted as _other",
     )
     stats_publish_interval_s: float = Field(
-        DEFAULT_STATS_PUBLISH_INTERVAL_S, gt=0, description="how often a process shares its latency sketches"
+        DEFAULT_STATS_PUBLISH_INTERVAL_S,
+        gt=0,
+        description="how often a process shares its latency sketches",
     )
     usage_db: Path | None = Field(
         None,
@@ -232,9 +273,14 @@ class GatewaySettings(JobSettings, ResidencySettings):
         "next to keys_db)",
     )
     usage_flush_interval_s: float = Field(
-        DEFAULT_USAGE_FLUSH_INTERVAL_S, gt=0, le=60, description="how often a process adds its usage counts to the store"
+        DEFAULT_USAGE_FLUSH_INTERVAL_S,
+        gt=0,
+        le=60,
+        description="how often a process adds its usage counts to the store",
     )
-    usage_retention_days: int = Field(DEFAULT_USAGE_RETENTION_DAYS, ge=1, description="days of usage Redis keeps")
+    usage_retention_days: int = Field(
+        DEFAULT_USAGE_RETENTION_DAYS, ge=1, description="days of usage Redis keeps"
+    )
     stats_db: Path | None = Field(
         None,
         description="SQLite file the gateway processes of one host share latency sketches through when "
@@ -261,37 +307,52 @@ class GatewaySettings(JobSettings, ResidencySettings):
         description="Triton models /readyz requires: each READY and answering one synthetic inference "
         "(comma-separated in the environment); empty: Triton's server readiness only",
     )
-    ready_cache_s: float = Field(DEFAULT_READY_CACHE_S, ge=0, description="how long a /readyz answer is reused")
+    ready_cache_s: float = Field(
+        DEFAULT_READY_CACHE_S, ge=0, description="how long a /readyz answer is reused"
+    )
     breaker_failures: int = Field(
-        DEFAULT_BREAKER_FAILURES, ge=1,
+        DEFAULT_BREAKER_FAILURES,
+        ge=1,
         description="internal errors in a row that open a model's circuit breaker (a dead worker opens it at once)",
     )
     heal_max_backoff_s: float = Field(
-        DEFAULT_HEAL_MAX_BACKOFF_S, gt=0, description="longest wait between two reloads of a model being healed"
+        DEFAULT_HEAL_MAX_BACKOFF_S,
+        gt=0,
+        description="longest wait between two reloads of a model being healed",
     )
     heal_load_timeout_s: float = Field(
-        DEFAULT_HEAL_LOAD_TIMEOUT_S, gt=0, description="deadline of one model reload through Triton's repository API"
+        DEFAULT_HEAL_LOAD_TIMEOUT_S,
+        gt=0,
+        description="deadline of one model reload through Triton's repository API",
     )
     ready_timeout_s: float = Field(
-        DEFAULT_READY_TIMEOUT_S, gt=0, description="deadline of each /readyz call to Triton (synthetic inference too)"
+        DEFAULT_READY_TIMEOUT_S,
+        gt=0,
+        description="deadline of each /readyz call to Triton (synthetic inference too)",
     )
     public_url: str = Field(
-        "", description="the gateway's external base URL, for image URLs; empty: the request's own Host"
+        "",
+        description="the gateway's external base URL, for image URLs; empty: the request's own Host",
     )
-    image_url_ttl_s: float = Field(DEFAULT_IMAGE_URL_TTL_S, gt=0, description="how long an image URL is served")
+    image_url_ttl_s: float = Field(
+        DEFAULT_IMAGE_URL_TTL_S, gt=0, description="how long an image URL is served"
+    )
     image_async_after_s: float = Field(
-        DEFAULT_IMAGE_ASYNC_AFTER_S, gt=0,
+        DEFAULT_IMAGE_ASYNC_AFTER_S,
+        gt=0,
         description="an image generation estimated to take longer is answered as a job (202 + its URL), not held "
         "until the deadline",
     )
     image_url_max_bytes: int = Field(
-        DEFAULT_IMAGE_URL_MAX_BYTES, ge=1, description="bytes of generated images kept for URLs (oldest go first)"
+        DEFAULT_IMAGE_URL_MAX_BYTES,
+        ge=1,
+        description="bytes of generated images kept for URLs (oldest go first)",
     )
     log_level: str = "info"
     dev_insecure: bool = Field(
         False,
         description="development only: serve although a secret is empty or a placeholder (a warning is "
-        "logged); see gateway/secret_policy.py",
+        "logged); see gateway/tenancy/secret_policy.py",
     )
 
     @model_validator(mode="after")

@@ -33,8 +33,10 @@ def version_line() -> str:
         except metadata.PackageNotFoundError:
             return "not installed"
 
-    return (f"inferctl {installed('triton-platform')} (nvidia-pytriton {installed('nvidia-pytriton')}, "
-            f"tritonclient {installed('tritonclient')})")
+    return (
+        f"inferctl {installed('triton-platform')} (nvidia-pytriton {installed('nvidia-pytriton')}, "
+        f"tritonclient {installed('tritonclient')})"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -32,27 +32,60 @@ def register(sub: argparse._SubParsersAction) -> None:
         "model retries them first).",
     )
     parser.add_argument("model", help="the model to promote, e.g. efficientnet_lite0")
-    parser.add_argument("--candidate", type=Path, required=True, help="candidate repository holding the new build")
-    parser.add_argument("--repository", type=Path, default=Path("model_repository"),
-                        help="the served repository (default: %(default)s)")
-    parser.add_argument("--triton-url", default="127.0.0.1:8000", help="Triton HTTP host:port (default: %(default)s)")
-    parser.add_argument("--gateway-url", default=os.environ.get("GATEWAY_URL", ""),
-                        help="gateway base URL for canary routing (env GATEWAY_URL; empty: no canary)")
-    parser.add_argument("--records-dir", type=Path, default=DEFAULT_RECORDS, help="(default: %(default)s)")
-    parser.add_argument("--gate", action="append", choices=ALL_GATES,
-                        help="run only this gate (repeatable); its result is kept for a later --publish")
-    parser.add_argument("--publish", action="store_true",
-                        help="roll out; gates not yet passed for this exact candidate run first")
-    parser.add_argument("--weights", action="append", default=[], metavar="MODEL=PATH", type=_weights_pair,
-                        help="local weights or checkpoint folder, as for `inferctl build` (diffusion networks "
-                        "read their checkpoint's tokenizer to make their evaluation inputs)")
+    parser.add_argument(
+        "--candidate", type=Path, required=True, help="candidate repository holding the new build"
+    )
+    parser.add_argument(
+        "--repository",
+        type=Path,
+        default=Path("model_repository"),
+        help="the served repository (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--triton-url",
+        default="127.0.0.1:8000",
+        help="Triton HTTP host:port (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--gateway-url",
+        default=os.environ.get("GATEWAY_URL", ""),
+        help="gateway base URL for canary routing (env GATEWAY_URL; empty: no canary)",
+    )
+    parser.add_argument(
+        "--records-dir", type=Path, default=DEFAULT_RECORDS, help="(default: %(default)s)"
+    )
+    parser.add_argument(
+        "--gate",
+        action="append",
+        choices=ALL_GATES,
+        help="run only this gate (repeatable); its result is kept for a later --publish",
+    )
+    parser.add_argument(
+        "--publish",
+        action="store_true",
+        help="roll out; gates not yet passed for this exact candidate run first",
+    )
+    parser.add_argument(
+        "--weights",
+        action="append",
+        default=[],
+        metavar="MODEL=PATH",
+        type=_weights_pair,
+        help="local weights or checkpoint folder, as for `inferctl build` (diffusion networks "
+        "read their checkpoint's tokenizer to make their evaluation inputs)",
+    )
     add_json_option(parser, "the promotion record")
     parser.set_defaults(handler=run)
 
-    hist = sub.add_parser("history", help="list promotion records",
-                          description="List every promotion attempt with its gate results and decision.")
+    hist = sub.add_parser(
+        "history",
+        help="list promotion records",
+        description="List every promotion attempt with its gate results and decision.",
+    )
     hist.add_argument("model", nargs="?", help="only this model")
-    hist.add_argument("--records-dir", type=Path, default=DEFAULT_RECORDS, help="(default: %(default)s)")
+    hist.add_argument(
+        "--records-dir", type=Path, default=DEFAULT_RECORDS, help="(default: %(default)s)"
+    )
     add_json_option(hist, "the records")
     hist.set_defaults(handler=run_history)
 
@@ -72,9 +105,16 @@ def run(args: argparse.Namespace) -> int:
     target = PromotionTarget(args.repository, args.triton_url, args.records_dir, gateway)
     publish = args.publish or not args.gate
     try:
-        record = promote(args.model, args.candidate, target, gates=args.gate or ALL_GATES, publish=publish,
-                         log=console.print, observer=lambda step: console.print(_describe(args.model, step)),
-                         weights=parse_weights(args.weights))
+        record = promote(
+            args.model,
+            args.candidate,
+            target,
+            gates=args.gate or ALL_GATES,
+            publish=publish,
+            log=console.print,
+            observer=lambda step: console.print(_describe(args.model, step)),
+            weights=parse_weights(args.weights),
+        )
     except PromotionError as exc:
         console.print(f"[red]{exc}[/red]")
         return 2

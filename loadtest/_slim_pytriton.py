@@ -40,7 +40,9 @@ def slim(wheel: Path, python: str, target: Path) -> Path:
         for info in source.infolist():
             if _keep(info.filename, python):
                 out.writestr(info, source.read(info), compress_type=zipfile.ZIP_LZMA)
-        out.writestr("pytriton/__init__.py", '"""Server files of nvidia-pytriton 0.7.0 only (slimmed)."""\n')
+        out.writestr(
+            "pytriton/__init__.py", '"""Server files of nvidia-pytriton 0.7.0 only (slimmed)."""\n'
+        )
     return target
 
 

@@ -46,7 +46,15 @@ from loadtest.loadgen import LoadResult, LoadSpec, TritonTarget, run_load
 from serving.console import Table, make_console, print_table
 from serving.launcher import TritonPorts, TritonServer
 
-__all__ = ["CONFIGS", "Configuration", "WakeupSettings", "build_parser", "main", "prepare_repository", "run_wakeup"]
+__all__ = [
+    "CONFIGS",
+    "Configuration",
+    "WakeupSettings",
+    "build_parser",
+    "main",
+    "prepare_repository",
+    "run_wakeup",
+]
 
 
 @dataclass(frozen=True)
@@ -86,11 +94,17 @@ def configure(base: mc.ModelConfig, name: str, setup: Configuration) -> mc.Model
     config.CopyFrom(base)
     config.name = name
     if not setup.queues:
-        for field_name in ("priority_levels", "default_priority_level", "priority_queue_policy",
-                           "default_queue_policy"):
+        for field_name in (
+            "priority_levels",
+            "default_priority_level",
+            "priority_queue_policy",
+            "default_queue_policy",
+        ):
             config.dynamic_batching.ClearField(field_name)
     for group in config.instance_group:
-        group.count = setup.instances  # the first configurations exist to go below the builders' minimum
+        group.count = (
+            setup.instances
+        )  # the first configurations exist to go below the builders' minimum
     config.parameters["allow_spinning"].string_value = "1" if setup.spinning else "0"
     return config
 
@@ -113,9 +127,13 @@ def zeros_request(config: mc.ModelConfig) -> dict[str, np.ndarray]:
     """One batch-1 request of zeros for every input (batch axis added where the model batches)."""
     batch = (1,) if config.max_batch_size > 0 else ()
     dtype = {value: key for key, value in mc.DataType.items()}
-    return {t.name: np.zeros(batch + tuple(max(1, d) for d in t.dims),
-                             dtype=triton_to_np_dtype(dtype[t.data_type].removeprefix("TYPE_")))
-            for t in config.input}
+    return {
+        t.name: np.zeros(
+            batch + tuple(max(1, d) for d in t.dims),
+            dtype=triton_to_np_dtype(dtype[t.data_type].removeprefix("TYPE_")),
+        )
+        for t in config.input
+    }
 
 
 @dataclass(frozen=True)
@@ -131,8 +149,16 @@ class Row:
 
 
 def _row(label: str, result: LoadResult) -> Row:
-    return Row(label, result.concurrency, result.throughput, result.p50_ms, result.p99_ms, result.max_ms,
-               result.requests, result.errors)
+    return Row(
+        label,
+        result.concurrency,
+        result.throughput,
+        result.p50_ms,
+        result.p99_ms,
+        result.max_ms,
+        result.requests,
+        result.errors,
+    )
 
 
 def run_wakeup(settings: WakeupSettings) -> dict[str, Any]:
@@ -144,16 +170,27 @@ def run_wakeup(settings: WakeupSettings) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="wakeup-") as tmp:
         names = prepare_repository(Path(tmp), settings)
         console.print(f"starting Triton: {settings.model} in {len(names)} configurations")
-        with TritonServer(Path(tmp), models=list(names.values()), ports=TritonPorts.free()) as triton:
+        with TritonServer(
+            Path(tmp), models=list(names.values()), ports=TritonPorts.free()
+        ) as triton:
             for concurrency in settings.concurrencies:
                 for label, name in names.items():
-                    target = TritonTarget(url=triton.http_url, model=name, inputs=(request,), name=label)
-                    spec = LoadSpec(target=target, concurrency=concurrency, duration_s=settings.duration_s,
-                                    warmup_s=settings.warmup_s, name=label)
+                    target = TritonTarget(
+                        url=triton.http_url, model=name, inputs=(request,), name=label
+                    )
+                    spec = LoadSpec(
+                        target=target,
+                        concurrency=concurrency,
+                        duration_s=settings.duration_s,
+                        warmup_s=settings.warmup_s,
+                        name=label,
+                    )
                     rows.append(_row(label, run_load(spec)))
                     last = rows[-1]
-                    console.print(f"c={concurrency:<3} {label:32s} {last.throughput:8.1f}/s  P50 {last.p50_ms:7.1f} ms"
-                                  f"  P99 {last.p99_ms:7.1f} ms  max {last.max_ms:7.1f} ms")
+                    console.print(
+                        f"c={concurrency:<3} {label:32s} {last.throughput:8.1f}/s  P50 {last.p50_ms:7.1f} ms"
+                        f"  P99 {last.p99_ms:7.1f} ms  max {last.max_ms:7.1f} ms"
+                    )
     document: dict[str, Any] = {
         "settings": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(settings).items()},
         "machine": machine_description(),
@@ -164,8 +201,10 @@ def run_wakeup(settings: WakeupSettings) -> dict[str, Any]:
     document["table"] = table.as_records()
     json_path = settings.out_dir / "batcher_wakeup.json"
     json_path.write_text(json.dumps(document, indent=2))
-    document["files"] = {"json": str(json_path),
-                         "png": str(save_plot(rows, settings, settings.out_dir / "batcher_wakeup.png"))}
+    document["files"] = {
+        "json": str(json_path),
+        "png": str(save_plot(rows, settings, settings.out_dir / "batcher_wakeup.png")),
+    }
     return document
 
 
@@ -181,8 +220,15 @@ def report_table(rows: Sequence[Row], settings: WakeupSettings) -> Table:
         f"{settings.duration_s:g} s measured per row; closed loops straight to Triton (HTTP)",
     )
     for r in rows:
-        table.add_row(r.config, r.concurrency, f"{r.throughput:.1f}", _ms(r.p50_ms), _ms(r.p99_ms), _ms(r.max_ms),
-                      r.errors)
+        table.add_row(
+            r.config,
+            r.concurrency,
+            f"{r.throughput:.1f}",
+            _ms(r.p50_ms),
+            _ms(r.p99_ms),
+            _ms(r.max_ms),
+            r.errors,
+        )
     return table
 
 
@@ -199,8 +245,22 @@ def save_plot(rows: Sequence[Row], settings: WakeupSettings, path: Path) -> Path
         mine = sorted((r for r in rows if r.config == label), key=lambda r: r.concurrency)
         xs = [r.concurrency for r in mine]
         (line,) = ax.plot(xs, [r.p99_ms for r in mine], "-o", label=f"{label} P99")
-        ax.plot(xs, [r.p50_ms for r in mine], "--", color=line.get_color(), alpha=0.6, label=f"{label} P50")
-        ax.plot(xs, [r.max_ms for r in mine], "x", color=line.get_color(), markersize=9, label=f"{label} max")
+        ax.plot(
+            xs,
+            [r.p50_ms for r in mine],
+            "--",
+            color=line.get_color(),
+            alpha=0.6,
+            label=f"{label} P50",
+        )
+        ax.plot(
+            xs,
+            [r.max_ms for r in mine],
+            "x",
+            color=line.get_color(),
+            markersize=9,
+            label=f"{label} max",
+        )
     ax.set_xscale("log", base=2)
     ax.set_xticks(list(settings.concurrencies), [str(c) for c in settings.concurrencies])
     ax.set_yscale("log")
@@ -223,13 +283,26 @@ def build_parser() -> argparse.ArgumentParser:
         "(one instance spinning or not, two instances) and without them, side by side (real Triton, the "
         "platform's load generator). Prints a table, writes batcher_wakeup.json and batcher_wakeup.png.",
     )
-    parser.add_argument("--repository", type=Path, default=d.repository, help="a built model repository")
-    parser.add_argument("--model", default=d.model, help="the entry to copy (any model with a dynamic batcher)")
-    parser.add_argument("--concurrency", default=",".join(map(str, d.concurrencies)),
-                        help="comma-separated closed-loop concurrencies")
-    parser.add_argument("--warmup", type=float, default=d.warmup_s, help="seconds of warm-up per row")
-    parser.add_argument("--duration", type=float, default=d.duration_s, help="seconds measured per row")
-    parser.add_argument("--out", type=Path, default=d.out_dir, help="where the JSON and the plot go")
+    parser.add_argument(
+        "--repository", type=Path, default=d.repository, help="a built model repository"
+    )
+    parser.add_argument(
+        "--model", default=d.model, help="the entry to copy (any model with a dynamic batcher)"
+    )
+    parser.add_argument(
+        "--concurrency",
+        default=",".join(map(str, d.concurrencies)),
+        help="comma-separated closed-loop concurrencies",
+    )
+    parser.add_argument(
+        "--warmup", type=float, default=d.warmup_s, help="seconds of warm-up per row"
+    )
+    parser.add_argument(
+        "--duration", type=float, default=d.duration_s, help="seconds measured per row"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=d.out_dir, help="where the JSON and the plot go"
+    )
     return parser
 
 
@@ -238,13 +311,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         concurrencies = tuple(int(v) for v in args.concurrency.split(",") if v.strip())
     except ValueError:
-        build_parser().error(f"--concurrency: expected comma-separated integers, got {args.concurrency!r}")
+        build_parser().error(
+            f"--concurrency: expected comma-separated integers, got {args.concurrency!r}"
+        )
     if not concurrencies or min(concurrencies) < 1:
         build_parser().error("--concurrency: at least one value, each at least 1")
     if not (args.repository / args.model / "config.pbtxt").exists():
-        build_parser().error(f"no entry {args.model} in {args.repository}: build it first (inferctl build)")
-    run_wakeup(WakeupSettings(repository=args.repository, model=args.model, concurrencies=concurrencies,
-                              warmup_s=args.warmup, duration_s=args.duration, out_dir=args.out))
+        build_parser().error(
+            f"no entry {args.model} in {args.repository}: build it first (inferctl build)"
+        )
+    run_wakeup(
+        WakeupSettings(
+            repository=args.repository,
+            model=args.model,
+            concurrencies=concurrencies,
+            warmup_s=args.warmup,
+            duration_s=args.duration,
+            out_dir=args.out,
+        )
+    )
     return 0
 
 

@@ -27,7 +27,9 @@ import numpy as np
 
 from loadtest.loadgen import LoadRun, LoadSpec, Samples, TritonTarget, run
 from serving.console import Table, make_console, print_table
+from serving.gateway_process import GatewayLaunch, start_gateway_process
 from serving.quantiles import summarize
+from serving.triton_clients import triton_client
 
 __all__ = ["PATHS", "PathFigures", "main", "run_benchmark"]
 
@@ -59,7 +61,9 @@ class PathFigures:
 
 
 def _figures(path: str, concurrency: int, runs: Sequence[LoadRun]) -> PathFigures:
-    inside = [r.samples.where((r.samples.t1 >= r.window[0]) & (r.samples.t1 <= r.window[1])) for r in runs]
+    inside = [
+        r.samples.where((r.samples.t1 >= r.window[0]) & (r.samples.t1 <= r.window[1])) for r in runs
+    ]
     merged = Samples.concat(inside)
     ok = merged.ok
     seconds = sum(r.window[1] - r.window[0] for r in runs)
@@ -67,19 +71,25 @@ def _figures(path: str, concurrency: int, runs: Sequence[LoadRun]) -> PathFigure
     failing = {s: n for s, n in merged.statuses().items() if s != 200}
     messages = {s: m for r in runs for s, m in r.samples.messages.items()}
     return PathFigures(
-        path=path, concurrency=concurrency, requests=int(ok.sum()), errors=int((~ok).sum()), seconds=seconds,
+        path=path,
+        concurrency=concurrency,
+        requests=int(ok.sum()),
+        errors=int((~ok).sum()),
+        seconds=seconds,
         throughput=float(ok.sum()) / seconds if seconds > 0 else 0.0,
-        p50_ms=summary.p50 if summary else math.nan, p99_ms=summary.p99 if summary else math.nan,
-        error_summary="; ".join(f"status {s} x{n}: {messages.get(s, '')}" for s, n in failing.items()),
+        p50_ms=summary.p50 if summary else math.nan,
+        p99_ms=summary.p99 if summary else math.nan,
+        error_summary="; ".join(
+            f"status {s} x{n}: {messages.get(s, '')}" for s, n in failing.items()
+        ),
     )
 
 
 def _sample_inputs(triton_http: str, model: str, batch: int) -> dict[str, np.ndarray]:
     """Random inputs of the model's declared shapes (dynamic axes 1, the batch axis ``batch``)."""
-    import tritonclient.http as http
     from tritonclient.utils import triton_to_np_dtype
 
-    client = http.InferenceServerClient(triton_http)
+    client = triton_client(triton_http)
     try:
         metadata, config = client.get_model_metadata(model), client.get_model_config(model)
     finally:
@@ -93,76 +103,129 @@ def _sample_inputs(triton_http: str, model: str, batch: int) -> dict[str, np.nda
         shape = [1 if d < 0 else d for d in shape]
         dtype = np.dtype(triton_to_np_dtype(spec["datatype"]))
         if spec["datatype"] == "BYTES":
-            raise SystemExit(f"{model} takes BYTES input {spec['name']}: pick a tensor model for this benchmark")
-        arrays[spec["name"]] = (rng.random(shape) if dtype.kind == "f" else rng.integers(0, 2, shape)).astype(dtype)
+            raise SystemExit(
+                f"{model} takes BYTES input {spec['name']}: pick a tensor model for this benchmark"
+            )
+        arrays[spec["name"]] = (
+            rng.random(shape) if dtype.kind == "f" else rng.integers(0, 2, shape)
+        ).astype(dtype)
     return arrays
 
 
-def run_benchmark(repository: Path, model: str, concurrencies: Sequence[int], duration_s: float,
-                  rounds: int = DEFAULT_ROUNDS, batch: int = 1, processes: int = 1) -> list[PathFigures]:
+def run_benchmark(
+    repository: Path,
+    model: str,
+    concurrencies: Sequence[int],
+    duration_s: float,
+    rounds: int = DEFAULT_ROUNDS,
+    batch: int = 1,
+    processes: int = 1,
+) -> list[PathFigures]:
     """Start Triton and a gateway, measure the four paths at each concurrency, stop both.
 
     Returns:
         One :class:`PathFigures` per (concurrency, path), in :data:`PATHS` order.
     """
-    from gateway.keys import bootstrap_first_key
-    from gateway.secret_policy import generate_secret
     from gateway.settings import GatewaySettings
+    from gateway.tenancy.key_stores import bootstrap_first_key
+    from gateway.tenancy.secret_policy import generate_secret
     from serving.launcher import TritonPorts, TritonServer
     from serving.ports import reserve_port
-    from serving.processes import ManagedProcess, child_env, python_module
+    from serving.processes import child_env
 
-    with tempfile.TemporaryDirectory(prefix="clients-bench-") as tmp, \
-            TritonServer(repository.resolve(), models=[model], ports=TritonPorts.free()) as triton:
+    with (
+        tempfile.TemporaryDirectory(prefix="clients-bench-") as tmp,
+        TritonServer(repository.resolve(), models=[model], ports=TritonPorts.free()) as triton,
+    ):
         http_port, grpc_port = reserve_port(), reserve_port()
         env = {
-            "GATEWAY_HOST": "127.0.0.1", "GATEWAY_PORT": str(http_port), "GATEWAY_GRPC_PORT": str(grpc_port),
-            "GATEWAY_TRITON_HTTP_URL": triton.http_url, "GATEWAY_KEYS_DB": str(Path(tmp) / "keys.sqlite3"),
-            "GATEWAY_TIER_LIMITS": json.dumps(_BENCH_TIER), "GATEWAY_LOG_LEVEL": "warning",
+            "GATEWAY_HOST": "127.0.0.1",
+            "GATEWAY_PORT": str(http_port),
+            "GATEWAY_GRPC_PORT": str(grpc_port),
+            "GATEWAY_TRITON_HTTP_URL": triton.http_url,
+            "GATEWAY_KEYS_DB": str(Path(tmp) / "keys.sqlite3"),
+            "GATEWAY_TIER_LIMITS": json.dumps(_BENCH_TIER),
+            "GATEWAY_LOG_LEVEL": "warning",
             "GATEWAY_MAX_IN_FLIGHT_PER_MODEL": str(max(64, 2 * max(concurrencies))),
             "GATEWAY_ADMIN_TOKEN": generate_secret(),  # unused here, but the gateway refuses to serve without one
         }
-        key = bootstrap_first_key(GatewaySettings(keys_db=Path(tmp) / "keys.sqlite3"), name="bench", tier="bench")
-        gateway = ManagedProcess(python_module("gateway"), name="gateway", env=child_env(env),
-                                 log_path=Path(tmp) / "gateway.log").start()
+        key = bootstrap_first_key(
+            GatewaySettings(keys_db=Path(tmp) / "keys.sqlite3"), name="bench", tier="bench"
+        )
+        gateway = start_gateway_process(
+            GatewayLaunch(
+                http_port, child_env(env), log_path=Path(tmp) / "gateway.log", ready_timeout_s=60
+            )
+        )
         try:
-            gateway.wait_http(f"http://127.0.0.1:{http_port}/healthz", 60)
             inputs = (_sample_inputs(triton.http_url, model, batch),)
-            urls = {("http", False): triton.http_url, ("http", True): f"127.0.0.1:{http_port}",
-                    ("grpc", False): triton.grpc_url, ("grpc", True): f"127.0.0.1:{grpc_port}"}
+            urls = {
+                ("http", False): triton.http_url,
+                ("http", True): f"127.0.0.1:{http_port}",
+                ("grpc", False): triton.grpc_url,
+                ("grpc", True): f"127.0.0.1:{grpc_port}",
+            }
             figures: list[PathFigures] = []
             for concurrency in concurrencies:
                 per_path: dict[str, list[LoadRun]] = {label: [] for label, _, _ in PATHS}
                 for _ in range(rounds):
                     for label, protocol, through in PATHS:
                         headers = {"authorization": f"Bearer {key}"} if through else {}
-                        target = TritonTarget(url=urls[(protocol, through)], model=model, inputs=inputs,
-                                              protocol=protocol, headers=headers, name=label)
+                        target = TritonTarget(
+                            url=urls[(protocol, through)],
+                            model=model,
+                            inputs=inputs,
+                            protocol=protocol,
+                            headers=headers,
+                            name=label,
+                        )
                         # (loadgen's Target protocol declares ``name`` settable; frozen targets read it only)
-                        spec = LoadSpec(target=target, concurrency=concurrency,  # type: ignore[arg-type]
-                                        duration_s=duration_s / rounds, warmup_s=DEFAULT_WARMUP_S, name=label)
+                        spec = LoadSpec(
+                            target=target,
+                            concurrency=concurrency,  # type: ignore[arg-type]
+                            duration_s=duration_s / rounds,
+                            warmup_s=DEFAULT_WARMUP_S,
+                            name=label,
+                        )
                         per_path[label].extend(run([spec], processes))
-                figures.extend(_figures(label, concurrency, per_path[label]) for label, _, _ in PATHS)
+                figures.extend(
+                    _figures(label, concurrency, per_path[label]) for label, _, _ in PATHS
+                )
             return figures
         finally:
             gateway.stop()
 
 
-def table(figures: Sequence[PathFigures], model: str, batch: int, duration_s: float, rounds: int) -> Table:
+def table(
+    figures: Sequence[PathFigures], model: str, batch: int, duration_s: float, rounds: int
+) -> Table:
     """Each path's figures; gateway rows quote the direct path of the same protocol."""
     result = Table(
         f"Gateway vs direct Triton, tritonclient aio: {model}, batch {batch}",
-        ("concurrency", "path", "req/s", "P50 ms", "P99 ms", "vs direct req/s", "added P50 ms", "added P99 ms",
-         "errors"),
+        (
+            "concurrency",
+            "path",
+            "req/s",
+            "P50 ms",
+            "P99 ms",
+            "vs direct req/s",
+            "added P50 ms",
+            "added P99 ms",
+            "errors",
+        ),
         caption=f"{duration_s:g} s per path and concurrency in {rounds} alternating rounds; "
-                "percentiles from serving.quantiles (DDSketch, 1% relative error)",
+        "percentiles from serving.quantiles (DDSketch, 1% relative error)",
     )
     direct = {(f.concurrency, f.path.split()[1]): f for f in figures if f.path.startswith("triton")}
     for f in figures:
         base = direct[(f.concurrency, f.path.split()[1])]
         through = f is not base
         result.add_row(
-            f.concurrency, f.path, f"{f.throughput:.1f}", f"{f.p50_ms:.2f}", f"{f.p99_ms:.2f}",
+            f.concurrency,
+            f.path,
+            f"{f.throughput:.1f}",
+            f"{f.p50_ms:.2f}",
+            f"{f.p99_ms:.2f}",
             f"{f.throughput / base.throughput:.2f}" if through and base.throughput else "-",
             f"{f.p50_ms - base.p50_ms:+.2f}" if through else "-",
             f"{f.p99_ms - base.p99_ms:+.2f}" if through else "-",
@@ -177,27 +240,59 @@ def build_parser() -> argparse.ArgumentParser:
         description="Gateway vs direct Triton over KServe v2 HTTP and gRPC (tritonclient aio clients): "
         "starts its own Triton and gateway, prints a table (and --json).",
     )
-    parser.add_argument("--repository", type=Path, default=Path("model_repository"),
-                        help="a built model repository (default: %(default)s)")
-    parser.add_argument("--model", default="efficientnet_lite0", help="a tensor model in it (default: %(default)s)")
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8], help="(default: %(default)s)")
-    parser.add_argument("--duration-s", type=float, default=20.0,
-                        help="measured seconds per path and concurrency (default: %(default)s)")
-    parser.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS, help="alternating rounds (default: %(default)s)")
-    parser.add_argument("--batch", type=int, default=1, help="rows per request (default: %(default)s)")
-    parser.add_argument("--processes", type=int, default=1, help="load generator processes (default: %(default)s)")
-    parser.add_argument("--json", action="store_true", help="print the figures as JSON instead of a table")
+    parser.add_argument(
+        "--repository",
+        type=Path,
+        default=Path("model_repository"),
+        help="a built model repository (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--model", default="efficientnet_lite0", help="a tensor model in it (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--concurrency", type=int, nargs="+", default=[1, 8], help="(default: %(default)s)"
+    )
+    parser.add_argument(
+        "--duration-s",
+        type=float,
+        default=20.0,
+        help="measured seconds per path and concurrency (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=DEFAULT_ROUNDS,
+        help="alternating rounds (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--batch", type=int, default=1, help="rows per request (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--processes", type=int, default=1, help="load generator processes (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print the figures as JSON instead of a table"
+    )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    figures = run_benchmark(args.repository, args.model, args.concurrency, args.duration_s, args.rounds, args.batch,
-                            args.processes)
+    figures = run_benchmark(
+        args.repository,
+        args.model,
+        args.concurrency,
+        args.duration_s,
+        args.rounds,
+        args.batch,
+        args.processes,
+    )
     if args.json:
         print(json.dumps([asdict(f) for f in figures], indent=2))
     else:
-        print_table(table(figures, args.model, args.batch, args.duration_s, args.rounds), make_console())
+        print_table(
+            table(figures, args.model, args.batch, args.duration_s, args.rounds), make_console()
+        )
     return 1 if any(f.requests == 0 for f in figures) else 0
 
 

@@ -29,54 +29,35 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from loadtest.diffusion_points import Point, psnr
 from serving.console import make_console, print_table
+from serving.triton_clients import triton_client
 
-__all__ = ["BASE_SEED", "NEGATIVE", "PROMPT", "DiffusersSystem", "Point", "add_checkpoint_arguments", "machine_info",
-           "main", "parse_sizes", "prepare_checkpoint", "psnr"]
+__all__ = [
+    "BASE_SEED",
+    "NEGATIVE",
+    "PROMPT",
+    "DiffusersSystem",
+    "Point",
+    "add_checkpoint_arguments",
+    "machine_info",
+    "main",
+    "parse_sizes",
+    "prepare_checkpoint",
+    "psnr",
+]
 
 PROMPT = "a photograph of an astronaut riding a horse on the moon, highly detailed"
 NEGATIVE = "blurry, low quality"
 BASE_SEED = 1000
-#: Triton's seconds per image alone may be this much over diffusers' (the target)
-ALONE_RATIO_TARGET = 1.1
 
 Generate = Callable[[int, int, int, list[int]], tuple[list[np.ndarray], list[float]]]
 """``(height, width, steps, seeds) -> (images, latencies_s)``: one client's or one call's images."""
-
-
-@dataclass
-class Point:
-    """One system at one size, step count and concurrency (batch)."""
-
-    system: str
-    size: str
-    steps: int
-    concurrency: int
-    images: int
-    wall_s: float
-    latencies_s: list[float]
-    stats: dict[str, float] = field(default_factory=dict)
-    loops: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def seconds_per_image(self) -> float:
-        return self.wall_s / self.images
-
-    @property
-    def images_per_s(self) -> float:
-        return self.images / self.wall_s
-
-
-def psnr(a: np.ndarray, b: np.ndarray) -> float:
-    """Peak signal-to-noise ratio of two uint8 images, in dB (inf when identical)."""
-    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
-    return float("inf") if mse == 0 else 10 * np.log10(255.0**2 / mse)
 
 
 def parse_sizes(raw: str) -> list[tuple[int, int, int]]:
@@ -101,24 +82,35 @@ class TritonSystem:
     name = "triton"
 
     def __init__(self, server: Any, model: str, clients: int) -> None:
-        import tritonclient.grpc as grpc
 
         self.server, self.model = server, model
-        self.clients = [grpc.InferenceServerClient(server.grpc_url) for _ in range(clients)]
+        self.clients = [triton_client(server.grpc_url, "grpc") for _ in range(clients)]
         for client in self.clients:
             client.is_server_live()
 
-    def generate(self, height: int, width: int, steps: int, seeds: list[int], scheduler: str = "",
-                 client: int = 0) -> tuple[list[np.ndarray], list[float]]:
+    def generate(
+        self,
+        height: int,
+        width: int,
+        steps: int,
+        seeds: list[int],
+        scheduler: str = "",
+        client: int = 0,
+    ) -> tuple[list[np.ndarray], list[float]]:
         import tritonclient.grpc as grpc
 
         images, latencies = [], []
         for seed in seeds:
             # Every request sends the same inputs: Triton's dynamic batcher merges only requests that do.
-            values = {"PROMPT": (PROMPT.encode(), "BYTES", np.object_), "NEGATIVE_PROMPT": (NEGATIVE.encode(), "BYTES", np.object_),
-                      "STEPS": (steps, "INT32", np.int32), "HEIGHT": (height, "INT32", np.int32),
-                      "WIDTH": (width, "INT32", np.int32), "SEED": (seed, "INT64", np.int64),
-                      "SCHEDULER": ((scheduler or "default").encode(), "BYTES", np.object_)}
+            values = {
+                "PROMPT": (PROMPT.encode(), "BYTES", np.object_),
+                "NEGATIVE_PROMPT": (NEGATIVE.encode(), "BYTES", np.object_),
+                "STEPS": (steps, "INT32", np.int32),
+                "HEIGHT": (height, "INT32", np.int32),
+                "WIDTH": (width, "INT32", np.int32),
+                "SEED": (seed, "INT64", np.int64),
+                "SCHEDULER": ((scheduler or "default").encode(), "BYTES", np.object_),
+            }
             inputs = []
             for name, (value, kind, dtype) in values.items():
                 tensor = grpc.InferInput(name, [1, 1], kind)
@@ -130,15 +122,24 @@ class TritonSystem:
             images.append(result.as_numpy("IMAGE")[0])
         return images, latencies
 
-    def run(self, height: int, width: int, steps: int, concurrency: int, rounds: int,
-            schedulers: Sequence[str] = ("",)) -> tuple[list[np.ndarray], list[float], float]:
+    def run(
+        self,
+        height: int,
+        width: int,
+        steps: int,
+        concurrency: int,
+        rounds: int,
+        schedulers: Sequence[str] = ("",),
+    ) -> tuple[list[np.ndarray], list[float], float]:
         """``concurrency`` clients, ``rounds`` requests each; images of the first round by client."""
         start = threading.Barrier(concurrency)
 
         def client(k: int) -> tuple[list[np.ndarray], list[float]]:
             seeds = [BASE_SEED + k + r * concurrency for r in range(rounds)]
             start.wait()
-            return self.generate(height, width, steps, seeds, schedulers[k % len(schedulers)], client=k)
+            return self.generate(
+                height, width, steps, seeds, schedulers[k % len(schedulers)], client=k
+            )
 
         started = time.perf_counter()
         with ThreadPoolExecutor(concurrency) as pool:
@@ -148,11 +149,16 @@ class TritonSystem:
 
     def statistics(self) -> dict[str, float]:
         stats = self.clients[0].get_inference_statistics(self.model).model_stats[0]
-        return {"requests": stats.inference_count, "executions": stats.execution_count,
-                "queue_s": stats.inference_stats.queue.ns / 1e9,
-                "compute_s": stats.inference_stats.compute_infer.ns / 1e9}
+        return {
+            "requests": stats.inference_count,
+            "executions": stats.execution_count,
+            "queue_s": stats.inference_stats.queue.ns / 1e9,
+            "compute_s": stats.inference_stats.compute_infer.ns / 1e9,
+        }
 
-    def settled(self, before: dict[str, float], requests: int, log_from: int) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    def settled(
+        self, before: dict[str, float], requests: int, log_from: int
+    ) -> tuple[dict[str, float], list[dict[str, Any]]]:
         """Statistics and loop log lines since ``before``, once Triton has accounted for ``requests``.
 
         The model answers each request as soon as its image is ready, before ``execute()`` returns:
@@ -164,7 +170,9 @@ class TritonSystem:
             after = self.statistics()
             delta = {k: after[k] - before[k] for k in after}
             loops = _loops(list(self.server.iter_log())[log_from:])
-            if (delta["requests"] >= requests and len(loops) >= delta["executions"]) or time.monotonic() > deadline:
+            if (
+                delta["requests"] >= requests and len(loops) >= delta["executions"]
+            ) or time.monotonic() > deadline:
                 return delta, loops
             time.sleep(0.05)
 
@@ -180,31 +188,49 @@ class DiffusersSystem:
 
         self.torch, self.device = torch, device
         dtype = torch.float16 if device.startswith("cuda") else torch.float32
-        self.pipe = StableDiffusionPipeline.from_pretrained(str(checkpoint), dtype=dtype, safety_checker=None,
-                                                            requires_safety_checker=False, local_files_only=True)
+        self.pipe = StableDiffusionPipeline.from_pretrained(
+            str(checkpoint),
+            dtype=dtype,
+            safety_checker=None,
+            requires_safety_checker=False,
+            local_files_only=True,
+        )
         self.pipe = self.pipe.to(device)
         self.pipe.set_progress_bar_config(disable=True)
 
-    def call(self, height: int, width: int, steps: int, seeds: list[int]) -> tuple[list[np.ndarray], float]:
+    def call(
+        self, height: int, width: int, steps: int, seeds: list[int]
+    ) -> tuple[list[np.ndarray], float]:
         generators = [self.torch.Generator("cpu").manual_seed(s) for s in seeds]
         started = time.perf_counter()
-        out = self.pipe([PROMPT] * len(seeds), negative_prompt=[NEGATIVE] * len(seeds), num_inference_steps=steps,
-                        height=height, width=width, generator=generators if len(seeds) > 1 else generators[0],
-                        output_type="np").images
+        out = self.pipe(
+            [PROMPT] * len(seeds),
+            negative_prompt=[NEGATIVE] * len(seeds),
+            num_inference_steps=steps,
+            height=height,
+            width=width,
+            generator=generators if len(seeds) > 1 else generators[0],
+            output_type="np",
+        ).images
         seconds = time.perf_counter() - started
         return [(image * 255).round().astype(np.uint8) for image in out], seconds
 
-    def generate(self, height: int, width: int, steps: int, seeds: list[int]) -> tuple[list[np.ndarray], list[float]]:
+    def generate(
+        self, height: int, width: int, steps: int, seeds: list[int]
+    ) -> tuple[list[np.ndarray], list[float]]:
         images, seconds = self.call(height, width, steps, seeds)
         return images, [seconds] * len(seeds)
 
-    def run(self, height: int, width: int, steps: int, concurrency: int,
-            rounds: int) -> tuple[list[np.ndarray], list[float], float]:
+    def run(
+        self, height: int, width: int, steps: int, concurrency: int, rounds: int
+    ) -> tuple[list[np.ndarray], list[float], float]:
         first: list[np.ndarray] = []
         latencies: list[float] = []
         started = time.perf_counter()
         for r in range(rounds):
-            images, seconds = self.call(height, width, steps, [BASE_SEED + k + r * concurrency for k in range(concurrency)])
+            images, seconds = self.call(
+                height, width, steps, [BASE_SEED + k + r * concurrency for k in range(concurrency)]
+            )
             first = first or images
             latencies += [seconds] * concurrency
         return first, latencies, time.perf_counter() - started
@@ -213,7 +239,9 @@ class DiffusersSystem:
 # -- measuring ------------------------------------------------------------------------------------
 
 
-_LOOP = re.compile(r"loop rows=(\d+) size=(\S+) unet_calls=(\d+) prepare_ms=([\d.]+) denoise_ms=([\d.]+) decode_ms=([\d.]+)")
+_LOOP = re.compile(
+    r"loop rows=(\d+) size=(\S+) unet_calls=(\d+) prepare_ms=([\d.]+) denoise_ms=([\d.]+) decode_ms=([\d.]+)"
+)
 
 
 def _loops(lines: list[str]) -> list[dict[str, Any]]:
@@ -222,13 +250,27 @@ def _loops(lines: list[str]) -> list[dict[str, Any]]:
         match = _LOOP.search(line)
         if match:
             rows, size, calls, prepare, denoise, decode = match.groups()
-            found.append({"rows": int(rows), "size": size, "unet_calls": int(calls), "prepare_ms": float(prepare),
-                          "denoise_ms": float(denoise), "decode_ms": float(decode)})
+            found.append(
+                {
+                    "rows": int(rows),
+                    "size": size,
+                    "unet_calls": int(calls),
+                    "prepare_ms": float(prepare),
+                    "denoise_ms": float(denoise),
+                    "decode_ms": float(decode),
+                }
+            )
     return found
 
 
-def measure(system: Any, sizes: list[tuple[int, int, int]], concurrency: list[int], rounds: int,
-            log: Callable[[str], None], server: Any = None) -> dict[str, Any]:
+def measure(
+    system: Any,
+    sizes: list[tuple[int, int, int]],
+    concurrency: list[int],
+    rounds: int,
+    log: Callable[[str], None],
+    server: Any = None,
+) -> dict[str, Any]:
     """Every size and concurrency on one system, the first request at each new size, images kept."""
     points: list[Point] = []
     firsts: list[dict[str, Any]] = []
@@ -239,8 +281,17 @@ def measure(system: Any, sizes: list[tuple[int, int, int]], concurrency: list[in
         if index > 0:  # the first request after a change of size
             previous = order[index - 1]
             _, latencies = system.generate(height, width, steps, [BASE_SEED])
-            firsts.append({"size": label, "steps": steps, "after": f"{previous[1]}x{previous[0]}", "seconds": latencies[0]})
-            log(f"{system.name}: first request at {label} after {previous[1]}x{previous[0]}: {latencies[0]:.3f} s")
+            firsts.append(
+                {
+                    "size": label,
+                    "steps": steps,
+                    "after": f"{previous[1]}x{previous[0]}",
+                    "seconds": latencies[0],
+                }
+            )
+            log(
+                f"{system.name}: first request at {label} after {previous[1]}x{previous[0]}: {latencies[0]:.3f} s"
+            )
         if index == len(sizes):
             break  # back at the first size: only its first request is wanted
         for c in concurrency:
@@ -253,8 +304,10 @@ def measure(system: Any, sizes: list[tuple[int, int, int]], concurrency: list[in
             points.append(point)
             for k, image in enumerate(batch):
                 images[f"{label}/{steps}/c{c}/seed{BASE_SEED + k}"] = image
-            log(f"{system.name}: {label} {steps} steps, {c} concurrent x {rounds}: {point.seconds_per_image:.3f} s/image, "
-                f"{point.images_per_s:.3f} images/s")
+            log(
+                f"{system.name}: {label} {steps} steps, {c} concurrent x {rounds}: {point.seconds_per_image:.3f} s/image, "
+                f"{point.images_per_s:.3f} images/s"
+            )
     return {"points": points, "firsts": firsts, "images": images}
 
 
@@ -278,10 +331,16 @@ def machine_info(device: str) -> dict[str, str]:
 
 def add_checkpoint_arguments(parser: argparse.ArgumentParser) -> None:
     """The options :func:`prepare_checkpoint` reads, and ``--device``."""
-    parser.add_argument("--checkpoint", type=Path, help="a diffusers checkpoint folder (default: write --preset)")
-    parser.add_argument("--preset", default="sd15", help="random-init checkpoint to write: sd15 or tiny")
+    parser.add_argument(
+        "--checkpoint", type=Path, help="a diffusers checkpoint folder (default: write --preset)"
+    )
+    parser.add_argument(
+        "--preset", default="sd15", help="random-init checkpoint to write: sd15 or tiny"
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights")
-    parser.add_argument("--device", default="cuda", help="cuda or cpu: where everything runs and weights are drawn")
+    parser.add_argument(
+        "--device", default="cuda", help="cuda or cpu: where everything runs and weights are drawn"
+    )
 
 
 def prepare_checkpoint(args: argparse.Namespace, workdir: Path, log: Callable[[str], None]) -> Path:
@@ -293,25 +352,57 @@ def prepare_checkpoint(args: argparse.Namespace, workdir: Path, log: Callable[[s
     target = workdir / f"{args.preset}-random"
     try:
         path = write_random_checkpoint(target, args.preset, args.seed, args.device)
-    except RuntimeError as exc:  # weights drawn on a GPU are only faster; the CPU draws the same model
+    except (
+        RuntimeError
+    ) as exc:  # weights drawn on a GPU are only faster; the CPU draws the same model
         log(f"drawing the weights on {args.device} failed ({exc}); drawing them on the CPU")
         path = write_random_checkpoint(target, args.preset, args.seed, "cpu")
-    log(f"wrote the {args.preset} random-init checkpoint (seed {args.seed}, drawn on {args.device}) in "
-        f"{time.perf_counter() - started:.1f} s")
+    log(
+        f"wrote the {args.preset} random-init checkpoint (seed {args.seed}, drawn on {args.device}) in "
+        f"{time.perf_counter() - started:.1f} s"
+    )
     return path
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadtest.diffusion_bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, required=True, help="folder for bench.json, bench.png, bench.txt")
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.diffusion_bench", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--out", type=Path, required=True, help="folder for bench.json, bench.png, bench.txt"
+    )
     add_checkpoint_arguments(parser)
-    parser.add_argument("--sizes", default="512x512:25,768x768:50", help="WIDTHxHEIGHT:STEPS, comma separated, in order")
-    parser.add_argument("--concurrency", default="1,4,8", help="concurrent requests (diffusers: batch sizes)")
-    parser.add_argument("--rounds", type=int, default=2, help="requests per client (diffusers: calls per batch size)")
-    parser.add_argument("--stall-s", type=float, default=0.5, help="extra seconds the first request at a new size may take")
-    parser.add_argument("--mixed", action="store_true", help="also: max concurrency at the first size, four schedulers")
-    parser.add_argument("--stub-python", help="interpreter whose environment Triton's Python models use")
-    parser.add_argument("--workdir", type=Path, help="checkpoint and repository folder (default: a temporary one)")
+    parser.add_argument(
+        "--sizes",
+        default="512x512:25,768x768:50",
+        help="WIDTHxHEIGHT:STEPS, comma separated, in order",
+    )
+    parser.add_argument(
+        "--concurrency", default="1,4,8", help="concurrent requests (diffusers: batch sizes)"
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="requests per client (diffusers: calls per batch size)",
+    )
+    parser.add_argument(
+        "--stall-s",
+        type=float,
+        default=0.5,
+        help="extra seconds the first request at a new size may take",
+    )
+    parser.add_argument(
+        "--mixed",
+        action="store_true",
+        help="also: max concurrency at the first size, four schedulers",
+    )
+    parser.add_argument(
+        "--stub-python", help="interpreter whose environment Triton's Python models use"
+    )
+    parser.add_argument(
+        "--workdir", type=Path, help="checkpoint and repository folder (default: a temporary one)"
+    )
     args = parser.parse_args(argv)
 
     from builders.families.diffusion import PIPELINE, TORCH_PIPELINE
@@ -326,22 +417,44 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args.out.mkdir(parents=True, exist_ok=True)
     sizes, concurrency = parse_sizes(args.sizes), [int(c) for c in args.concurrency.split(",")]
-    scratch = tempfile.TemporaryDirectory(prefix="diffusion-bench-") if args.workdir is None else None
+    scratch = (
+        tempfile.TemporaryDirectory(prefix="diffusion-bench-") if args.workdir is None else None
+    )
     workdir = Path(scratch.name) if scratch is not None else args.workdir
-    config = {**vars(args), "out": str(args.out), "checkpoint": str(args.checkpoint), "workdir": str(workdir),
-              "prompt": PROMPT, "negative_prompt": NEGATIVE, "base_seed": BASE_SEED, "machine": machine_info(args.device)}
+    config = {
+        **vars(args),
+        "out": str(args.out),
+        "checkpoint": str(args.checkpoint),
+        "workdir": str(workdir),
+        "prompt": PROMPT,
+        "negative_prompt": NEGATIVE,
+        "base_seed": BASE_SEED,
+        "machine": machine_info(args.device),
+    }
     extra: dict[str, Any] = {}
     try:
         checkpoint = prepare_checkpoint(args, workdir, log)
         started = time.perf_counter()
-        reports = build([TORCH_PIPELINE], BuildOptions(repository=workdir / "repository", weights={PIPELINE: str(checkpoint)}))
+        reports = build(
+            [TORCH_PIPELINE],
+            BuildOptions(repository=workdir / "repository", weights={PIPELINE: str(checkpoint)}),
+        )
         entry = next(r for r in reports if r.model == TORCH_PIPELINE)
-        extra["build"] = {"seconds": time.perf_counter() - started, "precision": entry.precision, "parity": entry.parity,
-                          "notes": entry.notes}
+        extra["build"] = {
+            "seconds": time.perf_counter() - started,
+            "precision": entry.precision,
+            "parity": entry.parity,
+            "notes": entry.notes,
+        }
         log(f"built {TORCH_PIPELINE} ({entry.precision}) in {extra['build']['seconds']:.1f} s")
         started = time.perf_counter()
-        server = TritonServer(workdir / "repository", models=[TORCH_PIPELINE], ports=TritonPorts.free(),
-                              python=args.stub_python, startup_timeout_s=600)
+        server = TritonServer(
+            workdir / "repository",
+            models=[TORCH_PIPELINE],
+            ports=TritonPorts.free(),
+            python=args.stub_python,
+            startup_timeout_s=600,
+        )
         try:
             server.start()
         except TritonStartError:
@@ -349,23 +462,38 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         try:
             extra["triton_load_s"] = time.perf_counter() - started
-            log(f"Triton ready with {TORCH_PIPELINE} in {extra['triton_load_s']:.1f} s (weights loaded, warmed up)")
+            log(
+                f"Triton ready with {TORCH_PIPELINE} in {extra['triton_load_s']:.1f} s (weights loaded, warmed up)"
+            )
             ours = TritonSystem(server, TORCH_PIPELINE, max(concurrency))
             triton = measure(ours, sizes, concurrency, args.rounds, log, server)
             if args.mixed:
                 height, width, steps = sizes[0]
                 c = max(concurrency)
                 before, seen = ours.statistics(), len(list(server.iter_log()))
-                _, latencies, wall = ours.run(height, width, steps, c, 1, ("", "euler", "dpmpp_2m", "euler_ancestral"))
+                _, latencies, wall = ours.run(
+                    height, width, steps, c, 1, ("", "euler", "dpmpp_2m", "euler_ancestral")
+                )
                 stats, loops = ours.settled(before, c, seen)
-                extra["mixed_schedulers"] = {"size": f"{width}x{height}", "steps": steps, "concurrency": c, "wall_s": wall,
-                                             "images_per_s": c / wall, "latencies_s": latencies, "stats": stats,
-                                             "loops": loops}
-                log(f"triton: {c} concurrent, four schedulers side by side: {c / wall:.3f} images/s")
+                extra["mixed_schedulers"] = {
+                    "size": f"{width}x{height}",
+                    "steps": steps,
+                    "concurrency": c,
+                    "wall_s": wall,
+                    "images_per_s": c / wall,
+                    "latencies_s": latencies,
+                    "stats": stats,
+                    "loops": loops,
+                }
+                log(
+                    f"triton: {c} concurrent, four schedulers side by side: {c / wall:.3f} images/s"
+                )
         finally:
             server.stop()
         theirs = DiffusersSystem(checkpoint, args.device)
-        theirs.call(sizes[0][0], sizes[0][1], 2, [BASE_SEED])  # warm-up, as Triton's model does at load
+        theirs.call(
+            sizes[0][0], sizes[0][1], 2, [BASE_SEED]
+        )  # warm-up, as Triton's model does at load
         diffusers = measure(theirs, sizes, concurrency, args.rounds, log)
     finally:
         if scratch is not None:
@@ -375,12 +503,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     extra["targets"] = report.targets(triton, diffusers, args.stall_s)
     table = report.speed_table(triton, diffusers, config["machine"].get("gpu", args.device))
     lines = [table.plain(), "", "Image difference, Triton vs diffusers, same seed (0-255 scale):"]
-    lines += [f"  {p['image']}: max abs {p['max_abs_error']}, mean abs {p['mean_abs_error']:.3f}, PSNR {p['psnr_db']:.1f} dB"
-              for p in extra["parity"]]
+    lines += [
+        f"  {p['image']}: max abs {p['max_abs_error']}, mean abs {p['mean_abs_error']:.3f}, PSNR {p['psnr_db']:.1f} dB"
+        for p in extra["parity"]
+    ]
     lines += ["", "First request after a change of size (seconds):"]
-    lines += [f"  {name}: {f['after']} -> {f['size']} ({f['steps']} steps): {f['seconds']:.3f}"
-              for name, result in (("triton", triton), ("diffusers", diffusers)) for f in result["firsts"]]
-    lines += ["", "Targets:"] + [f"  [{'met' if t['met'] else 'MISSED'}] {t['target']}: {t['value']}" for t in extra["targets"]]
+    lines += [
+        f"  {name}: {f['after']} -> {f['size']} ({f['steps']} steps): {f['seconds']:.3f}"
+        for name, result in (("triton", triton), ("diffusers", diffusers))
+        for f in result["firsts"]
+    ]
+    lines += ["", "Targets:"] + [
+        f"  [{'met' if t['met'] else 'MISSED'}] {t['target']}: {t['value']}"
+        for t in extra["targets"]
+    ]
     print_table(table, console)
     for line in lines[1:]:
         log(line)

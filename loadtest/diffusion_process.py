@@ -62,8 +62,12 @@ MARGIN = 1.5
 #: seconds kept for writing the results at the end
 RESERVE_S = 3.0
 #: published RTX 4090 figures the issue quotes (context only: another GPU, not measured here)
-PUBLISHED_4090 = {"768x768/50 alone s/image": 2.3, "768x768/50 batch 4 images/s": 1.29,
-                  "768x768/50 batch 8 images/s": 1.78, "512->768 switch stall s": 2.8}
+PUBLISHED_4090 = {
+    "768x768/50 alone s/image": 2.3,
+    "768x768/50 batch 4 images/s": 1.29,
+    "768x768/50 batch 8 images/s": 1.78,
+    "512->768 switch stall s": 2.8,
+}
 
 
 class Budget:
@@ -90,19 +94,35 @@ class ServedSystem:
 
         from builders.python_models.diffusion_runtime import PipelineRuntime, torch_networks
 
-        config = text_format.Parse((entry.parent / "config.pbtxt").read_text(encoding="utf-8"), mc.ModelConfig())
+        config = text_format.Parse(
+            (entry.parent / "config.pbtxt").read_text(encoding="utf-8"), mc.ModelConfig()
+        )
         parameters = {k: v.string_value for k, v in config.parameters.items()}
         networks = torch_networks(str(entry), parameters, gpu=device.startswith("cuda"))
         self.runtime = PipelineRuntime(str(entry), parameters, networks)
         self.precision = parameters.get("precision", "fp32")
         self.runtime.warm_up(warmup_steps)  # as the model does at load
 
-    def call(self, height: int, width: int, steps: int, seeds: list[int]) -> tuple[list[np.ndarray], float]:
+    def call(
+        self, height: int, width: int, steps: int, seeds: list[int]
+    ) -> tuple[list[np.ndarray], float]:
         from builders.python_models.diffusion_request import Request
 
         rows: list[tuple[Hashable, Request]] = [
-            (k, Request(PROMPT, NEGATIVE, steps=steps, guidance=7.5, height=height, width=width, seed=seed))
-            for k, seed in enumerate(seeds)]
+            (
+                k,
+                Request(
+                    PROMPT,
+                    NEGATIVE,
+                    steps=steps,
+                    guidance=7.5,
+                    height=height,
+                    width=width,
+                    seed=seed,
+                ),
+            )
+            for k, seed in enumerate(seeds)
+        ]
         images: dict[Hashable, np.ndarray] = {}
 
         def done(keys: list[Hashable], batch: Any) -> None:
@@ -145,14 +165,19 @@ class Point:
         return f"{self.width}x{self.height}"
 
 
-def plan(sizes: Sequence[tuple[int, int, int]], concurrency: Sequence[int],
-         switch: tuple[int, int, int] | None) -> list[Point]:
+def plan(
+    sizes: Sequence[tuple[int, int, int]],
+    concurrency: Sequence[int],
+    switch: tuple[int, int, int] | None,
+) -> list[Point]:
     """The points in priority order (see the module's docstring)."""
     first, rest = sizes[0], list(sizes[1:])
     if switch is not None and switch[:2] == first[:2]:
         # The switch point runs right after the first size's points: it must be a size not run before,
         # or its "first request" would find everything warm.
-        raise ValueError(f"--switch {switch[1]}x{switch[0]} must be a size other than the first of --sizes")
+        raise ValueError(
+            f"--switch {switch[1]}x{switch[0]} must be a size other than the first of --sizes"
+        )
     alone, batched = [c for c in concurrency if c == 1], [c for c in concurrency if c != 1]
     points = [Point(*first, c) for c in alone + batched[:1]]
     if switch is not None:
@@ -192,10 +217,21 @@ class _Pace:
 WARMUP_STEPS = 2
 
 
-def _run(point: Point, systems: dict[str, Any], rounds: int, pace: _Pace,
-         images: dict[str, dict[str, np.ndarray]], warmed: set[tuple[str, int, int, int]]) -> Measured:
-    measured = Measured(point.size, point.steps, point.concurrency, rounds=2 if point.switch else rounds,
-                        switch=point.switch)
+def _run(
+    point: Point,
+    systems: dict[str, Any],
+    rounds: int,
+    pace: _Pace,
+    images: dict[str, dict[str, np.ndarray]],
+    warmed: set[tuple[str, int, int, int]],
+) -> Measured:
+    measured = Measured(
+        point.size,
+        point.steps,
+        point.concurrency,
+        rounds=2 if point.switch else rounds,
+        switch=point.switch,
+    )
     for name, system in systems.items():
         measured.seconds[name] = []
         shape = (name, point.height, point.width, point.concurrency)
@@ -214,28 +250,62 @@ def _run(point: Point, systems: dict[str, Any], rounds: int, pace: _Pace,
             pace.learn(seconds, len(seeds), point)
             if r == 0 and not point.switch:
                 for seed, image in zip(seeds, out, strict=True):
-                    images[name][f"{point.size}/{point.steps}/c{point.concurrency}/seed{seed}"] = image
+                    images[name][f"{point.size}/{point.steps}/c{point.concurrency}/seed{seed}"] = (
+                        image
+                    )
     return measured
 
 
 def _table(rows: list[Measured], device: str) -> Table:
-    table = Table(f"Stable Diffusion, served pipeline code (stable_diffusion_torch, in process) vs diffusers "
-                  f"StableDiffusionPipeline, {device}",
-                  ("size", "steps", "concurrent / batch", "rounds", "served s/image", "served images/s",
-                   "diffusers s/image", "diffusers images/s", "time ratio"))
+    table = Table(
+        f"Stable Diffusion, served pipeline code (stable_diffusion_torch, in process) vs diffusers "
+        f"StableDiffusionPipeline, {device}",
+        (
+            "size",
+            "steps",
+            "concurrent / batch",
+            "rounds",
+            "served s/image",
+            "served images/s",
+            "diffusers s/image",
+            "diffusers images/s",
+            "time ratio",
+        ),
+    )
     for m in rows:
         if m.not_run:
             what = "the change of size" if m.switch else "this point"
-            table.add_row(m.size, m.steps, m.concurrency, "-", f"{what} not run: {m.not_run}", "-", "-", "-", "-")
+            table.add_row(
+                m.size,
+                m.steps,
+                m.concurrency,
+                "-",
+                f"{what} not run: {m.not_run}",
+                "-",
+                "-",
+                "-",
+                "-",
+            )
             continue
         if m.switch:  # in the switch lines below the table
             continue
         ours, theirs = m.per_image("served"), m.per_image("diffusers")
-        table.add_row(m.size, m.steps, m.concurrency, m.rounds, f"{ours:.3f}", f"{1 / ours:.3f}", f"{theirs:.3f}",
-                      f"{1 / theirs:.3f}", f"{ours / theirs:.3f}")
-    table.caption = ("served: c requests as c rows of one loop (Triton's dynamic batcher hands them over so; "
-                     "the server and transport are not timed); diffusers: one call with a batch of c prompts. "
-                     "s/image = seconds of the calls / images; time ratio = served / diffusers.")
+        table.add_row(
+            m.size,
+            m.steps,
+            m.concurrency,
+            m.rounds,
+            f"{ours:.3f}",
+            f"{1 / ours:.3f}",
+            f"{theirs:.3f}",
+            f"{1 / theirs:.3f}",
+            f"{ours / theirs:.3f}",
+        )
+    table.caption = (
+        "served: c requests as c rows of one loop (Triton's dynamic batcher hands them over so; "
+        "the server and transport are not timed); diffusers: one call with a batch of c prompts. "
+        "s/image = seconds of the calls / images; time ratio = served / diffusers."
+    )
     return table
 
 
@@ -246,63 +316,135 @@ def _summary(rows: list[Measured], images: dict[str, dict[str, np.ndarray]]) -> 
         if theirs is not None:
             diff = np.abs(ours.astype(np.int16) - theirs.astype(np.int16))
             value = psnr(ours, theirs)
-            parity.append({"image": key, "max_abs_error": int(diff.max()), "mean_abs_error": float(diff.mean()),
-                           "psnr_db": None if math.isinf(value) else value, "served_std": float(ours.std()),
-                           "diffusers_std": float(theirs.std())})
+            parity.append(
+                {
+                    "image": key,
+                    "max_abs_error": int(diff.max()),
+                    "mean_abs_error": float(diff.mean()),
+                    "psnr_db": None if math.isinf(value) else value,
+                    "served_std": float(ours.std()),
+                    "diffusers_std": float(theirs.std()),
+                }
+            )
     switches, targets = [], []
     for m in rows:
         if m.not_run:
             continue
         if m.switch:
             for name, (first, steady) in ((n, m.seconds[n]) for n in m.seconds):
-                switches.append({"system": name, "size": m.size, "steps": m.steps, "first_s": first,
-                                 "steady_s": steady, "stall_s": first - steady})
+                switches.append(
+                    {
+                        "system": name,
+                        "size": m.size,
+                        "steps": m.steps,
+                        "first_s": first,
+                        "steady_s": steady,
+                        "stall_s": first - steady,
+                    }
+                )
             first, steady = m.seconds["served"]
             stall = first - steady
-            targets.append({"target": f"no stall on a change of size (-> {m.size}): first request within "
-                                      f"{STALL_TARGET_S} s of the steady one", "value": round(stall, 3),
-                            "met": stall <= STALL_TARGET_S})
+            targets.append(
+                {
+                    "target": f"no stall on a change of size (-> {m.size}): first request within "
+                    f"{STALL_TARGET_S} s of the steady one",
+                    "value": round(stall, 3),
+                    "met": stall <= STALL_TARGET_S,
+                }
+            )
             continue
         ratio = m.per_image("served") / m.per_image("diffusers")
         if m.concurrency == 1:
-            targets.append({"target": f"{m.size}/{m.steps}: time per image alone <= {ALONE_RATIO_TARGET}x diffusers",
-                            "value": round(ratio, 3), "met": ratio <= ALONE_RATIO_TARGET})
+            targets.append(
+                {
+                    "target": f"{m.size}/{m.steps}: time per image alone <= {ALONE_RATIO_TARGET}x diffusers",
+                    "value": round(ratio, 3),
+                    "met": ratio <= ALONE_RATIO_TARGET,
+                }
+            )
         else:
-            targets.append({"target": f"{m.size}/{m.steps}: {m.concurrency} concurrent >= diffusers' batch of "
-                                      f"{m.concurrency} in images/s", "value": round(1 / ratio, 3), "met": ratio <= 1.0})
+            targets.append(
+                {
+                    "target": f"{m.size}/{m.steps}: {m.concurrency} concurrent >= diffusers' batch of "
+                    f"{m.concurrency} in images/s",
+                    "value": round(1 / ratio, 3),
+                    "met": ratio <= 1.0,
+                }
+            )
     return {"parity": parity, "switches": switches, "targets": targets}
 
 
-def _write(out: Path, config: dict[str, Any], rows: list[Measured], images: dict[str, dict[str, np.ndarray]],
-           setup: dict[str, Any], device: str) -> None:
+def _write(
+    out: Path,
+    config: dict[str, Any],
+    rows: list[Measured],
+    images: dict[str, dict[str, np.ndarray]],
+    setup: dict[str, Any],
+    device: str,
+) -> None:
     summary = _summary(rows, images)
     table = _table(rows, device)
     lines = [table.plain(), "", "Image difference, served vs diffusers, same seed (0-255 scale):"]
-    lines += [f"  {p['image']}: max abs {p['max_abs_error']}, mean abs {p['mean_abs_error']:.3f}, PSNR "
-              f"{'identical' if p['psnr_db'] is None else format(p['psnr_db'], '.1f') + ' dB'} "
-              f"(image std {p['served_std']:.1f} / {p['diffusers_std']:.1f})" for p in summary["parity"]]
+    lines += [
+        f"  {p['image']}: max abs {p['max_abs_error']}, mean abs {p['mean_abs_error']:.3f}, PSNR "
+        f"{'identical' if p['psnr_db'] is None else format(p['psnr_db'], '.1f') + ' dB'} "
+        f"(image std {p['served_std']:.1f} / {p['diffusers_std']:.1f})"
+        for p in summary["parity"]
+    ]
     lines += ["", "First request after a change of size, then a second one there (seconds):"]
-    lines += [f"  {s['system']}: -> {s['size']} ({s['steps']} steps): first {s['first_s']:.3f}, steady "
-              f"{s['steady_s']:.3f}, stall {s['stall_s']:.3f}" for s in summary["switches"]]
-    lines += ["", "Targets:"] + [f"  [{'met' if t['met'] else 'MISSED'}] {t['target']}: {t['value']}"
-                                 for t in summary["targets"]]
-    lines += ["", "Setup (seconds): " + ", ".join(f"{k} {v:.1f}" for k, v in setup.items() if isinstance(v, float))]
+    lines += [
+        f"  {s['system']}: -> {s['size']} ({s['steps']} steps): first {s['first_s']:.3f}, steady "
+        f"{s['steady_s']:.3f}, stall {s['stall_s']:.3f}"
+        for s in summary["switches"]
+    ]
+    lines += ["", "Targets:"] + [
+        f"  [{'met' if t['met'] else 'MISSED'}] {t['target']}: {t['value']}"
+        for t in summary["targets"]
+    ]
+    lines += [
+        "",
+        "Setup (seconds): "
+        + ", ".join(f"{k} {v:.1f}" for k, v in setup.items() if isinstance(v, float)),
+    ]
     (out / "bench.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    body = {"config": config, "setup": setup, "points": [asdict(m) for m in rows], **summary,
-            "published_rtx4090_for_context": PUBLISHED_4090}
+    body = {
+        "config": config,
+        "setup": setup,
+        "points": [asdict(m) for m in rows],
+        **summary,
+        "published_rtx4090_for_context": PUBLISHED_4090,
+    }
     (out / "bench.json").write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadtest.diffusion_process", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, required=True, help="folder for bench.json and bench.txt")
-    parser.add_argument("--budget-s", type=float, default=0.0, help="seconds for the whole run (0: no limit)")
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.diffusion_process", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--out", type=Path, required=True, help="folder for bench.json and bench.txt"
+    )
+    parser.add_argument(
+        "--budget-s", type=float, default=0.0, help="seconds for the whole run (0: no limit)"
+    )
     add_checkpoint_arguments(parser)
-    parser.add_argument("--sizes", default="512x512:25,768x768:50", help="WIDTHxHEIGHT:STEPS, comma separated")
-    parser.add_argument("--concurrency", default="1,4,8", help="concurrent requests (diffusers: batch sizes)")
-    parser.add_argument("--switch", default="768x768:25", help="WIDTHxHEIGHT:STEPS of the change-of-size point ('' none)")
-    parser.add_argument("--rounds", type=int, default=2, help="calls per point and system (1 where 2 would not fit)")
-    parser.add_argument("--workdir", type=Path, help="checkpoint and repository folder (default: a temporary one)")
+    parser.add_argument(
+        "--sizes", default="512x512:25,768x768:50", help="WIDTHxHEIGHT:STEPS, comma separated"
+    )
+    parser.add_argument(
+        "--concurrency", default="1,4,8", help="concurrent requests (diffusers: batch sizes)"
+    )
+    parser.add_argument(
+        "--switch",
+        default="768x768:25",
+        help="WIDTHxHEIGHT:STEPS of the change-of-size point ('' none)",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="calls per point and system (1 where 2 would not fit)"
+    )
+    parser.add_argument(
+        "--workdir", type=Path, help="checkpoint and repository folder (default: a temporary one)"
+    )
     args = parser.parse_args(argv)
     budget = Budget(args.budget_s)
 
@@ -312,56 +454,110 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = make_console()
 
     def log(message: str) -> None:
-        console.print(f"[{time.monotonic() - budget.started:6.1f} s] {message}", markup=False, highlight=False)
+        console.print(
+            f"[{time.monotonic() - budget.started:6.1f} s] {message}", markup=False, highlight=False
+        )
 
     args.out.mkdir(parents=True, exist_ok=True)
     sizes = parse_sizes(args.sizes)
     switch = parse_sizes(args.switch)[0] if args.switch else None
     points = plan(sizes, [int(c) for c in args.concurrency.split(",")], switch)
-    scratch = tempfile.TemporaryDirectory(prefix="diffusion-process-") if args.workdir is None else None
+    scratch = (
+        tempfile.TemporaryDirectory(prefix="diffusion-process-") if args.workdir is None else None
+    )
     workdir = Path(scratch.name) if scratch is not None else args.workdir
     machine = machine_info(args.device)
-    config: dict[str, Any] = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
-    config.update({"prompt": PROMPT, "negative_prompt": NEGATIVE, "guidance": 7.5, "scheduler": "the checkpoint's own",
-                   "base_seed": BASE_SEED, "machine": machine})
+    config: dict[str, Any] = {
+        k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()
+    }
+    config.update(
+        {
+            "prompt": PROMPT,
+            "negative_prompt": NEGATIVE,
+            "guidance": 7.5,
+            "scheduler": "the checkpoint's own",
+            "base_seed": BASE_SEED,
+            "machine": machine,
+        }
+    )
     setup: dict[str, Any] = {}
     rows: list[Measured] = []
     images: dict[str, dict[str, np.ndarray]] = {"served": {}, "diffusers": {}}
     device = machine.get("gpu", args.device)
     try:
         checkpoint = timed(setup, "checkpoint", lambda: prepare_checkpoint(args, workdir, log))
-        reports = timed(setup, "build", lambda: build(
-            [TORCH_PIPELINE], BuildOptions(repository=workdir / "repository", weights={PIPELINE: str(checkpoint)})))
+        reports = timed(
+            setup,
+            "build",
+            lambda: build(
+                [TORCH_PIPELINE],
+                BuildOptions(
+                    repository=workdir / "repository", weights={PIPELINE: str(checkpoint)}
+                ),
+            ),
+        )
         entry = next(r for r in reports if r.model == TORCH_PIPELINE)
         setup["entry"] = {"precision": entry.precision, "parity": entry.parity}
         log(f"built {TORCH_PIPELINE} ({entry.precision}) in {setup['build']:.1f} s")
-        served = timed(setup, "served_load_and_warm_up", lambda: ServedSystem(
-            workdir / "repository" / TORCH_PIPELINE / str(entry.version), args.device))
+        served = timed(
+            setup,
+            "served_load_and_warm_up",
+            lambda: ServedSystem(
+                workdir / "repository" / TORCH_PIPELINE / str(entry.version), args.device
+            ),
+        )
         theirs = timed(setup, "diffusers_load", lambda: DiffusersSystem(checkpoint, args.device))
-        timed(setup, "diffusers_warm_up", lambda: theirs.call(sizes[0][0], sizes[0][1], 2, [BASE_SEED]))
+        timed(
+            setup,
+            "diffusers_warm_up",
+            lambda: theirs.call(sizes[0][0], sizes[0][1], 2, [BASE_SEED]),
+        )
         log(f"both systems loaded and warmed up ({budget.left():.0f} s of the budget left)")
         # A second short call, kernels loaded: the first estimate of the pace.
         short = Point(sizes[0][0], sizes[0][1], 2, 1)
-        pace = _Pace(timed(setup, "diffusers_pace", lambda: theirs.call(short.height, short.width, 2, [BASE_SEED]))[1],
-                     1, short)
+        pace = _Pace(
+            timed(
+                setup,
+                "diffusers_pace",
+                lambda: theirs.call(short.height, short.width, 2, [BASE_SEED]),
+            )[1],
+            1,
+            short,
+        )
         systems = {"served": served, "diffusers": theirs}
         warmed: set[tuple[str, int, int, int]] = set()
         for point in points:
-            rounds = next((r for r in range(args.rounds, 0, -1) if budget.fits(pace.estimate(point, r))), 0)
+            rounds = next(
+                (r for r in range(args.rounds, 0, -1) if budget.fits(pace.estimate(point, r))), 0
+            )
             if rounds == 0:
-                rows.append(Measured(point.size, point.steps, point.concurrency, switch=point.switch,
-                                     not_run=f"about {pace.estimate(point, 1):.0f} s needed, {budget.left():.0f} s left"))
+                rows.append(
+                    Measured(
+                        point.size,
+                        point.steps,
+                        point.concurrency,
+                        switch=point.switch,
+                        not_run=f"about {pace.estimate(point, 1):.0f} s needed, {budget.left():.0f} s left",
+                    )
+                )
                 log(f"{point}: not run ({rows[-1].not_run})")
             else:
                 rows.append(_run(point, systems, rounds, pace, images, warmed))
                 measured = rows[-1]
-                log(f"{point}: " + ", ".join(f"{n} {[round(s, 3) for s in secs]}" for n, secs in measured.seconds.items()))
+                log(
+                    f"{point}: "
+                    + ", ".join(
+                        f"{n} {[round(s, 3) for s in secs]}" for n, secs in measured.seconds.items()
+                    )
+                )
             _write(args.out, config, rows, images, setup, device)
     finally:
         _write(args.out, config, rows, images, setup, device)
         if scratch is not None:
             scratch.cleanup()
-    console.print((args.out / "bench.txt").read_text(encoding="utf-8"), markup=False, highlight=False)
+    console.print(
+        (args.out / "bench.txt").read_text(encoding="utf-8"), markup=False, highlight=False
+    )
     return 0
 
 

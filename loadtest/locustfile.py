@@ -49,7 +49,14 @@ import gevent
 from locust import HttpUser, between, events, task
 from locust.exception import StopUser
 
-from loadtest.payloads import PROMPTS, SENTENCES, image_tensors, jpeg_images, v2_binary_request, v2_output
+from loadtest.payloads import (
+    PROMPTS,
+    SENTENCES,
+    image_tensors,
+    jpeg_images,
+    v2_binary_request,
+    v2_output,
+)
 
 __all__ = [
     "ClassifyUser",
@@ -115,7 +122,9 @@ def _write_summary(environment: Any, **_: Any) -> None:
 @events.init_command_line_parser.add_listener
 def _add_arguments(parser: Any) -> None:
     # Visible in the web UI and settable from the command line; the environment still wins.
-    parser.add_argument("--api-key", env_var="LOADTEST_API_KEY", default="", help="API key for the gateway")
+    parser.add_argument(
+        "--api-key", env_var="LOADTEST_API_KEY", default="", help="API key for the gateway"
+    )
 
 
 class _GatewayUser(HttpUser):
@@ -133,21 +142,38 @@ class _GatewayUser(HttpUser):
             key = getattr(self.environment.parsed_options, "api_key", "") or ""
         self.headers: dict[str, str] = {}
         if key:
-            self.headers = {"Authorization": f"Bearer {key}"} if self.key_header == "bearer" else {"X-API-Key": key}
+            self.headers = (
+                {"Authorization": f"Bearer {key}"}
+                if self.key_header == "bearer"
+                else {"X-API-Key": key}
+            )
         elif self.rate_limited_ok:
             raise StopUser()
 
-    def _post(self, path: str, check: Callable[[Any], str | None], *, headers: dict[str, str] | None = None,
-              **request: Any) -> None:
+    def _post(
+        self,
+        path: str,
+        check: Callable[[Any], str | None],
+        *,
+        headers: dict[str, str] | None = None,
+        **request: Any,
+    ) -> None:
         """POST ``path`` with this user's key; ``check`` says what is wrong with a 200 (None: nothing)."""
-        with self.client.post(path, headers={**(headers or {}), **self.headers}, name=path, catch_response=True,
-                              **request) as response:
+        with self.client.post(
+            path,
+            headers={**(headers or {}), **self.headers},
+            name=path,
+            catch_response=True,
+            **request,
+        ) as response:
             self._handle(response, check)
 
     def _handle(self, response: Any, check: Callable[[Any], str | None]) -> None:
         if response.status_code == 429 and self.rate_limited_ok:
             if response.headers.get("Retry-After"):
-                response.request_meta["name"] = f"{response.request_meta['name']} [429 rate limited]"
+                response.request_meta["name"] = (
+                    f"{response.request_meta['name']} [429 rate limited]"
+                )
                 response.success()
             else:
                 response.failure("429 without Retry-After")
@@ -244,7 +270,9 @@ class V2TensorUser(_GatewayUser):
         self.output = _env("LOADTEST_V2_OUTPUT", "logits")
         name = _env("LOADTEST_V2_INPUT", "input")
         images = image_tensors()
-        self.requests = [v2_binary_request({name: images[i:i + 1]}, [self.output]) for i in range(len(images))]
+        self.requests = [
+            v2_binary_request({name: images[i : i + 1]}, [self.output]) for i in range(len(images))
+        ]
 
     @task
     def infer(self) -> None:
@@ -253,9 +281,15 @@ class V2TensorUser(_GatewayUser):
         def check(response: Any) -> str | None:
             length = response.headers.get("Inference-Header-Content-Length")
             logits = v2_output(response.content, int(length) if length else None, self.output)
-            return None if logits.shape[0] == 1 and logits.size > 1 else f"unexpected output shape {logits.shape}"
+            return (
+                None
+                if logits.shape[0] == 1 and logits.size > 1
+                else f"unexpected output shape {logits.shape}"
+            )
 
-        self._post(f"/v2/models/{self.model}/infer", check, headers=request.headers, data=request.body)
+        self._post(
+            f"/v2/models/{self.model}/infer", check, headers=request.headers, data=request.body
+        )
 
 
 class FreeTierUser(V2TensorUser):

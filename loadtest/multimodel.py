@@ -6,9 +6,9 @@
    configured as the builders configure every model, and starts the real Triton binary with none
    of them loaded;
 2. calibrates: loads one variant directly, reads the tritonserver process tree's memory before and
-   after (the meter the gateway uses, :mod:`gateway.residency_memory`), unloads it; the budget is
+   after (the meter the gateway uses, :mod:`gateway.backends.residency_memory`), unloads it; the budget is
    ``--budget-models`` such footprints (plus 10% for the meter's noise);
-3. **on demand**: a gateway with that budget (:mod:`gateway.residency`), Zipf-distributed traffic
+3. **on demand**: a gateway with that budget (:mod:`gateway.backends.residency`), Zipf-distributed traffic
    (``s`` = ``--zipf-s``, the most popular variant first) at ``--concurrency`` for ``--duration``
    seconds through the platform's load generator, while the meter is sampled every 0.25 s;
 4. **all loaded**: every variant loaded, a gateway with residency off, the same traffic.
@@ -42,12 +42,20 @@ from loadtest.loadgen import closed_loop
 from loadtest.loadgen.mix import ModelMixTarget
 from loadtest.loadgen.samples import Samples
 from serving.console import Table, print_table
+from serving.gateway_process import GatewayLaunch, start_gateway_process
 from serving.launcher import TritonPorts, TritonServer
 from serving.ports import reserve_port
-from serving.processes import ManagedProcess, child_env, python_module
+from serving.processes import child_env
 from serving.quantiles import quantile
 
-__all__ = ["DEFAULT_SETTINGS", "MultiModelSettings", "build_parser", "main", "run_multimodel", "zipf_sequence"]
+__all__ = [
+    "DEFAULT_SETTINGS",
+    "MultiModelSettings",
+    "build_parser",
+    "main",
+    "run_multimodel",
+    "zipf_sequence",
+]
 
 FEATURES = 64
 CLASSES = 10
@@ -99,8 +107,11 @@ def build_variants(root: Path, settings: MultiModelSettings) -> list[str]:
         w1 = rng.normal(0, 0.1, (FEATURES, settings.hidden)).astype(np.float32)
         w2 = rng.normal(0, 0.1, (settings.hidden, CLASSES)).astype(np.float32)
         graph = helper.make_graph(
-            [helper.make_node("MatMul", ["input", "W1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
-             helper.make_node("MatMul", ["r", "W2"], ["logits"])],
+            [
+                helper.make_node("MatMul", ["input", "W1"], ["h"]),
+                helper.make_node("Relu", ["h"], ["r"]),
+                helper.make_node("MatMul", ["r", "W2"], ["logits"]),
+            ],
             "classifier",
             [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", FEATURES])],
             [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", CLASSES])],
@@ -113,10 +124,13 @@ def build_variants(root: Path, settings: MultiModelSettings) -> list[str]:
         (root / name / "1").mkdir(parents=True, exist_ok=True)
         onnx.save(model, str(root / name / "1" / "model.onnx"))
         config = model_config(
-            name, platform="onnxruntime_onnx",
-            inputs=[TensorSpec("input", "float32", (FEATURES,))], outputs=[TensorSpec("logits", "float32", (CLASSES,))],
+            name,
+            platform="onnxruntime_onnx",
+            inputs=[TensorSpec("input", "float32", (FEATURES,))],
+            outputs=[TensorSpec("logits", "float32", (CLASSES,))],
             batching=BatchingPolicy(max_batch_size=8, max_queue_delay_us=100, instance_count=1),
-            parameters={"intra_op_thread_count": "1", "inter_op_thread_count": "1"}, warmup=False,
+            parameters={"intra_op_thread_count": "1", "inter_op_thread_count": "1"},
+            warmup=False,
         )
         write_config(config, root / name / "config.pbtxt")
         names.append(name)
@@ -126,32 +140,64 @@ def build_variants(root: Path, settings: MultiModelSettings) -> list[str]:
 @contextlib.contextmanager
 def gateway(triton_http_url: str, workdir: Path, env: dict[str, str]) -> Iterator[tuple[str, str]]:
     """A real gateway (``env`` adds its settings) with one unlimited key; yields ``(base URL, api key)``."""
-    from gateway.keys_sqlite import SqliteKeyStore
-    from gateway.secret_policy import generate_secret
+    from gateway.tenancy.keys_sqlite import SqliteKeyStore
+    from gateway.tenancy.secret_policy import generate_secret
 
     workdir.mkdir(parents=True, exist_ok=True)
     keys_db = workdir / "keys.sqlite3"
     key = SqliteKeyStore(keys_db).create("multimodel", ["*"], "unlimited")[1]
     port = reserve_port()
     tiers = {"unlimited": {"per_minute": 1e9, "burst": 1_000_000}}
-    full_env = child_env({"GATEWAY_TIER_LIMITS": json.dumps(tiers), "GATEWAY_TRITON_STATS_INTERVAL_S": "0",
-                          "GATEWAY_LOG_LEVEL": "warning",
-                          # unused here, but the gateway refuses to serve without one
-                          "GATEWAY_ADMIN_TOKEN": generate_secret(), **env})
-    command = python_module("gateway", "--host", "127.0.0.1", "--port", str(port), "--triton-url", triton_http_url,
-                            "--keys-db", str(keys_db), "--log-level", "warning")
-    with ManagedProcess(command, name="gateway", log_path=workdir / "gateway.log", env=full_env) as process:
-        process.wait_http(f"http://127.0.0.1:{port}/healthz", 120)
-        yield f"http://127.0.0.1:{port}", key
+    full_env = child_env(
+        {
+            "GATEWAY_TIER_LIMITS": json.dumps(tiers),
+            "GATEWAY_TRITON_STATS_INTERVAL_S": "0",
+            "GATEWAY_LOG_LEVEL": "warning",
+            # unused here, but the gateway refuses to serve without one
+            "GATEWAY_ADMIN_TOKEN": generate_secret(),
+            **env,
+        }
+    )
+    launch = GatewayLaunch(
+        port,
+        full_env,
+        args=(
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--triton-url",
+            triton_http_url,
+            "--keys-db",
+            str(keys_db),
+            "--log-level",
+            "warning",
+        ),
+        log_path=workdir / "gateway.log",
+    )
+    with start_gateway_process(launch):
+        yield launch.url, key
 
 
-async def _drive(base_url: str, key: str, sequence: tuple[str, ...], settings: MultiModelSettings,
-                 meter: Any) -> tuple[Samples, list[tuple[float, int]]]:
+async def _drive(
+    base_url: str, key: str, sequence: tuple[str, ...], settings: MultiModelSettings, meter: Any
+) -> tuple[Samples, list[tuple[float, int]]]:
     """The Zipf traffic through the gateway, with the meter sampled meanwhile."""
-    body = json.dumps({"inputs": [{"name": "input", "shape": [1, FEATURES], "datatype": "FP32",
-                                   "data": [0.5] * FEATURES}]}).encode()
-    target = ModelMixTarget(base_url=base_url, sequence=sequence, body=body,
-                            headers={"Authorization": f"Bearer {key}"})
+    body = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "input",
+                    "shape": [1, FEATURES],
+                    "datatype": "FP32",
+                    "data": [0.5] * FEATURES,
+                }
+            ]
+        }
+    ).encode()
+    target = ModelMixTarget(
+        base_url=base_url, sequence=sequence, body=body, headers={"Authorization": f"Bearer {key}"}
+    )
     samples: list[tuple[float, int]] = []
     done = asyncio.Event()
     started = time.monotonic()
@@ -164,8 +210,12 @@ async def _drive(base_url: str, key: str, sequence: tuple[str, ...], settings: M
 
     sampler = asyncio.create_task(sample())
     try:
-        result = await closed_loop(target, concurrency=settings.concurrency, duration_s=settings.duration_s,
-                                   warmup_s=settings.warmup_s)
+        result = await closed_loop(
+            target,
+            concurrency=settings.concurrency,
+            duration_s=settings.duration_s,
+            warmup_s=settings.warmup_s,
+        )
     finally:
         done.set()
         await sampler
@@ -178,8 +228,8 @@ def _ms(values: np.ndarray, q: float) -> float:
 
 def run_multimodel(settings: MultiModelSettings) -> dict[str, Any]:
     """Run both phases; write the JSON documents and the plot to ``settings.out_dir``."""
-    from gateway.residency_memory import GpuMetricsMeter, MemoryMeter, ProcessTreeMeter
-    from gateway.residency_triton import TritonRepository
+    from gateway.backends.residency_memory import GpuMetricsMeter, MemoryMeter, ProcessTreeMeter
+    from gateway.backends.residency_triton import TritonRepository
     from loadtest.multimodel_gpu import build_torchscript_variants, require_cuda
 
     device = require_cuda() if settings.device == "gpu" else "cpu"
@@ -187,16 +237,28 @@ def run_multimodel(settings: MultiModelSettings) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="multimodel-") as tmp:
         root = Path(tmp)
         if settings.device == "gpu":
-            names = build_torchscript_variants(root / "repository", models=settings.models, seed=settings.seed,
-                                               features=FEATURES, classes=CLASSES)
+            names = build_torchscript_variants(
+                root / "repository",
+                models=settings.models,
+                seed=settings.seed,
+                features=FEATURES,
+                classes=CLASSES,
+            )
         else:
             names = build_variants(root / "repository", settings)
         sequence = zipf_sequence(names, settings.zipf_s, 50_000, settings.seed)
-        with TritonServer(root / "repository", models=[], ports=TritonPorts.free(),
-                          gpu_metrics=settings.device == "gpu") as triton:
+        with TritonServer(
+            root / "repository",
+            models=[],
+            ports=TritonPorts.free(),
+            gpu_metrics=settings.device == "gpu",
+        ) as triton:
             assert triton.pid is not None
-            meter: MemoryMeter = (GpuMetricsMeter(triton.metrics_url) if settings.device == "gpu"
-                                  else ProcessTreeMeter(triton.pid))
+            meter: MemoryMeter = (
+                GpuMetricsMeter(triton.metrics_url)
+                if settings.device == "gpu"
+                else ProcessTreeMeter(triton.pid)
+            )
 
             async def calibrate() -> tuple[int, int]:
                 repository = TritonRepository(triton.http_url, 300)
@@ -205,8 +267,10 @@ def run_multimodel(settings: MultiModelSettings) -> dict[str, Any]:
                     await repository.load(names[0])
                     footprint = await meter.used_bytes() - before
                     if footprint <= 0:
-                        raise SystemExit(f"the {settings.device} meter saw no memory taken by {names[0]!r} "
-                                         f"(before {before} bytes): without a footprint there is no budget")
+                        raise SystemExit(
+                            f"the {settings.device} meter saw no memory taken by {names[0]!r} "
+                            f"(before {before} bytes): without a footprint there is no budget"
+                        )
                     await repository.unload(names[0])
                     return await meter.used_bytes(), footprint
                 finally:
@@ -214,11 +278,17 @@ def run_multimodel(settings: MultiModelSettings) -> dict[str, Any]:
 
             baseline, footprint = asyncio.run(calibrate())
             budget = int(settings.budget_models * footprint * _MARGIN)
-            env = {"GATEWAY_RESIDENCY_BUDGET_BYTES": str(budget), "GATEWAY_RESIDENCY_TRITON_PID": str(triton.pid),
-                   "GATEWAY_RESIDENCY_DEFAULT_ESTIMATE_BYTES": str(footprint),
-                   "GATEWAY_RESIDENCY_FOOTPRINTS_PATH": str(root / "footprints.json")}
+            env = {
+                "GATEWAY_RESIDENCY_BUDGET_BYTES": str(budget),
+                "GATEWAY_RESIDENCY_TRITON_PID": str(triton.pid),
+                "GATEWAY_RESIDENCY_DEFAULT_ESTIMATE_BYTES": str(footprint),
+                "GATEWAY_RESIDENCY_FOOTPRINTS_PATH": str(root / "footprints.json"),
+            }
             if settings.device == "gpu":
-                env |= {"GATEWAY_RESIDENCY_MEMORY": "gpu", "GATEWAY_RESIDENCY_METRICS_URL": triton.metrics_url}
+                env |= {
+                    "GATEWAY_RESIDENCY_MEMORY": "gpu",
+                    "GATEWAY_RESIDENCY_METRICS_URL": triton.metrics_url,
+                }
             with gateway(triton.http_url, root / "on-demand", env) as (url, key):
                 on_demand, memory = asyncio.run(_drive(url, key, sequence, settings, meter))
 
@@ -233,12 +303,29 @@ def run_multimodel(settings: MultiModelSettings) -> dict[str, Any]:
             asyncio.run(load_all())
             with gateway(triton.http_url, root / "all-loaded", {}) as (url, key):
                 all_loaded, _ = asyncio.run(_drive(url, key, sequence, settings, meter))
-    return _report(settings, on_demand, all_loaded, memory, baseline=baseline, budget=budget, footprint=footprint,
-                   device=device)
+    return _report(
+        settings,
+        on_demand,
+        all_loaded,
+        memory,
+        baseline=baseline,
+        budget=budget,
+        footprint=footprint,
+        device=device,
+    )
 
 
-def _report(settings: MultiModelSettings, on_demand: Samples, all_loaded: Samples, memory: list[tuple[float, int]],
-            *, baseline: int, budget: int, footprint: int, device: str = "cpu") -> dict[str, Any]:
+def _report(
+    settings: MultiModelSettings,
+    on_demand: Samples,
+    all_loaded: Samples,
+    memory: list[tuple[float, int]],
+    *,
+    baseline: int,
+    budget: int,
+    footprint: int,
+    device: str = "cpu",
+) -> dict[str, Any]:
     ok = on_demand.status == 200
     hits = on_demand.latency_s[ok & (on_demand.correct == 1)]
     cold = on_demand.latency_s[ok & (on_demand.correct == 0)]
@@ -259,12 +346,22 @@ def _report(settings: MultiModelSettings, on_demand: Samples, all_loaded: Sample
         "cold_load_p50_ms": _ms(cold, 0.50),
         "hot_p50_ms": _ms(hits, 0.50),
         "all_loaded_p50_ms": _ms(every, 0.50),
-        "requests": {"hits": int(hits.size), "cold": int(cold.size), "errors": int((~ok).sum()),
-                     "all_loaded": int(every.size), "all_loaded_errors": int((all_loaded.status != 200).sum()),
-                     "first_error_by_status": {str(k): v for k, v in {**all_loaded.messages,
-                                                                      **on_demand.messages}.items()}},
-        "memory": {"baseline_bytes": baseline, "budget_bytes": budget, "footprint_bytes": footprint,
-                   "samples": [[round(t, 2), used] for t, used in memory]},
+        "requests": {
+            "hits": int(hits.size),
+            "cold": int(cold.size),
+            "errors": int((~ok).sum()),
+            "all_loaded": int(every.size),
+            "all_loaded_errors": int((all_loaded.status != 200).sum()),
+            "first_error_by_status": {
+                str(k): v for k, v in {**all_loaded.messages, **on_demand.messages}.items()
+            },
+        },
+        "memory": {
+            "baseline_bytes": baseline,
+            "budget_bytes": budget,
+            "footprint_bytes": footprint,
+            "samples": [[round(t, 2), used] for t, used in memory],
+        },
         "settings": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(settings).items()},
     }
     out = settings.out_dir
@@ -284,11 +381,24 @@ def report_table(detail: dict[str, Any]) -> Table:
         f"{detail['memory']['footprint_bytes'] / 2**20:.0f} MiB",
     )
     counts = detail["requests"]
-    table.add_row("hits (model loaded)", counts["hits"], f"{detail['hot_p50_ms']:.1f}", f"{detail['hot_p99_ms']:.1f}")
-    table.add_row("cold (waited for a load)", counts["cold"], f"{detail['cold_load_p50_ms']:.1f}",
-                  f"{detail['cold_load_p99_ms']:.1f}")
-    table.add_row("all models loaded", counts["all_loaded"], f"{detail['all_loaded_p50_ms']:.1f}",
-                  f"{detail['all_loaded_p99_ms']:.1f}")
+    table.add_row(
+        "hits (model loaded)",
+        counts["hits"],
+        f"{detail['hot_p50_ms']:.1f}",
+        f"{detail['hot_p99_ms']:.1f}",
+    )
+    table.add_row(
+        "cold (waited for a load)",
+        counts["cold"],
+        f"{detail['cold_load_p50_ms']:.1f}",
+        f"{detail['cold_load_p99_ms']:.1f}",
+    )
+    table.add_row(
+        "all models loaded",
+        counts["all_loaded"],
+        f"{detail['all_loaded_p50_ms']:.1f}",
+        f"{detail['all_loaded_p99_ms']:.1f}",
+    )
     return table
 
 
@@ -304,21 +414,31 @@ def save_plot(detail: dict[str, Any], path: Path) -> Path:
     p50 = [detail["hot_p50_ms"], detail["all_loaded_p50_ms"], detail["cold_load_p50_ms"]]
     p99 = [detail["hot_p99_ms"], detail["all_loaded_p99_ms"], detail["cold_load_p99_ms"]]
     xs = range(len(labels))
-    left.bar([x - 0.2 for x in xs], [0 if math.isnan(v) else v for v in p50], width=0.4, label="P50")
-    left.bar([x + 0.2 for x in xs], [0 if math.isnan(v) else v for v in p99], width=0.4, label="P99")
+    left.bar(
+        [x - 0.2 for x in xs], [0 if math.isnan(v) else v for v in p50], width=0.4, label="P50"
+    )
+    left.bar(
+        [x + 0.2 for x in xs], [0 if math.isnan(v) else v for v in p99], width=0.4, label="P99"
+    )
     left.set_xticks(list(xs), labels)
     left.set_yscale("log")
     left.set_ylabel("latency (ms)")
     left.legend()
     memory = detail["memory"]
     samples = memory["samples"]
-    right.plot([t for t, _ in samples], [(u - memory["baseline_bytes"]) / 2**20 for _, u in samples], label="models")
+    right.plot(
+        [t for t, _ in samples],
+        [(u - memory["baseline_bytes"]) / 2**20 for _, u in samples],
+        label="models",
+    )
     right.axhline(memory["budget_bytes"] / 2**20, color="tab:red", linestyle="--", label="budget")
     right.set_xlabel("seconds")
     right.set_ylabel("Triton memory above baseline (MiB)")
     right.legend()
-    fig.suptitle(f"{detail['models']} models, budget {detail['budget_models']}: hit rate "
-                 f"{100 * detail['hit_rate']:.1f}%")
+    fig.suptitle(
+        f"{detail['models']} models, budget {detail['budget_models']}: hit rate "
+        f"{100 * detail['hit_rate']:.1f}%"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -335,14 +455,26 @@ def build_parser() -> argparse.ArgumentParser:
         "multimodel-detail.json and multimodel.png.",
     )
     parser.add_argument("--models", type=int, default=d.models, help="classifier variants")
-    parser.add_argument("--budget-models", type=int, default=d.budget_models, help="how many fit the budget")
+    parser.add_argument(
+        "--budget-models", type=int, default=d.budget_models, help="how many fit the budget"
+    )
     parser.add_argument("--concurrency", type=int, default=d.concurrency, help="requests in flight")
-    parser.add_argument("--duration", type=float, default=d.duration_s, help="seconds measured per phase")
-    parser.add_argument("--warmup", type=float, default=d.warmup_s, help="seconds of warm-up per phase")
-    parser.add_argument("--zipf-s", type=float, default=d.zipf_s, help="Zipf exponent of the traffic")
+    parser.add_argument(
+        "--duration", type=float, default=d.duration_s, help="seconds measured per phase"
+    )
+    parser.add_argument(
+        "--warmup", type=float, default=d.warmup_s, help="seconds of warm-up per phase"
+    )
+    parser.add_argument(
+        "--zipf-s", type=float, default=d.zipf_s, help="Zipf exponent of the traffic"
+    )
     parser.add_argument("--seed", type=int, default=d.seed, help="weights and traffic seed")
-    parser.add_argument("--device", choices=("cpu", "gpu"), default=d.device,
-                        help="cpu: ONNX variants, process-tree meter; gpu: TorchScript KIND_GPU variants, Triton's GPU meter")
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "gpu"),
+        default=d.device,
+        help="cpu: ONNX variants, process-tree meter; gpu: TorchScript KIND_GPU variants, Triton's GPU meter",
+    )
     parser.add_argument("--out", type=Path, default=d.out_dir, help="folder for the results")
     return parser
 
@@ -351,9 +483,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if not 1 <= args.budget_models < args.models:
         raise SystemExit("--budget-models must be at least 1 and fewer than --models")
-    settings = replace(DEFAULT_SETTINGS, models=args.models, budget_models=args.budget_models,
-                       concurrency=args.concurrency, duration_s=args.duration, warmup_s=args.warmup,
-                       zipf_s=args.zipf_s, seed=args.seed, device=args.device, out_dir=args.out)
+    settings = replace(
+        DEFAULT_SETTINGS,
+        models=args.models,
+        budget_models=args.budget_models,
+        concurrency=args.concurrency,
+        duration_s=args.duration,
+        warmup_s=args.warmup,
+        zipf_s=args.zipf_s,
+        seed=args.seed,
+        device=args.device,
+        out_dir=args.out,
+    )
     detail = run_multimodel(settings)
     print_table(report_table(detail))
     print(f"wrote {settings.out_dir / 'multimodel.json'} and {settings.out_dir / 'multimodel.png'}")

@@ -30,13 +30,16 @@ def require_cuda() -> str:
     except ImportError as exc:  # pragma: no cover - the dev venv has torch
         raise SystemExit(f"--device gpu needs torch with CUDA: {exc}") from exc
     if not torch.cuda.is_available():
-        raise SystemExit("--device gpu needs a CUDA device, and torch sees none here "
-                         f"(torch {torch.__version__}); run it on the GPU host (loadtest/gpu_bench.sh)")
+        raise SystemExit(
+            "--device gpu needs a CUDA device, and torch sees none here "
+            f"(torch {torch.__version__}); run it on the GPU host (loadtest/gpu_bench.sh)"
+        )
     return str(torch.cuda.get_device_name(0))
 
 
-def build_torchscript_variants(root: Path, *, models: int, seed: int, features: int, classes: int,
-                               hidden: int = GPU_HIDDEN) -> list[str]:
+def build_torchscript_variants(
+    root: Path, *, models: int, seed: int, features: int, classes: int, hidden: int = GPU_HIDDEN
+) -> list[str]:
     """Write ``models`` TorchScript classifier variants into ``root`` as KIND_GPU entries.
 
     Args:
@@ -59,8 +62,13 @@ def build_torchscript_variants(root: Path, *, models: int, seed: int, features: 
     names = []
     for index in range(models):
         generator = torch.Generator().manual_seed(seed + index)
-        layers = [torch.nn.Linear(features, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, hidden),
-                  torch.nn.ReLU(), torch.nn.Linear(hidden, classes)]
+        layers = [
+            torch.nn.Linear(features, hidden),
+            torch.nn.ReLU(),
+            torch.nn.Linear(hidden, hidden),
+            torch.nn.ReLU(),
+            torch.nn.Linear(hidden, classes),
+        ]
         with torch.no_grad():
             for layer in layers:
                 if isinstance(layer, torch.nn.Linear):
@@ -71,10 +79,13 @@ def build_torchscript_variants(root: Path, *, models: int, seed: int, features: 
         (root / name / "1").mkdir(parents=True, exist_ok=True)
         torch.jit.save(module, str(root / name / "1" / "model.pt"))
         config = model_config(
-            name, platform="pytorch_libtorch",
-            inputs=[TensorSpec("input", "float32", (features,))], outputs=[TensorSpec("logits", "float32", (classes,))],
+            name,
+            platform="pytorch_libtorch",
+            inputs=[TensorSpec("input", "float32", (features,))],
+            outputs=[TensorSpec("logits", "float32", (classes,))],
             batching=BatchingPolicy(max_batch_size=8, max_queue_delay_us=100, instance_count=1),
-            gpu=True, warmup=False,
+            gpu=True,
+            warmup=False,
         )
         write_config(config, root / name / "config.pbtxt")
         names.append(name)

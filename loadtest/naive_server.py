@@ -37,8 +37,13 @@ __all__ = ["create_app", "create_embedding_app", "main"]
 INPUT_SHAPE = (3, 224, 224)
 
 
-def create_app(model: str = "efficientnet_lite0", device: str = "cpu", precision: str = "fp32",
-               handler: str = "async", threads: int = 0) -> FastAPI:
+def create_app(
+    model: str = "efficientnet_lite0",
+    device: str = "cpu",
+    precision: str = "fp32",
+    handler: str = "async",
+    threads: int = 0,
+) -> FastAPI:
     """The FastAPI app; the model is loaded in its lifespan, once."""
     import torch
 
@@ -75,7 +80,9 @@ def create_app(model: str = "efficientnet_lite0", device: str = "cpu", precision
             raise HTTPException(404, f"{model} takes no images")
         try:
             image = preprocess_bytes(body, state["preprocessing"])
-        except ImageError as exc:  # the caller's bytes, not the server: 400 naming it, as the gateway does
+        except (
+            ImageError
+        ) as exc:  # the caller's bytes, not the server: 400 naming it, as the gateway does
             raise HTTPException(400, str(exc)) from None
         pixels = torch.from_numpy(image).unsqueeze(0)
         with torch.inference_mode():
@@ -84,6 +91,7 @@ def create_app(model: str = "efficientnet_lite0", device: str = "cpu", precision
         return {"class_ids": ids[0].tolist(), "scores": scores[0].tolist()}
 
     if handler == "async":
+
         @app.post("/predict")
         async def predict(request: Request) -> Response:
             return Response(forward(await request.body()), media_type="application/octet-stream")
@@ -97,7 +105,9 @@ def create_app(model: str = "efficientnet_lite0", device: str = "cpu", precision
         @app.post("/predict")
         async def predict(request: Request) -> Response:
             body = await request.body()
-            return Response(await run_in_threadpool(forward, body), media_type="application/octet-stream")
+            return Response(
+                await run_in_threadpool(forward, body), media_type="application/octet-stream"
+            )
 
         @app.post("/classify")
         async def classify_image(request: Request) -> dict[str, list[Any]]:
@@ -151,21 +161,32 @@ def create_embedding_app(device: str = "cpu", threads: int = 0) -> FastAPI:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadtest.naive_server", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.naive_server", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8090)
     parser.add_argument("--model", default="efficientnet_lite0")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--precision", choices=["fp32", "fp16"], default="fp32")
     parser.add_argument("--handler", choices=["async", "threadpool"], default="async")
-    parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: PyTorch's default)")
-    parser.add_argument("--task", choices=["classify", "embeddings"], default="classify",
-                        help="embeddings: sentence-transformers' encode on POST /embed (--model is ignored)")
+    parser.add_argument(
+        "--threads", type=int, default=0, help="torch intra-op threads (0: PyTorch's default)"
+    )
+    parser.add_argument(
+        "--task",
+        choices=["classify", "embeddings"],
+        default="classify",
+        help="embeddings: sentence-transformers' encode on POST /embed (--model is ignored)",
+    )
     args = parser.parse_args(argv)
     import uvicorn
 
-    app = (create_embedding_app(args.device, args.threads) if args.task == "embeddings"
-           else create_app(args.model, args.device, args.precision, args.handler, args.threads))
+    app = (
+        create_embedding_app(args.device, args.threads)
+        if args.task == "embeddings"
+        else create_app(args.model, args.device, args.precision, args.handler, args.threads)
+    )
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
     return 0
 

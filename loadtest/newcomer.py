@@ -44,7 +44,15 @@ from serving.processes import ManagedProcess, python_module
 from serving.readiness import infer_body, probe_inputs, probe_png
 from serving.stub_watch import Stub, stub_processes
 
-__all__ = ["NewcomerRecord", "Stack", "call_model", "kill_stub", "main", "start_stack", "wait_healed"]
+__all__ = [
+    "NewcomerRecord",
+    "Stack",
+    "call_model",
+    "kill_stub",
+    "main",
+    "start_stack",
+    "wait_healed",
+]
 
 UP_TIMEOUT_S = 900.0  # a first build of every default model on a small machine
 READY_TIMEOUT_S = 300.0
@@ -99,18 +107,29 @@ class Stack:
 
 
 @contextmanager
-def start_stack(args: Sequence[str], state_dir: Path, gateway_port: int = 8080,
-                timeout_s: float = UP_TIMEOUT_S) -> Iterator[Stack]:
+def start_stack(
+    args: Sequence[str],
+    state_dir: Path,
+    gateway_port: int = 8080,
+    timeout_s: float = UP_TIMEOUT_S,
+    log_path: Path | None = None,
+) -> Iterator[Stack]:
     """``inferctl up ARGS`` with a fresh state folder, until it has printed its welcome; stopped after.
+
+    ``log_path``, when given, receives its output (where ``up_s`` went); it holds the first API key.
 
     Raises:
         ProcessStartError: it exited or did not come up in ``timeout_s``.
     """
     command = python_module("inferctl", "up", "--state-dir", str(state_dir), *args)
     env = dict(os.environ, COLUMNS="200", GATEWAY_ADMIN_TOKEN="")
-    process = ManagedProcess(command, name="inferctl up", env=env).start()
+    process = ManagedProcess(command, name="inferctl up", env=env, log_path=log_path).start()
     try:
-        process.wait_until(lambda: "Press Ctrl-C" in process.log_tail(), timeout_s=timeout_s, what="printing its welcome")
+        process.wait_until(
+            lambda: "Press Ctrl-C" in process.log_tail(),
+            timeout_s=timeout_s,
+            what="printing its welcome",
+        )
         key = _KEY.search("\n".join(process.log_lines()))
         if key is None:
             raise RuntimeError(f"inferctl up printed no API key:\n{process.log_tail()}")
@@ -121,27 +140,47 @@ def start_stack(args: Sequence[str], state_dir: Path, gateway_port: int = 8080,
 
 def model_task(stack: Stack, model: str) -> Task | None:
     """The model card's task, read through the gateway (KServe v2 model configuration)."""
-    response = httpx.get(f"{stack.base_url}/v2/models/{model}/config", headers=stack.headers, timeout=30)
+    response = httpx.get(
+        f"{stack.base_url}/v2/models/{model}/config", headers=stack.headers, timeout=30
+    )
     response.raise_for_status()
     return ModelCard.from_config(response.json()).task
 
 
-def call_model(stack: Stack, model: str, task: Task | None, timeout_s: float = 120.0) -> httpx.Response:
+def call_model(
+    stack: Stack, model: str, task: Task | None, timeout_s: float = 120.0
+) -> httpx.Response:
     """One request to ``model`` through its public route, as a client would send it."""
     url, headers = stack.base_url, stack.headers
     if task == Task.CLASSIFICATION:
-        return httpx.post(f"{url}/v1/classify", headers=headers, timeout=timeout_s,
-                          files={"file": ("probe.png", probe_png(32), "image/png")})
+        return httpx.post(
+            f"{url}/v1/classify",
+            headers=headers,
+            timeout=timeout_s,
+            files={"file": ("probe.png", probe_png(32), "image/png")},
+        )
     if task == Task.EMBEDDINGS:
-        return httpx.post(f"{url}/v1/embeddings", headers=headers, timeout=timeout_s,
-                          json={"model": model, "input": "hello world"})
+        return httpx.post(
+            f"{url}/v1/embeddings",
+            headers=headers,
+            timeout=timeout_s,
+            json={"model": model, "input": "hello world"},
+        )
     if task == Task.IMAGE_GENERATION:
-        return httpx.post(f"{url}/v1/images/generations", headers=headers, timeout=timeout_s,
-                          json={"model": model, "prompt": "a red apple on a table"})
+        return httpx.post(
+            f"{url}/v1/images/generations",
+            headers=headers,
+            timeout=timeout_s,
+            json={"model": model, "prompt": "a red apple on a table"},
+        )
     config = httpx.get(f"{url}/v2/models/{model}/config", headers=headers, timeout=30).json()
     body, extra = infer_body(probe_inputs(config))
-    return httpx.post(f"{url}/v2/models/{model}/infer", headers={**headers, **extra}, content=body,
-                      timeout=timeout_s)
+    return httpx.post(
+        f"{url}/v2/models/{model}/infer",
+        headers={**headers, **extra},
+        content=body,
+        timeout=timeout_s,
+    )
 
 
 def kill_stub(triton_pid: int, model: str) -> Stub:
@@ -153,7 +192,9 @@ def kill_stub(triton_pid: int, model: str) -> Stub:
     return stubs[0]
 
 
-def wait_healed(call: Callable[[], int], since: float, window_s: float = RECOVERY_WINDOW_S) -> float | None:
+def wait_healed(
+    call: Callable[[], int], since: float, window_s: float = RECOVERY_WINDOW_S
+) -> float | None:
     """Call until ``STEADY_ANSWERS`` 200s in a row follow a failure (or the window ends).
 
     Returns:
@@ -165,17 +206,22 @@ def wait_healed(call: Callable[[], int], since: float, window_s: float = RECOVER
     while time.monotonic() - since < window_s:
         statuses.append((time.monotonic(), call()))
         failed = [k for k, (_, status) in enumerate(statuses) if status != 200]
-        tail = statuses[failed[-1] + 1:] if failed else statuses
+        tail = statuses[failed[-1] + 1 :] if failed else statuses
         if len(tail) >= STEADY_ANSWERS and (failed or len(statuses) >= 10 * STEADY_ANSWERS):
             return tail[0][0] - since
         time.sleep(0.2)
     return None
 
 
-def measure(args: Sequence[str], state_dir: Path, victim: tuple[str, str] = DEFAULT_VICTIM) -> NewcomerRecord:
+def measure(
+    args: Sequence[str],
+    state_dir: Path,
+    victim: tuple[str, str] = DEFAULT_VICTIM,
+    up_log: Path | None = None,
+) -> NewcomerRecord:
     """The newcomer's steps on ``inferctl up ARGS`` (the module docstring lists them)."""
     started = time.monotonic()
-    with start_stack(args, state_dir) as stack:
+    with start_stack(args, state_dir, log_path=up_log) as stack:
         ready = stack.wait_ready()
         up_s = time.monotonic() - started
         models = list(ready.json().get("models", [])) if ready.status_code == 200 else []
@@ -192,23 +238,46 @@ def measure(args: Sequence[str], state_dir: Path, victim: tuple[str, str] = DEFA
         public, dying = victim if victim[0] in models else (models[0], models[0])
         kill_stub(stack.triton_pid(), dying)
         killed_at = time.monotonic()
-        recovery = wait_healed(lambda: call_model(stack, public, tasks[public], 30).status_code, killed_at)
-    return NewcomerRecord(round(up_s, 2), ready.status_code, answering, failing,
-                          None if recovery is None else round(recovery, 2),
-                          None if images_s is None else round(images_s, 2))
+        recovery = wait_healed(
+            lambda: call_model(stack, public, tasks[public], 30).status_code, killed_at
+        )
+    return NewcomerRecord(
+        round(up_s, 2),
+        ready.status_code,
+        answering,
+        failing,
+        None if recovery is None else round(recovery, 2),
+        None if images_s is None else round(images_s, 2),
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Run `inferctl up` as a newcomer would and write OUT_DIR/newcomer.json.")
+    parser = argparse.ArgumentParser(
+        description="Run `inferctl up` as a newcomer would and write OUT_DIR/newcomer.json."
+    )
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("up_args", nargs="*", help="extra `inferctl up` options (after --)")
+    parser.add_argument(
+        "--up-log",
+        type=Path,
+        metavar="PATH",
+        help="write `inferctl up`'s output there (it shows the first API key: keep it out of OUT_DIR)",
+    )
     args = parser.parse_args(argv)
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="newcomer-state-") as state:  # keys and tokens stay out of OUT_DIR
-        record = measure(args.up_args, Path(state) / "state")
+    with tempfile.TemporaryDirectory(
+        prefix="newcomer-state-"
+    ) as state:  # keys and tokens stay out of OUT_DIR
+        record = measure(args.up_args, Path(state) / "state", up_log=args.up_log)
     (args.out_dir / "newcomer.json").write_text(json.dumps(asdict(record), indent=2) + "\n")
     print(json.dumps(asdict(record), indent=2))
-    return 0 if record.readyz_status == 200 and not record.models_failing and record.stub_kill_recovery_s is not None else 1
+    return (
+        0
+        if record.readyz_status == 200
+        and not record.models_failing
+        and record.stub_kill_recovery_s is not None
+        else 1
+    )
 
 
 if __name__ == "__main__":

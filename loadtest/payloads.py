@@ -113,8 +113,13 @@ class V2Request:
         self.headers = headers
 
 
-_V2_DATATYPES = {np.dtype(np.float32): "FP32", np.dtype(np.float16): "FP16", np.dtype(np.int64): "INT64",
-                 np.dtype(np.int32): "INT32", np.dtype(np.uint8): "UINT8"}
+_V2_DATATYPES = {
+    np.dtype(np.float32): "FP32",
+    np.dtype(np.float16): "FP16",
+    np.dtype(np.int64): "INT64",
+    np.dtype(np.int32): "INT32",
+    np.dtype(np.uint8): "UINT8",
+}
 
 
 def _binary(array: np.ndarray) -> tuple[str, bytes]:
@@ -131,15 +136,25 @@ def v2_binary_request(inputs: dict[str, np.ndarray], outputs: list[str]) -> V2Re
     encoded = {name: _binary(a) for name, a in inputs.items()}
     header = {
         "inputs": [
-            {"name": name, "shape": list(a.shape), "datatype": encoded[name][0],
-             "parameters": {"binary_data_size": len(encoded[name][1])}}
+            {
+                "name": name,
+                "shape": list(a.shape),
+                "datatype": encoded[name][0],
+                "parameters": {"binary_data_size": len(encoded[name][1])},
+            }
             for name, a in inputs.items()
         ],
         "outputs": [{"name": name, "parameters": {"binary_data": True}} for name in outputs],
     }
     head = json.dumps(header, separators=(",", ":")).encode()
     body = head + b"".join(data for _, data in encoded.values())
-    return V2Request(body, {"Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(len(head))})
+    return V2Request(
+        body,
+        {
+            "Content-Type": "application/octet-stream",
+            "Inference-Header-Content-Length": str(len(head)),
+        },
+    )
 
 
 def v2_output(body: bytes, header_length: int | None, name: str) -> np.ndarray:
@@ -155,6 +170,8 @@ def v2_output(body: bytes, header_length: int | None, name: str) -> np.ndarray:
         if out["name"] == name:
             if out["datatype"] != "FP32":
                 raise ValueError(f"output {name} is {out['datatype']}, expected FP32")
-            return np.frombuffer(body[offset:offset + size], dtype=np.float32).reshape(out["shape"])
+            return np.frombuffer(body[offset : offset + size], dtype=np.float32).reshape(
+                out["shape"]
+            )
         offset += size
     raise KeyError(name)

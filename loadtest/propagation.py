@@ -15,7 +15,7 @@ worker each) that share Redis, then repeats:
 Each change is made at a random moment of B's sync interval. Each delay runs from the moment A
 answered the change (it is committed in Redis then) to B's first
 answer showing it; B is polled back to back, so the figure includes one poll's time. The mechanism
-(:mod:`gateway.state_sync`) checks Redis every ``--sync-interval-s`` seconds, so delays should
+(:mod:`gateway.tenancy.state_sync`) checks Redis every ``--sync-interval-s`` seconds, so delays should
 spread over that interval; percentiles from :mod:`serving.quantiles`.
 """
 
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import httpx
 
-from gateway.secret_policy import generate_secret
+from gateway.tenancy.secret_policy import generate_secret
 from loadtest.scaling import gateway_process, machine_load, redis_server, write_tiny_model
 from serving.console import Table, make_console, print_table
 from serving.quantiles import summarize
@@ -53,7 +53,9 @@ def _until(check: Callable[[], bool]) -> float:
     start = time.perf_counter()
     while not check():
         if time.perf_counter() - start > _POLL_LIMIT_S:
-            raise RuntimeError(f"the change did not apply on the other replica within {_POLL_LIMIT_S:.0f} s")
+            raise RuntimeError(
+                f"the change did not apply on the other replica within {_POLL_LIMIT_S:.0f} s"
+            )
     return time.perf_counter() - start
 
 
@@ -74,21 +76,34 @@ def measure(trials: int, sync_interval_s: float, seed: int = 0) -> dict[str, lis
     delays: dict[str, list[float]] = {"revocation": [], "canary weights": []}
     from serving.launcher import TritonPorts, TritonServer
 
-    with tempfile.TemporaryDirectory(prefix="propagation-") as tmp, redis_server(Path(tmp)) as redis_url:
+    with (
+        tempfile.TemporaryDirectory(prefix="propagation-") as tmp,
+        redis_server(Path(tmp)) as redis_url,
+    ):
         write_tiny_model(Path(tmp) / "repository", _MODEL, versions=(1, 2))
         triton = TritonServer(Path(tmp) / "repository", models=[_MODEL], ports=TritonPorts.free())
         settings = {
-            "GATEWAY_REDIS_URL": redis_url, "GATEWAY_WORKERS": "1", "GATEWAY_ADMIN_TOKEN": admin_token,
-            "GATEWAY_TIER_LIMITS": json.dumps(_TIER), "GATEWAY_STATE_SYNC_INTERVAL_S": str(sync_interval_s),
+            "GATEWAY_REDIS_URL": redis_url,
+            "GATEWAY_WORKERS": "1",
+            "GATEWAY_ADMIN_TOKEN": admin_token,
+            "GATEWAY_TIER_LIMITS": json.dumps(_TIER),
+            "GATEWAY_STATE_SYNC_INTERVAL_S": str(sync_interval_s),
             "GATEWAY_TRITON_STATS_INTERVAL_S": "0",  # statistics are not what is measured
             "GATEWAY_TRITON_HTTP_URL": triton.http_url,
         }
-        with triton, gateway_process("replica A", settings, Path(tmp)) as a, \
-                gateway_process("replica B", settings, Path(tmp)) as b, \
-                httpx.Client(base_url=f"http://{a}", headers=admin, timeout=10) as on_a, \
-                httpx.Client(base_url=f"http://{b}", timeout=10) as on_b:
+        with (
+            triton,
+            gateway_process("replica A", settings, Path(tmp)) as a,
+            gateway_process("replica B", settings, Path(tmp)) as b,
+            httpx.Client(base_url=f"http://{a}", headers=admin, timeout=10) as on_a,
+            httpx.Client(base_url=f"http://{b}", timeout=10) as on_b,
+        ):
             for trial in range(trials):
-                created = on_a.post("/admin/keys", json={"name": f"t{trial}", "tier": "bench"}).raise_for_status().json()
+                created = (
+                    on_a.post("/admin/keys", json={"name": f"t{trial}", "tier": "bench"})
+                    .raise_for_status()
+                    .json()
+                )
                 auth = {"Authorization": f"Bearer {created['api_key']}"}
                 on_b.get("/v1/stats", headers=auth).raise_for_status()  # B has it cached now
                 # A change lands at a random moment of B's sync interval, as a real one would (right
@@ -98,33 +113,54 @@ def measure(trials: int, sync_interval_s: float, seed: int = 0) -> dict[str, lis
                 delays["revocation"].append(_until(partial(_refuses, on_b, auth)))
 
                 time.sleep(rng.uniform(0, sync_interval_s))
-                on_a.put(f"/admin/traffic/{_MODEL}", json={"versions": {"1": trial + 1.0, "2": 1.0}}).raise_for_status()
+                on_a.put(
+                    f"/admin/traffic/{_MODEL}", json={"versions": {"1": trial + 1.0, "2": 1.0}}
+                ).raise_for_status()
                 share = (trial + 1) / (trial + 2)
                 delays["canary weights"].append(_until(partial(_shows, on_b, admin, share)))
     return delays
 
 
-def report(delays: dict[str, list[float]], sync_interval_s: float, machine: dict[str, object]) -> Table:
+def report(
+    delays: dict[str, list[float]], sync_interval_s: float, machine: dict[str, object]
+) -> Table:
     table = Table(
         "Propagation of a change between two gateway replicas sharing Redis",
         ("change", "trials", "P50 ms", "P95 ms", "P99 ms", "max ms", "mean ms"),
         caption=f"state sync interval {sync_interval_s:g} s; from A's answer to B's first answer showing it; "
-                f"machine: {machine}",
+        f"machine: {machine}",
     )
     for kind, values in delays.items():
         summary = summarize([v * 1000 for v in values])
         assert summary is not None
-        table.add_row(kind, len(values), f"{summary.p50:.1f}", f"{summary.p95:.1f}", f"{summary.p99:.1f}",
-                      f"{summary.max:.1f}", f"{summary.mean:.1f}")
+        table.add_row(
+            kind,
+            len(values),
+            f"{summary.p50:.1f}",
+            f"{summary.p95:.1f}",
+            f"{summary.p99:.1f}",
+            f"{summary.max:.1f}",
+            f"{summary.mean:.1f}",
+        )
     return table
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadtest.propagation", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--trials", type=int, default=30, help="changes of each kind (default: %(default)s)")
-    parser.add_argument("--sync-interval-s", type=float, default=0.2,
-                        help="GATEWAY_STATE_SYNC_INTERVAL_S of both replicas (default: %(default)s)")
-    parser.add_argument("--json", action="store_true", help="print the delays (ms) as JSON instead of a table")
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.propagation", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--trials", type=int, default=30, help="changes of each kind (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--sync-interval-s",
+        type=float,
+        default=0.2,
+        help="GATEWAY_STATE_SYNC_INTERVAL_S of both replicas (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print the delays (ms) as JSON instead of a table"
+    )
     args = parser.parse_args(argv)
     before = machine_load()
     delays = measure(args.trials, args.sync_interval_s)

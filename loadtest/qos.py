@@ -36,18 +36,21 @@ from typing import Any
 
 from builders.spec import BatchingPolicy, TensorSpec
 from builders.triton_config import model_config, write_config
-from gateway.secret_policy import generate_secret
+from gateway.tenancy.secret_policy import generate_secret
 from loadtest.loadgen import HttpTarget, LoadResult, LoadSpec, run, run_load
 from serving.console import Table, make_console, print_table
+from serving.gateway_process import GatewayLaunch, start_gateway_process
 from serving.launcher import TritonPorts, TritonServer
 from serving.ports import reserve_port
-from serving.processes import ManagedProcess, child_env, python_module
+from serving.processes import child_env
 
 __all__ = ["DEFAULT_SETTINGS", "QosSettings", "build_parser", "main", "run_qos"]
 
 MODEL = "qos_work"
 _MODEL_FILE = Path(__file__).with_name("qos_model.py")
-_REQUEST = json.dumps({"inputs": [{"name": "X", "shape": [1], "datatype": "INT32", "data": [1]}]}).encode()
+_REQUEST = json.dumps(
+    {"inputs": [{"name": "X", "shape": [1], "datatype": "INT32", "data": [1]}]}
+).encode()
 _UNLIMITED = {"per_minute": 1e9, "burst": 1_000_000}
 
 
@@ -109,33 +112,51 @@ def tier_policies(priorities: bool) -> dict[str, dict[str, Any]]:
             "premium": {**_UNLIMITED, "priority": 1, "in_flight_share": 1.0},
             "free": {**_UNLIMITED, "priority": 3, "in_flight_share": 0.5},
         }
-    return {tier: {**_UNLIMITED, "priority": 3, "in_flight_share": 1.0} for tier in ("premium", "free")}
+    return {
+        tier: {**_UNLIMITED, "priority": 3, "in_flight_share": 1.0} for tier in ("premium", "free")
+    }
 
 
 @contextlib.contextmanager
-def gateway(triton_http_url: str, workdir: Path, *, priorities: bool, max_in_flight: int) -> Iterator[
-    tuple[str, dict[str, str]]
-]:
+def gateway(
+    triton_http_url: str, workdir: Path, *, priorities: bool, max_in_flight: int
+) -> Iterator[tuple[str, dict[str, str]]]:
     """A real gateway with a premium and a free key; yields ``(base URL, {tier: api key})``."""
-    from gateway.keys_sqlite import SqliteKeyStore
+    from gateway.tenancy.keys_sqlite import SqliteKeyStore
 
     workdir.mkdir(parents=True, exist_ok=True)
     keys_db = workdir / "keys.sqlite3"
     store = SqliteKeyStore(keys_db)
     keys = {tier: store.create(f"qos-{tier}", ["*"], tier)[1] for tier in ("premium", "free")}
     port = reserve_port()
-    env = child_env({
-        "GATEWAY_TIER_LIMITS": json.dumps(tier_policies(priorities)),
-        "GATEWAY_MAX_IN_FLIGHT_PER_MODEL": str(max_in_flight),
-        "GATEWAY_TRITON_STATS_INTERVAL_S": "0",
-        "GATEWAY_LOG_LEVEL": "warning",
-        "GATEWAY_ADMIN_TOKEN": generate_secret(),  # unused here, but the gateway refuses to serve without one
-    })
-    command = python_module("gateway", "--host", "127.0.0.1", "--port", str(port), "--triton-url", triton_http_url,
-                            "--keys-db", str(keys_db), "--log-level", "warning")
-    with ManagedProcess(command, name="gateway", log_path=workdir / "gateway.log", env=env) as process:
-        process.wait_http(f"http://127.0.0.1:{port}/healthz", 120)
-        yield f"http://127.0.0.1:{port}", keys
+    env = child_env(
+        {
+            "GATEWAY_TIER_LIMITS": json.dumps(tier_policies(priorities)),
+            "GATEWAY_MAX_IN_FLIGHT_PER_MODEL": str(max_in_flight),
+            "GATEWAY_TRITON_STATS_INTERVAL_S": "0",
+            "GATEWAY_LOG_LEVEL": "warning",
+            "GATEWAY_ADMIN_TOKEN": generate_secret(),  # unused here, but the gateway refuses to serve without one
+        }
+    )
+    launch = GatewayLaunch(
+        port,
+        env,
+        args=(
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--triton-url",
+            triton_http_url,
+            "--keys-db",
+            str(keys_db),
+            "--log-level",
+            "warning",
+        ),
+        log_path=workdir / "gateway.log",
+    )
+    with start_gateway_process(launch):
+        yield launch.url, keys
 
 
 def _target(base_url: str, key: str, name: str) -> HttpTarget:
@@ -153,12 +174,21 @@ def find_saturation(base_url: str, key: str, settings: QosSettings) -> tuple[int
     sweep: list[LoadResult] = []
     concurrency = 1
     while True:
-        spec = LoadSpec(target=_target(base_url, key, "premium"), concurrency=concurrency,
-                        duration_s=settings.sweep_s, warmup_s=1.0, name=f"sweep c={concurrency}")
+        spec = LoadSpec(
+            target=_target(base_url, key, "premium"),
+            concurrency=concurrency,
+            duration_s=settings.sweep_s,
+            warmup_s=1.0,
+            name=f"sweep c={concurrency}",
+        )
         sweep.append(run_load(spec, settings.processes))
         best = max(r.throughput for r in sweep)
         # Stop once doubling the concurrency bought less than 10% (and we are past the instance count).
-        if len(sweep) > 1 and concurrency > settings.instances and sweep[-1].throughput < 1.1 * sweep[-2].throughput:
+        if (
+            len(sweep) > 1
+            and concurrency > settings.instances
+            and sweep[-1].throughput < 1.1 * sweep[-2].throughput
+        ):
             break
         if concurrency >= 64 * settings.instances:
             break
@@ -197,14 +227,34 @@ class TierFigures:
 def _figures(tier: str, result: LoadResult) -> TierFigures:
     shed = result.statuses.get(429, 0)
     timed_out = result.statuses.get(504, 0)
-    return TierFigures(tier, result.concurrency, result.throughput, result.p50_ms, result.p99_ms, result.requests,
-                       shed, timed_out, result.errors - shed - timed_out)
+    return TierFigures(
+        tier,
+        result.concurrency,
+        result.throughput,
+        result.p50_ms,
+        result.p99_ms,
+        result.requests,
+        shed,
+        timed_out,
+        result.errors - shed - timed_out,
+    )
 
 
-def _mixed(base_url: str, keys: dict[str, str], premium: int, free: int, settings: QosSettings) -> list[TierFigures]:
-    specs = [LoadSpec(target=_target(base_url, keys[tier], tier), concurrency=n, duration_s=settings.duration_s,
-                      warmup_s=settings.warmup_s, honour_retry_after=settings.polite, name=tier)
-             for tier, n in (("premium", premium), ("free", free)) if n > 0]
+def _mixed(
+    base_url: str, keys: dict[str, str], premium: int, free: int, settings: QosSettings
+) -> list[TierFigures]:
+    specs = [
+        LoadSpec(
+            target=_target(base_url, keys[tier], tier),
+            concurrency=n,
+            duration_s=settings.duration_s,
+            warmup_s=settings.warmup_s,
+            honour_retry_after=settings.polite,
+            name=tier,
+        )
+        for tier, n in (("premium", premium), ("free", free))
+        if n > 0
+    ]
     return [_figures(r.spec.label, r.result()) for r in run(specs, settings.processes)]
 
 
@@ -216,9 +266,14 @@ def run_qos(settings: QosSettings) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="qos-") as tmp:
         work = Path(tmp)
         repository = prepare_repository(work / "repository", settings)
-        console.print(f"starting Triton ({MODEL}: {settings.instances} instances x {settings.service_ms:g} ms)")
+        console.print(
+            f"starting Triton ({MODEL}: {settings.instances} instances x {settings.service_ms:g} ms)"
+        )
         with TritonServer(repository, ports=TritonPorts.free()) as triton:
-            with gateway(triton.http_url, work / "off", priorities=False, max_in_flight=4096) as (url, keys):
+            with gateway(triton.http_url, work / "off", priorities=False, max_in_flight=4096) as (
+                url,
+                keys,
+            ):
                 console.print("finding the saturating concurrency (premium only, priorities off)")
                 saturating, sweep = find_saturation(url, keys["premium"], settings)
             offered = max(2, round(settings.load * saturating))
@@ -226,28 +281,47 @@ def run_qos(settings: QosSettings) -> dict[str, Any]:
             free = max(1, offered - premium)
             bound = settings.max_in_flight or offered
             runs: dict[str, list[TierFigures]] = {}
-            for label, priorities, tiers in (("premium alone", True, (premium, 0)),
-                                             ("priorities off", False, (premium, free)),
-                                             ("priorities on", True, (premium, free))):
-                console.print(f"{label}: premium x{tiers[0]}, free x{tiers[1]}, in-flight bound {bound}")
-                with gateway(triton.http_url, work / label.replace(" ", "-"), priorities=priorities,
-                             max_in_flight=bound) as (url, keys):
+            for label, priorities, tiers in (
+                ("premium alone", True, (premium, 0)),
+                ("priorities off", False, (premium, free)),
+                ("priorities on", True, (premium, free)),
+            ):
+                console.print(
+                    f"{label}: premium x{tiers[0]}, free x{tiers[1]}, in-flight bound {bound}"
+                )
+                with gateway(
+                    triton.http_url,
+                    work / label.replace(" ", "-"),
+                    priorities=priorities,
+                    max_in_flight=bound,
+                ) as (url, keys):
                     runs[label] = _mixed(url, keys, *tiers, settings)
     document = {
         "settings": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(settings).items()},
         "capacity_rps": settings.instances * 1000.0 / settings.service_ms,
         "saturating_concurrency": saturating,
         "offered": {"premium": premium, "free": free, "in_flight_bound": bound},
-        "sweep": [{"concurrency": r.concurrency, "throughput": r.throughput, "p99_ms": r.p99_ms} for r in sweep],
-        "runs": {label: [asdict(f) | {"shed_rate": f.shed_rate, "timeout_rate": f.timeout_rate} for f in figures]
-                 for label, figures in runs.items()},
+        "sweep": [
+            {"concurrency": r.concurrency, "throughput": r.throughput, "p99_ms": r.p99_ms}
+            for r in sweep
+        ],
+        "runs": {
+            label: [
+                asdict(f) | {"shed_rate": f.shed_rate, "timeout_rate": f.timeout_rate}
+                for f in figures
+            ]
+            for label, figures in runs.items()
+        },
     }
     table = report_table(runs, document)
     print_table(table)
     document["table"] = table.as_records()
     json_path = out / "qos.json"
     json_path.write_text(json.dumps(document, indent=2))
-    document["files"] = {"json": str(json_path), "png": str(save_plot(runs, document, out / "qos.png"))}
+    document["files"] = {
+        "json": str(json_path),
+        "png": str(save_plot(runs, document, out / "qos.png")),
+    }
     return document
 
 
@@ -264,8 +338,17 @@ def report_table(runs: dict[str, list[TierFigures]], document: dict[str, Any]) -
     table = Table(
         title=f"QoS at {document['settings']['load']:g}x the saturating concurrency "
         f"(C={document['saturating_concurrency']}: premium x{offered['premium']}, free x{offered['free']})",
-        columns=["run", "premium req/s", "premium P50 ms", "premium P99 ms", "free req/s", "free shed (429)",
-                 "free timed out (504)", "free P99 ms", "other errors"],
+        columns=[
+            "run",
+            "premium req/s",
+            "premium P50 ms",
+            "premium P99 ms",
+            "free req/s",
+            "free shed (429)",
+            "free timed out (504)",
+            "free P99 ms",
+            "other errors",
+        ],
         caption=f"model {MODEL}: fixed service time {document['settings']['service_ms']} ms, "
         f"{document['settings']['instances']} instances (capacity {document['capacity_rps']:.0f} req/s); "
         f"gateway in-flight bound {offered['in_flight_bound']}; clients "
@@ -276,9 +359,14 @@ def report_table(runs: dict[str, list[TierFigures]], document: dict[str, Any]) -
         p, f = by_tier.get("premium"), by_tier.get("free")
         table.add_row(
             label,
-            f"{p.throughput:.1f}" if p else "-", _ms(p.p50_ms) if p else "-", _ms(p.p99_ms) if p else "-",
-            f"{f.throughput:.1f}" if f else "-", _pct(f.shed_rate) if f else "-", _pct(f.timeout_rate) if f else "-",
-            _ms(f.p99_ms) if f else "-", sum(x.other_errors for x in figures),
+            f"{p.throughput:.1f}" if p else "-",
+            _ms(p.p50_ms) if p else "-",
+            _ms(p.p99_ms) if p else "-",
+            f"{f.throughput:.1f}" if f else "-",
+            _pct(f.shed_rate) if f else "-",
+            _pct(f.timeout_rate) if f else "-",
+            _ms(f.p99_ms) if f else "-",
+            sum(x.other_errors for x in figures),
         )
     return table
 
@@ -303,8 +391,10 @@ def save_plot(runs: dict[str, list[TierFigures]], document: dict[str, Any], path
     right.bar(list(xs), [100 * f.shed_rate if f else 0 for f in free], color="tab:red")
     right.set_xticks(list(xs), labels)
     right.set_ylabel("free-tier requests shed with 429 (%)")
-    fig.suptitle(f"QoS at {document['settings']['load']:g}x saturation "
-                 f"(C={document['saturating_concurrency']}, capacity {document['capacity_rps']:.0f} req/s)")
+    fig.suptitle(
+        f"QoS at {document['settings']['load']:g}x saturation "
+        f"(C={document['saturating_concurrency']}, capacity {document['capacity_rps']:.0f} req/s)"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -319,28 +409,60 @@ def build_parser() -> argparse.ArgumentParser:
         "saturating load, with tier priorities off and on, side by side (real Triton, real gateways, the "
         "platform's load generator). Prints a table, writes qos.json and qos.png.",
     )
-    parser.add_argument("--service-ms", type=float, default=d.service_ms, help="model service time per request")
+    parser.add_argument(
+        "--service-ms", type=float, default=d.service_ms, help="model service time per request"
+    )
     parser.add_argument("--instances", type=int, default=d.instances, help="model instances")
-    parser.add_argument("--load", type=float, default=d.load, help="offered concurrency / saturating concurrency")
-    parser.add_argument("--premium-fraction", type=float, default=d.premium_fraction,
-                        help="share of the offered concurrency that is premium")
-    parser.add_argument("--max-in-flight", type=int, default=d.max_in_flight,
-                        help="gateway in-flight bound per model (default: the offered concurrency)")
-    parser.add_argument("--duration", type=float, default=d.duration_s, help="seconds measured per run")
-    parser.add_argument("--warmup", type=float, default=d.warmup_s, help="seconds of warm-up per run")
-    parser.add_argument("--sweep-seconds", type=float, default=d.sweep_s, help="seconds per saturation step")
-    parser.add_argument("--impolite", action="store_true", help="clients resend at once after a 429")
-    parser.add_argument("--processes", type=int, default=d.processes, help="load-generator processes")
-    parser.add_argument("--out", type=Path, default=d.out_dir, help="folder for qos.json and qos.png")
+    parser.add_argument(
+        "--load", type=float, default=d.load, help="offered concurrency / saturating concurrency"
+    )
+    parser.add_argument(
+        "--premium-fraction",
+        type=float,
+        default=d.premium_fraction,
+        help="share of the offered concurrency that is premium",
+    )
+    parser.add_argument(
+        "--max-in-flight",
+        type=int,
+        default=d.max_in_flight,
+        help="gateway in-flight bound per model (default: the offered concurrency)",
+    )
+    parser.add_argument(
+        "--duration", type=float, default=d.duration_s, help="seconds measured per run"
+    )
+    parser.add_argument(
+        "--warmup", type=float, default=d.warmup_s, help="seconds of warm-up per run"
+    )
+    parser.add_argument(
+        "--sweep-seconds", type=float, default=d.sweep_s, help="seconds per saturation step"
+    )
+    parser.add_argument(
+        "--impolite", action="store_true", help="clients resend at once after a 429"
+    )
+    parser.add_argument(
+        "--processes", type=int, default=d.processes, help="load-generator processes"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=d.out_dir, help="folder for qos.json and qos.png"
+    )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     settings = replace(
-        DEFAULT_SETTINGS, service_ms=args.service_ms, instances=args.instances, load=args.load,
-        premium_fraction=args.premium_fraction, max_in_flight=args.max_in_flight, duration_s=args.duration,
-        warmup_s=args.warmup, sweep_s=args.sweep_seconds, polite=not args.impolite, processes=args.processes,
+        DEFAULT_SETTINGS,
+        service_ms=args.service_ms,
+        instances=args.instances,
+        load=args.load,
+        premium_fraction=args.premium_fraction,
+        max_in_flight=args.max_in_flight,
+        duration_s=args.duration,
+        warmup_s=args.warmup,
+        sweep_s=args.sweep_seconds,
+        polite=not args.impolite,
+        processes=args.processes,
         out_dir=args.out,
     )
     document = run_qos(settings)

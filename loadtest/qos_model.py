@@ -22,5 +22,7 @@ class TritonPythonModel:
         for request in requests:
             value = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
             time.sleep(self.service_s)
-            responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("Y", value)]))
+            responses.append(
+                pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("Y", value)])
+            )
         return responses

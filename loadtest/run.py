@@ -112,14 +112,45 @@ def run_locust(
     summary_file = out_dir / f"{prefix}_summary.json"
     summary_file.unlink(missing_ok=True)
     cmd = [
-        sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless",
-        "--host", host, "-u", str(users), "-r", str(spawn_rate), "--run-time", run_time,
-        "--stop-timeout", "10", "--csv", str(csv_prefix), "--csv-full-history", "--html", str(html),
-        "--only-summary", "--loglevel", "WARNING", *_classes(scenarios),
+        sys.executable,
+        "-m",
+        "locust",
+        "-f",
+        str(LOCUSTFILE),
+        "--headless",
+        "--host",
+        host,
+        "-u",
+        str(users),
+        "-r",
+        str(spawn_rate),
+        "--run-time",
+        run_time,
+        "--stop-timeout",
+        "10",
+        "--csv",
+        str(csv_prefix),
+        "--csv-full-history",
+        "--html",
+        str(html),
+        "--only-summary",
+        "--loglevel",
+        "WARNING",
+        *_classes(scenarios),
     ]
     completed = subprocess.run(
-        cmd, env=child_env({**(env or {}), "LOADTEST_MAX_REQUESTS": str(max_requests),
-                            "LOADTEST_SUMMARY": str(summary_file)}), capture_output=True, text=True, timeout=parse_duration(run_time) + GRACE_S, check=False
+        cmd,
+        env=child_env(
+            {
+                **(env or {}),
+                "LOADTEST_MAX_REQUESTS": str(max_requests),
+                "LOADTEST_SUMMARY": str(summary_file),
+            }
+        ),
+        capture_output=True,
+        text=True,
+        timeout=parse_duration(run_time) + GRACE_S,
+        check=False,
     )
     stats_file = Path(f"{csv_prefix}_stats.csv")
     stats: list[dict[str, str]] = []
@@ -127,20 +158,32 @@ def run_locust(
         with stats_file.open(encoding="utf-8") as handle:
             stats = list(csv.DictReader(handle))
     summary = json.loads(summary_file.read_text(encoding="utf-8")) if summary_file.exists() else {}
-    return LocustRun(completed.returncode, csv_prefix, html, stats, completed.stdout + completed.stderr, summary)
+    return LocustRun(
+        completed.returncode, csv_prefix, html, stats, completed.stdout + completed.stderr, summary
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m loadtest.run", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--host", required=True, help="gateway base URL, e.g. http://127.0.0.1:8080")
-    parser.add_argument("--scenarios", default="all", help="comma separated: classify,embeddings,generation,v2,free,standard,premium or all")
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.run", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--host", required=True, help="gateway base URL, e.g. http://127.0.0.1:8080"
+    )
+    parser.add_argument(
+        "--scenarios",
+        default="all",
+        help="comma separated: classify,embeddings,generation,v2,free,standard,premium or all",
+    )
     parser.add_argument("--users", type=int, default=4)
     parser.add_argument("--spawn-rate", type=float, default=4)
     parser.add_argument("--run-time", default="30s", help="bounded duration, e.g. 30s, 5m")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--prefix", default="loadtest")
     parser.add_argument("--target", choices=["gateway", "triton"], help="sets LOADTEST_TARGET")
-    parser.add_argument("--api-key", help="sets LOADTEST_API_KEY (prefer the environment: argv is visible to ps)")
+    parser.add_argument(
+        "--api-key", help="sets LOADTEST_API_KEY (prefer the environment: argv is visible to ps)"
+    )
     return parser
 
 
@@ -151,10 +194,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         env["LOADTEST_TARGET"] = args.target
     if args.api_key:
         env["LOADTEST_API_KEY"] = args.api_key
-    run = run_locust(args.host, [s.strip() for s in args.scenarios.split(",") if s.strip()], users=args.users,
-                     spawn_rate=args.spawn_rate, run_time=args.run_time, out_dir=args.out, prefix=args.prefix, env=env)
+    run = run_locust(
+        args.host,
+        [s.strip() for s in args.scenarios.split(",") if s.strip()],
+        users=args.users,
+        spawn_rate=args.spawn_rate,
+        run_time=args.run_time,
+        out_dir=args.out,
+        prefix=args.prefix,
+        env=env,
+    )
     print(run.output[-4000:])
-    print(f"requests {run.requests}, failures {run.failures}; reports: {run.csv_prefix}_stats.csv, {run.html}")
+    print(
+        f"requests {run.requests}, failures {run.failures}; reports: {run.csv_prefix}_stats.csv, {run.html}"
+    )
     return 0 if run.returncode == 0 and run.requests > 0 else 1
 
 

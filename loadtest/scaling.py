@@ -37,8 +37,20 @@ import numpy as np
 
 from loadtest.loadgen import LoadResult, LoadRun, LoadSpec, TritonTarget, merge_runs, run
 from serving.console import Table, make_console, print_table, progress
+from serving.gateway_process import GatewayLaunch, start_gateway_process
+from serving.redis_process import redis_server
+from serving.triton_clients import triton_client
 
-__all__ = ["PathConfig", "Row", "bench_key", "gateway_process", "main", "redis_server", "run_scaling", "write_tiny_model"]
+__all__ = [
+    "PathConfig",
+    "Row",
+    "bench_key",
+    "gateway_process",
+    "main",
+    "redis_server",
+    "run_scaling",
+    "write_tiny_model",
+]
 
 TINY_MODEL = "scaling_tiny"
 DEFAULT_OUT = Path("reports/scaling")
@@ -75,27 +87,20 @@ class Row:
     error_summary: str
 
 
-def redis_server_binary() -> str:
-    """``$REDIS_SERVER`` or ``redis-server`` on the PATH.
-
-    Raises:
-        SystemExit: none found (Debian: ``apt-get install redis-server``; a GPU host: the binary that
-            ``loadtest/gpu_bench.sh`` carries).
-    """
-    binary = os.environ.get("REDIS_SERVER") or shutil.which("redis-server")
-    if not binary:
-        raise SystemExit("redis-server not found: install it (apt-get install redis-server) or set REDIS_SERVER")
-    return binary
-
-
 def machine_load(sample_s: float = 2.0) -> dict[str, object]:
     """The CPU, and how busy the machine is now: CPU use over ``sample_s`` and the load averages."""
     import psutil
 
     cpu = platform.machine()
     with contextlib.suppress(OSError):
-        cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                    if line.startswith("model name")), cpu)
+        cpu = next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")
+            ),
+            cpu,
+        )
     return {
         "cpu": cpu,
         "usable_cores": len(os.sched_getaffinity(0)),
@@ -118,13 +123,18 @@ def write_tiny_model(root: Path, name: str = TINY_MODEL, versions: Sequence[int]
         (root / name / str(version)).mkdir(parents=True)
         shutil.copyfile(spec.origin, root / name / str(version) / "model.py")
     config = {
-        "name": name, "backend": "python", "max_batch_size": 64,
+        "name": name,
+        "backend": "python",
+        "max_batch_size": 64,
         "input": [{"name": "INPUT", "data_type": "TYPE_FP32", "dims": [4]}],
         "output": [{"name": "OUTPUT", "data_type": "TYPE_FP32", "dims": [2]}],
-        "dynamic_batching": {}, "instance_group": [{"count": 1, "kind": "KIND_CPU"}],
+        "dynamic_batching": {},
+        "instance_group": [{"count": 1, "kind": "KIND_CPU"}],
         "version_policy": {"specific": {"versions": list(versions)}},
     }
-    return write_config(json_format.ParseDict(config, mc.ModelConfig()), root / name / "config.pbtxt")
+    return write_config(
+        json_format.ParseDict(config, mc.ModelConfig()), root / name / "config.pbtxt"
+    )
 
 
 def _serving_repository(repository: Path, workdir: Path) -> Path:
@@ -143,72 +153,58 @@ def _serving_repository(repository: Path, workdir: Path) -> Path:
 def _model_inputs(triton_http_url: str, model: str) -> tuple[dict[str, np.ndarray], ...]:
     """Requests for ``model``: one per sample photograph for an image model (FP32 [3, 224, 224]
     input), else one request of ones in every input's declared shape (batch 1)."""
-    import tritonclient.http as http
     from tritonclient.utils import triton_to_np_dtype
 
-    client = http.InferenceServerClient(triton_http_url)
+    client = triton_client(triton_http_url)
     try:
         inputs = client.get_model_metadata(model)["inputs"]
     finally:
         client.close()
     shapes = {i["name"]: [1 if int(d) < 0 else int(d) for d in i["shape"]] for i in inputs}
-    if len(inputs) == 1 and shapes[inputs[0]["name"]][-3:] == [3, 224, 224] and inputs[0]["datatype"] == "FP32":
+    if (
+        len(inputs) == 1
+        and shapes[inputs[0]["name"]][-3:] == [3, 224, 224]
+        and inputs[0]["datatype"] == "FP32"
+    ):
         from loadtest.payloads import image_tensors
 
         return tuple({inputs[0]["name"]: image[None]} for image in image_tensors())
     if any(i["datatype"] == "BYTES" for i in inputs):
         raise SystemExit(f"{model} takes BYTES inputs: pick a tensor model for this benchmark")
-    return ({i["name"]: np.ones(shapes[i["name"]], dtype=triton_to_np_dtype(i["datatype"])) for i in inputs},)
-
-
-def _pings(url: str) -> bool:
-    import redis
-
-    client = redis.Redis.from_url(url, socket_timeout=1)
-    try:
-        return bool(client.ping())
-    except redis.RedisError:
-        return False
-    finally:
-        client.close()
-
-
-@contextlib.contextmanager
-def redis_server(workdir: Path) -> Iterator[str]:
-    """A redis-server on a free loopback port, no persistence; yields its URL."""
-    from serving.ports import reserve_port
-    from serving.processes import ManagedProcess
-
-    port = reserve_port()
-    url = f"redis://127.0.0.1:{port}/0"
-    command = [redis_server_binary(), "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no",
-               "--dir", str(workdir)]
-    with ManagedProcess(command, name="redis-server", log_path=workdir / "redis.log").start() as process:
-        process.wait_until(lambda: _pings(url), 30, "answering PING")
-        yield url
+    return (
+        {
+            i["name"]: np.ones(shapes[i["name"]], dtype=triton_to_np_dtype(i["datatype"]))
+            for i in inputs
+        },
+    )
 
 
 @contextlib.contextmanager
 def gateway_process(name: str, settings: dict[str, str], workdir: Path) -> Iterator[str]:
     """``python -m gateway`` with ``GATEWAY_*`` ``settings`` on a free loopback port; yields ``host:port``."""
-    from gateway.secret_policy import generate_secret
+    from gateway.tenancy.secret_policy import generate_secret
     from serving.ports import reserve_port
-    from serving.processes import ManagedProcess, child_env, python_module
+    from serving.processes import child_env
 
     port = reserve_port()
     # The gateway refuses to serve without a real admin token: a fresh one per run (settings may name theirs).
-    env = {"GATEWAY_HOST": "127.0.0.1", "GATEWAY_PORT": str(port), "GATEWAY_LOG_LEVEL": "warning",
-           "GATEWAY_KEYS_DB": str(workdir / "unused.sqlite3"), "GATEWAY_ADMIN_TOKEN": generate_secret(), **settings}
+    env = {
+        "GATEWAY_HOST": "127.0.0.1",
+        "GATEWAY_PORT": str(port),
+        "GATEWAY_LOG_LEVEL": "warning",
+        "GATEWAY_KEYS_DB": str(workdir / "unused.sqlite3"),
+        "GATEWAY_ADMIN_TOKEN": generate_secret(),
+        **settings,
+    }
     log = workdir / f"{name.replace(' ', '-')}.log"
-    with ManagedProcess(python_module("gateway"), name=name, env=child_env(env), log_path=log).start() as process:
-        process.wait_http(f"http://127.0.0.1:{port}/healthz", 120)
+    with start_gateway_process(GatewayLaunch(port, child_env(env), log_path=log, name=name)):
         yield f"127.0.0.1:{port}"
 
 
 def bench_key(redis_url: str, tiers: dict[str, dict[str, float]]) -> str:
     """A key of tier ``bench`` in the Redis store every gateway here shares."""
-    from gateway.keys import open_key_store
     from gateway.settings import GatewaySettings
+    from gateway.tenancy.key_stores import open_key_store
 
     store = open_key_store(GatewaySettings(redis_url=redis_url, tier_limits=tiers))
     try:
@@ -218,23 +214,36 @@ def bench_key(redis_url: str, tiers: dict[str, dict[str, float]]) -> str:
 
 
 @contextlib.contextmanager
-def _services(repository: Path, model: str, paths: Sequence[PathConfig], workdir: Path) -> Iterator[tuple[str, dict[PathConfig, str], str]]:
+def _services(
+    repository: Path, model: str, paths: Sequence[PathConfig], workdir: Path
+) -> Iterator[tuple[str, dict[PathConfig, str], str]]:
     """Triton, Redis and one gateway per gateway path; yields (Triton HTTP url, path -> url, key)."""
     from serving.launcher import TritonPorts, TritonServer
 
     with contextlib.ExitStack() as stack:
         served = _serving_repository(repository, workdir)
-        triton = stack.enter_context(TritonServer(served, models=[model, TINY_MODEL], ports=TritonPorts.free()))
+        triton = stack.enter_context(
+            TritonServer(served, models=[model, TINY_MODEL], ports=TritonPorts.free())
+        )
         redis_url = stack.enter_context(redis_server(workdir))
         key = bench_key(redis_url, _TIER)
         urls = {}
         for path in paths:
-            urls[path] = stack.enter_context(gateway_process(path.label, {
-                "GATEWAY_WORKERS": str(path.workers), "GATEWAY_TRITON_PROTOCOL": path.transport,
-                "GATEWAY_TRITON_HTTP_URL": triton.http_url, "GATEWAY_TRITON_GRPC_URL": triton.grpc_url,
-                "GATEWAY_REDIS_URL": redis_url, "GATEWAY_TIER_LIMITS": json.dumps(_TIER),
-                "GATEWAY_MAX_IN_FLIGHT_PER_MODEL": "100000",
-            }, workdir))
+            urls[path] = stack.enter_context(
+                gateway_process(
+                    path.label,
+                    {
+                        "GATEWAY_WORKERS": str(path.workers),
+                        "GATEWAY_TRITON_PROTOCOL": path.transport,
+                        "GATEWAY_TRITON_HTTP_URL": triton.http_url,
+                        "GATEWAY_TRITON_GRPC_URL": triton.grpc_url,
+                        "GATEWAY_REDIS_URL": redis_url,
+                        "GATEWAY_TIER_LIMITS": json.dumps(_TIER),
+                        "GATEWAY_MAX_IN_FLIGHT_PER_MODEL": "100000",
+                    },
+                    workdir,
+                )
+            )
         yield triton.http_url, urls, key
 
 
@@ -243,20 +252,39 @@ def _rows(model: str, results: dict[PathConfig, LoadResult], concurrency: int) -
     rows = []
     for path, result in results.items():
         through = path.workers > 0
-        rows.append(Row(
-            model=model, path=path.label, concurrency=concurrency, requests=result.requests, errors=result.errors,
-            throughput=result.throughput, p50_ms=result.p50_ms, p99_ms=result.p99_ms,
-            vs_direct=result.throughput / direct.throughput if through and direct.throughput else None,
-            added_p50_ms=result.p50_ms - direct.p50_ms if through else None,
-            added_p99_ms=result.p99_ms - direct.p99_ms if through else None,
-            error_summary=result.error_summary(),
-        ))
+        rows.append(
+            Row(
+                model=model,
+                path=path.label,
+                concurrency=concurrency,
+                requests=result.requests,
+                errors=result.errors,
+                throughput=result.throughput,
+                p50_ms=result.p50_ms,
+                p99_ms=result.p99_ms,
+                vs_direct=result.throughput / direct.throughput
+                if through and direct.throughput
+                else None,
+                added_p50_ms=result.p50_ms - direct.p50_ms if through else None,
+                added_p99_ms=result.p99_ms - direct.p99_ms if through else None,
+                error_summary=result.error_summary(),
+            )
+        )
     return rows
 
 
-def run_scaling(repository: Path, model: str, workers: int, concurrencies: Sequence[int], duration_s: float,
-                rounds: int = 2, warmup_s: float = 0.5, processes: int = 1,
-                transports: Sequence[str] = ("http", "grpc"), warm_s: float = 1.0) -> list[Row]:
+def run_scaling(
+    repository: Path,
+    model: str,
+    workers: int,
+    concurrencies: Sequence[int],
+    duration_s: float,
+    rounds: int = 2,
+    warmup_s: float = 0.5,
+    processes: int = 1,
+    transports: Sequence[str] = ("http", "grpc"),
+    warm_s: float = 1.0,
+) -> list[Row]:
     """Start everything, measure every path at every concurrency for both models, stop everything.
 
     Args:
@@ -274,8 +302,10 @@ def run_scaling(repository: Path, model: str, workers: int, concurrencies: Seque
     paths = [PathConfig(0)] + [PathConfig(w, t) for w in counts for t in transports]
     console = make_console()
     rows: list[Row] = []
-    with tempfile.TemporaryDirectory(prefix="scaling-") as tmp, \
-            _services(repository, model, paths[1:], Path(tmp)) as (triton_url, urls, key):
+    with (
+        tempfile.TemporaryDirectory(prefix="scaling-") as tmp,
+        _services(repository, model, paths[1:], Path(tmp)) as (triton_url, urls, key),
+    ):
         urls[PathConfig(0)] = triton_url
         steps = 2 * len(concurrencies) * rounds * len(paths)
         with progress(console) as bar:
@@ -283,25 +313,43 @@ def run_scaling(repository: Path, model: str, workers: int, concurrencies: Seque
             for name in (TINY_MODEL, model):
                 inputs = _model_inputs(triton_url, name)
                 targets = {
-                    path: TritonTarget(url=urls[path], model=name, inputs=inputs, name=path.label,
-                                       headers={"authorization": f"Bearer {key}"} if path.workers else {})
+                    path: TritonTarget(
+                        url=urls[path],
+                        model=name,
+                        inputs=inputs,
+                        name=path.label,
+                        headers={"authorization": f"Bearer {key}"} if path.workers else {},
+                    )
                     for path in paths
                 }
                 # (loadgen's Target protocol declares ``name`` settable; frozen targets only read it)
                 for target in targets.values():  # every worker and connection warm before measuring
-                    warm = LoadSpec(target=target, concurrency=max(concurrencies),  # type: ignore[arg-type]
-                                    duration_s=warm_s, warmup_s=0.0)
+                    warm = LoadSpec(
+                        target=target,
+                        concurrency=max(concurrencies),  # type: ignore[arg-type]
+                        duration_s=warm_s,
+                        warmup_s=0.0,
+                    )
                     run([warm], processes)
                 for concurrency in concurrencies:
                     runs: dict[PathConfig, list[LoadRun]] = {path: [] for path in paths}
                     for round_ in range(rounds):
                         for path in paths:
-                            bar.update(task, description=f"{name} c={concurrency} round {round_ + 1}: {path.label}")
-                            spec = LoadSpec(target=targets[path], concurrency=concurrency,  # type: ignore[arg-type]
-                                            duration_s=duration_s / rounds, warmup_s=warmup_s)
+                            bar.update(
+                                task,
+                                description=f"{name} c={concurrency} round {round_ + 1}: {path.label}",
+                            )
+                            spec = LoadSpec(
+                                target=targets[path],
+                                concurrency=concurrency,  # type: ignore[arg-type]
+                                duration_s=duration_s / rounds,
+                                warmup_s=warmup_s,
+                            )
                             runs[path].extend(run([spec], processes))
                             bar.advance(task)
-                    rows.extend(_rows(name, {p: merge_runs(r) for p, r in runs.items()}, concurrency))
+                    rows.extend(
+                        _rows(name, {p: merge_runs(r) for p, r in runs.items()}, concurrency)
+                    )
     return rows
 
 
@@ -313,14 +361,33 @@ def report_table(rows: Sequence[Row], machine: dict[str, object], settings: str)
     """The scaling table: every path against direct Triton."""
     table = Table(
         "Gateway scaling: direct Triton vs the gateway (1 and N workers, HTTP or gRPC to Triton)",
-        ("model", "concurrency", "path", "req/s", "P50 ms", "P99 ms", "vs direct", "added P50 ms",
-         "added P99 ms", "errors"),
+        (
+            "model",
+            "concurrency",
+            "path",
+            "req/s",
+            "P50 ms",
+            "P99 ms",
+            "vs direct",
+            "added P50 ms",
+            "added P99 ms",
+            "errors",
+        ),
         caption=f"{settings}; machine: {machine}",
     )
     for r in rows:
-        table.add_row(r.model, r.concurrency, r.path, f"{r.throughput:.1f}", f"{r.p50_ms:.2f}", f"{r.p99_ms:.2f}",
-                      _fmt(r.vs_direct, ".2f"), _fmt(r.added_p50_ms, "+.2f"), _fmt(r.added_p99_ms, "+.2f"),
-                      r.error_summary or str(r.errors))
+        table.add_row(
+            r.model,
+            r.concurrency,
+            r.path,
+            f"{r.throughput:.1f}",
+            f"{r.p50_ms:.2f}",
+            f"{r.p99_ms:.2f}",
+            _fmt(r.vs_direct, ".2f"),
+            _fmt(r.added_p50_ms, "+.2f"),
+            _fmt(r.added_p99_ms, "+.2f"),
+            r.error_summary or str(r.errors),
+        )
     return table
 
 
@@ -359,38 +426,85 @@ def save_plot(rows: Sequence[Row], title: str, path: Path) -> Path:
 def build_parser() -> argparse.ArgumentParser:
     from gateway.settings import usable_cores
 
-    parser = argparse.ArgumentParser(prog="python -m loadtest.scaling", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repository", type=Path, default=Path("model_repository"),
-                        help="a built model repository holding --model (default: %(default)s)")
-    parser.add_argument("--model", default="efficientnet_lite0", help="the image model (default: %(default)s)")
-    parser.add_argument("--workers", type=int, default=usable_cores(),
-                        help="N, the larger gateway worker count (default: usable cores, %(default)s)")
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32], help="(default: %(default)s)")
-    parser.add_argument("--duration-s", type=float, default=6.0,
-                        help="measured seconds per model, path and concurrency (default: %(default)s)")
-    parser.add_argument("--rounds", type=int, default=2, help="alternating rounds (default: %(default)s)")
-    parser.add_argument("--warmup-s", type=float, default=0.5, help="unmeasured lead-in of each round")
-    parser.add_argument("--processes", type=int, default=1, help="load generator processes (default: %(default)s)")
-    parser.add_argument("--transports", nargs="+", choices=["http", "grpc"], default=["http", "grpc"])
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where scaling.json/png go (default: %(default)s)")
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.scaling", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--repository",
+        type=Path,
+        default=Path("model_repository"),
+        help="a built model repository holding --model (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--model", default="efficientnet_lite0", help="the image model (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=usable_cores(),
+        help="N, the larger gateway worker count (default: usable cores, %(default)s)",
+    )
+    parser.add_argument(
+        "--concurrency", type=int, nargs="+", default=[1, 8, 32], help="(default: %(default)s)"
+    )
+    parser.add_argument(
+        "--duration-s",
+        type=float,
+        default=6.0,
+        help="measured seconds per model, path and concurrency (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="alternating rounds (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--warmup-s", type=float, default=0.5, help="unmeasured lead-in of each round"
+    )
+    parser.add_argument(
+        "--processes", type=int, default=1, help="load generator processes (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--transports", nargs="+", choices=["http", "grpc"], default=["http", "grpc"]
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=DEFAULT_OUT,
+        help="where scaling.json/png go (default: %(default)s)",
+    )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if not (args.repository / args.model / "config.pbtxt").exists():
-        raise SystemExit(f"{args.repository}/{args.model} is not a model entry: build it first "
-                         f"(inferctl build {args.model} --repository {args.repository})")
+        raise SystemExit(
+            f"{args.repository}/{args.model} is not a model entry: build it first "
+            f"(inferctl build {args.model} --repository {args.repository})"
+        )
     before = machine_load()
-    rows = run_scaling(args.repository, args.model, args.workers, args.concurrency, args.duration_s, args.rounds,
-                       args.warmup_s, args.processes, args.transports)
+    rows = run_scaling(
+        args.repository,
+        args.model,
+        args.workers,
+        args.concurrency,
+        args.duration_s,
+        args.rounds,
+        args.warmup_s,
+        args.processes,
+        args.transports,
+    )
     machine = {**before, "load_average_after": [round(v, 2) for v in os.getloadavg()]}
-    settings = (f"{args.duration_s:g} s per path in {args.rounds} alternating rounds, {args.processes} load "
-                f"process(es), KServe v2 binary over HTTP from tritonclient aio; percentiles from serving.quantiles")
+    settings = (
+        f"{args.duration_s:g} s per path in {args.rounds} alternating rounds, {args.processes} load "
+        f"process(es), KServe v2 binary over HTTP from tritonclient aio; percentiles from serving.quantiles"
+    )
     print_table(report_table(rows, machine, settings), make_console())
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "scaling.json").write_text(json.dumps(
-        {"machine": machine, "settings": settings, "rows": [asdict(r) for r in rows]}, indent=2))
+    (args.out / "scaling.json").write_text(
+        json.dumps(
+            {"machine": machine, "settings": settings, "rows": [asdict(r) for r in rows]}, indent=2
+        )
+    )
     save_plot(rows, f"{settings}\n{machine}", args.out / "scaling.png")
     print(f"wrote {args.out / 'scaling.json'} and {args.out / 'scaling.png'}")
     return 1 if any(r.requests == 0 for r in rows) else 0

@@ -34,7 +34,9 @@ __all__ = ["CANARY_SUFFIX", "Dependent", "find_dependents"]
 #: the canary copy of an ensemble is named ``<ensemble>__canary``
 CANARY_SUFFIX = "__canary"
 # An ensemble's version folder is empty; Triton still wants one in a model loaded from files.
-_PLACEHOLDER = {"file:1/README": b"canary copy of an ensemble, loaded by a promotion; not in the repository\n"}
+_PLACEHOLDER = {
+    "file:1/README": b"canary copy of an ensemble, loaded by a promotion; not in the repository\n"
+}
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,9 @@ class Dependent:
 
 
 def _calls(config: mc.ModelConfig, model: str) -> bool:
-    return config.platform == "ensemble" and any(s.model_name == model for s in config.ensemble_scheduling.step)
+    return config.platform == "ensemble" and any(
+        s.model_name == model for s in config.ensemble_scheduling.step
+    )
 
 
 def find_dependents(repository: Path, model: str, triton: TritonControl) -> list[Dependent]:

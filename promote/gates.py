@@ -77,54 +77,94 @@ def parity_gate(spec: ModelSpec, entry: Path, version: int) -> GateResult:
         return GateResult("parity", False, "the build report names no model artifact")
     actual = file_sha256(entry / str(version) / artifact["file"])
     if actual != artifact["sha256"]:
-        return GateResult("parity", False, f"{artifact['file']} does not match its build report (sha256 {actual[:12]})")
+        return GateResult(
+            "parity",
+            False,
+            f"{artifact['file']} does not match its build report (sha256 {actual[:12]})",
+        )
     tolerance = spec.tolerance
     if not report.parity:
         return GateResult("parity", False, "the build report has no parity figures")
     from builders.parity import ParityResult
 
-    problems = [f"{out}: {p}" for out, figures in report.parity.items()
-                for p in ParityResult(**figures).failures(tolerance)]
+    problems = [
+        f"{out}: {p}"
+        for out, figures in report.parity.items()
+        for p in ParityResult(**figures).failures(tolerance)
+    ]
     return GateResult("parity", not problems, "; ".join(problems), {"parity": report.parity})
 
 
-def accuracy_gate(url: str, production: tuple[str, str], candidate: tuple[str, str],
-                  data: EvaluationData) -> GateResult:
+def accuracy_gate(
+    url: str, production: tuple[str, str], candidate: tuple[str, str], data: EvaluationData
+) -> GateResult:
     """The family's evaluation of (model, version) ``candidate`` against ``production``, through Triton."""
     outcome = compare(data, infer_batch(url, *production, data), infer_batch(url, *candidate, data))
-    return GateResult("accuracy", outcome.passed, outcome.reason, {"metric": type(data.metric).__name__,
-                                                                    **outcome.figures})
+    return GateResult(
+        "accuracy",
+        outcome.passed,
+        outcome.reason,
+        {"metric": type(data.metric).__name__, **outcome.figures},
+    )
 
 
-def latency_gate(url: str, production: tuple[str, str], candidate: tuple[str, str], data: EvaluationData,
-                 policy: PromotionPolicy) -> GateResult:
+def latency_gate(
+    url: str,
+    production: tuple[str, str],
+    candidate: tuple[str, str],
+    data: EvaluationData,
+    policy: PromotionPolicy,
+) -> GateResult:
     """Same fixed load on both (one evaluation input per request), alternating rounds; compare
     median-of-rounds P99 and throughput."""
     request = data.first_row()
     runs: dict[str, list[LoadResult]] = {"production": [], "candidate": []}
     for _ in range(policy.load_rounds):
         for label, (model, version) in (("production", production), ("candidate", candidate)):
-            runs[label].append(run_load(url, model, request, version=version, concurrency=policy.load_concurrency,
-                                        duration_s=policy.load_duration_s, warmup_s=policy.load_warmup_s))
+            runs[label].append(
+                run_load(
+                    url,
+                    model,
+                    request,
+                    version=version,
+                    concurrency=policy.load_concurrency,
+                    duration_s=policy.load_duration_s,
+                    warmup_s=policy.load_warmup_s,
+                )
+            )
 
     def median(label: str, attr: str) -> float:
         return statistics.median(getattr(r, attr) for r in runs[label])
 
     figures: dict[str, Any] = {
-        label: {"p99_ms": median(label, "p99_ms"), "p50_ms": median(label, "p50_ms"),
-                "throughput_rps": median(label, "throughput"), "errors": sum(r.errors for r in runs[label]),
-                "error_summary": "; ".join(sorted({r.error_summary() for r in runs[label] if r.errors}))}
+        label: {
+            "p99_ms": median(label, "p99_ms"),
+            "p50_ms": median(label, "p50_ms"),
+            "throughput_rps": median(label, "throughput"),
+            "errors": sum(r.errors for r in runs[label]),
+            "error_summary": "; ".join(
+                sorted({r.error_summary() for r in runs[label] if r.errors})
+            ),
+        }
         for label in runs
     }
-    figures["settings"] = {"concurrency": policy.load_concurrency, "warmup_s": policy.load_warmup_s,
-                           "duration_s": policy.load_duration_s, "rounds": policy.load_rounds}
+    figures["settings"] = {
+        "concurrency": policy.load_concurrency,
+        "warmup_s": policy.load_warmup_s,
+        "duration_s": policy.load_duration_s,
+        "rounds": policy.load_rounds,
+    }
     prod, cand = figures["production"], figures["candidate"]
     problems = []
     if cand["errors"]:
         problems.append(f"{cand['errors']} failed requests under load ({cand['error_summary']})")
     if cand["p99_ms"] > prod["p99_ms"] * (1 + policy.max_p99_regression):
-        problems.append(f"P99 {cand['p99_ms']:.1f} ms > production {prod['p99_ms']:.1f} ms + {policy.max_p99_regression:.0%}")
+        problems.append(
+            f"P99 {cand['p99_ms']:.1f} ms > production {prod['p99_ms']:.1f} ms + {policy.max_p99_regression:.0%}"
+        )
     if cand["throughput_rps"] < prod["throughput_rps"] * (1 - policy.max_throughput_drop):
-        problems.append(f"throughput {cand['throughput_rps']:.1f}/s < production {prod['throughput_rps']:.1f}/s "
-                        f"- {policy.max_throughput_drop:.0%}")
+        problems.append(
+            f"throughput {cand['throughput_rps']:.1f}/s < production {prod['throughput_rps']:.1f}/s "
+            f"- {policy.max_throughput_drop:.0%}"
+        )
     return GateResult("latency", not problems, "; ".join(problems), figures)

@@ -33,8 +33,12 @@ class GatewayTraffic:
 
     def split(self, model: str, weights: Mapping[int | str, float]) -> None:
         """Route ``model``'s traffic by weight: versions (ints) or :func:`model_target` keys."""
-        response = httpx.put(f"{self.url}/admin/traffic/{model}", timeout=_TIMEOUT_S, headers=self._headers(),
-                             json={"versions": {str(v): w for v, w in weights.items()}})
+        response = httpx.put(
+            f"{self.url}/admin/traffic/{model}",
+            timeout=_TIMEOUT_S,
+            headers=self._headers(),
+            json={"versions": {str(v): w for v, w in weights.items()}},
+        )
         response.raise_for_status()
 
     def outcomes(self, model: str) -> dict[str, tuple[int, int]]:
@@ -42,12 +46,19 @@ class GatewayTraffic:
 
         Failed means the target's fault (an error, a timeout, not served), never a client error.
         """
-        response = httpx.get(f"{self.url}/admin/traffic/{model}", timeout=_TIMEOUT_S, headers=self._headers())
+        response = httpx.get(
+            f"{self.url}/admin/traffic/{model}", timeout=_TIMEOUT_S, headers=self._headers()
+        )
         response.raise_for_status()
-        return {target: (int(c["answered"]), int(c["failed"])) for target, c in response.json()["outcomes"].items()}
+        return {
+            target: (int(c["answered"]), int(c["failed"]))
+            for target, c in response.json()["outcomes"].items()
+        }
 
     def clear(self, model: str) -> None:
         """Unpin ``model`` (Triton's version policy chooses again); unpinned already is fine."""
-        response = httpx.delete(f"{self.url}/admin/traffic/{model}", timeout=_TIMEOUT_S, headers=self._headers())
+        response = httpx.delete(
+            f"{self.url}/admin/traffic/{model}", timeout=_TIMEOUT_S, headers=self._headers()
+        )
         if response.status_code != 404:
             response.raise_for_status()

@@ -17,11 +17,26 @@ from loadtest.loadgen import run_load as run_spec
 __all__ = ["LoadResult", "run_load"]
 
 
-def run_load(url: str, model: str, inputs: Mapping[str, np.ndarray], *, version: str = "", concurrency: int = 8,
-             duration_s: float = 5.0, warmup_s: float = 0.0) -> LoadResult:
+def run_load(
+    url: str,
+    model: str,
+    inputs: Mapping[str, np.ndarray],
+    *,
+    version: str = "",
+    concurrency: int = 8,
+    duration_s: float = 5.0,
+    warmup_s: float = 0.0,
+) -> LoadResult:
     """Keep ``concurrency`` requests of ``inputs`` (one request, batch axis first) in flight for ``warmup_s``
     (not measured), then ``duration_s``."""
     request = {name: np.ascontiguousarray(array) for name, array in inputs.items()}
-    target = TritonTarget(url=url, model=model, model_version=version, inputs=(request,),
-                          name=f"{model} version {version or 'latest'}")
-    return run_spec(LoadSpec(target=target, concurrency=concurrency, duration_s=duration_s, warmup_s=warmup_s))
+    target = TritonTarget(
+        url=url,
+        model=model,
+        model_version=version,
+        inputs=(request,),
+        name=f"{model} version {version or 'latest'}",
+    )
+    return run_spec(
+        LoadSpec(target=target, concurrency=concurrency, duration_s=duration_s, warmup_s=warmup_s)
+    )

@@ -15,6 +15,7 @@ first one's version N+1 for debris.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from builders import repository as repo
@@ -46,8 +47,10 @@ def _spec(model: str, weights: Mapping[str, str] | None) -> ModelSpec:
     except BuildError as exc:  # an unknown model, a checkpoint that is not there
         raise PromotionError(str(exc)) from exc
     if not isinstance(spec, ModelSpec):
-        raise PromotionError(f"'{model}' is a pipeline ({spec.family}) with no reference to judge it against; "
-                             "promote the networks it calls, and rebuild it")
+        raise PromotionError(
+            f"'{model}' is a pipeline ({spec.family}) with no reference to judge it against; "
+            "promote the networks it calls, and rebuild it"
+        )
     return spec
 
 
@@ -62,7 +65,9 @@ def _candidate(candidate_repo: Path, model: str) -> tuple[Path, int, BuildReport
     entry = candidate_repo / model
     version = repo.latest_version(candidate_repo, model)
     if version is None or not (entry / "config.pbtxt").exists():
-        raise PromotionError(f"no built entry for '{model}' in candidate repository {candidate_repo}")
+        raise PromotionError(
+            f"no built entry for '{model}' in candidate repository {candidate_repo}"
+        )
     report_path = entry / str(version) / REPORT_NAME
     if not report_path.exists():
         raise PromotionError(f"candidate {entry / str(version)} has no {REPORT_NAME}")
@@ -101,9 +106,15 @@ def promote(
     sha = report.artifacts.get("model", {}).get("sha256", "")
     production = repo.latest_version(target.repository, model)
     if production is None:
-        raise PromotionError(f"'{model}' has no production version in {target.repository}; build it there first")
-    record = PromotionRecord(model=model, candidate=str(candidate_repo.resolve()), candidate_sha256=sha,
-                             production_version=production)
+        raise PromotionError(
+            f"'{model}' has no production version in {target.repository}; build it there first"
+        )
+    record = PromotionRecord(
+        model=model,
+        candidate=str(candidate_repo.resolve()),
+        candidate_sha256=sha,
+        production_version=production,
+    )
     for earlier in history(target.records_dir, model):
         if earlier.candidate_sha256 == sha:
             record.gates.update({k: v for k, v in earlier.gates.items() if v.get("passed")})
@@ -112,7 +123,8 @@ def promote(
     data = _evaluation(spec) if publish or set(wanted) - {"parity"} else None
     try:
         record.write(target.records_dir)
-        _run_gates(spec, entry, candidate_version, production, wanted, record, triton, target, data, policy, log)
+        run = _Run(record, triton, target, policy, production, data, log, observer)
+        _run_gates(run, spec, entry, candidate_version, wanted)
         missing = [g for g in ALL_GATES if not record.gates.get(g, {}).get("passed")]
         if any(not record.gates[g]["passed"] for g in wanted):
             failed = {g: record.gates[g]["reason"] for g in wanted if not record.gates[g]["passed"]}
@@ -126,21 +138,54 @@ def promote(
             stuck = []
             for earlier in recover(model, target, policy=policy, log=log, observer=observer):
                 done = earlier.decision != "rollback-incomplete"
-                record.step("recovered an earlier attempt", ok=done, started_at=earlier.started_at,
-                            decision=earlier.decision, version=earlier.new_version)
+                record.step(
+                    "recovered an earlier attempt",
+                    ok=done,
+                    started_at=earlier.started_at,
+                    decision=earlier.decision,
+                    version=earlier.new_version,
+                )
                 stuck += [] if done else [f"version {earlier.new_version} ({earlier.reason})"]
             if stuck:
                 # A rollout on top of a half-rolled-back one would pin and route around its leftovers.
-                record.finish("refused", "an earlier attempt is still not rolled back: " + "; ".join(stuck)
-                              + "; nothing was published")
+                record.finish(
+                    "refused",
+                    "an earlier attempt is still not rolled back: "
+                    + "; ".join(stuck)
+                    + "; nothing was published",
+                )
                 return _logged(record, log)
             production = repo.latest_version(target.repository, model) or production
             record.production_version = production
-            _roll_out(model, entry / str(candidate_version), report, production, record, triton, target, data,
-                      policy, log, observer)
+            _roll_out(run, model, entry / str(candidate_version), report)
     finally:
         record.write(target.records_dir)
     return _logged(record, log)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One promotion's context, shared by its gates and its rollout.
+
+    Attributes:
+        record: what is being written down.
+        triton: the production Triton's control API.
+        target: where production lives.
+        policy: thresholds and timings.
+        production: the production version.
+        data: the evaluation data (``None`` when no served gate runs and nothing is published).
+        log: progress lines.
+        observer: called with every rollout step once it is recorded.
+    """
+
+    record: PromotionRecord
+    triton: TritonControl
+    target: PromotionTarget
+    policy: PromotionPolicy
+    production: int
+    data: EvaluationData | None
+    log: Callable[[str], None]
+    observer: StepObserver | None
 
 
 def _logged(record: PromotionRecord, log: Callable[[str], None]) -> PromotionRecord:
@@ -148,9 +193,16 @@ def _logged(record: PromotionRecord, log: Callable[[str], None]) -> PromotionRec
     return record
 
 
-def _run_gates(spec: ModelSpec, entry: Path, version: int, production: int, wanted: list[str],
-               record: PromotionRecord, triton: TritonControl, target: PromotionTarget, data: EvaluationData | None,
-               policy: PromotionPolicy, log: Callable[[str], None]) -> None:
+def _run_gates(run: _Run, spec: ModelSpec, entry: Path, version: int, wanted: list[str]) -> None:
+    record, triton, target, data, policy, log = (
+        run.record,
+        run.triton,
+        run.target,
+        run.data,
+        run.policy,
+        run.log,
+    )
+    production = run.production
     model = spec.name
     if "parity" in wanted:
         _keep(record, parity_gate(spec, entry, version), log)
@@ -164,9 +216,19 @@ def _run_gates(spec: ModelSpec, entry: Path, version: int, production: int, want
     try:
         prod, cand = (model, str(production)), (candidate_name, "1")
         if "accuracy" in served:
-            _keep(record, _guarded("accuracy", lambda: accuracy_gate(target.triton_url, prod, cand, data)), log)
+            _keep(
+                record,
+                _guarded("accuracy", lambda: accuracy_gate(target.triton_url, prod, cand, data)),
+                log,
+            )
         if "latency" in served:
-            _keep(record, _guarded("latency", lambda: latency_gate(target.triton_url, prod, cand, data, policy)), log)
+            _keep(
+                record,
+                _guarded(
+                    "latency", lambda: latency_gate(target.triton_url, prod, cand, data, policy)
+                ),
+                log,
+            )
     finally:
         triton.unload(candidate_name)
         record.step("candidate unloaded")
@@ -186,12 +248,23 @@ def _keep(record: PromotionRecord, result: GateResult, log: Callable[[str], None
     log(f"gate {result.name}: {'passed' if result.passed else 'FAILED ' + result.reason}")
 
 
-def _roll_out(model: str, candidate_dir: Path, report: BuildReport, production: int, record: PromotionRecord,
-              triton: TritonControl, target: PromotionTarget, data: EvaluationData, policy: PromotionPolicy,
-              log: Callable[[str], None], observer: StepObserver | None) -> None:
+def _roll_out(run: _Run, model: str, candidate_dir: Path, report: BuildReport) -> None:
+    record, triton, target, policy, log = run.record, run.triton, run.target, run.policy, run.log
+    production, data, observer = run.production, run.data, run.observer
+    assert data is not None
     record.new_version = production + 1
-    rollout = Rollout(model, production, production + 1, target, triton, record, policy,
-                      find_dependents(target.repository, model, triton), log, observer)
+    rollout = Rollout(
+        model,
+        production,
+        production + 1,
+        target,
+        triton,
+        record,
+        policy,
+        find_dependents(target.repository, model, triton),
+        log,
+        observer,
+    )
     try:
         rollout.pin_production()
         rollout.publish(candidate_dir, report)
@@ -205,7 +278,9 @@ def _roll_out(model: str, candidate_dir: Path, report: BuildReport, production: 
         log(f"{model}: rolling back: {cause}")
         failed = rollout.rollback()
         if failed:
-            record.finish("rollback-incomplete", f"{cause}; rollback steps that failed: {', '.join(failed)}")
+            record.finish(
+                "rollback-incomplete", f"{cause}; rollback steps that failed: {', '.join(failed)}"
+            )
         else:
             record.finish("rolled-back", cause)
         return
@@ -213,8 +288,14 @@ def _roll_out(model: str, candidate_dir: Path, report: BuildReport, production: 
     record.finish("promoted", f"clean-up steps that failed: {', '.join(failed)}" if failed else "")
 
 
-def recover(model: str, target: PromotionTarget, *, policy: PromotionPolicy | None = None,
-            log: Callable[[str], None] = print, observer: StepObserver | None = None) -> list[PromotionRecord]:
+def recover(
+    model: str,
+    target: PromotionTarget,
+    *,
+    policy: PromotionPolicy | None = None,
+    log: Callable[[str], None] = print,
+    observer: StepObserver | None = None,
+) -> list[PromotionRecord]:
     """Finish what earlier attempts on ``model`` left: roll back every version still marked unfinished
     (in the repository, or named by a record that is ``pending`` or ``rollback-incomplete``), and
     retire the old version behind one that was committed by a promoter that died before retiring it.
@@ -225,7 +306,9 @@ def recover(model: str, target: PromotionTarget, *, policy: PromotionPolicy | No
     policy = policy or PromotionPolicy()
     triton = TritonControl(target.triton_url)
     finished = repo.versions(target.repository, model)
-    stale: dict[int, PromotionRecord | None] = {v: None for v in repo.unfinished_versions(target.repository, model)}
+    stale: dict[int, PromotionRecord | None] = {
+        v: None for v in repo.unfinished_versions(target.repository, model)
+    }
     committed: list[PromotionRecord] = []
     for earlier in history(target.records_dir, model):
         if earlier.decision not in _UNFINISHED or earlier.new_version is None:
@@ -239,29 +322,52 @@ def recover(model: str, target: PromotionTarget, *, policy: PromotionPolicy | No
     dependents = find_dependents(target.repository, model, triton) if stale or committed else []
     for version, left in sorted(stale.items()):
         below = [v for v in finished if v < version]
-        record = left or PromotionRecord(model=model, candidate="(unknown: found unfinished in the repository)",
-                                            candidate_sha256="", production_version=below[-1] if below else None,
-                                            new_version=version)
+        record = left or PromotionRecord(
+            model=model,
+            candidate="(unknown: found unfinished in the repository)",
+            candidate_sha256="",
+            production_version=below[-1] if below else None,
+            new_version=version,
+        )
         if not below:
             log(f"{model}: version {version} is unfinished and nothing is older; removing it")
             repo.discard_unfinished(target.repository, [model])
             continue
         log(f"{model}: finishing the rollback of version {version} left by an earlier attempt")
-        rollout = Rollout(model, below[-1], version, target, triton, record, policy, dependents, log, observer)
+        rollout = Rollout(
+            model, below[-1], version, target, triton, record, policy, dependents, log, observer
+        )
         rollout.touch_everything()
         failed = rollout.rollback()
-        reason = "rolled back by a later promotion" + (f"; rollback steps that failed: {', '.join(failed)}" if failed else "")
+        reason = "rolled back by a later promotion" + (
+            f"; rollback steps that failed: {', '.join(failed)}" if failed else ""
+        )
         record.finish("rollback-incomplete" if failed else "rolled-back", reason)
         record.write(target.records_dir)
         done.append(record)
     for earlier in committed:
-        log(f"{model}: retiring version {earlier.production_version} behind version {earlier.new_version}")
+        log(
+            f"{model}: retiring version {earlier.production_version} behind version {earlier.new_version}"
+        )
         assert earlier.production_version is not None and earlier.new_version is not None
-        rollout = Rollout(model, earlier.production_version, earlier.new_version, target, triton, earlier, policy,
-                          dependents, log, observer)
+        rollout = Rollout(
+            model,
+            earlier.production_version,
+            earlier.new_version,
+            target,
+            triton,
+            earlier,
+            policy,
+            dependents,
+            log,
+            observer,
+        )
         failed = rollout.retire()
-        earlier.finish("promoted", "retired by a later promotion"
-                       + (f"; clean-up steps that failed: {', '.join(failed)}" if failed else ""))
+        earlier.finish(
+            "promoted",
+            "retired by a later promotion"
+            + (f"; clean-up steps that failed: {', '.join(failed)}" if failed else ""),
+        )
         earlier.write(target.records_dir)
         done.append(earlier)
     return done

@@ -83,18 +83,32 @@ def history(records_dir: Path, model: str | None = None) -> list[PromotionRecord
     """Every record, oldest first, optionally for one model."""
     if not records_dir.exists():
         return []
-    records = [PromotionRecord(**json.loads(p.read_text(encoding="utf-8"))) for p in sorted(records_dir.glob("*.json"))]
+    records = [
+        PromotionRecord(**json.loads(p.read_text(encoding="utf-8")))
+        for p in sorted(records_dir.glob("*.json"))
+    ]
     records = [r for r in records if model is None or r.model == model]
     return sorted(records, key=lambda r: r.started_at)
 
 
 def history_table(records: list[PromotionRecord]) -> Table:
     """One row per promotion attempt: versions, decision, each gate's result and the reason."""
-    table = Table("Promotion history", ("started", "model", "from", "to", "decision", "gates", "reason"))
+    table = Table(
+        "Promotion history", ("started", "model", "from", "to", "decision", "gates", "reason")
+    )
     for r in records:
-        gates = " ".join(f"{name}:{'ok' if g.get('passed') else 'FAIL'}" for name, g in r.gates.items())
-        table.add_row(r.started_at, r.model, str(r.production_version or "-"), str(r.new_version or "-"),
-                      r.decision, gates, r.reason)
+        gates = " ".join(
+            f"{name}:{'ok' if g.get('passed') else 'FAIL'}" for name, g in r.gates.items()
+        )
+        table.add_row(
+            r.started_at,
+            r.model,
+            str(r.production_version or "-"),
+            str(r.new_version or "-"),
+            r.decision,
+            gates,
+            r.reason,
+        )
     return table
 
 

@@ -90,7 +90,9 @@ class Rollout:
             action()
         except Exception as exc:
             self.log(f"{self.model}: {name}: FAILED ({type(exc).__name__}: {exc})")
-            self._saved(self.record.step(name, ok=False, error=f"{type(exc).__name__}: {exc}", **details))
+            self._saved(
+                self.record.step(name, ok=False, error=f"{type(exc).__name__}: {exc}", **details)
+            )
             return False
         self._saved(self.record.step(name, ok=True, **details))
         return True
@@ -100,7 +102,9 @@ class Rollout:
         try:
             action()
         except Exception as exc:
-            self._saved(self.record.step(name, ok=False, error=f"{type(exc).__name__}: {exc}", **details))
+            self._saved(
+                self.record.step(name, ok=False, error=f"{type(exc).__name__}: {exc}", **details)
+            )
             raise
         self._saved(self.record.step(name, ok=True, **details))
 
@@ -115,17 +119,26 @@ class Rollout:
         self.touched |= {"gateway", "triton"}
         if self.gateway is not None:
             gateway = self.gateway
-            self._must("gateway: traffic pinned to N", lambda: gateway.split(self.model, {self.production: 1.0}),
-                       version=self.production)
+            self._must(
+                "gateway: traffic pinned to N",
+                lambda: gateway.split(self.model, {self.production: 1.0}),
+                version=self.production,
+            )
         for dependent in self.dependents:
             config = dependent.pinned(self.model, self.production)
-            self._must(f"ensemble {dependent.name} pinned to N", partial(self.triton.load_config, config),
-                       version=self.production)
+            self._must(
+                f"ensemble {dependent.name} pinned to N",
+                partial(self.triton.load_config, config),
+                version=self.production,
+            )
 
     def publish(self, candidate_dir: Path, report: BuildReport) -> None:
         """Copy the candidate's version folder (every file, sub-folders too) as N+1, marked unfinished."""
-        files = {str(p.relative_to(candidate_dir)): p for p in sorted(candidate_dir.rglob("*"))
-                 if p.is_file() and p.name not in (REPORT_NAME, repo.UNFINISHED)}
+        files = {
+            str(p.relative_to(candidate_dir)): p
+            for p in sorted(candidate_dir.rglob("*"))
+            if p.is_file() and p.name not in (REPORT_NAME, repo.UNFINISHED)
+        }
         config = read_config(self.target.repository / self.model / "config.pbtxt")
         report.version = self.new
 
@@ -137,32 +150,53 @@ class Rollout:
         self._must("published unfinished", write, version=self.new, files=sorted(files))
 
     def load_side_by_side(self) -> None:
-        self._must("loaded side by side", lambda: self.triton.serve_versions(
-            self.target.repository, self.model, [self.production, self.new]), versions=[self.production, self.new])
+        self._must(
+            "loaded side by side",
+            lambda: self.triton.serve_versions(
+                self.target.repository, self.model, [self.production, self.new]
+            ),
+            versions=[self.production, self.new],
+        )
 
     def smoke_test(self, data: EvaluationData) -> None:
         """N+1, loaded under the production name, must pass the family's evaluation against N."""
         url = self.target.triton_url
         try:
-            outcome = compare(data, infer_batch(url, self.model, str(self.production), data),
-                              infer_batch(url, self.model, str(self.new), data))
+            outcome = compare(
+                data,
+                infer_batch(url, self.model, str(self.production), data),
+                infer_batch(url, self.model, str(self.new), data),
+            )
         except Exception as exc:
-            self._saved(self.record.step("smoke test", ok=False, error=f"{type(exc).__name__}: {exc}"))
+            self._saved(
+                self.record.step("smoke test", ok=False, error=f"{type(exc).__name__}: {exc}")
+            )
             raise RolloutFailed(f"smoke test: version {self.new} did not answer: {exc}") from exc
-        self._saved(self.record.step("smoke test", ok=outcome.passed, error=outcome.reason or None, **outcome.figures))
+        self._saved(
+            self.record.step(
+                "smoke test", ok=outcome.passed, error=outcome.reason or None, **outcome.figures
+            )
+        )
         if not outcome.passed:
             raise RolloutFailed(f"smoke test: {outcome.reason}")
 
     def canary(self) -> None:
         """A share of the model's traffic, and of each ensemble's, on N+1, watched in Triton's statistics."""
         if self.gateway is None:
-            self._saved(self.record.step("canary skipped", ok=True, reason="no gateway to route a share of traffic"))
+            self._saved(
+                self.record.step(
+                    "canary skipped", ok=True, reason="no gateway to route a share of traffic"
+                )
+            )
             return
         gateway, share, new = self.gateway, self.policy.canary_share, self.new
         for dependent in self.dependents:
             config, files = dependent.canary(self.model, new)
-            self._must(f"canary copy {dependent.canary_name} loaded", partial(self.triton.load_files, config, files),
-                       version=new)
+            self._must(
+                f"canary copy {dependent.canary_name} loaded",
+                partial(self.triton.load_files, config, files),
+                version=new,
+            )
         routes = {self.model: (str(self.production), str(new))}
         routes |= {d.name: (str(d.version), model_target(d.canary_name)) for d in self.dependents}
 
@@ -170,14 +204,24 @@ class Rollout:
             for model, (production, canary) in routes.items():
                 gateway.split(model, {production: 1 - share, canary: share})
 
-        self._must("canary", route, share=share, seconds=self.policy.canary_duration_s,
-                   ensembles=[d.name for d in self.dependents])
+        self._must(
+            "canary",
+            route,
+            share=share,
+            seconds=self.policy.canary_duration_s,
+            ensembles=[d.name for d in self.dependents],
+        )
         watch = _CanaryWatch(gateway, routes)
-        self.log(f"{self.model}: canary: {share:.0%} of traffic on version {new} (and through "
-                 f"{len(self.dependents)} ensemble copies) for at least {self.policy.canary_duration_s:g} s")
+        self.log(
+            f"{self.model}: canary: {share:.0%} of traffic on version {new} (and through "
+            f"{len(self.dependents)} ensemble copies) for at least {self.policy.canary_duration_s:g} s"
+        )
         verdict = watch.wait(self.policy)
-        self._saved(self.record.step("canary watched", ok=verdict.passed, error=verdict.reason or None,
-                                     **verdict.figures))
+        self._saved(
+            self.record.step(
+                "canary watched", ok=verdict.passed, error=verdict.reason or None, **verdict.figures
+            )
+        )
         if not verdict.passed:
             raise RolloutFailed(f"canary: {verdict.reason}")
 
@@ -185,27 +229,51 @@ class Rollout:
         """All traffic to N+1: the model's weights, then each ensemble (pinned to N+1, its canary share back)."""
         gateway = self.gateway
         if gateway is not None:
-            self._must("gateway: traffic on N+1", lambda: gateway.split(self.model, {self.new: 1.0}), version=self.new)
+            self._must(
+                "gateway: traffic on N+1",
+                lambda: gateway.split(self.model, {self.new: 1.0}),
+                version=self.new,
+            )
         for dependent in self.dependents:
             config = dependent.pinned(self.model, self.new)
-            self._must(f"ensemble {dependent.name} pinned to N+1", partial(self.triton.load_config, config),
-                       version=self.new)
+            self._must(
+                f"ensemble {dependent.name} pinned to N+1",
+                partial(self.triton.load_config, config),
+                version=self.new,
+            )
             if gateway is not None:
-                self._must(f"gateway: {dependent.name} unpinned", partial(gateway.clear, dependent.name))
+                self._must(
+                    f"gateway: {dependent.name} unpinned", partial(gateway.clear, dependent.name)
+                )
 
     def commit(self) -> None:
-        self._must("committed", lambda: repo.mark_finished(self.target.repository, self.model, self.new),
-                   version=self.new)
+        self._must(
+            "committed",
+            lambda: repo.mark_finished(self.target.repository, self.model, self.new),
+            version=self.new,
+        )
 
     def retire(self) -> list[str]:
         """Clean-up after the commit: N and the canary copies unloaded, ensembles back to their
         repository configuration, weights cleared. Returns the steps that failed."""
         self._settle()
         steps: list[tuple[str, Callable[[], Any]]] = [
-            (f"canary copy {d.canary_name} unloaded", partial(self._unload, d.canary_name)) for d in self.dependents]
-        steps.append(("N unloaded", lambda: self.triton.serve_versions(self.target.repository, self.model, [self.new])))
-        steps += [(f"ensemble {d.name} back to its repository configuration",
-                   partial(self.triton.load_config, d.config)) for d in self.dependents]
+            (f"canary copy {d.canary_name} unloaded", partial(self._unload, d.canary_name))
+            for d in self.dependents
+        ]
+        steps.append(
+            (
+                "N unloaded",
+                lambda: self.triton.serve_versions(self.target.repository, self.model, [self.new]),
+            )
+        )
+        steps += [
+            (
+                f"ensemble {d.name} back to its repository configuration",
+                partial(self.triton.load_config, d.config),
+            )
+            for d in self.dependents
+        ]
         if self.gateway is not None:
             gateway = self.gateway
             steps.append(("gateway weights cleared", lambda: gateway.clear(self.model)))
@@ -219,16 +287,36 @@ class Rollout:
         steps: list[tuple[str, Callable[[], Any]]] = []
         gateway = self.gateway if "gateway" in self.touched else None
         if gateway is not None:
-            steps.append(("gateway traffic back on N", lambda: gateway.split(self.model, {self.production: 1.0})))
-            steps += [(f"gateway: {d.name} unpinned", partial(gateway.clear, d.name)) for d in self.dependents]
+            steps.append(
+                (
+                    "gateway traffic back on N",
+                    lambda: gateway.split(self.model, {self.production: 1.0}),
+                )
+            )
+            steps += [
+                (f"gateway: {d.name} unpinned", partial(gateway.clear, d.name))
+                for d in self.dependents
+            ]
             steps.append(("weights settled", self._settle))
         if "triton" in self.touched:
             for d in self.dependents:
-                steps.append((f"ensemble {d.name} pinned to N",
-                              partial(self.triton.load_config, d.pinned(self.model, self.production))))
-                steps.append((f"canary copy {d.canary_name} unloaded", partial(self._unload, d.canary_name)))
-            steps.append(("N+1 unloaded", lambda: self.triton.serve_versions(
-                self.target.repository, self.model, [self.production])))
+                steps.append(
+                    (
+                        f"ensemble {d.name} pinned to N",
+                        partial(self.triton.load_config, d.pinned(self.model, self.production)),
+                    )
+                )
+                steps.append(
+                    (f"canary copy {d.canary_name} unloaded", partial(self._unload, d.canary_name))
+                )
+            steps.append(
+                (
+                    "N+1 unloaded",
+                    lambda: self.triton.serve_versions(
+                        self.target.repository, self.model, [self.production]
+                    ),
+                )
+            )
         if "repository" in self.touched:
             steps.append(("N+1 removed from the repository", self._remove_new))
         if gateway is not None:
@@ -259,7 +347,7 @@ class _Verdict:
 class _CanaryWatch:
     """What the gateway routed to production and to the canary, per model, from when the watch was made.
 
-    The gateway counts each routed request's outcome (see ``gateway.traffic``); Triton's own
+    The gateway counts each routed request's outcome (see ``gateway.tenancy.traffic``); Triton's own
     statistics cannot serve here, since its Python-based backends report a request they answered
     with an error as a success.
     """
@@ -283,7 +371,10 @@ class _CanaryWatch:
 
     def _since(self) -> dict[str, tuple[int, int]]:
         now = self._counts()
-        return {side: (now[side][0] - self.start[side][0], now[side][1] - self.start[side][1]) for side in now}
+        return {
+            side: (now[side][0] - self.start[side][0], now[side][1] - self.start[side][1])
+            for side in now
+        }
 
     def wait(self, policy: PromotionPolicy) -> _Verdict:
         """Wait for the canary's duration and its minimum of requests (at most ``canary_timeout_s``),
@@ -293,20 +384,35 @@ class _CanaryWatch:
             since = self._since()
             total = sum(since["canary"])
             if elapsed >= policy.canary_timeout_s or (
-                    elapsed >= policy.canary_duration_s and total >= policy.min_canary_requests):
+                elapsed >= policy.canary_duration_s and total >= policy.min_canary_requests
+            ):
                 break
             time.sleep(_POLL_S)
         failed, (prod_answered, prod_failed) = since["canary"][1], since["production"]
         prod_total = prod_answered + prod_failed
         rate = failed / total if total else 0.0
         prod_rate = prod_failed / prod_total if prod_total else 0.0
-        figures = {"seconds": round(elapsed, 2), "canary_requests": total, "canary_failed": failed,
-                   "canary_error_rate": rate, "production_requests": prod_total, "production_failed": prod_failed,
-                   "production_error_rate": prod_rate}
+        figures = {
+            "seconds": round(elapsed, 2),
+            "canary_requests": total,
+            "canary_failed": failed,
+            "canary_error_rate": rate,
+            "production_requests": prod_total,
+            "production_failed": prod_failed,
+            "production_error_rate": prod_rate,
+        }
         if total < policy.min_canary_requests:
-            return _Verdict(False, f"the canary saw {total} requests in {elapsed:.0f} s; it needs "
-                                   f"{policy.min_canary_requests}", figures)
+            return _Verdict(
+                False,
+                f"the canary saw {total} requests in {elapsed:.0f} s; it needs "
+                f"{policy.min_canary_requests}",
+                figures,
+            )
         if rate > prod_rate + policy.max_canary_error_rate:
-            return _Verdict(False, f"{failed} of {total} canary requests failed (error rate {rate:.3f}; production "
-                                   f"{prod_rate:.3f}, allowed {policy.max_canary_error_rate:.3f} more)", figures)
+            return _Verdict(
+                False,
+                f"{failed} of {total} canary requests failed (error rate {rate:.3f}; production "
+                f"{prod_rate:.3f}, allowed {policy.max_canary_error_rate:.3f} more)",
+                figures,
+            )
         return _Verdict(True, "", figures)

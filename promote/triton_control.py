@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import tritonclient.http as http
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from builders.triton_config import read_config
+from serving.triton_clients import triton_client
 
 __all__ = ["TritonControl"]
 
@@ -18,9 +18,11 @@ class TritonControl:
     """Explicit model control on one Triton server (HTTP ``host:port``)."""
 
     def __init__(self, url: str) -> None:
-        self.client = http.InferenceServerClient(url, network_timeout=300, connection_timeout=10)
+        self.client = triton_client(url, network_timeout=300, connection_timeout=10)
 
-    def _load(self, name: str, config: mc.ModelConfig, files: dict[str, bytes] | None = None) -> None:
+    def _load(
+        self, name: str, config: mc.ModelConfig, files: dict[str, bytes] | None = None
+    ) -> None:
         payload = json.dumps(json_format.MessageToDict(config, preserving_proto_field_name=True))
         self.client.load_model(name, config=payload, files=files)
 
@@ -39,17 +41,22 @@ class TritonControl:
     def serve_versions(self, repository: Path, name: str, versions: list[int]) -> None:
         """(Re)load ``name`` serving exactly ``versions``; versions already loaded keep serving."""
         config = read_config(repository / name / "config.pbtxt")
-        config.version_policy.CopyFrom(mc.ModelVersionPolicy(specific=mc.ModelVersionPolicy.Specific(versions=versions)))
+        config.version_policy.CopyFrom(
+            mc.ModelVersionPolicy(specific=mc.ModelVersionPolicy.Specific(versions=versions))
+        )
         self._load(name, config)
 
     def load_candidate(self, candidate_entry: Path, version: int, as_name: str) -> None:
         """Load a candidate entry that is not in the served repository, under a temporary name."""
         config = read_config(candidate_entry / "config.pbtxt")
         config.name = as_name
-        config.version_policy.CopyFrom(mc.ModelVersionPolicy(latest=mc.ModelVersionPolicy.Latest(num_versions=1)))
+        config.version_policy.CopyFrom(
+            mc.ModelVersionPolicy(latest=mc.ModelVersionPolicy.Latest(num_versions=1))
+        )
         files = {
             f"file:1/{path.relative_to(candidate_entry / str(version))}": path.read_bytes()
-            for path in (candidate_entry / str(version)).rglob("*") if path.is_file()
+            for path in (candidate_entry / str(version)).rglob("*")
+            if path.is_file()
         }
         self._load(as_name, config, files)
 
@@ -58,4 +65,8 @@ class TritonControl:
 
     def ready_versions(self, name: str) -> list[int]:
         index = self.client.get_model_repository_index()
-        return sorted(int(m["version"]) for m in index if m["name"] == name and m.get("state") == "READY" and m.get("version"))
+        return sorted(
+            int(m["version"])
+            for m in index
+            if m["name"] == name and m.get("state") == "READY" and m.get("version")
+        )

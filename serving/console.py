@@ -100,8 +100,12 @@ def json_document(command: str, results: Sequence[Mapping[str, Any]], **extra: A
     Returns:
         Indented JSON text.
     """
-    return json.dumps({"schema": JSON_SCHEMA, "command": command, "results": list(results), **extra},
-                      indent=2, sort_keys=True, default=str)
+    return json.dumps(
+        {"schema": JSON_SCHEMA, "command": command, "results": list(results), **extra},
+        indent=2,
+        sort_keys=True,
+        default=str,
+    )
 
 
 @dataclass
@@ -145,12 +149,20 @@ class Table:
             widths[widest] = max(12, widths[widest] - (sum(widths) + gaps - max_width))
 
         def lines(cells: Sequence[str]) -> list[str]:
-            folded = [textwrap.wrap(cell, width, break_long_words=True, break_on_hyphens=False) or [""]
-                      if len(cell) > width else [cell] for cell, width in zip(cells, widths, strict=True)]
+            folded = [
+                textwrap.wrap(cell, width, break_long_words=True, break_on_hyphens=False) or [""]
+                if len(cell) > width
+                else [cell]
+                for cell, width in zip(cells, widths, strict=True)
+            ]
             depth = max(len(parts) for parts in folded)
-            return ["  ".join((parts[i] if i < len(parts) else "").ljust(width)
-                              for parts, width in zip(folded, widths, strict=True)).rstrip()
-                    for i in range(depth)]
+            return [
+                "  ".join(
+                    (parts[i] if i < len(parts) else "").ljust(width)
+                    for parts, width in zip(folded, widths, strict=True)
+                ).rstrip()
+                for i in range(depth)
+            ]
 
         out = [self.title] if self.title else []
         out += lines(self.columns) + lines(["-" * w for w in widths])
@@ -204,8 +216,14 @@ class LogProgress:
         self._log(task)
         return task
 
-    def update(self, task: TaskID, *, description: str | None = None, advance: float | None = None,
-               **_: Any) -> None:
+    def update(
+        self,
+        task: TaskID,
+        *,
+        description: str | None = None,
+        advance: float | None = None,
+        **_: Any,
+    ) -> None:
         state = self._tasks[task]
         if advance:
             state["completed"] += advance
@@ -220,7 +238,9 @@ class LogProgress:
         state = self._tasks[task]
         count = f"[{state['completed']:g}/{state['total']:g}] " if state["total"] else ""
         elapsed = time.monotonic() - self._started
-        self.console.print(f"{count}{state['description']} ({elapsed:.1f}s)", markup=False, highlight=False)
+        self.console.print(
+            f"{count}{state['description']} ({elapsed:.1f}s)", markup=False, highlight=False
+        )
 
 
 @contextmanager

@@ -31,9 +31,21 @@ import torch
 import torch.nn.functional as F
 
 try:  # beside a Triton model: the copy of the shared module that the build hashed
-    from image_preprocessing import DecodeLimits, ImageError, Preprocessing, check_size, resized_size
+    from image_preprocessing import (
+        DecodeLimits,
+        ImageError,
+        Preprocessing,
+        check_size,
+        resized_size,
+    )
 except ImportError:  # imported from the source tree
-    from serving.image_preprocessing import DecodeLimits, ImageError, Preprocessing, check_size, resized_size
+    from serving.image_preprocessing import (
+        DecodeLimits,
+        ImageError,
+        Preprocessing,
+        check_size,
+        resized_size,
+    )
 
 __all__ = [
     "DEFAULT_CHUNK",
@@ -108,7 +120,9 @@ def _jpeg_header(data: memoryview) -> ImageHeader:
     raise ImageError("corrupt JPEG: no frame header")
 
 
-def read_header(data: memoryview, p: Preprocessing, limits: DecodeLimits = _DEFAULT_LIMITS) -> ImageHeader:
+def read_header(
+    data: memoryview, p: Preprocessing, limits: DecodeLimits = _DEFAULT_LIMITS
+) -> ImageHeader:
     """Format and size from the header alone; :class:`ImageError` for anything not to decode."""
     if len(data) >= 4 and data[0] == 0xFF and data[1] == 0xD8 and data[2] == 0xFF:
         header = _jpeg_header(data)
@@ -156,7 +170,9 @@ def _nvjpeg() -> object | None:
     return torchvision.io
 
 
-def decode(encoded: Sequence[torch.Tensor], headers: Sequence[ImageHeader], device: torch.device) -> DecodedImages:
+def decode(
+    encoded: Sequence[torch.Tensor], headers: Sequence[ImageHeader], device: torch.device
+) -> DecodedImages:
     """Decode host uint8 tensors (each one encoded image; trailing padding after the image's end
     is ignored, as every decoder does) to ``[3, H, W]`` uint8 tensors on ``device``."""
     out = DecodedImages([None] * len(encoded), [None] * len(encoded))
@@ -165,19 +181,30 @@ def decode(encoded: Sequence[torch.Tensor], headers: Sequence[ImageHeader], devi
     start = 0
     while start < len(on_gpu):  # slices of at most MAX_BATCH_PIXELS decoded pixels
         stop, pixels = start, 0
-        while stop < len(on_gpu) and (stop == start or pixels + headers[on_gpu[stop]].width * headers[on_gpu[stop]].height <= MAX_BATCH_PIXELS):
+        while stop < len(on_gpu) and (
+            stop == start
+            or pixels + headers[on_gpu[stop]].width * headers[on_gpu[stop]].height
+            <= MAX_BATCH_PIXELS
+        ):
             pixels += headers[on_gpu[stop]].width * headers[on_gpu[stop]].height
             stop += 1
         chunk = on_gpu[start:stop]
         try:
-            decoded = tvio.decode_jpeg([encoded[i] for i in chunk], mode=tvio.ImageReadMode.RGB,  # type: ignore[attr-defined]
-                                       device=device)
+            decoded = tvio.decode_jpeg(  # type: ignore[attr-defined]
+                [encoded[i] for i in chunk],
+                mode=tvio.ImageReadMode.RGB,  # type: ignore[attr-defined]
+                device=device,
+            )
             for i, image in zip(chunk, decoded, strict=True):
                 out.images[i] = image
         except Exception:  # one bad file fails the batch call: find it by decoding alone
             for i in chunk:
                 try:
-                    out.images[i] = tvio.decode_jpeg(encoded[i], mode=tvio.ImageReadMode.RGB, device=device)  # type: ignore[attr-defined]
+                    out.images[i] = tvio.decode_jpeg(  # type: ignore[attr-defined]
+                        encoded[i],
+                        mode=tvio.ImageReadMode.RGB,  # type: ignore[attr-defined]
+                        device=device,
+                    )
                 except Exception:
                     pass  # left to the CPU below, which says what is wrong with it
         start = stop
@@ -193,7 +220,9 @@ def decode(encoded: Sequence[torch.Tensor], headers: Sequence[ImageHeader], devi
     return out
 
 
-def _on_device(values: Sequence[float] | Sequence[int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+def _on_device(
+    values: Sequence[float] | Sequence[int], dtype: torch.dtype, device: torch.device
+) -> torch.Tensor:
     """A small constant on ``device`` without stalling the host: ``torch.tensor(..., device="cuda")``
     copies from pageable memory and waits for the stream, which would serialise the host with the
     GPU once per call; from pinned memory the copy is queued like a kernel."""
@@ -201,8 +230,13 @@ def _on_device(values: Sequence[float] | Sequence[int], dtype: torch.dtype, devi
     return host.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else host
 
 
-def decode_chunks(encoded: Sequence[torch.Tensor], headers: Sequence[ImageHeader], device: torch.device, chunk: int,
-                  skip: Callable[[int], bool] = lambda i: False) -> Iterator[tuple[list[int], DecodedImages]]:
+def decode_chunks(
+    encoded: Sequence[torch.Tensor],
+    headers: Sequence[ImageHeader],
+    device: torch.device,
+    chunk: int,
+    skip: Callable[[int], bool] = lambda i: False,
+) -> Iterator[tuple[list[int], DecodedImages]]:
     """:func:`decode` in chunks of ``chunk`` images: yields each chunk's image indices (those not
     ``skip``-ped at the time) and their decoded images. nvJPEG blocks the host until its chunk is
     decoded, so whatever the caller queued on the GPU between two chunks runs meanwhile: the
@@ -233,20 +267,28 @@ def preprocess_into(images: Sequence[torch.Tensor], out: torch.Tensor, p: Prepro
         # filter's weights are positive and sum to one, so the result stays within 0..255 but for
         # float error, which the rounding absorbs.)
         if new_w != width:
-            batch = F.interpolate(batch, size=(height, new_w), mode="bilinear", antialias=True, align_corners=False)
+            batch = F.interpolate(
+                batch, size=(height, new_w), mode="bilinear", antialias=True, align_corners=False
+            )
             batch = batch.add_(0.5).floor_()
         if new_h != height:
-            batch = F.interpolate(batch, size=(new_h, new_w), mode="bilinear", antialias=True, align_corners=False)
+            batch = F.interpolate(
+                batch, size=(new_h, new_w), mode="bilinear", antialias=True, align_corners=False
+            )
             batch = batch.add_(0.5).floor_()
         top, left = (new_h - p.size) // 2, (new_w - p.size) // 2
-        batch = batch[:, :, top:top + p.size, left:left + p.size]
+        batch = batch[:, :, top : top + p.size, left : left + p.size]
         if members[-1] - members[0] + 1 == len(members):  # consecutive rows: a plain copy
-            out[members[0]:members[-1] + 1].copy_(batch)
+            out[members[0] : members[-1] + 1].copy_(batch)
         else:
             out.index_copy_(0, _on_device(members, torch.long, out.device), batch.to(out.dtype))
     # (x / 255 - mean) / std as one multiply-add over every row, computed in FP32 (PyTorch's
     # arithmetic type for FP16) and rounded once into ``out``.
-    scale = _on_device([1.0 / (255.0 * s) for s in p.std], torch.float32, out.device).view(1, 3, 1, 1)
-    shift = _on_device([-m / s for m, s in zip(p.mean, p.std, strict=True)], torch.float32, out.device).view(1, 3, 1, 1)
-    rows = out[:len(images)]
+    scale = _on_device([1.0 / (255.0 * s) for s in p.std], torch.float32, out.device).view(
+        1, 3, 1, 1
+    )
+    shift = _on_device(
+        [-m / s for m, s in zip(p.mean, p.std, strict=True)], torch.float32, out.device
+    ).view(1, 3, 1, 1)
+    rows = out[: len(images)]
     torch.addcmul(shift, rows, scale, out=rows)

@@ -84,7 +84,9 @@ class TopK:
         k: classes kept per image.
     """
 
-    def __init__(self, classifier: Callable[[torch.Tensor], Sequence[torch.Tensor]], k: int = 5) -> None:
+    def __init__(
+        self, classifier: Callable[[torch.Tensor], Sequence[torch.Tensor]], k: int = 5
+    ) -> None:
         self.classifier, self.k = classifier, k
 
     def __call__(self, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -155,28 +157,50 @@ class OverlappedPipeline:
         timing: record CUDA events around the resize and the model (``steps_ms``).
     """
 
-    def __init__(self, forward: Callable[[torch.Tensor], Sequence[torch.Tensor]], p: Preprocessing, device: torch.device,
-                 batch_sizes: Sequence[int], dtype: torch.dtype = torch.float16, cuda_graphs: bool = True,
-                 limits: DecodeLimits | None = None, timing: bool = False) -> None:
+    def __init__(
+        self,
+        forward: Callable[[torch.Tensor], Sequence[torch.Tensor]],
+        p: Preprocessing,
+        device: torch.device,
+        batch_sizes: Sequence[int],
+        dtype: torch.dtype = torch.float16,
+        cuda_graphs: bool = True,
+        limits: DecodeLimits | None = None,
+        timing: bool = False,
+    ) -> None:
         self.cuda = device.type == "cuda"
         if self.cuda and device.index is None:  # the decode thread sets it: name the index
             device = torch.device("cuda", torch.cuda.current_device())
         self.p, self.device, self.limits = p, device, limits or DecodeLimits()
         self.timing = timing and self.cuda
-        self.runner = BatchRunner(forward, [InputSpec((3, p.size, p.size), dtype)], device, batch_sizes,
-                                  cuda_graphs=cuda_graphs)
+        self.runner = BatchRunner(
+            forward,
+            [InputSpec((3, p.size, p.size), dtype)],
+            device,
+            batch_sizes,
+            cuda_graphs=cuda_graphs,
+        )
         self.max_batch = self.runner.max_batch
         shape = (self.max_batch, 3, p.size, p.size)
         self._resized = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(2)]
-        self._host: list[list[torch.Tensor]] = [[], []]  # pinned output slots, made at the first batch
+        self._host: list[list[torch.Tensor]] = [
+            [],
+            [],
+        ]  # pinned output slots, made at the first batch
         if self.cuda:
             self._decode_stream = torch.cuda.Stream(device)
             self._resize_stream = torch.cuda.Stream(device)
-            self._free = [torch.cuda.Event() for _ in range(2)]  # slot s's resized pixels were copied
+            self._free = [
+                torch.cuda.Event() for _ in range(2)
+            ]  # slot s's resized pixels were copied
         self._todo: queue.Queue[tuple[int, list[torch.Tensor]] | None] = queue.Queue()
-        self._decoded: queue.Queue[_Decoded] = queue.Queue(maxsize=2)  # bounds the decoded images held
+        self._decoded: queue.Queue[_Decoded] = queue.Queue(
+            maxsize=2
+        )  # bounds the decoded images held
         self._closed = threading.Event()
-        self._worker = threading.Thread(target=self._decode_loop, name="gpu-overlap-decode", daemon=True)
+        self._worker = threading.Thread(
+            target=self._decode_loop, name="gpu-overlap-decode", daemon=True
+        )
         self._worker.start()
         self._mapping = False
 
@@ -238,8 +262,12 @@ class OverlappedPipeline:
             ready = torch.cuda.Event()
             ready.record(self._decode_stream)
         finished = time.perf_counter()
-        return _Decoded(index, DecodedImages(images, errors), ready,
-                        {"headers": (read - started) * 1000.0, "decode": (finished - read) * 1000.0})
+        return _Decoded(
+            index,
+            DecodedImages(images, errors),
+            ready,
+            {"headers": (read - started) * 1000.0, "decode": (finished - read) * 1000.0},
+        )
 
     # ------------------------------------------------------------------ the caller's thread
 
@@ -309,14 +337,20 @@ class OverlappedPipeline:
         if not self.cuda:
             with torch.inference_mode():
                 preprocess_into(images, resized, self.p)
-                flight.outputs = tuple(o.clone() for o in self.runner.run(n, lambda rows: rows[0].copy_(resized)))
+                flight.outputs = tuple(
+                    o.clone() for o in self.runner.run(n, lambda rows: rows[0].copy_(resized))
+                )
             return flight
         model_stream = self.runner.stream
         assert model_stream is not None
-        events = tuple(torch.cuda.Event(enable_timing=True) for _ in range(4)) if self.timing else ()
+        events = (
+            tuple(torch.cuda.Event(enable_timing=True) for _ in range(4)) if self.timing else ()
+        )
         with torch.inference_mode(), torch.cuda.stream(self._resize_stream):
             self._resize_stream.wait_event(item.ready)
-            self._resize_stream.wait_event(self._free[slot])  # the model of batch n - 2 has copied this slot
+            self._resize_stream.wait_event(
+                self._free[slot]
+            )  # the model of batch n - 2 has copied this slot
             if events:
                 events[0].record()
             preprocess_into(images, resized, self.p)
@@ -333,8 +367,10 @@ class OverlappedPipeline:
             if events:
                 events[3].record()
             if not self._host[slot]:
-                self._host[slot] = [torch.empty((self.max_batch, *o.shape[1:]), dtype=o.dtype, pin_memory=True)
-                                    for o in outputs]
+                self._host[slot] = [
+                    torch.empty((self.max_batch, *o.shape[1:]), dtype=o.dtype, pin_memory=True)
+                    for o in outputs
+                ]
             for host, output in zip(self._host[slot], outputs, strict=True):
                 host[:n].copy_(output, non_blocking=True)
             flight.done = torch.cuda.Event()

@@ -22,8 +22,16 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image, ImageOps
 
-__all__ = ["DecodeLimits", "ImageError", "Preprocessing", "check_size", "decode", "preprocess", "preprocess_bytes",
-           "resized_size"]
+__all__ = [
+    "DecodeLimits",
+    "ImageError",
+    "Preprocessing",
+    "check_size",
+    "decode",
+    "preprocess",
+    "preprocess_bytes",
+    "resized_size",
+]
 
 
 class ImageError(ValueError):
@@ -41,8 +49,12 @@ class Preprocessing:
 
     def parameters(self) -> dict[str, str]:
         """As Triton config parameters (what :meth:`from_parameters` reads back)."""
-        return {"size": str(self.size), "resize": str(self.resize),
-                "mean": ",".join(str(v) for v in self.mean), "std": ",".join(str(v) for v in self.std)}
+        return {
+            "size": str(self.size),
+            "resize": str(self.resize),
+            "mean": ",".join(str(v) for v in self.mean),
+            "std": ",".join(str(v) for v in self.std),
+        }
 
     @classmethod
     def from_parameters(cls, params: dict[str, str]) -> Preprocessing:
@@ -51,9 +63,12 @@ class Preprocessing:
             return a, b, c
 
         default = cls()
-        return cls(size=int(params.get("size", default.size)), resize=int(params.get("resize", default.resize)),
-                   mean=floats(params["mean"]) if "mean" in params else default.mean,
-                   std=floats(params["std"]) if "std" in params else default.std)
+        return cls(
+            size=int(params.get("size", default.size)),
+            resize=int(params.get("resize", default.resize)),
+            mean=floats(params["mean"]) if "mean" in params else default.mean,
+            std=floats(params["std"]) if "std" in params else default.std,
+        )
 
 
 @dataclass(frozen=True)
@@ -66,15 +81,20 @@ class DecodeLimits:
     max_resized_pixels: int = 4_000_000
 
     def parameters(self) -> dict[str, str]:
-        return {"max_source_pixels": str(self.max_source_pixels), "max_aspect_ratio": str(self.max_aspect_ratio),
-                "max_resized_pixels": str(self.max_resized_pixels)}
+        return {
+            "max_source_pixels": str(self.max_source_pixels),
+            "max_aspect_ratio": str(self.max_aspect_ratio),
+            "max_resized_pixels": str(self.max_resized_pixels),
+        }
 
     @classmethod
     def from_parameters(cls, params: dict[str, str]) -> DecodeLimits:
         default = cls()
-        return cls(max_source_pixels=int(params.get("max_source_pixels", default.max_source_pixels)),
-                   max_aspect_ratio=float(params.get("max_aspect_ratio", default.max_aspect_ratio)),
-                   max_resized_pixels=int(params.get("max_resized_pixels", default.max_resized_pixels)))
+        return cls(
+            max_source_pixels=int(params.get("max_source_pixels", default.max_source_pixels)),
+            max_aspect_ratio=float(params.get("max_aspect_ratio", default.max_aspect_ratio)),
+            max_resized_pixels=int(params.get("max_resized_pixels", default.max_resized_pixels)),
+        )
 
 
 def resized_size(width: int, height: int, spec: Preprocessing) -> tuple[int, int]:
@@ -92,13 +112,19 @@ def check_size(width: int, height: int, spec: Preprocessing, limits: DecodeLimit
     if width < 1 or height < 1:
         raise ImageError(f"image has no pixels ({width}x{height})")
     if width * height > limits.max_source_pixels:
-        raise ImageError(f"image of {width}x{height} pixels is larger than {limits.max_source_pixels} pixels")
+        raise ImageError(
+            f"image of {width}x{height} pixels is larger than {limits.max_source_pixels} pixels"
+        )
     if max(width, height) / min(width, height) > limits.max_aspect_ratio:
-        raise ImageError(f"image of {width}x{height} pixels has an aspect ratio above {limits.max_aspect_ratio:g}")
+        raise ImageError(
+            f"image of {width}x{height} pixels has an aspect ratio above {limits.max_aspect_ratio:g}"
+        )
     target_w, target_h = resized_size(width, height, spec)
     if target_w * target_h > limits.max_resized_pixels:
-        raise ImageError(f"image of {width}x{height} pixels would be resized to {target_w}x{target_h}, "
-                         f"more than {limits.max_resized_pixels} pixels")
+        raise ImageError(
+            f"image of {width}x{height} pixels would be resized to {target_w}x{target_h}, "
+            f"more than {limits.max_resized_pixels} pixels"
+        )
 
 
 def _to_rgb(image: Image.Image) -> Image.Image:
@@ -114,7 +140,9 @@ def _to_rgb(image: Image.Image) -> Image.Image:
     return image if image.mode == "RGB" else image.convert("RGB")
 
 
-def decode(data: bytes, spec: Preprocessing = Preprocessing(), limits: DecodeLimits = DecodeLimits()) -> Image.Image:
+def decode(
+    data: bytes, spec: Preprocessing = Preprocessing(), limits: DecodeLimits = DecodeLimits()
+) -> Image.Image:
     """Encoded bytes -> an upright RGB image, refusing anything over ``limits`` before decoding it.
 
     Raises:
@@ -146,8 +174,9 @@ def decode(data: bytes, spec: Preprocessing = Preprocessing(), limits: DecodeLim
         raise ImageError(f"image pixel format {image.mode} cannot be converted to RGB") from None
 
 
-def preprocess(image: Image.Image, spec: Preprocessing = Preprocessing(),
-               limits: DecodeLimits = DecodeLimits()) -> np.ndarray:
+def preprocess(
+    image: Image.Image, spec: Preprocessing = Preprocessing(), limits: DecodeLimits = DecodeLimits()
+) -> np.ndarray:
     """An image -> float32 [3, size, size]: resize (short side), centre-crop, normalise.
 
     Raises:
@@ -160,12 +189,14 @@ def preprocess(image: Image.Image, spec: Preprocessing = Preprocessing(),
     left, top = (image.width - spec.size) // 2, (image.height - spec.size) // 2
     image = image.crop((left, top, left + spec.size, top + spec.size))
     array = np.asarray(image, dtype=np.float32) / 255.0
-    array = (array - np.asarray(spec.mean, dtype=np.float32)) / np.asarray(spec.std, dtype=np.float32)
+    array = (array - np.asarray(spec.mean, dtype=np.float32)) / np.asarray(
+        spec.std, dtype=np.float32
+    )
     return np.ascontiguousarray(array.transpose(2, 0, 1))
 
 
-def preprocess_bytes(data: bytes, spec: Preprocessing = Preprocessing(),
-                     limits: DecodeLimits = DecodeLimits()) -> np.ndarray:
+def preprocess_bytes(
+    data: bytes, spec: Preprocessing = Preprocessing(), limits: DecodeLimits = DecodeLimits()
+) -> np.ndarray:
     """Encoded bytes -> float32 [3, size, size] (:func:`decode` then :func:`preprocess`)."""
     return preprocess(decode(data, spec, limits), spec, limits)
-

@@ -63,7 +63,9 @@ def _pytriton_root() -> Path:
     try:
         import pytriton
     except ImportError as exc:  # pragma: no cover - a broken install
-        raise TritonStartError("nvidia-pytriton is not installed; run ./run up to install it") from exc
+        raise TritonStartError(
+            "nvidia-pytriton is not installed; run ./run up to install it"
+        ) from exc
     return Path(pytriton.__file__).parent / "tritonserver"
 
 
@@ -168,26 +170,42 @@ class TritonServer:
     def model_names(self) -> list[str]:
         if self.models is not None:
             return list(self.models)
-        return sorted(p.name for p in Path(self.repository).iterdir() if (p / "config.pbtxt").exists())
+        return sorted(
+            p.name for p in Path(self.repository).iterdir() if (p / "config.pbtxt").exists()
+        )
 
     def start(self) -> TritonServer:
         if self.running():
             raise TritonStartError(f"Triton is already running (pid {self.pid})")
         self.stop()  # after a crash or kill(): reap what is left and drop the old backend folder
-        for label, port in (("HTTP", self.ports.http), ("gRPC", self.ports.grpc), ("metrics", self.ports.metrics)):
+        for label, port in (
+            ("HTTP", self.ports.http),
+            ("gRPC", self.ports.grpc),
+            ("metrics", self.ports.metrics),
+        ):
             if _port_taken(self.host, port):
                 raise TritonStartError(
                     f"port {port} ({label}) on {self.host} is already in use; stop what holds it or pick another port"
                 )
-        missing = [m for m in self.model_names() if not (Path(self.repository) / m / "config.pbtxt").exists()]
+        missing = [
+            m
+            for m in self.model_names()
+            if not (Path(self.repository) / m / "config.pbtxt").exists()
+        ]
         if missing:
-            raise TritonStartError(f"not in the model repository {self.repository}: {', '.join(missing)}")
+            raise TritonStartError(
+                f"not in the model repository {self.repository}: {', '.join(missing)}"
+            )
         self._workdir = tempfile.TemporaryDirectory(prefix="triton-backends-")
         backend_dir = assemble_backends(Path(self._workdir.name))
-        self._process = ManagedProcess(self.command(backend_dir), name="Triton", env=self._environment())
+        self._process = ManagedProcess(
+            self.command(backend_dir), name="Triton", env=self._environment()
+        )
         try:
             self._process.start()
-            self._process.wait_until(http_ready(f"http://{self.http_url}/v2/health/ready"), self.startup_timeout_s)
+            self._process.wait_until(
+                http_ready(f"http://{self.http_url}/v2/health/ready"), self.startup_timeout_s
+            )
         except ProcessStartError as exc:
             self.stop()
             raise TritonStartError(self._failure_summary(str(exc).split("\n", 1)[0])) from None
@@ -202,17 +220,25 @@ class TritonServer:
         # The stub links libpython3.X: take this interpreter's, not whichever the system has, so the
         # embedded interpreter matches the standard library and extension modules it will load.
         libpython = sysconfig.get_config_var("LIBDIR") or ""
-        env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(libs), libpython, env.get("LD_LIBRARY_PATH")]))
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(
+            filter(None, [str(libs), libpython, env.get("LD_LIBRARY_PATH")])
+        )
         # The Python backend stub embeds its own interpreter, which takes its prefix (and so its
         # site-packages: a virtual environment's) from the first `python3` on PATH, and ignores
         # PYTHONPATH. Put this interpreter first, so models import what this environment has.
-        env["PATH"] = os.pathsep.join(filter(None, [str(Path(self.python or sys.executable).parent), env.get("PATH")]))
+        env["PATH"] = os.pathsep.join(
+            filter(None, [str(Path(self.python or sys.executable).parent), env.get("PATH")])
+        )
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [*sys.path[1:], env.get("PYTHONPATH")]))
         return env
 
     def _failure_summary(self, headline: str) -> str:
         lines = self._process.log_lines() if self._process else []
-        reasons = [line for line in lines if "failed to load" in line or "error:" in line.lower() or "E1" in line[:3]]
+        reasons = [
+            line
+            for line in lines
+            if "failed to load" in line or "error:" in line.lower() or "E1" in line[:3]
+        ]
         detail = "\n".join(reasons[-10:] or lines[-30:])
         return f"{headline}\n{detail}"
 
@@ -223,7 +249,11 @@ class TritonServer:
         if self._process is not None:
             # Triton leaves its stubs' shared memory in /dev/shm even at shutdown: note it, remove it after.
             pid = self._process.pid
-            regions = {stub.region for stub in stub_processes(pid)} if pid and self._process.running() else set()
+            regions = (
+                {stub.region for stub in stub_processes(pid)}
+                if pid and self._process.running()
+                else set()
+            )
             self._process.stop(timeout_s)
             remove_regions(regions)
         if self._workdir is not None:

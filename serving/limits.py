@@ -16,7 +16,8 @@ turn a clean 4xx into a model error.
     ├── embeddings                EmbeddingLimits: inputs per request, encoder batch, text length
     ├── image_generation          ImageGenerationLimits: steps, sides, seed, guidance, prompt
     ├── image_upload              ImageUploadLimits: what the gateway checks cheaply (count, bytes)
-    ├── image_decode              ImageDecodeLimits: what the preprocessing model checks before allocating
+    ├── image_decode              DecodeLimits (serving.image_preprocessing, the model's own type): what the
+    │                             preprocessing model checks before allocating
     ├── jobs                      JobLimits: generation jobs a key may hold, callback URL length
     └── queue                     QueueLimits: priority levels and per-level queue policies (Triton)
 """
@@ -26,6 +27,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+
+# The one decode-limits type: the preprocessing model's own (its file is copied beside the model, so
+# the type lives there and this module fills in the platform's values).
+from serving.image_preprocessing import DecodeLimits
 
 __all__ = [
     "DEFAULT_EMBEDDING_BATCHES_IN_FLIGHT",
@@ -62,7 +67,6 @@ __all__ = [
     "DEFAULT_QUEUE_MAX_SIZES",
     "DEFAULT_QUEUE_TIMEOUT_US",
     "EmbeddingLimits",
-    "ImageDecodeLimits",
     "ImageGenerationLimits",
     "ImageUploadLimits",
     "JobLimits",
@@ -111,13 +115,15 @@ DEFAULT_GENERATION_MAX_PROMPT_CHARS = 1000
 DEFAULT_GENERATION_MAX_PROMPT_BYTES = 4096
 #: the schedulers a request may name (``SCHEDULER`` / ``scheduler``), each a diffusers class built from
 #: the checkpoint's own scheduler config; ``default`` (or nothing) is the checkpoint's own scheduler
-DEFAULT_GENERATION_SCHEDULERS: Mapping[str, str] = MappingProxyType({
-    "pndm": "PNDMScheduler",
-    "ddim": "DDIMScheduler",
-    "euler": "EulerDiscreteScheduler",
-    "euler_ancestral": "EulerAncestralDiscreteScheduler",
-    "dpmpp_2m": "DPMSolverMultistepScheduler",
-})
+DEFAULT_GENERATION_SCHEDULERS: Mapping[str, str] = MappingProxyType(
+    {
+        "pndm": "PNDMScheduler",
+        "ddim": "DDIMScheduler",
+        "euler": "EulerDiscreteScheduler",
+        "euler_ancestral": "EulerAncestralDiscreteScheduler",
+        "dpmpp_2m": "DPMSolverMultistepScheduler",
+    }
+)
 #: generation requests the pipeline model runs in one denoising loop (its ``max_batch_size``): with
 #: classifier-free guidance the UNet sees twice as many rows
 DEFAULT_GENERATION_PIPELINE_BATCH = 8
@@ -211,7 +217,9 @@ class ImageGenerationLimits:
     max_prompt_bytes: int = DEFAULT_GENERATION_MAX_PROMPT_BYTES
     max_images: int = DEFAULT_GENERATION_MAX_IMAGES
     # A copy per instance: a plain dict, so dataclasses.asdict (which deep-copies) can read it.
-    schedulers: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_GENERATION_SCHEDULERS))
+    schedulers: Mapping[str, str] = field(
+        default_factory=lambda: dict(DEFAULT_GENERATION_SCHEDULERS)
+    )
     pipeline_batch: int = DEFAULT_GENERATION_PIPELINE_BATCH
 
     def scheduler_problem(self, value: str) -> str | None:
@@ -241,21 +249,6 @@ class ImageUploadLimits:
 
     max_count: int = DEFAULT_IMAGE_MAX_COUNT
     max_bytes: int = DEFAULT_IMAGE_MAX_BYTES
-
-
-@dataclass(frozen=True, kw_only=True)
-class ImageDecodeLimits:
-    """What the preprocessing model checks from an image's header, before any large allocation.
-
-    Attributes:
-        max_source_pixels: width x height of the encoded image.
-        max_aspect_ratio: long side / short side.
-        max_resized_pixels: width x height of the resize target.
-    """
-
-    max_source_pixels: int = DEFAULT_IMAGE_MAX_SOURCE_PIXELS
-    max_aspect_ratio: float = DEFAULT_IMAGE_MAX_ASPECT_RATIO
-    max_resized_pixels: int = DEFAULT_IMAGE_MAX_RESIZED_PIXELS
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -312,7 +305,9 @@ class QueueLimits:
 
     def __post_init__(self) -> None:
         if len(self.levels) != self.priority_levels:
-            raise ValueError(f"{len(self.levels)} queue policies for {self.priority_levels} priority levels")
+            raise ValueError(
+                f"{len(self.levels)} queue policies for {self.priority_levels} priority levels"
+            )
         if not 1 <= self.default_priority_level <= self.priority_levels:
             raise ValueError(f"default_priority_level must be in 1..{self.priority_levels}")
         if self.default_instances < 1:
@@ -330,7 +325,13 @@ class RequestLimits:
     embeddings: EmbeddingLimits = field(default_factory=EmbeddingLimits)
     image_generation: ImageGenerationLimits = field(default_factory=ImageGenerationLimits)
     image_upload: ImageUploadLimits = field(default_factory=ImageUploadLimits)
-    image_decode: ImageDecodeLimits = field(default_factory=ImageDecodeLimits)
+    image_decode: DecodeLimits = field(
+        default_factory=lambda: DecodeLimits(
+            max_source_pixels=DEFAULT_IMAGE_MAX_SOURCE_PIXELS,
+            max_aspect_ratio=DEFAULT_IMAGE_MAX_ASPECT_RATIO,
+            max_resized_pixels=DEFAULT_IMAGE_MAX_RESIZED_PIXELS,
+        )
+    )
     jobs: JobLimits = field(default_factory=JobLimits)
     queue: QueueLimits = field(default_factory=QueueLimits)
 

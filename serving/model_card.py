@@ -110,7 +110,8 @@ class ModelCard:
         """
         raw = config.get("parameters") or {}
         params = {
-            str(k): str(v.get("string_value", "")) if isinstance(v, Mapping) else str(v) for k, v in raw.items()
+            str(k): str(v.get("string_value", "")) if isinstance(v, Mapping) else str(v)
+            for k, v in raw.items()
         }
         task: Task | None
         try:
@@ -124,7 +125,13 @@ class ModelCard:
             created=_int(params.get(PARAM_CREATED, "")),
             dimensions=_int(params.get(PARAM_DIMENSIONS, "")),
             matryoshka=tuple(
-                sorted({d for d in (_int(p) for p in params.get(PARAM_MATRYOSHKA, "").split(",")) if d > 0})
+                sorted(
+                    {
+                        d
+                        for d in (_int(p) for p in params.get(PARAM_MATRYOSHKA, "").split(","))
+                        if d > 0
+                    }
+                )
             ),
             image_side=_int(params.get(PARAM_IMAGE_SIDE, "")),
             image_steps=_int(params.get(PARAM_IMAGE_STEPS, "")),

@@ -51,7 +51,9 @@ def reserved_range() -> range:
     """The ports reservations are drawn from: below the kernel's ephemeral range when it leaves room."""
     low, high = 32768, 60999  # Linux's default, also used where the file does not exist (macOS)
     try:
-        low, high = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        low, high = (
+            int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        )
     except (OSError, ValueError):
         pass
     if low - _LOWEST >= _MIN_RANGE:
@@ -72,8 +74,14 @@ class _Registry:
             path = Path(tempfile.gettempdir()) / _LOCK_FILE_NAME
             try:
                 self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-            except PermissionError:  # another user's file: lock among this user's processes at least
-                self._fd = os.open(path.with_name(f"{_LOCK_FILE_NAME}.{os.getuid()}"), os.O_RDWR | os.O_CREAT, 0o600)
+            except (
+                PermissionError
+            ):  # another user's file: lock among this user's processes at least
+                self._fd = os.open(
+                    path.with_name(f"{_LOCK_FILE_NAME}.{os.getuid()}"),
+                    os.O_RDWR | os.O_CREAT,
+                    0o600,
+                )
         return self._fd
 
     def _try_lock(self, port: int) -> bool:
@@ -100,7 +108,9 @@ class _Registry:
                     continue
                 self._held.add(port)
                 return port
-        raise OSError(f"no free port to reserve in {candidates.start}-{candidates.stop - 1} after {_ATTEMPTS} tries")
+        raise OSError(
+            f"no free port to reserve in {candidates.start}-{candidates.stop - 1} after {_ATTEMPTS} tries"
+        )
 
     def forget_after_fork(self) -> None:
         # Record locks are not inherited by a forked child: it holds none, so it must not believe it

@@ -124,12 +124,18 @@ class ManagedProcess:
                 start_new_session=True,
             )
         except OSError as exc:
-            raise ProcessStartError(f"{self.name} could not be started ({self.command[0]}): {exc}") from exc
+            raise ProcessStartError(
+                f"{self.name} could not be started ({self.command[0]}): {exc}"
+            ) from exc
         finally:
-            if stdout is not None and stdout >= 0:  # our log file's descriptor: the child has its own copy
+            if (
+                stdout is not None and stdout >= 0
+            ):  # our log file's descriptor: the child has its own copy
                 os.close(stdout)
         if stdout == subprocess.PIPE:
-            threading.Thread(target=self._pump, args=(self._process,), name=f"{self.name}-log", daemon=True).start()
+            threading.Thread(
+                target=self._pump, args=(self._process,), name=f"{self.name}-log", daemon=True
+            ).start()
         return self
 
     def _pump(self, process: subprocess.Popen[bytes]) -> None:
@@ -150,12 +156,16 @@ class ManagedProcess:
                 code = self.returncode
                 self._join_log()
                 self.stop()
-                raise ProcessStartError(self.failure(f"{self.name} exited with code {code} before it was {what}"))
+                raise ProcessStartError(
+                    self.failure(f"{self.name} exited with code {code} before it was {what}")
+                )
             if ready():
                 return
             if time.monotonic() > deadline:
                 self.stop()
-                raise ProcessStartError(self.failure(f"{self.name} was not {what} after {timeout_s:.0f} s"))
+                raise ProcessStartError(
+                    self.failure(f"{self.name} was not {what} after {timeout_s:.0f} s")
+                )
             time.sleep(_POLL_S)
 
     def wait_http(self, url: str, timeout_s: float, expect: bytes = b"") -> None:
@@ -209,7 +219,11 @@ class ManagedProcess:
     def _join_log(self) -> None:
         # Give the log pump a moment to read the last lines a dying child wrote.
         deadline = time.monotonic() + 1.0
-        while self._process is not None and self._process.stdout is not None and not self._process.stdout.closed:
+        while (
+            self._process is not None
+            and self._process.stdout is not None
+            and not self._process.stdout.closed
+        ):
             if time.monotonic() > deadline:
                 break
             time.sleep(0.02)
@@ -230,7 +244,11 @@ class ManagedProcess:
         """``headline`` and the end of the log, for an error message."""
         tail = self.log_tail(lines)
         where = f" ({self.log_path})" if self.log_path is not None else ""
-        return f"{headline}\n--- last lines of {self.name}'s output{where} ---\n{tail}" if tail else headline
+        return (
+            f"{headline}\n--- last lines of {self.name}'s output{where} ---\n{tail}"
+            if tail
+            else headline
+        )
 
     def __enter__(self) -> ManagedProcess:
         return self.start() if not self.running() else self

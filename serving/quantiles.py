@@ -180,7 +180,11 @@ class LatencySketch:
         ``numpy.frombuffer`` each instead of a Python loop over the buckets.
         """
         store = self._sketch._store  # DenseStore's documented attributes: bins, offset, min/max_key
-        used = store.bins[store.min_key - store.offset : store.max_key - store.offset + 1] if store.count else []
+        used = (
+            store.bins[store.min_key - store.offset : store.max_key - store.offset + 1]
+            if store.count
+            else []
+        )
         header = _HEADER.pack(
             _FORMAT_VERSION,
             _MAPPING.gamma,

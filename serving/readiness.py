@@ -2,7 +2,7 @@
 
 One definition for both readiness probes of the deployment:
 
-- the gateway's ``/readyz`` (:mod:`gateway.readiness`) builds its request with :func:`probe_inputs`;
+- the gateway's ``/readyz`` (:mod:`gateway.backends.readiness`) builds its request with :func:`probe_inputs`;
 - the Triton pod's readiness probe runs this file as a script inside the Triton image
   (``python3 model_readiness.py``, models from ``READY_MODELS``), against ``127.0.0.1:8000``.
 
@@ -57,16 +57,41 @@ __all__ = [
 
 PROBE_TEXT = b"readiness probe"
 #: bytes per element of each fixed-size KServe v2 datatype (tests check it against tritonclient's table)
-ELEMENT_BYTES = {"BOOL": 1, "UINT8": 1, "INT8": 1, "UINT16": 2, "INT16": 2, "FP16": 2, "BF16": 2,
-                 "UINT32": 4, "INT32": 4, "FP32": 4, "UINT64": 8, "INT64": 8, "FP64": 8}
+ELEMENT_BYTES = {
+    "BOOL": 1,
+    "UINT8": 1,
+    "INT8": 1,
+    "UINT16": 2,
+    "INT16": 2,
+    "FP16": 2,
+    "BF16": 2,
+    "UINT32": 4,
+    "INT32": 4,
+    "FP32": 4,
+    "UINT64": 8,
+    "INT64": 8,
+    "FP64": 8,
+}
 # serving.model_card.Task values (no import: stdlib only here)
 _CLASSIFICATION = "classification"
 _IMAGE_GENERATION = "image-generation"
 #: a generation model's optional inputs the probe sets to their cheapest values (the pipeline's names)
 _GENERATION_INPUTS = ("STEPS", "HEIGHT", "WIDTH")
 #: struct format of each fixed-size datatype's element (little endian), for values other than zero
-_STRUCT = {"BOOL": "?", "UINT8": "B", "INT8": "b", "UINT16": "H", "INT16": "h", "FP16": "e", "UINT32": "I",
-           "INT32": "i", "FP32": "f", "UINT64": "Q", "INT64": "q", "FP64": "d"}
+_STRUCT = {
+    "BOOL": "?",
+    "UINT8": "B",
+    "INT8": "b",
+    "UINT16": "H",
+    "INT16": "h",
+    "FP16": "e",
+    "UINT32": "I",
+    "INT32": "i",
+    "FP32": "f",
+    "UINT64": "Q",
+    "INT64": "q",
+    "FP64": "d",
+}
 DEFAULT_URL = "http://127.0.0.1:8000"
 DEFAULT_TIMEOUT_S = 5.0
 
@@ -94,16 +119,29 @@ def probe_png(size: int = 8) -> bytes:
     """A ``size`` x ``size`` grey RGB PNG, encoded with the standard library (zlib + CRC chunks)."""
 
     def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+        return (
+            struct.pack(">I", len(data))
+            + kind
+            + data
+            + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+        )
 
     header = struct.pack(">IIBBBBB", size, size, 8, 2, 0, 0, 0)  # 8-bit RGB, no interlace
     rows = b"".join(b"\x00" + b"\x80" * (3 * size) for _ in range(size))  # filter 0 per row
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
 
 
 def _parameters(config: Mapping[str, Any]) -> dict[str, str]:
     raw = config.get("parameters") or {}
-    return {str(k): str(v.get("string_value", "")) if isinstance(v, Mapping) else str(v) for k, v in raw.items()}
+    return {
+        str(k): str(v.get("string_value", "")) if isinstance(v, Mapping) else str(v)
+        for k, v in raw.items()
+    }
 
 
 def _int_parameter(parameters: Mapping[str, str], key: str, default: int) -> int:
@@ -116,7 +154,9 @@ def _generation_numbers(parameters: Mapping[str, str]) -> dict[str, float]:
     steps = max(1, _int_parameter(parameters, "limit_min_steps", 1))
     multiple = max(1, _int_parameter(parameters, "limit_side_multiple", 8))
     least = max(1, _int_parameter(parameters, "limit_min_side", 64))
-    side = -(-least // multiple) * multiple  # the smallest multiple of ``multiple`` >= the minimum side
+    side = (
+        -(-least // multiple) * multiple
+    )  # the smallest multiple of ``multiple`` >= the minimum side
     return {"STEPS": steps, "HEIGHT": side, "WIDTH": side}
 
 
@@ -125,10 +165,16 @@ def _chosen(specs: Sequence[Mapping[str, Any]], generation: bool) -> list[Mappin
     and a generation model's size and steps."""
     required = [spec for spec in specs if not spec.get("optional")]
     if not required and specs:
-        payload = [spec for spec in specs if str(spec.get("data_type", "")) in ("TYPE_STRING", "BYTES")]
+        payload = [
+            spec for spec in specs if str(spec.get("data_type", "")) in ("TYPE_STRING", "BYTES")
+        ]
         required = [(payload or list(specs))[0]]
-    return [spec for spec in specs if any(spec is chosen for chosen in required)
-            or (generation and spec.get("optional") and str(spec.get("name")) in _GENERATION_INPUTS)]
+    return [
+        spec
+        for spec in specs
+        if any(spec is chosen for chosen in required)
+        or (generation and spec.get("optional") and str(spec.get("name")) in _GENERATION_INPUTS)
+    ]
 
 
 def probe_inputs(config: Mapping[str, Any]) -> list[ProbeInput]:
@@ -178,17 +224,28 @@ def infer_body(inputs: Sequence[ProbeInput]) -> tuple[bytes, dict[str, str]]:
             blob = struct.pack(f"<{item.count}{kind}", *([number] * item.count))
         else:
             blob = bytes(ELEMENT_BYTES[item.datatype] * item.count)
-        header["inputs"].append({"name": item.name, "datatype": item.datatype, "shape": list(item.shape),
-                                 "parameters": {"binary_data_size": len(blob)}})
+        header["inputs"].append(
+            {
+                "name": item.name,
+                "datatype": item.datatype,
+                "shape": list(item.shape),
+                "parameters": {"binary_data_size": len(blob)},
+            }
+        )
         blobs.append(blob)
     head = json.dumps(header).encode()
-    return head + b"".join(blobs), {"Content-Type": "application/octet-stream",
-                                    "Inference-Header-Content-Length": str(len(head))}
+    return head + b"".join(blobs), {
+        "Content-Type": "application/octet-stream",
+        "Inference-Header-Content-Length": str(len(head)),
+    }
 
 
-def _call(url: str, timeout_s: float, body: bytes | None = None,
-          headers: Mapping[str, str] | None = None) -> tuple[int, bytes]:
-    request = urllib.request.Request(url, data=body, headers=dict(headers or {}), method="POST" if body else "GET")
+def _call(
+    url: str, timeout_s: float, body: bytes | None = None, headers: Mapping[str, str] | None = None
+) -> tuple[int, bytes]:
+    request = urllib.request.Request(
+        url, data=body, headers=dict(headers or {}), method="POST" if body else "GET"
+    )
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310 (our own Triton)
             return int(response.status), response.read()
@@ -203,7 +260,9 @@ def _error(payload: bytes) -> str:
         return payload[:300].decode(errors="replace")
 
 
-def model_problems(base_url: str, models: Sequence[str], timeout_s: float = DEFAULT_TIMEOUT_S) -> list[str]:
+def model_problems(
+    base_url: str, models: Sequence[str], timeout_s: float = DEFAULT_TIMEOUT_S
+) -> list[str]:
     """What keeps each of ``models`` from serving on the Triton at ``base_url`` (empty: all ready).
 
     Each entry names the model: not READY, its configuration unreadable, or the synthetic inference
@@ -219,12 +278,16 @@ def model_problems(base_url: str, models: Sequence[str], timeout_s: float = DEFA
                 continue
             status, payload = _call(path + "/config", timeout_s)
             if status != 200:
-                problems.append(f"{model}: configuration unreadable (HTTP {status}: {_error(payload)})")
+                problems.append(
+                    f"{model}: configuration unreadable (HTTP {status}: {_error(payload)})"
+                )
                 continue
             body, headers = infer_body(probe_inputs(json.loads(payload)))
             status, payload = _call(path + "/infer", timeout_s, body, headers)
             if status != 200:
-                problems.append(f"{model}: synthetic inference failed (HTTP {status}: {_error(payload)})")
+                problems.append(
+                    f"{model}: synthetic inference failed (HTTP {status}: {_error(payload)})"
+                )
         except (OSError, ValueError) as exc:  # unreachable, timed out, or an unusable configuration
             problems.append(f"{model}: {exc}")
     return problems
@@ -242,9 +305,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Exit 0 when every model is READY in Triton and answers one synthetic inference "
         "(the Triton pod's readiness probe)."
     )
-    parser.add_argument("--url", default=DEFAULT_URL, help="Triton's HTTP base URL (default %(default)s)")
-    parser.add_argument("--models", default=os.environ.get("READY_MODELS", ""),
-                        help="comma-separated models (default: $READY_MODELS)")
+    parser.add_argument(
+        "--url", default=DEFAULT_URL, help="Triton's HTTP base URL (default %(default)s)"
+    )
+    parser.add_argument(
+        "--models",
+        default=os.environ.get("READY_MODELS", ""),
+        help="comma-separated models (default: $READY_MODELS)",
+    )
     parser.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S)
     args = parser.parse_args(argv)
     models = parse_model_list(args.models)

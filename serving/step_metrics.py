@@ -41,8 +41,15 @@ class StepTimes:
         clock: seconds (tests pass their own).
     """
 
-    def __init__(self, pb_utils: Any, model: str, version: str, steps: Sequence[str], flush_s: float = 1.0,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self,
+        pb_utils: Any,
+        model: str,
+        version: str,
+        steps: Sequence[str],
+        flush_s: float = 1.0,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
         self._clock = clock
         self._flush_s = flush_s
         self._sums = dict.fromkeys(steps, 0.0)
@@ -55,19 +62,32 @@ class StepTimes:
             counter = pb_utils.MetricFamily.COUNTER
             # The families must outlive their metrics (the stub refuses an increment otherwise).
             self._families = [
-                pb_utils.MetricFamily(name="python_model_step_seconds_total", kind=counter,
-                                      description="Seconds a Python model's execute() spent in each of its steps"),
-                pb_utils.MetricFamily(name="python_model_executions_total", kind=counter,
-                                      description="Executions whose steps were timed"),
-                pb_utils.MetricFamily(name="python_model_items_total", kind=counter,
-                                      description="Items (images, rows) those executions carried"),
+                pb_utils.MetricFamily(
+                    name="python_model_step_seconds_total",
+                    kind=counter,
+                    description="Seconds a Python model's execute() spent in each of its steps",
+                ),
+                pb_utils.MetricFamily(
+                    name="python_model_executions_total",
+                    kind=counter,
+                    description="Executions whose steps were timed",
+                ),
+                pb_utils.MetricFamily(
+                    name="python_model_items_total",
+                    kind=counter,
+                    description="Items (images, rows) those executions carried",
+                ),
             ]
             steps_family, executions, items = self._families
-            self._metrics = {step: steps_family.Metric(labels={**labels, "step": step}) for step in steps}
+            self._metrics = {
+                step: steps_family.Metric(labels={**labels, "step": step}) for step in steps
+            }
             self._metrics["executions"] = executions.Metric(labels=labels)
             self._metrics["items"] = items.Metric(labels=labels)
         except Exception as exc:  # no custom metrics in this stub: time nothing
-            log.warning("step timing is off: this Triton's Python stub has no custom metrics (%s)", exc)
+            log.warning(
+                "step timing is off: this Triton's Python stub has no custom metrics (%s)", exc
+            )
             self._metrics = None
 
     @property

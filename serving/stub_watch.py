@@ -14,7 +14,7 @@ or its model is reloaded or unloaded, nor at shutdown, so a host that heals stub
 - removes the region of every stub that has exited (once no live stub names it);
 - kills a stub whose resident memory passes its limit, so one model cannot take the host: that
   stub dies alone, exactly as the kernel's OOM killer would end it, and the gateway reloads its model
-  (:mod:`gateway.model_healer`). The limit is the model config's ``stub_memory_limit_mb`` parameter,
+  (:mod:`gateway.backends.model_healer`). The limit is the model config's ``stub_memory_limit_mb`` parameter,
   else ``TRITON_STUB_MEMORY_LIMIT_MB``, else half the host's memory; 0 turns it off.
 
 A watch, not an ``rlimit`` inside the stub: the stubs of Python-backend models run files we do not
@@ -34,8 +34,15 @@ from pathlib import Path
 
 import psutil
 
-__all__ = ["MEMORY_LIMIT_ENV", "MEMORY_LIMIT_PARAMETER", "SHM_DIR", "Stub", "StubWatch", "remove_regions",
-           "stub_processes"]
+__all__ = [
+    "MEMORY_LIMIT_ENV",
+    "MEMORY_LIMIT_PARAMETER",
+    "SHM_DIR",
+    "Stub",
+    "StubWatch",
+    "remove_regions",
+    "stub_processes",
+]
 
 log = logging.getLogger("serving.stub_watch")
 
@@ -139,7 +146,9 @@ class StubWatch:
         """The memory limit of ``stub`` in MiB (0: none)."""
         if stub.model_dir not in self._limits:
             configured = _config_limit_mb(stub.model_dir)
-            self._limits[stub.model_dir] = self.default_limit_mb if configured is None else configured
+            self._limits[stub.model_dir] = (
+                self.default_limit_mb if configured is None else configured
+            )
         return self._limits[stub.model_dir]
 
     def poll(self) -> list[str]:
@@ -172,8 +181,13 @@ class StubWatch:
             return
         if rss <= limit * _MB:
             return
-        log.error("model %r: stub %d uses %d MiB, over its limit of %d MiB; killing it (the model is reloaded)",
-                  stub.model, stub.pid, rss // _MB, limit)
+        log.error(
+            "model %r: stub %d uses %d MiB, over its limit of %d MiB; killing it (the model is reloaded)",
+            stub.model,
+            stub.pid,
+            rss // _MB,
+            limit,
+        )
         try:
             os.kill(stub.pid, signal.SIGKILL)
             self.killed.append(stub)

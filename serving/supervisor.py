@@ -68,7 +68,10 @@ class TritonSupervisor:
                     self._look_at_stubs()
                     next_stub_look = time.monotonic() + self.stub_poll_s
                 continue
-            log.warning("Triton exited unexpectedly; restarting. Last log lines:\n%s", self.server.log_tail(10))
+            log.warning(
+                "Triton exited unexpectedly; restarting. Last log lines:\n%s",
+                self.server.log_tail(10),
+            )
             try:
                 self.server.stop()  # reap the dead process and its backend folder
                 if self.stubs is not None:

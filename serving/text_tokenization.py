@@ -64,7 +64,9 @@ def encode_ids(tokenizer: Any, rows: np.ndarray, max_length: int) -> dict[str, n
         if ids.size == 0:
             raise ValueError(f"TOKEN_IDS row {index} is empty")
         if int(ids.max()) >= vocab:
-            raise ValueError(f"TOKEN_IDS row {index} holds id {int(ids.max())}, outside the vocabulary (0..{vocab - 1})")
+            raise ValueError(
+                f"TOKEN_IDS row {index} holds id {int(ids.max())}, outside the vocabulary (0..{vocab - 1})"
+            )
         body = ids[1:] if ids[0] == cls_id else ids
         body = body[:-1] if body.size and body[-1] == sep_id else body
         sequences.append([cls_id, *body[: max_length - 2].tolist(), sep_id])
@@ -74,10 +76,16 @@ def encode_ids(tokenizer: Any, rows: np.ndarray, max_length: int) -> dict[str, n
     for index, sequence in enumerate(sequences):
         input_ids[index, : len(sequence)] = sequence
         attention[index, : len(sequence)] = 1
-    return {"input_ids": input_ids, "attention_mask": attention, "token_type_ids": np.zeros_like(input_ids)}
+    return {
+        "input_ids": input_ids,
+        "attention_mask": attention,
+        "token_type_ids": np.zeros_like(input_ids),
+    }
 
 
-def decode_texts(raw: np.ndarray, max_bytes: int | None = None, max_chars: int | None = None) -> list[str]:
+def decode_texts(
+    raw: np.ndarray, max_bytes: int | None = None, max_chars: int | None = None
+) -> list[str]:
     """Triton BYTES elements -> str; invalid UTF-8 is replaced rather than failing the batch.
 
     Raises:
@@ -85,11 +93,15 @@ def decode_texts(raw: np.ndarray, max_bytes: int | None = None, max_chars: int |
     """
     texts = []
     for index, item in enumerate(raw.reshape(-1)):
-        data = bytes(item) if isinstance(item, bytes | bytearray | np.bytes_) else str(item).encode()
+        data = (
+            bytes(item) if isinstance(item, bytes | bytearray | np.bytes_) else str(item).encode()
+        )
         if max_bytes is not None and len(data) > max_bytes:
             raise ValueError(f"TEXT {index} is {len(data)} bytes; at most {max_bytes} are accepted")
         text = data.decode("utf-8", errors="replace")
         if max_chars is not None and len(text) > max_chars:
-            raise ValueError(f"TEXT {index} is {len(text)} characters; at most {max_chars} are accepted")
+            raise ValueError(
+                f"TEXT {index} is {len(text)} characters; at most {max_chars} are accepted"
+            )
         texts.append(text)
     return texts

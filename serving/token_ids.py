@@ -53,9 +53,15 @@ class TokenIdCheck:
         self.vocab_size = int(tokenizer.get_vocab_size())
         self.cls_id = tokenizer.token_to_id("[CLS]")
         self.sep_id = tokenizer.token_to_id("[SEP]")
-        added = {token.content for token in tokenizer.get_added_tokens_decoder().values() if token.special}
+        added = {
+            token.content
+            for token in tokenizer.get_added_tokens_decoder().values()
+            if token.special
+        }
         reserved = {tokenizer.token_to_id(t) for t in added if t not in _KEPT_SPECIAL}
-        reserved |= {i for t, i in tokenizer.get_vocab(with_added_tokens=False).items() if _UNUSED.match(t)}
+        reserved |= {
+            i for t, i in tokenizer.get_vocab(with_added_tokens=False).items() if _UNUSED.match(t)
+        }
         self._reserved = np.zeros(self.vocab_size, dtype=bool)
         self._reserved[[i for i in reserved if i is not None and 0 <= i < self.vocab_size]] = True
         self._tokenizer = tokenizer
@@ -65,21 +71,34 @@ class TokenIdCheck:
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         outside = np.flatnonzero((ids < 0) | (ids >= self.vocab_size))
         if outside.size:
-            return (f"holds id {int(ids[outside[0]])}, outside the vocabulary (0..{self.vocab_size - 1}): "
-                    f"{self._advice()}")
+            return (
+                f"holds id {int(ids[outside[0]])}, outside the vocabulary (0..{self.vocab_size - 1}): "
+                f"{self._advice()}"
+            )
         reserved = np.flatnonzero(self._reserved[ids])
         if reserved.size:
             at = int(reserved[0])
             token = self._tokenizer.id_to_token(int(ids[at]))
-            return (f"holds id {int(ids[at])} at position {at}, the reserved entry {token} that text never "
-                    f"produces: {self._advice()}")
-        for special, name, keep in ((self.cls_id, "[CLS]", 0), (self.sep_id, "[SEP]", ids.size - 1)):
-            misplaced = [int(p) for p in np.flatnonzero(ids == special) if p != keep] if special is not None else []
+            return (
+                f"holds id {int(ids[at])} at position {at}, the reserved entry {token} that text never "
+                f"produces: {self._advice()}"
+            )
+        for special, name, keep in (
+            (self.cls_id, "[CLS]", 0),
+            (self.sep_id, "[SEP]", ids.size - 1),
+        ):
+            misplaced = (
+                [int(p) for p in np.flatnonzero(ids == special) if p != keep]
+                if special is not None
+                else []
+            )
             if misplaced:
                 where = "first" if keep == 0 else "last"
                 return f"holds {name} (id {special}) at position {misplaced[0]}; it may only come {where}"
         return None
 
     def _advice(self) -> str:
-        return (f"token arrays must be ids of this model's own tokenizer (vocabulary of {self.vocab_size}); "
-                "send text instead (LangChain: OpenAIEmbeddings(check_embedding_ctx_length=False) sends text)")
+        return (
+            f"token arrays must be ids of this model's own tokenizer (vocabulary of {self.vocab_size}); "
+            "send text instead (LangChain: OpenAIEmbeddings(check_embedding_ctx_length=False) sends text)"
+        )

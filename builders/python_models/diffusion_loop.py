@@ -47,9 +47,13 @@ class Networks(Protocol):
 
     def encode(self, input_ids: torch.Tensor) -> torch.Tensor: ...  # [n, 77] int64 -> [n, 77, d]
 
-    def unet(self, sample: torch.Tensor, timesteps: torch.Tensor, context: torch.Tensor) -> torch.Tensor: ...
+    def unet(
+        self, sample: torch.Tensor, timesteps: torch.Tensor, context: torch.Tensor
+    ) -> torch.Tensor: ...
 
-    def decode(self, latents: torch.Tensor) -> torch.Tensor: ...  # scaled latents -> image in [-1, 1]
+    def decode(
+        self, latents: torch.Tensor
+    ) -> torch.Tensor: ...  # scaled latents -> image in [-1, 1]
 
 
 def _usable_scipy() -> None:
@@ -62,7 +66,12 @@ def _usable_scipy() -> None:
     """
     try:
         import scipy.stats  # noqa: F401
-    except (ImportError, ValueError, AttributeError, RuntimeError):  # a missing scipy, or one built for another numpy
+    except (
+        ImportError,
+        ValueError,
+        AttributeError,
+        RuntimeError,
+    ):  # a missing scipy, or one built for another numpy
         from diffusers.utils import import_utils
 
         import_utils._scipy_available = False
@@ -90,10 +99,14 @@ class Schedulers:
         for name, class_name in names.items():
             cls = getattr(diffusers, class_name, None)
             if not (isinstance(cls, type) and issubclass(cls, diffusers.SchedulerMixin)):
-                raise ValueError(f"scheduler {name or 'default'}: diffusers has no scheduler class {class_name!r}")
+                raise ValueError(
+                    f"scheduler {name or 'default'}: diffusers has no scheduler class {class_name!r}"
+                )
             self.classes[name] = cls
         own = self.classes[""].from_config(raw)
-        self.config = own.config  # the checkpoint's config with its class's defaults, as pipe.scheduler.config
+        self.config = (
+            own.config
+        )  # the checkpoint's config with its class's defaults, as pipe.scheduler.config
         for name in self.classes:
             self.new(name).set_timesteps(2)  # fail at load time, not on a request
 
@@ -125,24 +138,38 @@ class Lane:
         return self.position >= len(self.timesteps)
 
 
-def lanes_of(rows: Sequence[tuple[Hashable, Request]], schedulers: Schedulers, *, guidance_off: bool = False) -> list[Lane]:
+def lanes_of(
+    rows: Sequence[tuple[Hashable, Request]], schedulers: Schedulers, *, guidance_off: bool = False
+) -> list[Lane]:
     """Rows grouped by (scheduler, steps, guidance), in order of first appearance."""
     grouped: dict[tuple[str, int, float], list[tuple[Hashable, Request]]] = {}
     for key, request in rows:
-        grouped.setdefault((request.scheduler, request.steps, request.guidance), []).append((key, request))
+        grouped.setdefault((request.scheduler, request.steps, request.guidance), []).append(
+            (key, request)
+        )
     lanes = []
     for (name, _, guidance), members in grouped.items():
-        lanes.append(Lane(
-            keys=[k for k, _ in members], requests=[r for _, r in members], scheduler=schedulers.new(name),
-            guidance=guidance, guided=guidance > 1.0 and not guidance_off,
-            generators=[torch.Generator("cpu").manual_seed(r.seed) for _, r in members],
-        ))
+        lanes.append(
+            Lane(
+                keys=[k for k, _ in members],
+                requests=[r for _, r in members],
+                scheduler=schedulers.new(name),
+                guidance=guidance,
+                guided=guidance > 1.0 and not guidance_off,
+                generators=[torch.Generator("cpu").manual_seed(r.seed) for _, r in members],
+            )
+        )
     return lanes
 
 
 def _embed(networks: Networks, tokenizer: Any, texts: list[str]) -> torch.Tensor:
-    ids = tokenizer(texts, padding="max_length", max_length=tokenizer.model_max_length, truncation=True,
-                    return_tensors="pt").input_ids
+    ids = tokenizer(
+        texts,
+        padding="max_length",
+        max_length=tokenizer.model_max_length,
+        truncation=True,
+        return_tensors="pt",
+    ).input_ids
     return networks.encode(ids.to(networks.device)).to(dtype=networks.dtype, device=networks.device)
 
 
@@ -163,9 +190,19 @@ def _postprocess(decoded: torch.Tensor) -> torch.Tensor:
     return (image * 255).round().to(torch.uint8).permute(0, 2, 3, 1).contiguous().cpu()
 
 
-def generate(rows: Sequence[tuple[Hashable, Request]], *, networks: Networks, tokenizer: Any, schedulers: Schedulers,
-             latent_channels: int, vae_scale_factor: int, scaling_factor: float, done: Done,
-             guidance_off: bool = False, timings: dict[str, float] | None = None) -> None:
+def generate(
+    rows: Sequence[tuple[Hashable, Request]],
+    *,
+    networks: Networks,
+    tokenizer: Any,
+    schedulers: Schedulers,
+    latent_channels: int,
+    vae_scale_factor: int,
+    scaling_factor: float,
+    done: Done,
+    guidance_off: bool = False,
+    timings: dict[str, float] | None = None,
+) -> None:
     """Generate every row (all of one HEIGHT x WIDTH) in one loop; ``done`` hears of each lane as it ends.
 
     Args:
@@ -195,8 +232,15 @@ def generate(rows: Sequence[tuple[Hashable, Request]], *, networks: Networks, to
             else:
                 lane.context = prompts
             lane.scheduler.set_timesteps(lane.requests[0].steps, device=networks.device)
-            shape = (len(lane.requests), latent_channels, height // vae_scale_factor, width // vae_scale_factor)
-            noise = randn_tensor(shape, generator=lane.generators, device=networks.device, dtype=prompts.dtype)
+            shape = (
+                len(lane.requests),
+                latent_channels,
+                height // vae_scale_factor,
+                width // vae_scale_factor,
+            )
+            noise = randn_tensor(
+                shape, generator=lane.generators, device=networks.device, dtype=prompts.dtype
+            )
             lane.latents = noise * lane.scheduler.init_noise_sigma
             lane.extra = _step_kwargs(lane.scheduler, lane.generators)
         clock.lap("prepare")
@@ -211,7 +255,7 @@ def generate(rows: Sequence[tuple[Hashable, Request]], *, networks: Networks, to
                 images = _postprocess(networks.decode(latents / scaling_factor))
                 start = 0
                 for lane in ended:
-                    done(lane.keys, images[start:start + len(lane.keys)])
+                    done(lane.keys, images[start : start + len(lane.keys)])
                     start += len(lane.keys)
                 clock.lap("decode")
             active = [lane for lane in active if not lane.finished]
@@ -250,7 +294,9 @@ def _step(lanes: list[Lane], networks: Networks) -> None:
         sizes.append(sample.shape[0])
         # The UNet embeds the timestep in float32 (get_timestep_embedding), so int and float
         # timesteps of different schedulers share one vector without changing any row.
-        times.append(t.reshape(1).to(device=networks.device, dtype=torch.float32).expand(sample.shape[0]))
+        times.append(
+            t.reshape(1).to(device=networks.device, dtype=torch.float32).expand(sample.shape[0])
+        )
     if len(lanes) == 1:
         noise_all = networks.unet(samples[0], times[0], contexts[0])
     else:
@@ -260,5 +306,7 @@ def _step(lanes: list[Lane], networks: Networks) -> None:
             uncond, cond = noise.chunk(2)
             noise = uncond + lane.guidance * (cond - uncond)
         t = lane.timesteps[lane.position]
-        lane.latents = lane.scheduler.step(noise, t, lane.latents, **lane.extra, return_dict=False)[0]
+        lane.latents = lane.scheduler.step(noise, t, lane.latents, **lane.extra, return_dict=False)[
+            0
+        ]
         lane.position += 1

@@ -28,19 +28,38 @@ class TorchNetworks:
         from transformers import CLIPTextModel
 
         self.device, self.dtype = device, dtype
-        self.text_encoder = CLIPTextModel.from_pretrained(os.path.join(folder, "text_encoder"), dtype=dtype,
-                                                          local_files_only=True).to(device).eval()  # type: ignore[arg-type]
-        self.unet_model = UNet2DConditionModel.from_pretrained(folder, subfolder="unet", dtype=dtype,
-                                                               local_files_only=True).to(device).eval()
-        self.vae = AutoencoderKL.from_pretrained(folder, subfolder="vae", dtype=dtype,
-                                                 local_files_only=True).to(device).eval()
+        self.text_encoder = (
+            CLIPTextModel.from_pretrained(
+                os.path.join(folder, "text_encoder"), dtype=dtype, local_files_only=True
+            )
+            .to(device)  # type: ignore[arg-type]
+            .eval()
+        )
+        self.unet_model = (
+            UNet2DConditionModel.from_pretrained(
+                folder, subfolder="unet", dtype=dtype, local_files_only=True
+            )
+            .to(device)
+            .eval()
+        )
+        self.vae = (
+            AutoencoderKL.from_pretrained(
+                folder, subfolder="vae", dtype=dtype, local_files_only=True
+            )
+            .to(device)
+            .eval()
+        )
         self.time_cond_proj_dim = self.unet_model.config.time_cond_proj_dim
 
     def encode(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.text_encoder(input_ids.to(self.device), attention_mask=None)[0]  # type: ignore[no-any-return]
 
-    def unet(self, sample: torch.Tensor, timesteps: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
-        return self.unet_model(sample, timesteps, encoder_hidden_states=context, return_dict=False)[0]  # type: ignore[no-any-return]
+    def unet(
+        self, sample: torch.Tensor, timesteps: torch.Tensor, context: torch.Tensor
+    ) -> torch.Tensor:
+        return self.unet_model(sample, timesteps, encoder_hidden_states=context, return_dict=False)[
+            0
+        ]  # type: ignore[no-any-return]
 
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         return self.vae.decode(latents, return_dict=False)[0]  # type: ignore[no-any-return]
@@ -62,8 +81,10 @@ class TritonNetworks:
 
         request = self.pb.InferenceRequest(
             model_name=self.models[role],
-            inputs=[self.pb.Tensor.from_dlpack(name, torch.utils.dlpack.to_dlpack(tensor.contiguous()))
-                    for name, tensor in feeds.items()],
+            inputs=[
+                self.pb.Tensor.from_dlpack(name, torch.utils.dlpack.to_dlpack(tensor.contiguous()))
+                for name, tensor in feeds.items()
+            ],
             requested_output_names=[output],
         )
         response = request.exec()
@@ -73,11 +94,18 @@ class TritonNetworks:
         return torch.utils.dlpack.from_dlpack(tensor.to_dlpack()).clone()
 
     def encode(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self._run("text_encoder", {"input_ids": input_ids.to(torch.int64)}, "last_hidden_state")
+        return self._run(
+            "text_encoder", {"input_ids": input_ids.to(torch.int64)}, "last_hidden_state"
+        )
 
-    def unet(self, sample: torch.Tensor, timesteps: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
-        feeds = {"sample": sample.float(), "timestep": timesteps.float().reshape(-1, 1).expand(sample.shape[0], 1),
-                 "encoder_hidden_states": context.float()}
+    def unet(
+        self, sample: torch.Tensor, timesteps: torch.Tensor, context: torch.Tensor
+    ) -> torch.Tensor:
+        feeds = {
+            "sample": sample.float(),
+            "timestep": timesteps.float().reshape(-1, 1).expand(sample.shape[0], 1),
+            "encoder_hidden_states": context.float(),
+        }
         return self._run("unet", feeds, "noise_pred")
 
     def decode(self, latents: torch.Tensor) -> torch.Tensor:

@@ -65,17 +65,27 @@ class TritonPythonModel:
         here = os.path.join(args["model_repository"], args["model_version"])
         runtime = params.get("runtime", "triton")
         if runtime == "torch":
-            networks: Any = torch_networks(here, params, gpu=args.get("model_instance_kind", "CPU").upper() == "GPU",
-                                           device_id=int(args.get("model_instance_device_id") or 0))
+            networks: Any = torch_networks(
+                here,
+                params,
+                gpu=args.get("model_instance_kind", "CPU").upper() == "GPU",
+                device_id=int(args.get("model_instance_device_id") or 0),
+            )
         else:
-            networks = TritonNetworks(pb_utils, params["text_encoder_model"], params["unet_model"],
-                                      params["vae_decoder_model"])
+            networks = TritonNetworks(
+                pb_utils,
+                params["text_encoder_model"],
+                params["unet_model"],
+                params["vae_decoder_model"],
+            )
         self.runtime = PipelineRuntime(here, params, networks)
         self.networks = networks
         if runtime == "torch":
             self.runtime.warm_up(int(params.get("warmup_steps", "2")))
-        pb_utils.Logger.log_info(f"{self.name}: {runtime} runtime on {networks.device} ({networks.dtype}), schedulers "
-                                 f"{', '.join(n or 'default' for n in self.runtime.schedulers.classes)}")
+        pb_utils.Logger.log_info(
+            f"{self.name}: {runtime} runtime on {networks.device} ({networks.dtype}), schedulers "
+            f"{', '.join(n or 'default' for n in self.runtime.schedulers.classes)}"
+        )
 
     def _generate(self, rows: list[tuple[Hashable, Request]], done: Any) -> None:
         timings = self.runtime.generate(rows, done)
@@ -84,7 +94,8 @@ class TritonPythonModel:
         pb_utils.Logger.log_info(
             f"{self.name}: loop rows={len(rows)} size={first.width}x{first.height} "
             f"unet_calls={int(timings.get('unet_calls', 0))} prepare_ms={1000 * timings.get('prepare', 0):.1f} "
-            f"denoise_ms={1000 * timings.get('denoise', 0):.1f} decode_ms={1000 * timings.get('decode', 0):.1f}")
+            f"denoise_ms={1000 * timings.get('denoise', 0):.1f} decode_ms={1000 * timings.get('decode', 0):.1f}"
+        )
 
     def _arrays(self, request: Any) -> dict[str, Any]:
         arrays = {}
@@ -122,9 +133,13 @@ class TritonPythonModel:
                 waiting.images[row] = image
                 if all(i is not None for i in waiting.images):
                     stacked = torch.stack(waiting.images)  # type: ignore[arg-type]
-                    out = pb_utils.Tensor.from_dlpack("IMAGE", torch.utils.dlpack.to_dlpack(stacked))
-                    waiting.sender.send(pb_utils.InferenceResponse(output_tensors=[out]),
-                                        flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                    out = pb_utils.Tensor.from_dlpack(
+                        "IMAGE", torch.utils.dlpack.to_dlpack(stacked)
+                    )
+                    waiting.sender.send(
+                        pb_utils.InferenceResponse(output_tensors=[out]),
+                        flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+                    )
                     del pending[index]
 
         try:
@@ -135,7 +150,9 @@ class TritonPythonModel:
             self._log_failure(exc, len(owners))
         self._release_memory()
         if len(owners) == 1:
-            self._fail(pending.pop(owners[0]).sender, f"{self.name}: generation failed; see the server log")
+            self._fail(
+                pending.pop(owners[0]).sender, f"{self.name}: generation failed; see the server log"
+            )
             return
         for owner in owners:
             if owner in pending:
@@ -147,11 +164,20 @@ class TritonPythonModel:
 
     def _log_failure(self, exc: Exception, requests: int) -> None:
         summary = "".join(traceback.format_exception(exc))[-_LOG_CHARS:]
-        pb_utils.Logger.log_error(f"{self.name}: a generation of {requests} request(s) failed: {summary}")
+        pb_utils.Logger.log_error(
+            f"{self.name}: a generation of {requests} request(s) failed: {summary}"
+        )
 
     def _fail(self, sender: Any, message: str, code: Any = None) -> None:
-        error = pb_utils.TritonError(message, code) if code is not None else pb_utils.TritonError(message)
-        sender.send(pb_utils.InferenceResponse(error=error), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        error = (
+            pb_utils.TritonError(message, code)
+            if code is not None
+            else pb_utils.TritonError(message)
+        )
+        sender.send(
+            pb_utils.InferenceResponse(error=error),
+            flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+        )
 
     def finalize(self) -> None:
         if self.networks.device.type == "cuda":

@@ -48,7 +48,10 @@ class GenerationLimits:
     schedulers: tuple[str, ...] = ()
 
     def parameters(self) -> dict[str, str]:
-        return {f"limit_{k}": ",".join(v) if isinstance(v, tuple) else str(v) for k, v in asdict(self).items()}
+        return {
+            f"limit_{k}": ",".join(v) if isinstance(v, tuple) else str(v)
+            for k, v in asdict(self).items()
+        }
 
     @classmethod
     def from_parameters(cls, parameters: Mapping[str, str]) -> GenerationLimits:
@@ -92,16 +95,22 @@ def _text(raw: Any, field: str, max_bytes: int) -> str:
 def _row(values: Mapping[str, Any], limits: GenerationLimits) -> Request:
     steps = limits.default_steps if values["STEPS"] is None else int(values["STEPS"])
     if not limits.min_steps <= steps <= limits.max_steps:
-        raise InvalidRequest(f"STEPS must be between {limits.min_steps} and {limits.max_steps}, got {steps}")
+        raise InvalidRequest(
+            f"STEPS must be between {limits.min_steps} and {limits.max_steps}, got {steps}"
+        )
     guidance = limits.default_guidance if values["GUIDANCE"] is None else float(values["GUIDANCE"])
     if not (np.isfinite(guidance) and limits.min_guidance <= guidance <= limits.max_guidance):
-        raise InvalidRequest(f"GUIDANCE must be between {limits.min_guidance:g} and {limits.max_guidance:g}, got {guidance}")
+        raise InvalidRequest(
+            f"GUIDANCE must be between {limits.min_guidance:g} and {limits.max_guidance:g}, got {guidance}"
+        )
     sides = {}
     for name in ("HEIGHT", "WIDTH"):
         side = limits.default_side if values[name] is None else int(values[name])
         if side % limits.side_multiple or not limits.min_side <= side <= limits.max_side:
-            raise InvalidRequest(f"{name} must be a multiple of {limits.side_multiple} between {limits.min_side} and "
-                                 f"{limits.max_side}, got {side}")
+            raise InvalidRequest(
+                f"{name} must be a multiple of {limits.side_multiple} between {limits.min_side} and "
+                f"{limits.max_side}, got {side}"
+            )
         sides[name] = side
     seed = secrets.randbelow(limits.max_seed + 1) if values["SEED"] is None else int(values["SEED"])
     if not 0 <= seed <= limits.max_seed:
@@ -110,12 +119,22 @@ def _row(values: Mapping[str, Any], limits: GenerationLimits) -> Request:
     if scheduler == "default":
         scheduler = ""
     if scheduler and scheduler not in limits.schedulers:
-        raise InvalidRequest(f"SCHEDULER must be one of default, {', '.join(limits.schedulers)}; got {scheduler!r}")
+        raise InvalidRequest(
+            f"SCHEDULER must be one of default, {', '.join(limits.schedulers)}; got {scheduler!r}"
+        )
     negative = values["NEGATIVE_PROMPT"]
-    return Request(prompt=_text(values["PROMPT"], "PROMPT", limits.max_prompt_bytes),
-                   negative_prompt="" if negative is None else _text(negative, "NEGATIVE_PROMPT", limits.max_prompt_bytes),
-                   steps=steps, guidance=guidance, height=sides["HEIGHT"], width=sides["WIDTH"], seed=seed,
-                   scheduler=scheduler)
+    return Request(
+        prompt=_text(values["PROMPT"], "PROMPT", limits.max_prompt_bytes),
+        negative_prompt=""
+        if negative is None
+        else _text(negative, "NEGATIVE_PROMPT", limits.max_prompt_bytes),
+        steps=steps,
+        guidance=guidance,
+        height=sides["HEIGHT"],
+        width=sides["WIDTH"],
+        seed=seed,
+        scheduler=scheduler,
+    )
 
 
 def parse_rows(arrays: Mapping[str, np.ndarray | None], limits: GenerationLimits) -> list[Request]:
@@ -141,12 +160,16 @@ def parse_rows(arrays: Mapping[str, np.ndarray | None], limits: GenerationLimits
         columns[name] = array
     requests = []
     for row in range(rows):
-        values = {name: None if column is None else column[row, 0] for name, column in columns.items()}
+        values = {
+            name: None if column is None else column[row, 0] for name, column in columns.items()
+        }
         try:
             requests.append(_row(values, limits))
         except InvalidRequest as exc:
             raise InvalidRequest(f"{exc} (row {row})" if rows > 1 else str(exc)) from None
     if len({(r.height, r.width) for r in requests}) > 1:
-        raise InvalidRequest("HEIGHT and WIDTH must be the same in every row of one request (its images form one "
-                             "IMAGE tensor); send different sizes as separate requests")
+        raise InvalidRequest(
+            "HEIGHT and WIDTH must be the same in every row of one request (its images form one "
+            "IMAGE tensor); send different sizes as separate requests"
+        )
     return requests

@@ -26,7 +26,9 @@ else:  # Triton's Python stub: the helper modules lie beside model.py, on sys.pa
 __all__ = ["PipelineRuntime", "torch_networks"]
 
 
-def torch_networks(folder: str, parameters: Mapping[str, str], *, gpu: bool, device_id: int = 0) -> TorchNetworks:
+def torch_networks(
+    folder: str, parameters: Mapping[str, str], *, gpu: bool, device_id: int = 0
+) -> TorchNetworks:
     """The entry's networks in this process: on GPU ``device_id`` when ``gpu`` (and CUDA is there),
     in the entry's ``precision`` (its weights were published in it)."""
     gpu = gpu and torch.cuda.is_available()
@@ -55,9 +57,17 @@ class PipelineRuntime:
 
         self.networks = networks
         self.limits = GenerationLimits.from_parameters(parameters)
-        self.tokenizer = CLIPTokenizer.from_pretrained(os.path.join(folder, "tokenizer"), local_files_only=True)
-        classes = dict(item.split("=", 1) for item in parameters.get("scheduler_classes", "").split(",") if item)
-        self.schedulers = Schedulers(os.path.join(folder, "scheduler", "scheduler_config.json"), classes)
+        self.tokenizer = CLIPTokenizer.from_pretrained(
+            os.path.join(folder, "tokenizer"), local_files_only=True
+        )
+        classes = dict(
+            item.split("=", 1)
+            for item in parameters.get("scheduler_classes", "").split(",")
+            if item
+        )
+        self.schedulers = Schedulers(
+            os.path.join(folder, "scheduler", "scheduler_config.json"), classes
+        )
         self.latent_channels = int(parameters["latent_channels"])
         self.vae_scale_factor = int(parameters["vae_scale_factor"])
         self.scaling_factor = float(parameters["scaling_factor"])
@@ -65,17 +75,30 @@ class PipelineRuntime:
     def generate(self, rows: Sequence[tuple[Hashable, Request]], done: Done) -> dict[str, float]:
         """Every row (one HEIGHT x WIDTH) in one loop; returns where its time went (see ``generate``)."""
         timings: dict[str, float] = {}
-        generate(rows, networks=self.networks, tokenizer=self.tokenizer, schedulers=self.schedulers,
-                 latent_channels=self.latent_channels, vae_scale_factor=self.vae_scale_factor,
-                 scaling_factor=self.scaling_factor, done=done,
-                 guidance_off=getattr(self.networks, "time_cond_proj_dim", None) is not None, timings=timings)
+        generate(
+            rows,
+            networks=self.networks,
+            tokenizer=self.tokenizer,
+            schedulers=self.schedulers,
+            latent_channels=self.latent_channels,
+            vae_scale_factor=self.vae_scale_factor,
+            scaling_factor=self.scaling_factor,
+            done=done,
+            guidance_off=getattr(self.networks, "time_cond_proj_dim", None) is not None,
+            timings=timings,
+        )
         return timings
 
     def warm_up(self, steps: int) -> dict[str, float]:
         """One small generation at the default size: CUDA context, kernels and allocator before the first request."""
         if steps <= 0:
             return {}
-        request = Request(prompt="warm-up", steps=steps, height=self.limits.default_side, width=self.limits.default_side)
+        request = Request(
+            prompt="warm-up",
+            steps=steps,
+            height=self.limits.default_side,
+            width=self.limits.default_side,
+        )
         return self.generate([(("warm-up", 0), request)], _discard)
 
 

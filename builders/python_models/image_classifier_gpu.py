@@ -68,17 +68,23 @@ def _classifier_file(repository: str, name: str) -> str:
     entry = os.path.join(repository, name)
     versions = sorted(int(v) for v in os.listdir(entry) if v.isdigit())
     if not versions:
-        raise pb_utils.TritonModelException(f"classifier entry {name!r} has no version in {repository}")
+        raise pb_utils.TritonModelException(
+            f"classifier entry {name!r} has no version in {repository}"
+        )
     folder = os.path.join(entry, str(versions[-1]))
     for filename in MODULE_FILES:
         if os.path.exists(os.path.join(folder, filename)):
             return os.path.join(folder, filename)
-    raise pb_utils.TritonModelException(f"classifier entry {name!r} has none of {', '.join(MODULE_FILES)}")
+    raise pb_utils.TritonModelException(
+        f"classifier entry {name!r} has none of {', '.join(MODULE_FILES)}"
+    )
 
 
 def _strings_work() -> bool:
     """Whether this stub exchanges numpy arrays correctly (it does not under numpy 2 in Triton 2.51)."""
-    probe = pb_utils.Tensor.from_dlpack("probe", torch.utils.dlpack.to_dlpack(torch.arange(4, dtype=torch.float32)))
+    probe = pb_utils.Tensor.from_dlpack(
+        "probe", torch.utils.dlpack.to_dlpack(torch.arange(4, dtype=torch.float32))
+    )
     try:
         return [float(v) for v in probe.as_numpy().reshape(-1)] == [0.0, 1.0, 2.0, 3.0]
     except Exception:
@@ -101,15 +107,27 @@ class TritonPythonModel:
     def initialize(self, args: dict[str, str]) -> None:
         config = json.loads(args["model_config"])
         params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
-        self.p = Preprocessing(int(params.get("size", 224)), int(params.get("resize", 256)),
-                               _floats(params.get("mean", "0.5,0.5,0.5")), _floats(params.get("std", "0.5,0.5,0.5")))
+        self.p = Preprocessing(
+            int(params.get("size", 224)),
+            int(params.get("resize", 256)),
+            _floats(params.get("mean", "0.5,0.5,0.5")),
+            _floats(params.get("std", "0.5,0.5,0.5")),
+        )
         self.k = int(params.get("top_k", 5))
-        self.limits = DecodeLimits(int(params.get("max_source_pixels", DecodeLimits.max_source_pixels)),
-                                   float(params.get("max_aspect_ratio", DecodeLimits.max_aspect_ratio)),
-                                   int(params.get("max_resized_pixels", DecodeLimits.max_resized_pixels)))
+        self.limits = DecodeLimits(
+            int(params.get("max_source_pixels", DecodeLimits.max_source_pixels)),
+            float(params.get("max_aspect_ratio", DecodeLimits.max_aspect_ratio)),
+            int(params.get("max_resized_pixels", DecodeLimits.max_resized_pixels)),
+        )
         gpu_kind = args.get("model_instance_kind", "CPU").upper() == "GPU"
-        use_cuda = torch.cuda.is_available() and (gpu_kind or params.get("device", "auto") == "cuda")
-        self.device = torch.device("cuda", int(args.get("model_instance_device_id", "0") or 0)) if use_cuda else torch.device("cpu")
+        use_cuda = torch.cuda.is_available() and (
+            gpu_kind or params.get("device", "auto") == "cuda"
+        )
+        self.device = (
+            torch.device("cuda", int(args.get("model_instance_device_id", "0") or 0))
+            if use_cuda
+            else torch.device("cpu")
+        )
         if use_cuda:
             torch.cuda.set_device(self.device)
             # The host only parses headers and queues GPU work: ATen's OpenMP threads would only add
@@ -117,11 +135,20 @@ class TritonPythonModel:
             torch.set_num_threads(1)
         else:  # this instance's share of the cores, not every core (see cpu_share)
             torch.set_num_threads(cpu_share(config))
-        dtype = torch.float16 if use_cuda and params.get("precision", "fp16") == "fp16" else torch.float32
+        dtype = (
+            torch.float16
+            if use_cuda and params.get("precision", "fp16") == "fp16"
+            else torch.float32
+        )
         repository = os.path.dirname(os.path.normpath(args["model_repository"]))
-        classifier = TorchModule(_classifier_file(repository, params["classifier"]), self.device, dtype,
-                                 use_cuda and params.get("channels_last", "true") == "true", [torch.float32],
-                                 compile_threads=1)
+        classifier = TorchModule(
+            _classifier_file(repository, params["classifier"]),
+            self.device,
+            dtype,
+            use_cuda and params.get("channels_last", "true") == "true",
+            [torch.float32],
+            compile_threads=1,
+        )
         self.max_batch = int(config["max_batch_size"])
         chunk = int(params.get("pipeline_chunk", "0"))
         # One run takes at most a chunk: the graphs only need to go that far.
@@ -129,27 +156,45 @@ class TritonPythonModel:
         listed = [int(s) for s in params.get("batch_sizes", "").split(",") if s.strip()]
         sizes = capture_sizes(self.chunk, sizes=listed) if listed else capture_sizes(self.chunk)
         pixels = [InputSpec((3, self.p.size, self.p.size), dtype)]
-        self.runner = BatchRunner(_TopK(classifier, self.k), pixels, self.device, sizes if use_cuda else (self.chunk,),
-                                  cuda_graphs=use_cuda and params.get("cuda_graphs", "true") == "true")
-        if not use_cuda:  # the CPU runs exact batches: a compiled classifier compiles for all of them now
+        self.runner = BatchRunner(
+            _TopK(classifier, self.k),
+            pixels,
+            self.device,
+            sizes if use_cuda else (self.chunk,),
+            cuda_graphs=use_cuda and params.get("cuda_graphs", "true") == "true",
+        )
+        if (
+            not use_cuda
+        ):  # the CPU runs exact batches: a compiled classifier compiles for all of them now
             classifier.warm(pixels, sizes)
-        with open(os.path.join(args["model_repository"], args["model_version"], "labels.txt"), encoding="utf-8") as handle:
+        with open(
+            os.path.join(args["model_repository"], args["model_version"], "labels.txt"),
+            encoding="utf-8",
+        ) as handle:
             # Class names ship with underscores (tiger_cat); users read "tiger cat".
             self.labels = [line.strip().replace("_", " ") for line in handle if line.strip()]
         self.strings = _strings_work()
         # Where execute()'s time goes, on Triton's /metrics page (see step_metrics.py).
-        self.steps = StepTimes(pb_utils, args["model_name"], args["model_version"],
-                               ("inputs", "decode", "queue_gpu", "wait_gpu", "respond"))
+        self.steps = StepTimes(
+            pb_utils,
+            args["model_name"],
+            args["model_version"],
+            ("inputs", "decode", "queue_gpu", "wait_gpu", "respond"),
+        )
 
     def _images(self, request: Any) -> tuple[list[torch.Tensor], list[ImageHeader]]:
         tensor = pb_utils.get_input_tensor_by_name(request, "IMAGE")
         if tensor is None:
             raise ImageError("missing input 'IMAGE'")
         if not tensor.is_cpu():
-            raise ImageError("IMAGE must be sent in host memory (HTTP, gRPC or system shared memory)")
+            raise ImageError(
+                "IMAGE must be sent in host memory (HTTP, gRPC or system shared memory)"
+            )
         rows = torch.utils.dlpack.from_dlpack(tensor.to_dlpack())
         if rows.dtype != torch.uint8 or rows.dim() != 2 or rows.shape[0] == 0 or rows.shape[1] == 0:
-            raise ImageError(f"IMAGE must be UINT8 [images, bytes] holding encoded images; got {rows.dtype} {list(rows.shape)}")
+            raise ImageError(
+                f"IMAGE must be UINT8 [images, bytes] holding encoded images; got {rows.dtype} {list(rows.shape)}"
+            )
         encoded = [rows[r] for r in range(rows.shape[0])]
         return encoded, [read_header(host_bytes(e), self.p, self.limits) for e in encoded]
 
@@ -157,7 +202,9 @@ class TritonPythonModel:
         responses: list[Any] = [None] * len(requests)
         with self.steps.step("inputs"):
             owners, encoded, headers = self._gather(requests, responses)
-        rows, chunks = self._queue(encoded, headers, owners, responses)  # times "decode" and "queue_gpu"
+        rows, chunks = self._queue(
+            encoded, headers, owners, responses
+        )  # times "decode" and "queue_gpu"
         with self.steps.step("wait_gpu"):
             self.runner.synchronize()
         with self.steps.step("respond"):
@@ -165,7 +212,9 @@ class TritonPythonModel:
         self.steps.executed(len(encoded))
         return responses
 
-    def _gather(self, requests: list[Any], responses: list[Any]) -> tuple[list[int], list[torch.Tensor], list[ImageHeader]]:
+    def _gather(
+        self, requests: list[Any], responses: list[Any]
+    ) -> tuple[list[int], list[torch.Tensor], list[ImageHeader]]:
         """Every request's images and headers; a request with a bad input gets its error response."""
         owners: list[int] = []  # request index of each image
         encoded: list[torch.Tensor] = []
@@ -181,14 +230,21 @@ class TritonPythonModel:
             headers += found
         return owners, encoded, headers
 
-    def _queue(self, encoded: list[torch.Tensor], headers: list[ImageHeader], owners: list[int],
-               responses: list[Any]) -> tuple[list[int], list[tuple[list[torch.Tensor], list[torch.Tensor]]]]:
+    def _queue(
+        self,
+        encoded: list[torch.Tensor],
+        headers: list[ImageHeader],
+        owners: list[int],
+        responses: list[Any],
+    ) -> tuple[list[int], list[tuple[list[torch.Tensor], list[torch.Tensor]]]]:
         """Decode each chunk and queue its GPU work: the image index of each output row, and per chunk
         (decoded images, host outputs not yet waited for)."""
         rows: list[int] = []
         chunks: list[tuple[list[torch.Tensor], list[torch.Tensor]]] = []
         # Each chunk's decode blocks the host while the GPU still runs the chunk before.
-        decoding = decode_chunks(encoded, headers, self.device, self.chunk, lambda i: responses[owners[i]] is not None)
+        decoding = decode_chunks(
+            encoded, headers, self.device, self.chunk, lambda i: responses[owners[i]] is not None
+        )
         while True:
             with self.steps.step("decode"):
                 chunk = next(decoding, None)
@@ -199,23 +255,38 @@ class TritonPythonModel:
                 for i, error in zip(live, decoded.errors, strict=True):
                     if error is not None and responses[owners[i]] is None:
                         responses[owners[i]] = self._error(error)
-                kept = [(i, image) for i, image in zip(live, decoded.images, strict=True)
-                        if image is not None and responses[owners[i]] is None]
+                kept = [
+                    (i, image)
+                    for i, image in zip(live, decoded.images, strict=True)
+                    if image is not None and responses[owners[i]] is None
+                ]
                 if not kept:
                     continue
                 images = [image for _, image in kept]
-                outputs = self.runner.run(len(images), lambda batch, images=images: preprocess_into(images, batch[0], self.p))  # type: ignore[misc]
+                outputs = self.runner.run(
+                    len(images),
+                    lambda batch, images=images: preprocess_into(images, batch[0], self.p),
+                )  # type: ignore[misc]
                 # The decoded images stay referenced until the stream is done with them (they were
                 # allocated on another stream; freed earlier, their memory could be handed out again).
                 chunks.append((images, self.runner.to_host(outputs, wait=False)))
                 rows += [i for i, _ in kept]
 
-    def _answer(self, requests: list[Any], responses: list[Any], owners: list[int], rows: list[int],
-                chunks: list[tuple[list[torch.Tensor], list[torch.Tensor]]]) -> None:
+    def _answer(
+        self,
+        requests: list[Any],
+        responses: list[Any],
+        owners: list[int],
+        rows: list[int],
+        chunks: list[tuple[list[torch.Tensor], list[torch.Tensor]]],
+    ) -> None:
         """Responses from the host outputs (the stream has been waited for)."""
         if not chunks:
             return
-        scores, ids = (torch.cat([c[1][j] for c in chunks]) if len(chunks) > 1 else chunks[0][1][j] for j in range(2))
+        scores, ids = (
+            torch.cat([c[1][j] for c in chunks]) if len(chunks) > 1 else chunks[0][1][j]
+            for j in range(2)
+        )
         # A request fails whole: drop the rows of one whose later image failed after its first ran.
         good = [r for r, i in enumerate(rows) if responses[owners[i]] is None]
         if len(good) < len(rows):
@@ -224,19 +295,33 @@ class TritonPythonModel:
         if good:
             self._respond(requests, responses, [owners[rows[r]] for r in good], scores, ids)
 
-    def _respond(self, requests: list[Any], responses: list[Any], owners: list[int], scores: torch.Tensor, ids: torch.Tensor) -> None:
+    def _respond(
+        self,
+        requests: list[Any],
+        responses: list[Any],
+        owners: list[int],
+        scores: torch.Tensor,
+        ids: torch.Tensor,
+    ) -> None:
         rows: dict[int, list[int]] = {}
         for row, owner in enumerate(owners):
             rows.setdefault(owner, []).append(row)
         for owner, members in rows.items():
             first, last = members[0], members[-1] + 1
-            outputs = [pb_utils.Tensor.from_dlpack("SCORES", torch.utils.dlpack.to_dlpack(scores[first:last].contiguous())),
-                       pb_utils.Tensor.from_dlpack("CLASS_IDS", torch.utils.dlpack.to_dlpack(ids[first:last].contiguous()))]
+            outputs = [
+                pb_utils.Tensor.from_dlpack(
+                    "SCORES", torch.utils.dlpack.to_dlpack(scores[first:last].contiguous())
+                ),
+                pb_utils.Tensor.from_dlpack(
+                    "CLASS_IDS", torch.utils.dlpack.to_dlpack(ids[first:last].contiguous())
+                ),
+            ]
             if "LABELS" in requests[owner].requested_output_names():
                 if not self.strings:
                     responses[owner] = self._error(
                         "LABELS (strings) cannot be sent by this Triton's Python stub under numpy 2; ask for "
-                        "SCORES and CLASS_IDS (CLASS_IDS index labels.txt)")
+                        "SCORES and CLASS_IDS (CLASS_IDS index labels.txt)"
+                    )
                     continue
                 import numpy as np  # only for strings, which have no DLPack form
 
@@ -245,7 +330,9 @@ class TritonPythonModel:
             responses[owner] = pb_utils.InferenceResponse(output_tensors=outputs)
 
     def _error(self, message: str) -> Any:
-        return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, pb_utils.TritonError.INVALID_ARG))
+        return pb_utils.InferenceResponse(
+            error=pb_utils.TritonError(message, pb_utils.TritonError.INVALID_ARG)
+        )
 
     def finalize(self) -> None:
         self.steps.flush()

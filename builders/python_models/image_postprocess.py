@@ -33,7 +33,9 @@ class TritonPythonModel:
         labels_path = os.path.join(args["model_repository"], args["model_version"], "labels.txt")
         with open(labels_path, encoding="utf-8") as handle:
             # Class names ship with underscores (tiger_cat); users read "tiger cat".
-            self.labels = np.array([line.strip().replace("_", " ") for line in handle if line.strip()], dtype=object)
+            self.labels = np.array(
+                [line.strip().replace("_", " ") for line in handle if line.strip()], dtype=object
+            )
 
     def execute(self, requests: list[Any]) -> list[Any]:
         return [self._answer(request) for request in requests]
@@ -45,13 +47,18 @@ class TritonPythonModel:
             logits = pb.get_input_tensor_by_name(request, "LOGITS").as_numpy()
             ids, scores = top_k(logits, self.k)
             labels = self.labels[ids].astype(np.bytes_)
-            return pb.InferenceResponse([
-                pb.Tensor("LABELS", labels.astype(np.object_)),
-                pb.Tensor("SCORES", scores),
-                pb.Tensor("CLASS_IDS", ids),
-            ])
+            return pb.InferenceResponse(
+                [
+                    pb.Tensor("LABELS", labels.astype(np.object_)),
+                    pb.Tensor("SCORES", scores),
+                    pb.Tensor("CLASS_IDS", ids),
+                ]
+            )
         except Exception as exc:
             pb.Logger.log_error(f"model 'image_postprocess': {type(exc).__name__}: {exc}"[:400])
-            return pb.InferenceResponse(error=pb.TritonError(
-                "model 'image_postprocess' could not process this request (the server log has the details)",
-                pb.TritonError.INTERNAL))
+            return pb.InferenceResponse(
+                error=pb.TritonError(
+                    "model 'image_postprocess' could not process this request (the server log has the details)",
+                    pb.TritonError.INTERNAL,
+                )
+            )

@@ -19,7 +19,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from serving.image_preprocessing import DecodeLimits, ImageError, Preprocessing, preprocess_bytes
+    from serving.image_preprocessing import (
+        DecodeLimits,
+        ImageError,
+        Preprocessing,
+        preprocess_bytes,
+    )
 else:  # Triton imports this file with its version folder, holding a copy of the module, on sys.path
     from image_preprocessing import DecodeLimits, ImageError, Preprocessing, preprocess_bytes
 
@@ -63,6 +68,9 @@ class TritonPythonModel:
         except Exception as exc:  # anything else fails this request only, without internals
             text = f"{type(exc).__name__}: {exc}".replace("\n", " ")[:_LOG_CHARS]
             pb.Logger.log_error(f"model '{self.name}': preprocessing failed: {text}")
-            return pb.InferenceResponse(error=pb.TritonError(
-                f"model '{self.name}' could not process this request (the server log has the details)",
-                pb.TritonError.INTERNAL))
+            return pb.InferenceResponse(
+                error=pb.TritonError(
+                    f"model '{self.name}' could not process this request (the server log has the details)",
+                    pb.TritonError.INTERNAL,
+                )
+            )

@@ -48,12 +48,18 @@ class TritonPythonModel:
             hidden = pb.get_input_tensor_by_name(request, "last_hidden_state").as_numpy()
             mask = pb.get_input_tensor_by_name(request, "attention_mask").as_numpy()
             if hidden.shape[:2] != mask.shape:
-                return pb.InferenceResponse(error=pb.TritonError(
-                    f"last_hidden_state {list(hidden.shape)} does not match attention_mask {list(mask.shape)}",
-                    pb.TritonError.INVALID_ARG))
+                return pb.InferenceResponse(
+                    error=pb.TritonError(
+                        f"last_hidden_state {list(hidden.shape)} does not match attention_mask {list(mask.shape)}",
+                        pb.TritonError.INVALID_ARG,
+                    )
+                )
             return pb.InferenceResponse([pb.Tensor("EMBEDDING", mean_pool_normalize(hidden, mask))])
         except Exception as exc:
             pb.Logger.log_error(f"model 'text_pooling': {type(exc).__name__}: {exc}"[:400])
-            return pb.InferenceResponse(error=pb.TritonError(
-                "model 'text_pooling' could not process this request (the server log has the details)",
-                pb.TritonError.INTERNAL))
+            return pb.InferenceResponse(
+                error=pb.TritonError(
+                    "model 'text_pooling' could not process this request (the server log has the details)",
+                    pb.TritonError.INTERNAL,
+                )
+            )

@@ -28,7 +28,13 @@ if TYPE_CHECKING:
     )
     from serving.token_ids import ROW_PREFIX, TokenIdCheck
 else:  # Triton imports this file with its version folder, holding copies of the modules, on sys.path
-    from text_tokenization import DEFAULT_MAX_LENGTH, decode_texts, encode_ids, load_tokenizer, tokenize
+    from text_tokenization import (
+        DEFAULT_MAX_LENGTH,
+        decode_texts,
+        encode_ids,
+        load_tokenizer,
+        tokenize,
+    )
     from token_ids import ROW_PREFIX, TokenIdCheck
 
 
@@ -60,7 +66,9 @@ class TritonPythonModel:
         if raw.size == 0:
             raise ValueError(f"{'TEXT' if text is not None else 'TOKEN_IDS'} is an empty batch")
         if text is not None:
-            encoded = tokenize(self.tokenizer, decode_texts(raw, self.max_text_bytes, self.max_text_chars))
+            encoded = tokenize(
+                self.tokenizer, decode_texts(raw, self.max_text_bytes, self.max_text_chars)
+            )
         else:
             self._check_ids(raw)
             encoded = encode_ids(self.tokenizer, raw, self.max_length)
@@ -81,15 +89,25 @@ class TritonPythonModel:
             try:
                 encoded = self._encode(request)
             except ValueError as exc:  # this request's fault: it fails alone
-                responses.append(self.pb.InferenceResponse(
-                    error=self.pb.TritonError(str(exc), self.pb.TritonError.INVALID_ARG)))
+                responses.append(
+                    self.pb.InferenceResponse(
+                        error=self.pb.TritonError(str(exc), self.pb.TritonError.INVALID_ARG)
+                    )
+                )
                 continue
             except Exception as exc:  # anything else fails this request only, without internals
                 summary = f"{type(exc).__name__}: {exc}".replace("\n", " ")[:300]
                 self.pb.Logger.log_error(f"model '{self.name}': tokenizing failed: {summary}")
-                responses.append(self.pb.InferenceResponse(error=self.pb.TritonError(
-                    f"model '{self.name}' could not process this request (the server log has the details)",
-                    self.pb.TritonError.INTERNAL)))
+                responses.append(
+                    self.pb.InferenceResponse(
+                        error=self.pb.TritonError(
+                            f"model '{self.name}' could not process this request (the server log has the details)",
+                            self.pb.TritonError.INTERNAL,
+                        )
+                    )
+                )
                 continue
-            responses.append(self.pb.InferenceResponse([self.pb.Tensor(n, encoded[n]) for n in self.outputs]))
+            responses.append(
+                self.pb.InferenceResponse([self.pb.Tensor(n, encoded[n]) for n in self.outputs])
+            )
         return responses

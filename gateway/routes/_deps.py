@@ -6,11 +6,11 @@ from typing import Any
 
 from fastapi import Request
 
-from gateway.auth import Authenticator
-from gateway.context import CONTEXT_KEY, RequestContext
-from gateway.keys import KeyStore
+from gateway.observe.stats import LatencyTracker
 from gateway.service import InferenceService
-from gateway.stats import LatencyTracker
+from gateway.tenancy.auth import Authenticator
+from gateway.tenancy.context import CONTEXT_KEY, RequestContext
+from gateway.tenancy.keys import KeyStore
 
 __all__ = [
     "CLIENT_AUTH",
@@ -27,7 +27,12 @@ __all__ = [
 # any route runs, so no per-request security dependency is needed (each one costs time on the hot path).
 SECURITY_SCHEMES = {
     "bearer": {"type": "http", "scheme": "bearer", "description": "An API key (gk_...) or a JWT"},
-    "apiKey": {"type": "apiKey", "in": "header", "name": "X-API-Key", "description": "An API key (gk_...)"},
+    "apiKey": {
+        "type": "apiKey",
+        "in": "header",
+        "name": "X-API-Key",
+        "description": "An API key (gk_...)",
+    },
     "adminToken": {
         "type": "apiKey",
         "in": "header",
@@ -66,6 +71,8 @@ async def get_authenticator(request: Request) -> Authenticator:
 
 async def get_context(request: Request) -> RequestContext:
     ctx = request.scope.get(CONTEXT_KEY)
-    if ctx is None:  # the context middleware is missing from the stack: a wiring bug, not a client error
+    if (
+        ctx is None
+    ):  # the context middleware is missing from the stack: a wiring bug, not a client error
         raise RuntimeError("request has no gateway context")
     return ctx  # type: ignore[no-any-return]

@@ -8,12 +8,24 @@ from typing import Annotated, ParamSpec, TypeVar
 
 from fastapi import APIRouter, Depends, Path, Query
 
-from gateway.auth import Authenticator
 from gateway.errors import BadRequest, Conflict, NotFound, StateStoreUnavailable
-from gateway.key_protocol import CreatedKey, CreateKeyRequest, ImportKeysResponse, KeyExport, KeyInfo
-from gateway.keys import ApiKeyRecord, KeyConflict, KeyStore, KeyStoreUnavailable, records_from_export
-from gateway.protocol import problem_responses
+from gateway.protocol.rest import problem_responses
 from gateway.settings import GatewaySettings
+from gateway.tenancy.auth import Authenticator
+from gateway.tenancy.key_protocol import (
+    CreatedKey,
+    CreateKeyRequest,
+    ImportKeysResponse,
+    KeyExport,
+    KeyInfo,
+)
+from gateway.tenancy.keys import (
+    ApiKeyRecord,
+    KeyConflict,
+    KeyStore,
+    KeyStoreUnavailable,
+    records_from_export,
+)
 
 from ._deps import get_authenticator, get_store
 
@@ -30,7 +42,9 @@ async def _store(func: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
     try:
         return await asyncio.to_thread(func, *args, **kwargs)
     except KeyStoreUnavailable as exc:
-        raise StateStoreUnavailable(f"the key store is unavailable: {exc}", retry_after_s=1) from exc
+        raise StateStoreUnavailable(
+            f"the key store is unavailable: {exc}", retry_after_s=1
+        ) from exc
 
 
 def _info(record: ApiKeyRecord) -> KeyInfo:
@@ -76,7 +90,10 @@ async def create_key(
 
 
 @router.get(
-    "", response_model=list[KeyInfo], summary="List API keys (never their secrets)", responses=_ERRORS
+    "",
+    response_model=list[KeyInfo],
+    summary="List API keys (never their secrets)",
+    responses=_ERRORS,
 )
 async def list_keys(
     store: Annotated[KeyStore, Depends(get_store)],
@@ -106,7 +123,9 @@ async def rotate_key(
     return CreatedKey(**_info(record).model_dump(), api_key=plaintext)
 
 
-@router.delete("/{key_id}", response_model=KeyInfo, summary="Revoke a key (idempotent)", responses=_ERRORS)
+@router.delete(
+    "/{key_id}", response_model=KeyInfo, summary="Revoke a key (idempotent)", responses=_ERRORS
+)
 async def revoke_key(
     key_id: KeyId,
     store: Annotated[KeyStore, Depends(get_store)],

@@ -6,9 +6,14 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, File, UploadFile
 
-from gateway.context import RequestContext
-from gateway.protocol import INFERENCE_ERRORS, ClassifyResponse, ClassifyResult, ClassPrediction
+from gateway.protocol.rest import (
+    INFERENCE_ERRORS,
+    ClassifyResponse,
+    ClassifyResult,
+    ClassPrediction,
+)
 from gateway.service import InferenceService
+from gateway.tenancy.context import RequestContext
 from serving.limits import DEFAULT_LIMITS
 
 from ._deps import get_context, get_service

@@ -9,9 +9,9 @@ from fastapi import APIRouter, Depends, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from gateway.errors import UpstreamUnavailable
-from gateway.protocol import Health, kserve_responses, problem_responses
+from gateway.observe.stats import LatencyTracker
+from gateway.protocol.rest import Health, kserve_responses, problem_responses
 from gateway.service import InferenceService
-from gateway.stats import LatencyTracker
 
 from ._deps import get_service, get_tracker
 
@@ -38,7 +38,9 @@ async def readyz(service: Annotated[InferenceService, Depends(get_service)]) -> 
     state = await service.readiness.check()
     if not state.ready:
         raise UpstreamUnavailable(state.describe(), retry_after_s=service.settings.retry_after_s)
-    return Health(status="ready", triton=service.settings.triton_http_url, models=list(state.checked))
+    return Health(
+        status="ready", triton=service.settings.triton_http_url, models=list(state.checked)
+    )
 
 
 @router.get("/v2/health/live", summary="KServe v2 liveness", tags=["kserve-v2"], status_code=200)
@@ -54,7 +56,9 @@ async def v2_live() -> Response:
 )
 async def v2_ready(service: Annotated[InferenceService, Depends(get_service)]) -> Response:
     if not await service.ready():
-        raise UpstreamUnavailable("Triton is not ready", retry_after_s=service.settings.retry_after_s)
+        raise UpstreamUnavailable(
+            "Triton is not ready", retry_after_s=service.settings.retry_after_s
+        )
     return Response(status_code=200)
 
 
@@ -69,7 +73,9 @@ async def v2_ready(service: Annotated[InferenceService, Depends(get_service)]) -
     response_class=Response,
     responses={
         200: {
-            "content": {CONTENT_TYPE_LATEST: {"example": "gateway_request_duration_seconds_bucket{...} 42"}}
+            "content": {
+                CONTENT_TYPE_LATEST: {"example": "gateway_request_duration_seconds_bucket{...} 42"}
+            }
         },
         **problem_responses(401, 403),
     },

@@ -3,7 +3,7 @@ delete), ``.../result`` (the images, as ``/v1/images/generations`` answers), ``.
 image, for ``url`` results) and ``.../cancel``.
 
 Errors are OpenAI's ``{"error": {...}}`` (these are ``/v1/images/*`` paths). The work is
-:class:`gateway.job_service.ImageJobs` and :class:`gateway.job_runner.JobRunner`; this module only
+:class:`gateway.jobs.service.ImageJobs` and :class:`gateway.jobs.runner.JobRunner`; this module only
 translates HTTP.
 """
 
@@ -15,14 +15,19 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
-from gateway.context import RequestContext
 from gateway.errors import NotFound
-from gateway.image_urls import ImageUrlSigner
-from gateway.job_protocol import DeletedJob, ImageJob, ImageJobList, ImageJobRequest
-from gateway.job_runner import JobRunner
-from gateway.job_service import MAX_LISTED, ImageJobs
-from gateway.jobs import Job
-from gateway.protocol import OPENAI_ERRORS, ImageData, ImageGenerationResponse, openai_responses
+from gateway.jobs.image_urls import ImageUrlSigner
+from gateway.jobs.protocol import DeletedJob, ImageJob, ImageJobList, ImageJobRequest
+from gateway.jobs.runner import JobRunner
+from gateway.jobs.service import MAX_LISTED, ImageJobs
+from gateway.jobs.store import Job
+from gateway.protocol.rest import (
+    OPENAI_ERRORS,
+    ImageData,
+    ImageGenerationResponse,
+    openai_responses,
+)
+from gateway.tenancy.context import RequestContext
 from serving.limits import DEFAULT_LIMITS
 
 from ._deps import get_context
@@ -63,7 +68,9 @@ def _view(jobs: ImageJobs, job: Job) -> ImageJob:
     responses=OPENAI_ERRORS,
 )
 async def submit(body: ImageJobRequest, response: Response, jobs: Jobs, ctx: Context) -> ImageJob:
-    job = await jobs.submit(ctx, body.to_task(), body.response_format or "b64_json", body.callback_url)
+    job = await jobs.submit(
+        ctx, body.to_task(), body.response_format or "b64_json", body.callback_url
+    )
     response.headers["Location"] = f"/v1/images/jobs/{job.id}"
     return _view(jobs, job)
 
@@ -74,8 +81,9 @@ async def submit(body: ImageJobRequest, response: Response, jobs: Jobs, ctx: Con
     summary="This credential's jobs, newest first (the admin credential: everyone's)",
     responses=openai_responses(401, 503),
 )
-async def list_jobs(jobs: Jobs, ctx: Context,
-                    limit: Annotated[int, Query(ge=1, le=MAX_LISTED)] = 20) -> ImageJobList:
+async def list_jobs(
+    jobs: Jobs, ctx: Context, limit: Annotated[int, Query(ge=1, le=MAX_LISTED)] = 20
+) -> ImageJobList:
     return ImageJobList(data=[_view(jobs, job) for job in await jobs.list_jobs(ctx, limit)])
 
 
@@ -95,10 +103,13 @@ async def get_job(job_id: JobId, jobs: Jobs, ctx: Context) -> ImageJob:
     summary="Cancel a queued or running job (a running one stops, and its result is dropped)",
     responses=openai_responses(401, 404, 409, 503),
 )
-async def cancel_job(job_id: JobId, jobs: Jobs, ctx: Context,
-                     runner: Annotated[JobRunner, Depends(get_runner)]) -> ImageJob:
+async def cancel_job(
+    job_id: JobId, jobs: Jobs, ctx: Context, runner: Annotated[JobRunner, Depends(get_runner)]
+) -> ImageJob:
     job = await jobs.cancel(ctx, job_id)
-    runner.cancel_local(job.id)  # at once when this process runs it; other processes see it at their renewal
+    runner.cancel_local(
+        job.id
+    )  # at once when this process runs it; other processes see it at their renewal
     return _view(jobs, job)
 
 
@@ -120,8 +131,13 @@ async def delete_job(job_id: JobId, jobs: Jobs, ctx: Context) -> DeletedJob:
     summary="A succeeded job's images, as /v1/images/generations answers (b64_json, or url)",
     responses=openai_responses(401, 404, 409, 503),
 )
-async def job_result(job_id: JobId, request: Request, jobs: Jobs, ctx: Context,
-                     signer: Annotated[ImageUrlSigner, Depends(get_image_urls)]) -> ImageGenerationResponse:
+async def job_result(
+    job_id: JobId,
+    request: Request,
+    jobs: Jobs,
+    ctx: Context,
+    signer: Annotated[ImageUrlSigner, Depends(get_image_urls)],
+) -> ImageGenerationResponse:
     result = await jobs.result(ctx, job_id)
     created = int(result.job.finished_at or time.time())
     if result.response_format == "url":
@@ -130,10 +146,17 @@ async def job_result(job_id: JobId, request: Request, jobs: Jobs, ctx: Context,
         # Signed like /v1/images/generations' URLs; they open until the job expires (or the URL's own
         # expiry, the sooner), and deleting the job removes what they point at.
         ttl = min(settings.image_url_ttl_s, max(1.0, (result.job.expires_at or 0) - time.time()))
-        data = [ImageData(url=base + signer.sign(f"/v1/images/jobs/{result.job.id}/images/{k}", ttl).relative())
-                for k in range(len(result.images))]
+        data = [
+            ImageData(
+                url=base
+                + signer.sign(f"/v1/images/jobs/{result.job.id}/images/{k}", ttl).relative()
+            )
+            for k in range(len(result.images))
+        ]
     else:
-        data = [ImageData(b64_json=base64.b64encode(image).decode("ascii")) for image in result.images]
+        data = [
+            ImageData(b64_json=base64.b64encode(image).decode("ascii")) for image in result.images
+        ]
     return ImageGenerationResponse(created=created, data=data)
 
 
@@ -141,13 +164,21 @@ async def job_result(job_id: JobId, request: Request, jobs: Jobs, ctx: Context,
     "/{job_id}/images/{index}",
     summary="One image of a succeeded job: by its signed URL (no key), or for the credential that submitted it",
     response_class=Response,
-    responses={200: {"content": {"image/png": {}, "image/jpeg": {}, "image/webp": {}}},
-               **openai_responses(401, 404, 409, 503)},
+    responses={
+        200: {"content": {"image/png": {}, "image/jpeg": {}, "image/webp": {}}},
+        **openai_responses(401, 404, 409, 503),
+    },
 )
-async def job_image(job_id: JobId, index: Annotated[int, Path(ge=0, le=64)], request: Request, jobs: Jobs,
-                    ctx: Context, signer: Annotated[ImageUrlSigner, Depends(get_image_urls)],
-                    expires: Annotated[str | None, Query(max_length=16)] = None,
-                    signature: Annotated[str | None, Query(max_length=64)] = None) -> Response:
+async def job_image(
+    job_id: JobId,
+    index: Annotated[int, Path(ge=0, le=64)],
+    request: Request,
+    jobs: Jobs,
+    ctx: Context,
+    signer: Annotated[ImageUrlSigner, Depends(get_image_urls)],
+    expires: Annotated[str | None, Query(max_length=16)] = None,
+    signature: Annotated[str | None, Query(max_length=64)] = None,
+) -> Response:
     if ctx.principal is None:  # no credential: the auth middleware let a signed URL through
         signer.check(request.url.path, expires, signature)
         result = await jobs.signed_result(job_id)
@@ -156,5 +187,8 @@ async def job_image(job_id: JobId, index: Annotated[int, Path(ge=0, le=64)], req
     if index >= len(result.images):
         raise NotFound(f"job '{result.job.id}' has {len(result.images)} images", field="index")
     remaining = max(0, int((result.job.expires_at or 0) - time.time()))
-    return Response(result.images[index], media_type=result.job.media_type or "application/octet-stream",
-                    headers={"Cache-Control": f"private, max-age={remaining}"})
+    return Response(
+        result.images[index],
+        media_type=result.job.media_type or "application/octet-stream",
+        headers={"Cache-Control": f"private, max-age={remaining}"},
+    )

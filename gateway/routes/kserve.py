@@ -16,11 +16,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Request, Response
 
-from gateway.context import CONTEXT_KEY, RequestContext
 from gateway.errors import BadRequest, ModelNotReady
-from gateway.kserve import HEADER_LENGTH, RestBody
-from gateway.protocol import KSERVE_ERRORS, kserve_responses
+from gateway.protocol.kserve import HEADER_LENGTH, RestBody
+from gateway.protocol.rest import KSERVE_ERRORS, kserve_responses
 from gateway.service import InferenceService
+from gateway.tenancy.context import CONTEXT_KEY, RequestContext
 
 from ._deps import ADMIN_AUTH, get_context, get_service
 
@@ -28,11 +28,18 @@ router = APIRouter(prefix="/v2", tags=["kserve-v2"])
 
 ModelName = Annotated[str, Path(description="a Triton model name", examples=["efficientnet_lite0"])]
 Version = Annotated[
-    str, Path(description="a model version (a positive integer)", pattern=r"^[1-9][0-9]{0,18}$", examples=["1"])
+    str,
+    Path(
+        description="a model version (a positive integer)",
+        pattern=r"^[1-9][0-9]{0,18}$",
+        examples=["1"],
+    ),
 ]
 
 _INFER_EXAMPLE = {
-    "inputs": [{"name": "input", "shape": [1, 4], "datatype": "FP32", "data": [0.5, 0.25, 0.0, 1.0]}],
+    "inputs": [
+        {"name": "input", "shape": [1, 4], "datatype": "FP32", "data": [0.5, 0.25, 0.0, 1.0]}
+    ],
     "outputs": [{"name": "output"}],
 }
 _INFER_DESCRIPTION = """\
@@ -64,7 +71,9 @@ _INFER_RESPONSES: dict[int | str, dict[str, Any]] = {
                 "example": {
                     "model_name": "tiny_linear",
                     "model_version": "1",
-                    "outputs": [{"name": "output", "datatype": "FP32", "shape": [1, 2], "data": [1.1, 0.6]}],
+                    "outputs": [
+                        {"name": "output", "datatype": "FP32", "shape": [1, 2], "data": [1.1, 0.6]}
+                    ],
                 }
             }
         },
@@ -86,8 +95,11 @@ _INFER_BODY = {
 _INFO_ERRORS = kserve_responses(401, 403, 404, 503, 504)
 
 
-@router.get("", summary="Server metadata (KServe v2): name, version, the extensions served here",
-            responses=kserve_responses(401, 503, 504))
+@router.get(
+    "",
+    summary="Server metadata (KServe v2): name, version, the extensions served here",
+    responses=kserve_responses(401, 503, 504),
+)
 async def server_metadata(
     service: Annotated[InferenceService, Depends(get_service)],
     ctx: Annotated[RequestContext, Depends(get_context)],
@@ -152,36 +164,65 @@ _ADMIN_READ_ERRORS = kserve_responses(400, 401, 403, 404, 503, 504)
 _ADMIN_READ = "Needs the admin credential (`Authorization: Bearer <GATEWAY_ADMIN_TOKEN>`); an API key gets 403."
 
 
-@router.post("/repository/index", summary="Triton's model repository index (admin credential)",
-             description=_ADMIN_READ + " The body may be empty or `{\"ready\": true}` (READY models only), as on Triton.",
-             responses=_ADMIN_READ_ERRORS, openapi_extra=ADMIN_AUTH)
-async def repository_index(request: Request, service: Service, ctx: Context) -> list[dict[str, Any]]:
+@router.post(
+    "/repository/index",
+    summary="Triton's model repository index (admin credential)",
+    description=_ADMIN_READ
+    + ' The body may be empty or `{"ready": true}` (READY models only), as on Triton.',
+    responses=_ADMIN_READ_ERRORS,
+    openapi_extra=ADMIN_AUTH,
+)
+async def repository_index(
+    request: Request, service: Service, ctx: Context
+) -> list[dict[str, Any]]:
     raw = await request.body()
     try:
         document = json.loads(raw) if raw.strip() else {}
     except ValueError as exc:
-        raise BadRequest('the body must be empty or a JSON object such as {"ready": true}', field="body") from exc
-    if not isinstance(document, dict) or set(document) - {"ready"} or not isinstance(document.get("ready", False), bool):
+        raise BadRequest(
+            'the body must be empty or a JSON object such as {"ready": true}', field="body"
+        ) from exc
+    if (
+        not isinstance(document, dict)
+        or set(document) - {"ready"}
+        or not isinstance(document.get("ready", False), bool)
+    ):
         raise BadRequest('the body may only hold "ready": true or false', field="ready")
     return await service.repository_index(ctx, ready_only=document.get("ready", False))
 
 
-@router.get("/models/stats", summary="Triton's inference statistics of every model (admin credential)",
-            description=_ADMIN_READ, responses=_ADMIN_READ_ERRORS, openapi_extra=ADMIN_AUTH)
+@router.get(
+    "/models/stats",
+    summary="Triton's inference statistics of every model (admin credential)",
+    description=_ADMIN_READ,
+    responses=_ADMIN_READ_ERRORS,
+    openapi_extra=ADMIN_AUTH,
+)
 async def all_statistics(service: Service, ctx: Context) -> dict[str, Any]:
     return {"model_stats": await service.statistics(ctx)}
 
 
-@router.get("/models/{name}/stats", summary="Triton's inference statistics of one model (admin credential)",
-            description=_ADMIN_READ, responses=_ADMIN_READ_ERRORS, openapi_extra=ADMIN_AUTH)
+@router.get(
+    "/models/{name}/stats",
+    summary="Triton's inference statistics of one model (admin credential)",
+    description=_ADMIN_READ,
+    responses=_ADMIN_READ_ERRORS,
+    openapi_extra=ADMIN_AUTH,
+)
 async def statistics(name: ModelName, service: Service, ctx: Context) -> dict[str, Any]:
     return {"model_stats": await service.statistics(ctx, name)}
 
 
-@router.get("/models/{name}/versions/{version}/stats",
-            summary="Triton's inference statistics of one model version (admin credential)",
-            description=_ADMIN_READ, responses=_ADMIN_READ_ERRORS, openapi_extra=ADMIN_AUTH)
-async def version_statistics(name: ModelName, version: Version, service: Service, ctx: Context) -> dict[str, Any]:
+@router.get(
+    "/models/{name}/versions/{version}/stats",
+    summary="Triton's inference statistics of one model version (admin credential)",
+    description=_ADMIN_READ,
+    responses=_ADMIN_READ_ERRORS,
+    openapi_extra=ADMIN_AUTH,
+)
+async def version_statistics(
+    name: ModelName, version: Version, service: Service, ctx: Context
+) -> dict[str, Any]:
     return {"model_stats": await service.statistics(ctx, name, version)}
 
 
@@ -190,38 +231,61 @@ async def metadata(name: ModelName, service: Service, ctx: Context) -> dict[str,
     return await service.model_metadata(ctx, name)
 
 
-@router.get("/models/{name}/versions/{version}", summary="Metadata of one model version (KServe v2)",
-            responses=_INFO_ERRORS)
-async def version_metadata(name: ModelName, version: Version, service: Service, ctx: Context) -> dict[str, Any]:
+@router.get(
+    "/models/{name}/versions/{version}",
+    summary="Metadata of one model version (KServe v2)",
+    responses=_INFO_ERRORS,
+)
+async def version_metadata(
+    name: ModelName, version: Version, service: Service, ctx: Context
+) -> dict[str, Any]:
     return await service.model_metadata(ctx, name, version)
 
 
-@router.get("/models/{name}/config", summary="Model configuration (Triton's model configuration extension)",
-            responses=_INFO_ERRORS)
+@router.get(
+    "/models/{name}/config",
+    summary="Model configuration (Triton's model configuration extension)",
+    responses=_INFO_ERRORS,
+)
 async def config(name: ModelName, service: Service, ctx: Context) -> dict[str, Any]:
     return await service.model_config(ctx, name)
 
 
-@router.get("/models/{name}/versions/{version}/config", summary="Configuration of one model version",
-            responses=_INFO_ERRORS)
-async def version_config(name: ModelName, version: Version, service: Service, ctx: Context) -> dict[str, Any]:
+@router.get(
+    "/models/{name}/versions/{version}/config",
+    summary="Configuration of one model version",
+    responses=_INFO_ERRORS,
+)
+async def version_config(
+    name: ModelName, version: Version, service: Service, ctx: Context
+) -> dict[str, Any]:
     return await service.model_config(ctx, name, version)
 
 
-async def _ready(service: InferenceService, ctx: RequestContext, name: str, version: str) -> Response:
+async def _ready(
+    service: InferenceService, ctx: RequestContext, name: str, version: str
+) -> Response:
     if not await service.model_ready(ctx, name, version):
         shown = f"version {version} of model '{name}'" if version else f"model '{name}'"
         raise ModelNotReady(f"{shown} is not ready", retry_after_s=service.settings.retry_after_s)
     return Response(status_code=200)
 
 
-@router.get("/models/{name}/ready", summary="Model readiness (KServe v2)",
-            responses=kserve_responses(401, 403, 404, 503))
+@router.get(
+    "/models/{name}/ready",
+    summary="Model readiness (KServe v2)",
+    responses=kserve_responses(401, 403, 404, 503),
+)
 async def ready(name: ModelName, service: Service, ctx: Context) -> Response:
     return await _ready(service, ctx, name, "")
 
 
-@router.get("/models/{name}/versions/{version}/ready", summary="Readiness of one model version (KServe v2)",
-            responses=kserve_responses(401, 403, 404, 503))
-async def version_ready(name: ModelName, version: Version, service: Service, ctx: Context) -> Response:
+@router.get(
+    "/models/{name}/versions/{version}/ready",
+    summary="Readiness of one model version (KServe v2)",
+    responses=kserve_responses(401, 403, 404, 503),
+)
+async def version_ready(
+    name: ModelName, version: Version, service: Service, ctx: Context
+) -> Response:
     return await _ready(service, ctx, name, version)

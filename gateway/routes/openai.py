@@ -1,6 +1,6 @@
 """OpenAI-compatible routes: ``/v1/models``, ``/v1/models/{id}``, ``/v1/embeddings``,
 ``/v1/images/generations`` (a long one answered as a job: 202) and the signed, expiring image files
-its ``url`` answers point to (no API key needed: :mod:`gateway.image_urls`).
+its ``url`` answers point to (no API key needed: :mod:`gateway.jobs.image_urls`).
 
 Errors on these paths are OpenAI's ``{"error": {"message", "type", "param", "code"}}`` (the SDKs
 show ``message``). The work is :class:`gateway.openai_tasks.OpenAITasks`; this module only
@@ -16,14 +16,13 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 
-from gateway.context import RequestContext
 from gateway.errors import NotFound, ServiceUnavailable
-from gateway.image_store import ImageStore
-from gateway.image_urls import ImageUrlSigner
-from gateway.job_protocol import ImageJob
-from gateway.job_service import ImageJobs
+from gateway.jobs.image_store import ImageStore
+from gateway.jobs.image_urls import ImageUrlSigner
+from gateway.jobs.protocol import ImageJob
+from gateway.jobs.service import ImageJobs
 from gateway.openai_tasks import IMAGE_FORMATS, OpenAITasks
-from gateway.protocol import (
+from gateway.protocol.rest import (
     OPENAI_ERRORS,
     EmbeddingData,
     EmbeddingsRequest,
@@ -36,6 +35,7 @@ from gateway.protocol import (
     Usage,
     openai_responses,
 )
+from gateway.tenancy.context import RequestContext
 
 from ._deps import get_context
 
@@ -62,8 +62,14 @@ Context = Annotated[RequestContext, Depends(get_context)]
     response_model_exclude_none=True,
 )
 async def list_models(tasks: Tasks, ctx: Context) -> ModelList:
-    return ModelList(data=[ModelObject(id=m.id, created=m.created, state=m.state, footprint_bytes=m.footprint_bytes)
-                           for m in await tasks.models(ctx)])
+    return ModelList(
+        data=[
+            ModelObject(
+                id=m.id, created=m.created, state=m.state, footprint_bytes=m.footprint_bytes
+            )
+            for m in await tasks.models(ctx)
+        ]
+    )
 
 
 @router.get(
@@ -72,7 +78,9 @@ async def list_models(tasks: Tasks, ctx: Context) -> ModelList:
     summary="One model this credential can call",
     responses=openai_responses(401, 404, 503, 504),
 )
-async def get_model(model_id: Annotated[str, Path(examples=["text_embedding"])], tasks: Tasks, ctx: Context) -> ModelObject:
+async def get_model(
+    model_id: Annotated[str, Path(examples=["text_embedding"])], tasks: Tasks, ctx: Context
+) -> ModelObject:
     model = await tasks.model(ctx, model_id)
     return ModelObject(id=model.id, created=model.created)
 
@@ -117,8 +125,13 @@ async def get_jobs(request: Request) -> ImageJobs:
     "`GATEWAY_IMAGE_ASYNC_AFTER_S` (or the request sends `Prefer: respond-async`), 202 with the queued job "
     "(as `POST /v1/images/jobs` answers) and `Location` naming it. `url` answers are signed and expire: they "
     "open without the API key.",
-    responses={202: {"model": ImageJob, "description": "queued as a job: poll `Location`, then its `/result`"},
-               **OPENAI_ERRORS},
+    responses={
+        202: {
+            "model": ImageJob,
+            "description": "queued as a job: poll `Location`, then its `/result`",
+        },
+        **OPENAI_ERRORS,
+    },
 )
 async def image_generations(
     body: ImageGenerationRequest,
@@ -136,8 +149,11 @@ async def image_generations(
         headers = {"Location": f"/v1/images/jobs/{job.id}"}
         if asked_async:
             headers["Preference-Applied"] = "respond-async"
-        return JSONResponse(ImageJob.model_validate(jobs.document(job)).model_dump(mode="json"), status_code=202,
-                            headers=headers)
+        return JSONResponse(
+            ImageJob.model_validate(jobs.document(job)).model_dump(mode="json"),
+            status_code=202,
+            headers=headers,
+        )
     images = await tasks.generate_images(ctx, spec)
     if (body.response_format or "b64_json") == "b64_json":
         data = [ImageData(b64_json=base64.b64encode(image).decode("ascii")) for image in images]
@@ -147,12 +163,21 @@ async def image_generations(
         base = settings.public_url.rstrip("/") or str(request.base_url).rstrip("/")
         media_type = IMAGE_FORMATS[spec.output_format][1]
         try:
-            tokens = [await store.put(ctx.principal.client_id, image, media_type) for image in images]
+            tokens = [
+                await store.put(ctx.principal.client_id, image, media_type) for image in images
+            ]
         except ValueError as exc:
-            raise ServiceUnavailable("the image is larger than the URL store holds; ask for b64_json",
-                                     retry_after_s=settings.retry_after_s) from exc
-        data = [ImageData(url=base + signer.sign(f"/v1/images/files/{token}", settings.image_url_ttl_s).relative())
-                for token in tokens]
+            raise ServiceUnavailable(
+                "the image is larger than the URL store holds; ask for b64_json",
+                retry_after_s=settings.retry_after_s,
+            ) from exc
+        data = [
+            ImageData(
+                url=base
+                + signer.sign(f"/v1/images/files/{token}", settings.image_url_ttl_s).relative()
+            )
+            for token in tokens
+        ]
     return ImageGenerationResponse(created=int(time.time()), data=data)
 
 
@@ -162,8 +187,10 @@ async def image_generations(
     description="The URL is signed (`expires`, `signature`: an HMAC over its path and expiry); an altered one "
     "answers 403, an expired one 410, both as problem+json.",
     response_class=Response,
-    responses={200: {"content": {"image/png": {}, "image/jpeg": {}, "image/webp": {}}},
-               **openai_responses(404)},
+    responses={
+        200: {"content": {"image/png": {}, "image/jpeg": {}, "image/webp": {}}},
+        **openai_responses(404),
+    },
 )
 async def image_file(
     request: Request,
@@ -176,6 +203,12 @@ async def image_file(
     when = signer.check(request.url.path, expires, signature)
     image = await store.get(None, token)
     if image is None:
-        raise NotFound("this image is no longer kept (the store drops the oldest images when full)", field="token")
-    return Response(image.data, media_type=image.media_type,
-                    headers={"Cache-Control": f"private, max-age={signer.remaining_s(when)}"})
+        raise NotFound(
+            "this image is no longer kept (the store drops the oldest images when full)",
+            field="token",
+        )
+    return Response(
+        image.data,
+        media_type=image.media_type,
+        headers={"Cache-Control": f"private, max-age={signer.remaining_s(when)}"},
+    )

@@ -11,9 +11,10 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Request
 from pydantic import BaseModel, Field
 
+from gateway.backends.residency import ResidencyManager
+from gateway.backends.residency_policy import ModelResidency
 from gateway.errors import Conflict
-from gateway.protocol import problem_responses
-from gateway.residency import ModelResidency, ResidencyManager
+from gateway.protocol.rest import problem_responses
 from gateway.service import InferenceService
 
 from ._deps import get_service
@@ -36,20 +37,30 @@ class Residency(BaseModel):
 class ResidencyTableOut(BaseModel):
     budget_bytes: int
     charged_bytes: int = Field(description="what resident models are charged against the budget")
-    measured_bytes: int = Field(description="Triton's memory at the last load or eviction, as the meter read it")
+    measured_bytes: int = Field(
+        description="Triton's memory at the last load or eviction, as the meter read it"
+    )
     baseline_bytes: int = Field(description="Triton's memory when the gateway started")
     models: list[Residency]
 
 
 def _out(item: ModelResidency) -> Residency:
-    return Residency(model=item.model, state=item.state, footprint_bytes=item.footprint_bytes,
-                     measured=item.measured, pinned=item.pinned, in_flight=item.in_flight)
+    return Residency(
+        model=item.model,
+        state=item.state,
+        footprint_bytes=item.footprint_bytes,
+        measured=item.measured,
+        pinned=item.pinned,
+        in_flight=item.in_flight,
+    )
 
 
 async def get_residency(request: Request) -> ResidencyManager:
     manager = request.app.state.residency
     if manager is None:
-        raise Conflict("model residency is off: set GATEWAY_RESIDENCY_BUDGET_BYTES to load models on demand")
+        raise Conflict(
+            "model residency is off: set GATEWAY_RESIDENCY_BUDGET_BYTES to load models on demand"
+        )
     return manager  # type: ignore[no-any-return]
 
 
@@ -62,8 +73,12 @@ async def _known(service: InferenceService, model: str) -> str:
     return await service.catalog.resolve(model)
 
 
-@router.get("", response_model=ResidencyTableOut, summary="Every model's residency and the budget",
-            responses=_ERRORS)
+@router.get(
+    "",
+    response_model=ResidencyTableOut,
+    summary="Every model's residency and the budget",
+    responses=_ERRORS,
+)
 async def list_residency(manager: Manager) -> ResidencyTableOut:
     return ResidencyTableOut(
         budget_bytes=manager.table.budget_bytes,
@@ -74,24 +89,42 @@ async def list_residency(manager: Manager) -> ResidencyTableOut:
     )
 
 
-@router.post("/{model}/pin", response_model=Residency, summary="Never evict this model", responses=_ERRORS)
+@router.post(
+    "/{model}/pin", response_model=Residency, summary="Never evict this model", responses=_ERRORS
+)
 async def pin(model: Model, manager: Manager, service: Service) -> Residency:
     return _out(manager.pin(await _known(service, model), True))
 
 
-@router.post("/{model}/unpin", response_model=Residency, summary="Let this model be evicted again",
-             responses=_ERRORS)
+@router.post(
+    "/{model}/unpin",
+    response_model=Residency,
+    summary="Let this model be evicted again",
+    responses=_ERRORS,
+)
 async def unpin(model: Model, manager: Manager, service: Service) -> Residency:
     return _out(manager.pin(await _known(service, model), False))
 
 
-@router.post("/{model}/preload", response_model=Residency, summary="Load this model now (evicting LRU models)",
-             responses=_ERRORS)
+@router.post(
+    "/{model}/preload",
+    response_model=Residency,
+    summary="Load this model now (evicting LRU models)",
+    responses=_ERRORS,
+)
 async def preload(model: Model, manager: Manager, service: Service) -> Residency:
-    return _out(await manager.preload(await _known(service, model), service.settings.residency_load_timeout_s))
+    return _out(
+        await manager.preload(
+            await _known(service, model), service.settings.residency_load_timeout_s
+        )
+    )
 
 
-@router.post("/{model}/evict", response_model=Residency,
-             summary="Unload this model now (not while pinned or with requests in flight)", responses=_ERRORS)
+@router.post(
+    "/{model}/evict",
+    response_model=Residency,
+    summary="Unload this model now (not while pinned or with requests in flight)",
+    responses=_ERRORS,
+)
 async def evict(model: Model, manager: Manager, service: Service) -> Residency:
     return _out(await manager.evict(await _known(service, model)))

@@ -6,16 +6,23 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
 
-from gateway.context import RequestContext
-from gateway.protocol import problem_responses
-from gateway.stats import LatencyTracker
-from gateway.stats_report import stats_document
+from gateway.observe.stats import LatencyTracker
+from gateway.protocol.rest import problem_responses
+from gateway.routes.stats_report import stats_document
+from gateway.tenancy.context import RequestContext
 
 from ._deps import get_context, get_tracker
 
 router = APIRouter(prefix="/v1", tags=["stats"])
 
-_SUMMARY = {"count": 1200, "p50_ms": 9.1, "p95_ms": 14.2, "p99_ms": 19.8, "mean_ms": 9.9, "max_ms": 31.0}
+_SUMMARY = {
+    "count": 1200,
+    "p50_ms": 9.1,
+    "p95_ms": 14.2,
+    "p99_ms": 19.8,
+    "mean_ms": 9.9,
+    "max_ms": 31.0,
+}
 _EXAMPLE = {
     "scope": "key:3f9a0c1b2d4e",
     "window_s": 60.0,
@@ -51,7 +58,10 @@ _EXAMPLE = {
         "window, as last polled by the answering process): queue = waiting for the dynamic batcher / an "
         "instance, compute = running the model."
     ),
-    responses={200: {"content": {"application/json": {"example": _EXAMPLE}}}, **problem_responses(401)},
+    responses={
+        200: {"content": {"application/json": {"example": _EXAMPLE}}},
+        **problem_responses(401),
+    },
 )
 async def stats(
     tracker: Annotated[LatencyTracker, Depends(get_tracker)],

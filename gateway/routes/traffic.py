@@ -11,11 +11,11 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.catalog import check_model_name
+from gateway.backends.catalog import check_model_name
 from gateway.errors import NotFound
-from gateway.protocol import problem_responses
+from gateway.protocol.rest import problem_responses
 from gateway.service import InferenceService
-from gateway.traffic import MAX_VERSIONS, MAX_WEIGHT, TrafficSplit
+from gateway.tenancy.traffic import MAX_VERSIONS, MAX_WEIGHT, TrafficSplit
 
 from ._deps import get_service
 
@@ -27,10 +27,15 @@ Model = Annotated[str, Path(description="a Triton model name", examples=["effici
 
 
 class TrafficWeights(BaseModel):
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
-        {"versions": {"1": 0.9, "2": 0.1}},
-        {"versions": {"1": 0.9, "model:image_classifier__canary": 0.1}},
-    ]})
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"versions": {"1": 0.9, "2": 0.1}},
+                {"versions": {"1": 0.9, "model:image_classifier__canary": 0.1}},
+            ]
+        },
+    )
 
     versions: dict[str, Weight] = Field(
         min_length=1,
@@ -61,7 +66,9 @@ async def list_traffic(traffic: Traffic) -> TrafficTable:
 
 class Outcome(BaseModel):
     answered: int = Field(description="requests the target answered (client errors included)")
-    failed: int = Field(description="requests that failed there: the target's error, a timeout, or not served")
+    failed: int = Field(
+        description="requests that failed there: the target's error, a timeout, or not served"
+    )
 
 
 class TrafficOutcomes(BaseModel):
@@ -73,17 +80,28 @@ class TrafficOutcomes(BaseModel):
     )
 
 
-@router.get("/{model}", response_model=TrafficOutcomes, summary="A model's weights and what they routed",
-            responses=_ERRORS)
+@router.get(
+    "/{model}",
+    response_model=TrafficOutcomes,
+    summary="A model's weights and what they routed",
+    responses=_ERRORS,
+)
 async def model_traffic(model: Model, traffic: Traffic) -> TrafficOutcomes:
     check_model_name(model)
     counts = await traffic.outcomes(model)
-    return TrafficOutcomes(model=model, weights=traffic.snapshot().get(model, {}),
-                           outcomes={t: Outcome(**c) for t, c in counts.items()})
+    return TrafficOutcomes(
+        model=model,
+        weights=traffic.snapshot().get(model, {}),
+        outcomes={t: Outcome(**c) for t, c in counts.items()},
+    )
 
 
-@router.put("/{model}", response_model=TrafficTable, summary="Pin a model's traffic to versions by weight",
-            responses=_ERRORS)
+@router.put(
+    "/{model}",
+    response_model=TrafficTable,
+    summary="Pin a model's traffic to versions by weight",
+    responses=_ERRORS,
+)
 async def set_traffic(
     model: Model,
     body: TrafficWeights,
@@ -94,8 +112,12 @@ async def set_traffic(
     return TrafficTable(models=traffic.snapshot())
 
 
-@router.delete("/{model}", status_code=204, summary="Unpin a model (Triton picks the version again)",
-               responses=_ERRORS)
+@router.delete(
+    "/{model}",
+    status_code=204,
+    summary="Unpin a model (Triton picks the version again)",
+    responses=_ERRORS,
+)
 async def clear_traffic(model: Model, traffic: Traffic) -> None:
     if not await traffic.remove(check_model_name(model)):
         raise NotFound(f"no traffic weights are set for model '{model}'", field="model")

@@ -10,10 +10,10 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel, Field
 
-from gateway.context import RequestContext
 from gateway.errors import BadRequest, ServiceUnavailable
-from gateway.protocol import problem_responses
-from gateway.usage import UsageMeter, UsageRow, UsageStoreError
+from gateway.protocol.rest import problem_responses
+from gateway.tenancy.context import RequestContext
+from gateway.tenancy.usage import UsageMeter, UsageRow, UsageStoreError
 
 from ._deps import get_context
 
@@ -21,7 +21,17 @@ router = APIRouter(tags=["usage"])
 
 MAX_DAYS = 366
 _DEFAULT_DAYS = 31
-_CSV_COLUMNS = ("day", "client", "model", "requests", "failed", "images", "inputs", "tokens", "compute_ms")
+_CSV_COLUMNS = (
+    "day",
+    "client",
+    "model",
+    "requests",
+    "failed",
+    "images",
+    "inputs",
+    "tokens",
+    "compute_ms",
+)
 
 
 class UsageEntry(BaseModel):
@@ -34,7 +44,9 @@ class UsageEntry(BaseModel):
     failed: int = Field(description="admitted requests that ended in an error")
     images: int = Field(description="images classified or generated")
     inputs: int = Field(description="texts embedded")
-    tokens: int = Field(description="tokens of the embedded texts, counted by the model's tokenizer")
+    tokens: int = Field(
+        description="tokens of the embedded texts, counted by the model's tokenizer"
+    )
     compute_ms: float = Field(description="time the gateway waited on Triton for these requests")
 
 
@@ -51,10 +63,26 @@ _EXAMPLE = {
     "end": "2026-12-02",
     "client": "key:3f9a0c1b2d4e",
     "data": [
-        {"day": "2026-12-02", "client": "key:3f9a0c1b2d4e", "model": "text_embedding", "requests": 120,
-         "failed": 1, "images": 0, "inputs": 480, "tokens": 9120, "compute_ms": 5130.2}
+        {
+            "day": "2026-12-02",
+            "client": "key:3f9a0c1b2d4e",
+            "model": "text_embedding",
+            "requests": 120,
+            "failed": 1,
+            "images": 0,
+            "inputs": 480,
+            "tokens": 9120,
+            "compute_ms": 5130.2,
+        }
     ],
-    "totals": {"requests": 120, "failed": 1, "images": 0, "inputs": 480, "tokens": 9120, "compute_ms": 5130.2},
+    "totals": {
+        "requests": 120,
+        "failed": 1,
+        "images": 0,
+        "inputs": 480,
+        "tokens": 9120,
+        "compute_ms": 5130.2,
+    },
 }
 _DESCRIPTION = (
     "Counts per client, model and UTC day, for every request admitted past scope and rate limits "
@@ -80,7 +108,11 @@ def _days(start: dt.date | None, end: dt.date | None) -> tuple[dt.date, dt.date]
     end = end or dt.datetime.now(dt.UTC).date()
     if start is None:
         # Near year 1 there are no 30 earlier days to count back: start at the first date there is.
-        start = end - dt.timedelta(days=_DEFAULT_DAYS - 1) if end > dt.date.min + dt.timedelta(days=_DEFAULT_DAYS) else dt.date.min
+        start = (
+            end - dt.timedelta(days=_DEFAULT_DAYS - 1)
+            if end > dt.date.min + dt.timedelta(days=_DEFAULT_DAYS)
+            else dt.date.min
+        )
     if start > end:
         raise BadRequest(f"start {start} is after end {end}", field="start")
     if (end - start).days + 1 > MAX_DAYS:
@@ -91,17 +123,30 @@ def _days(start: dt.date | None, end: dt.date | None) -> tuple[dt.date, dt.date]
 def _entry(row: UsageRow) -> UsageEntry:
     counts = row.counts()
     compute_us = counts.pop("compute_us")
-    return UsageEntry(day=row.day, client=row.client, model=row.model, compute_ms=round(compute_us / 1000, 3), **counts)
+    return UsageEntry(
+        day=row.day,
+        client=row.client,
+        model=row.model,
+        compute_ms=round(compute_us / 1000, 3),
+        **counts,
+    )
 
 
 async def _report(
-    meter: UsageMeter, client: str | None, start: dt.date | None, end: dt.date | None, model: str | None, fmt: str
+    meter: UsageMeter,
+    client: str | None,
+    start: dt.date | None,
+    end: dt.date | None,
+    model: str | None,
+    fmt: str,
 ) -> UsageReport | Response:
     first, last = _days(start, end)
     try:
         rows = await meter.read(first.isoformat(), last.isoformat(), client)
     except UsageStoreError as exc:
-        raise ServiceUnavailable("the usage store cannot be read right now; retry shortly", retry_after_s=1) from exc
+        raise ServiceUnavailable(
+            "the usage store cannot be read right now; retry shortly", retry_after_s=1
+        ) from exc
     entries = [_entry(r) for r in rows if model is None or r.model == model]
     if fmt == "csv":
         buffer = io.StringIO()
@@ -126,7 +171,9 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
         "content": {
             "application/json": {"example": _EXAMPLE},
-            "text/csv": {"example": "day,client,model,requests,failed,images,inputs,tokens,compute_ms\n"},
+            "text/csv": {
+                "example": "day,client,model,requests,failed,images,inputs,tokens,compute_ms\n"
+            },
         }
     },
 }
@@ -136,7 +183,8 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
     "/v1/usage",
     response_model=UsageReport,
     summary="The caller's own usage per model and day (JSON or CSV)",
-    description=_DESCRIPTION + " A client credential sees its own usage only; the admin token sees every client.",
+    description=_DESCRIPTION
+    + " A client credential sees its own usage only; the admin token sees every client.",
     responses={**_RESPONSES, **problem_responses(400, 401, 422, 503)},
 )
 async def own_usage(
@@ -165,9 +213,14 @@ async def admin_usage(
     meter: Annotated[UsageMeter, Depends(get_meter)],
     client: Annotated[
         str | None,
-        Query(description="one client's id, e.g. key:3f9a0c1b2d4e or jwt:alice (default: every client)", max_length=300),
+        Query(
+            description="one client's id, e.g. key:3f9a0c1b2d4e or jwt:alice (default: every client)",
+            max_length=300,
+        ),
     ] = None,
-    key_id: Annotated[str | None, Query(description="shorthand for client=key:<key_id>", max_length=64)] = None,
+    key_id: Annotated[
+        str | None, Query(description="shorthand for client=key:<key_id>", max_length=64)
+    ] = None,
     start: Start = None,
     end: End = None,
     model: ModelFilter = None,

@@ -42,11 +42,18 @@ def unpack_onto_path(archive: Path, folder: Path) -> None:
     """Unpack ``archive`` into ``folder``, importable here and in every child process started after."""
     zipfile.ZipFile(archive).extractall(folder)
     sys.path.insert(0, str(folder))
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(folder), os.environ.get("PYTHONPATH")])
+    )
 
 
-def numpy1_interpreter(pack: Path, work: Path, check: str = "torch", also: Sequence[Path] = (),
-                       hide: Sequence[str] = ()) -> str | None:
+def numpy1_interpreter(
+    pack: Path,
+    work: Path,
+    check: str = "torch",
+    also: Sequence[Path] = (),
+    hide: Sequence[str] = (),
+) -> str | None:
     """An interpreter for Triton's Python models with numpy 1.x (``None``: this one already has it).
 
     ``check`` names modules (comma separated) the models import, tried in the new interpreter;
@@ -62,19 +69,32 @@ def numpy1_interpreter(pack: Path, work: Path, check: str = "torch", also: Seque
     env = work / "stub-env"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
     python = env / "bin" / "python3"
-    purelib = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                  check=True, capture_output=True, text=True).stdout.strip())
+    purelib = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
     zipfile.ZipFile(one(pack, "numpy-1.*.whl")).extractall(purelib)
     # After numpy 1.26: this interpreter's own packages (torch, tokenizers), .pth files included.
     host = [*(str(p) for p in also), *site.getsitepackages(), sysconfig.get_paths()["purelib"]]
-    lines = [f"import site; site.addsitedir({p!r})" for p in dict.fromkeys(host) if Path(p).is_dir()]
+    lines = [
+        f"import site; site.addsitedir({p!r})" for p in dict.fromkeys(host) if Path(p).is_dir()
+    ]
     if hide:  # a None entry in sys.modules: import fails and importlib.util.find_spec answers None
         lines.append(f"import sys; sys.modules.update(dict.fromkeys({tuple(hide)!r}))")
     (purelib / "zz-host-packages.pth").write_text("\n".join(lines) + "\n")
     modules = ", ".join(["numpy", *check.split(",")])
-    probe = subprocess.run([str(python), "-c", f"import {modules}; print('Python models: numpy', numpy.__version__)"],
-                           capture_output=True, text=True)
+    probe = subprocess.run(
+        [str(python), "-c", f"import {modules}; print('Python models: numpy', numpy.__version__)"],
+        capture_output=True,
+        text=True,
+    )
     print(probe.stdout.strip() or probe.stderr.strip()[-2000:], flush=True)
     if probe.returncode:
-        raise SystemExit(f"the Python models' environment (numpy 1.26 + this host's packages) does not import {modules}")
+        raise SystemExit(
+            f"the Python models' environment (numpy 1.26 + this host's packages) does not import {modules}"
+        )
     return str(python)

@@ -40,7 +40,7 @@ def _stat(pid: str) -> tuple[int, float, float] | None:
         text = (_PROC / pid / "stat").read_text()
     except OSError:
         return None
-    fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) "
+    fields = text[text.rindex(")") + 2 :].split()  # after "pid (comm) "
     ticks = os.sysconf("SC_CLK_TCK")
     own = (int(fields[11]) + int(fields[12])) / ticks
     children = (int(fields[13]) + int(fields[14])) / ticks
@@ -63,7 +63,9 @@ def _host_busy_s() -> float:
 
 def _group(cmdline: str) -> str:
     name = next((name for name, needle in GROUPS if needle in cmdline), "load generator")
-    if name == "triton stubs":  # one group per model: its arguments name the instance, "<model>_<group>_<n>"
+    if (
+        name == "triton stubs"
+    ):  # one group per model: its arguments name the instance, "<model>_<group>_<n>"
         args = cmdline.split()
         instance = args[8] if len(args) > 8 else ""
         return f"stub {re.sub(r'(_[0-9]+){1,2}$', '', instance)}" if instance else name
@@ -83,7 +85,9 @@ def cpu_snapshot() -> dict[str, float]:
     _, own, reaped = stats[me]
     seconds["load generator"] = own + reaped
     pending = [(pid, "") for pid in children.get(int(me), [])]
-    while pending:  # every descendant, in the group of the nearest ancestor (or itself) that names one
+    while (
+        pending
+    ):  # every descendant, in the group of the nearest ancestor (or itself) that names one
         pid, inherited = pending.pop()
         group = _group(_cmdline(pid)) if not inherited or inherited == "triton" else inherited
         used = stats[pid][1] + stats[pid][2]
@@ -93,7 +97,9 @@ def cpu_snapshot() -> dict[str, float]:
     return seconds
 
 
-def cpu_split(before: dict[str, float], after: dict[str, float], seconds: float, requests: int) -> dict[str, dict[str, float]]:
+def cpu_split(
+    before: dict[str, float], after: dict[str, float], seconds: float, requests: int
+) -> dict[str, dict[str, float]]:
     """Per group: cores kept busy over ``seconds``, CPU milliseconds per request, and the cores of its
     busiest process (a group of several workers can be held back by one)."""
     if not before or not after or seconds <= 0:
@@ -103,8 +109,13 @@ def cpu_split(before: dict[str, float], after: dict[str, float], seconds: float,
         used = after[key] - before.get(key, 0.0)
         group, _, pid = key.partition("#")
         if not pid:
-            split.setdefault(group, {}).update(cores=used / seconds, cpu_ms_per_request=1000.0 * used / requests if requests else 0.0)
+            split.setdefault(group, {}).update(
+                cores=used / seconds,
+                cpu_ms_per_request=1000.0 * used / requests if requests else 0.0,
+            )
         else:
             busiest = split.setdefault(group, {})
-            busiest["busiest_process_cores"] = max(busiest.get("busiest_process_cores", 0.0), used / seconds)
+            busiest["busiest_process_cores"] = max(
+                busiest.get("busiest_process_cores", 0.0), used / seconds
+            )
     return split

@@ -58,6 +58,7 @@ from loadtest.loadgen import HttpTarget, LoadRun, LoadSpec, Target, TritonTarget
 from loadtest.payloads import mixed_length_texts
 from serving.console import Table, print_table
 from serving.launcher import TritonPorts
+from serving.triton_clients import triton_client
 
 __all__ = ["Row", "main", "prepare_repository"]
 
@@ -78,12 +79,21 @@ class Row:
 
 
 def _variant_name(label: str) -> str:
-    return (label.replace("buckets=", "b").replace("cost=", "c").replace(",", "_").replace(" ", "")
-            .replace("-", "_"))
+    return (
+        label.replace("buckets=", "b")
+        .replace("cost=", "c")
+        .replace(",", "_")
+        .replace(" ", "")
+        .replace("-", "_")
+    )
 
 
-def prepare_repository(source: Path, target: Path, variants: Sequence[tuple[str, bool, dict[str, str]]],
-                       threads: int = 0) -> dict[str, str]:
+def prepare_repository(
+    source: Path,
+    target: Path,
+    variants: Sequence[tuple[str, bool, dict[str, str]]],
+    threads: int = 0,
+) -> dict[str, str]:
     """Copy the built text pipeline into ``target`` and add one ensemble + encoder per variant.
 
     Args:
@@ -115,7 +125,9 @@ def prepare_repository(source: Path, target: Path, variants: Sequence[tuple[str,
                 encoder.parameters[key].string_value = value
             elif key in encoder.parameters:
                 del encoder.parameters[key]
-        shutil.copytree(target / ENCODER, target / encoder.name, ignore=shutil.ignore_patterns("config.pbtxt"))
+        shutil.copytree(
+            target / ENCODER, target / encoder.name, ignore=shutil.ignore_patterns("config.pbtxt")
+        )
         write_config(encoder, target / encoder.name / "config.pbtxt")
         ensemble = read_config(target / ENSEMBLE / "config.pbtxt")
         ensemble.name = ENSEMBLE + suffix
@@ -137,11 +149,11 @@ def _embed_all(url: str, model: str, texts: Sequence[str], concurrency: int) -> 
     """
     import tritonclient.http as http
 
-    client = http.InferenceServerClient(url, concurrency=concurrency, network_timeout=300)
+    client = triton_client(url, concurrency=concurrency, network_timeout=300)
     vectors = []
     for start in range(0, len(texts), concurrency):
         pending = []
-        for text in texts[start:start + concurrency]:
+        for text in texts[start : start + concurrency]:
             tensor = http.InferInput("TEXT", [1, 1], "BYTES")
             tensor.set_data_from_numpy(np.array([[text.encode()]], dtype=object))
             pending.append(client.async_infer(model, [tensor]))
@@ -152,8 +164,11 @@ def _embed_all(url: str, model: str, texts: Sequence[str], concurrency: int) -> 
 
 def _st_embeddings(url: str, texts: Sequence[str]) -> np.ndarray:
     """sentence-transformers' ``encode`` of every text, by the baseline server (one call)."""
-    request = urllib.request.Request(f"{url}/embed", data=json.dumps(list(texts)).encode(),
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"{url}/embed",
+        data=json.dumps(list(texts)).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(request, timeout=600) as answer:
         return np.frombuffer(answer.read(), dtype="<f4").reshape(len(texts), -1)
 
@@ -163,17 +178,27 @@ def _encoder_counts(url: str, model: str) -> tuple[int, int]:
     return int(counters["inferences"]), int(counters["executions"])
 
 
-def _targets(args: argparse.Namespace, triton_url: str, st_urls: dict[str, str], ensembles: dict[str, str],
-             texts: Sequence[str]) -> dict[str, Target]:
+def _targets(
+    args: argparse.Namespace,
+    triton_url: str,
+    st_urls: dict[str, str],
+    ensembles: dict[str, str],
+    texts: Sequence[str],
+) -> dict[str, Target]:
     targets: dict[str, Target] = {}
     for device, url in st_urls.items():
         targets[f"sentence-transformers ({device})"] = HttpTarget(
-            url=f"{url}/embed", name="sentence-transformers",
-            requests=tuple((json.dumps([t]).encode(), {"Content-Type": "application/json"}) for t in texts))
+            url=f"{url}/embed",
+            name="sentence-transformers",
+            requests=tuple(
+                (json.dumps([t]).encode(), {"Content-Type": "application/json"}) for t in texts
+            ),
+        )
     inputs = tuple({"TEXT": np.array([[t.encode()]], dtype=object)} for t in texts)
     for label, model in ensembles.items():
-        targets[label] = TritonTarget(url=triton_url, model=model, inputs=inputs, outputs=("EMBEDDING",),
-                                      name=label)
+        targets[label] = TritonTarget(
+            url=triton_url, model=model, inputs=inputs, outputs=("EMBEDDING",), name=label
+        )
     return targets
 
 
@@ -190,7 +215,10 @@ def _fitted_duration(args: argparse.Namespace, configurations: int) -> float:
     left = deadline - time.monotonic() - 5.0  # reporting and stopping the servers
     fitted = left / (configurations * args.rounds) - args.warmup
     if fitted < args.duration:
-        print(f"{left:.0f} s left: {fitted:.1f} s per configuration and round instead of {args.duration:g}", flush=True)
+        print(
+            f"{left:.0f} s left: {fitted:.1f} s per configuration and round instead of {args.duration:g}",
+            flush=True,
+        )
     return max(0.5, min(float(args.duration), fitted))
 
 
@@ -201,7 +229,12 @@ def build_source(repository: Path, encoder: str, device: str = "cpu") -> Path:
     under the ONNX encoder's name and tensor names, ragged as the ONNX one is: how the pipeline runs
     on a GPU host, which has no onnxruntime-gpu for its CUDA (see the README's known limits).
     """
-    from builders.families.text_embedding import GPU_RUN_COST, RUN_COST, MiniLMEncoder, embedding_spec
+    from builders.families.text_embedding import (
+        GPU_RUN_COST,
+        RUN_COST,
+        MiniLMEncoder,
+        embedding_spec,
+    )
     from builders.pipeline import BuildOptions, build
 
     if encoder == "onnx":
@@ -212,14 +245,18 @@ def build_source(repository: Path, encoder: str, device: str = "cpu") -> Path:
 
     build(list(STEPS), BuildOptions(repository=repository, variants=False))
     name = ENCODER + "_torchscript"
-    build_torchscript(repository, ENCODER, TorchScriptOptions(precision="fp32", device=device, name=name))
+    build_torchscript(
+        repository, ENCODER, TorchScriptOptions(precision="fp32", device=device, name=name)
+    )
     spec = MiniLMEncoder()
     config = read_config(repository / name / "config.pbtxt")
     config.name = ENCODER
     for message, tensor in zip(config.input, spec.inputs, strict=True):
         message.name, message.allow_ragged_batch = tensor.name, tensor.name in spec.ragged_inputs
     config.output[0].name = spec.outputs[0].name
-    config.parameters["ragged_run_cost"].string_value = str(GPU_RUN_COST if device == "cuda" else RUN_COST)
+    config.parameters["ragged_run_cost"].string_value = str(
+        GPU_RUN_COST if device == "cuda" else RUN_COST
+    )
     shutil.rmtree(repository / ENCODER, ignore_errors=True)
     (repository / name).rename(repository / ENCODER)
     write_config(config, repository / ENCODER / "config.pbtxt")
@@ -236,11 +273,21 @@ def run_bench(args: argparse.Namespace) -> list[Row]:
     source = build_source(Path(args.repository), args.encoder, args.device)
     variants: list[tuple[str, bool, dict[str, str]]] = [
         *((f"triton cost={c}", True, {"ragged_run_cost": c}) for c in args.run_costs),
-        *((f"triton buckets={b}", True, {"ragged_run_cost": "", "ragged_length_buckets": "" if b == "none" else b})
-          for b in args.buckets)]
+        *(
+            (
+                f"triton buckets={b}",
+                True,
+                {"ragged_run_cost": "", "ragged_length_buckets": "" if b == "none" else b},
+            )
+            for b in args.buckets
+        ),
+    ]
     if args.no_ragged:
         variants.append(("triton no-ragged", False, {}))
-    with tempfile.TemporaryDirectory(prefix="bench-embeddings-") as tmp, contextlib.ExitStack() as stack:
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-embeddings-") as tmp,
+        contextlib.ExitStack() as stack,
+    ):
         work = Path(tmp)
         ensembles = prepare_repository(source, work / "repository", variants, args.threads)
         # Ports first, in this thread, then the baseline servers start while Triton does (each loads
@@ -249,8 +296,14 @@ def run_bench(args: argparse.Namespace) -> list[Row]:
         ports = TritonPorts.free()
         baselines = stack.enter_context(contextlib.ExitStack())
         with ThreadPoolExecutor(max_workers=1) as pool:
-            starting = pool.submit(lambda: {device: baselines.enter_context(
-                naive_embedding_server(device, work, args.threads)) for device in args.st_device})
+            starting = pool.submit(
+                lambda: {
+                    device: baselines.enter_context(
+                        naive_embedding_server(device, work, args.threads)
+                    )
+                    for device in args.st_device
+                }
+            )
             triton = start_triton(work / "repository", ports, args.stub_python)
             stack.callback(triton.stop)
             st_urls = starting.result()
@@ -262,11 +315,21 @@ def run_bench(args: argparse.Namespace) -> list[Row]:
                 got = _embed_all(triton.http_url, model, texts, args.concurrency)
             except Exception:
                 # The models answer a client with no internals; Triton's log has the cause.
-                print("Triton's log, last 60 lines:\n" + "\n".join(list(triton.iter_log())[-60:]), flush=True)
+                print(
+                    "Triton's log, last 60 lines:\n" + "\n".join(list(triton.iter_log())[-60:]),
+                    flush=True,
+                )
                 raise
-            cosines[label] = float(np.min(np.sum(got * reference, axis=1)
-                                          / (np.linalg.norm(got, axis=1) * np.linalg.norm(reference, axis=1))))
-            print(f"{label}: {len(texts)} texts, min cosine vs sentence-transformers {cosines[label]:.6f}", flush=True)
+            cosines[label] = float(
+                np.min(
+                    np.sum(got * reference, axis=1)
+                    / (np.linalg.norm(got, axis=1) * np.linalg.norm(reference, axis=1))
+                )
+            )
+            print(
+                f"{label}: {len(texts)} texts, min cosine vs sentence-transformers {cosines[label]:.6f}",
+                flush=True,
+            )
         targets = _targets(args, triton.http_url, st_urls, ensembles, texts)
         duration = _fitted_duration(args, len(targets))
         runs: dict[str, list[LoadRun]] = {label: [] for label in targets}
@@ -276,21 +339,38 @@ def run_bench(args: argparse.Namespace) -> list[Row]:
             for label, target in targets.items():
                 encoder = ENCODER + ("" if label == "triton" else "__" + _variant_name(label))
                 before = _encoder_counts(triton.http_url, encoder) if label in ensembles else (0, 0)
-                spec = LoadSpec(target=target, concurrency=args.concurrency, duration_s=duration,
-                                warmup_s=args.warmup, name=label)
+                spec = LoadSpec(
+                    target=target,
+                    concurrency=args.concurrency,
+                    duration_s=duration,
+                    warmup_s=args.warmup,
+                    name=label,
+                )
                 runs[label] += run([spec], args.processes)
                 if label in ensembles:
                     after = _encoder_counts(triton.http_url, encoder)
                     counts[label][0] += after[0] - before[0]
                     counts[label][1] += after[1] - before[1]
                 loads.append(_machine_load())
-            print(f"round {number + 1}/{args.rounds} done (load average {loads[-1]:.1f})", flush=True)
+            print(
+                f"round {number + 1}/{args.rounds} done (load average {loads[-1]:.1f})", flush=True
+            )
     rows = []
     for label, label_runs in runs.items():
         result = merge_runs(label_runs)
         inferences, executions = counts.get(label, (0, 0))
-        rows.append(Row(label, result.throughput, result.p50_ms, result.p99_ms, result.requests, result.errors,
-                        cosines.get(label), inferences / executions if executions else None))
+        rows.append(
+            Row(
+                label,
+                result.throughput,
+                result.p50_ms,
+                result.p99_ms,
+                result.requests,
+                result.errors,
+                cosines.get(label),
+                inferences / executions if executions else None,
+            )
+        )
     _report(args, rows, loads, duration, _machine(args, loads))
     return rows
 
@@ -300,81 +380,173 @@ def _machine(args: argparse.Namespace, loads: list[float]) -> str:
     if "cuda" in (args.device, *args.st_device):
         import torch
 
-        parts.append(f"GPU {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else "no CUDA device")
+        parts.append(
+            f"GPU {torch.cuda.get_device_name(0)}"
+            if torch.cuda.is_available()
+            else "no CUDA device"
+        )
     parts.append(f"intra-op threads {args.threads or 'runtime default'}")
-    parts.append(f"1-minute load average {min(loads):.1f}-{max(loads):.1f} during the run (this benchmark's own "
-                 "processes included)")
+    parts.append(
+        f"1-minute load average {min(loads):.1f}-{max(loads):.1f} during the run (this benchmark's own "
+        "processes included)"
+    )
     if args.machine_note:
         parts.append(args.machine_note)
     return "; ".join(parts)
 
 
-def _report(args: argparse.Namespace, rows: list[Row], loads: list[float], duration: float, machine: str) -> None:
-    baseline = next((r.texts_per_s for r in rows if r.config.startswith("sentence-transformers")), 0.0)
+def _report(
+    args: argparse.Namespace, rows: list[Row], loads: list[float], duration: float, machine: str
+) -> None:
+    baseline = next(
+        (r.texts_per_s for r in rows if r.config.startswith("sentence-transformers")), 0.0
+    )
     encoder = f"{args.encoder} encoder on {args.device if args.encoder == 'torchscript' else 'cpu'}"
-    table = Table(f"Embeddings ({encoder}), one text per request, concurrency {args.concurrency}, {args.rounds} "
-                  f"alternating rounds of {args.warmup:g}+{duration:g} s",
-                  ("configuration", "texts/s", "vs ST", "P50 ms", "P99 ms", "requests", "errors",
-                   "min cosine vs ST", "encoder inferences/execution"))
+    table = Table(
+        f"Embeddings ({encoder}), one text per request, concurrency {args.concurrency}, {args.rounds} "
+        f"alternating rounds of {args.warmup:g}+{duration:g} s",
+        (
+            "configuration",
+            "texts/s",
+            "vs ST",
+            "P50 ms",
+            "P99 ms",
+            "requests",
+            "errors",
+            "min cosine vs ST",
+            "encoder inferences/execution",
+        ),
+    )
     for r in rows:
-        table.add_row(r.config, f"{r.texts_per_s:.1f}", f"{r.texts_per_s / baseline:.2f}x" if baseline else "-",
-                      f"{r.p50_ms:.1f}", f"{r.p99_ms:.1f}", str(r.requests), str(r.errors),
-                      f"{r.min_cosine:.6f}" if r.min_cosine is not None else "-",
-                      f"{r.inferences_per_execution:.2f}" if r.inferences_per_execution else "-")
+        table.add_row(
+            r.config,
+            f"{r.texts_per_s:.1f}",
+            f"{r.texts_per_s / baseline:.2f}x" if baseline else "-",
+            f"{r.p50_ms:.1f}",
+            f"{r.p99_ms:.1f}",
+            str(r.requests),
+            str(r.errors),
+            f"{r.min_cosine:.6f}" if r.min_cosine is not None else "-",
+            f"{r.inferences_per_execution:.2f}" if r.inferences_per_execution else "-",
+        )
     table.caption = machine
     print_table(table)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "embeddings.txt").write_text(table.plain() + "\n")
     settings = {k: v for k, v in vars(args).items() if k not in ("func", "deadline")}
-    (out / "embeddings.json").write_text(json.dumps(
-        {"settings": {**settings, "measured_s_per_round": duration}, "machine": table.caption,
-         "load_average": loads, "rows": [asdict(r) for r in rows]}, indent=2) + "\n")
+    (out / "embeddings.json").write_text(
+        json.dumps(
+            {
+                "settings": {**settings, "measured_s_per_round": duration},
+                "machine": table.caption,
+                "load_average": loads,
+                "rows": [asdict(r) for r in rows],
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     save_bar_plot(out / "embeddings.png", table.title, rows)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadtest.bench.embeddings", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repository", default=str(DEFAULT_REPOSITORY), help="where text_embedding is built")
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.bench.embeddings", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--repository", default=str(DEFAULT_REPOSITORY), help="where text_embedding is built"
+    )
     parser.add_argument("--out", default=".build/bench-embeddings")
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--duration", type=float, default=5.0, help="measured seconds per configuration per round")
+    parser.add_argument(
+        "--duration", type=float, default=5.0, help="measured seconds per configuration per round"
+    )
     parser.add_argument("--warmup", type=float, default=1.0)
     parser.add_argument("--texts", type=int, default=256, help="distinct texts sent round robin")
     parser.add_argument("--processes", type=int, default=1, help="load generator processes")
-    parser.add_argument("--st-device", nargs="+", default=["cpu"], help="sentence-transformers baselines (cpu, cuda)")
-    parser.add_argument("--buckets", nargs="*", default=[],
-                        help="extra Triton configurations grouping by these length edges ('none': one group)")
-    parser.add_argument("--run-costs", nargs="*", default=[],
-                        help="extra Triton configurations with these ragged_run_cost values")
-    parser.add_argument("--no-ragged", action="store_true", help="add Triton without ragged batching (before)")
+    parser.add_argument(
+        "--st-device",
+        nargs="+",
+        default=["cpu"],
+        help="sentence-transformers baselines (cpu, cuda)",
+    )
+    parser.add_argument(
+        "--buckets",
+        nargs="*",
+        default=[],
+        help="extra Triton configurations grouping by these length edges ('none': one group)",
+    )
+    parser.add_argument(
+        "--run-costs",
+        nargs="*",
+        default=[],
+        help="extra Triton configurations with these ragged_run_cost values",
+    )
+    parser.add_argument(
+        "--no-ragged", action="store_true", help="add Triton without ragged batching (before)"
+    )
     parser.add_argument("--min-cosine", type=float, default=0.9999)
-    parser.add_argument("--encoder", choices=["onnx", "torchscript"], default="onnx",
-                        help="the encoder entry: ONNX (onnxruntime backend, CPU) or TorchScript (pytorch backend)")
-    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the TorchScript encoder runs")
-    parser.add_argument("--stub-python", help="interpreter whose environment Triton's Python models use")
-    parser.add_argument("--machine-note", default="", help="said of the machine in the table and embeddings.json")
-    parser.add_argument("--threads", type=int, default=0,
-                        help="intra-op threads of both sides: PyTorch in the baseline, ONNX Runtime in Triton's "
-                             "encoder (0: each runtime's default, the physical cores). On a shared, busy machine "
-                             "1 avoids spinning thread pools stalling each other")
-    parser.add_argument("--report-from", type=Path, metavar="JSON",
-                        help="only draw the table and plot of a saved embeddings.json into --out")
-    parser.add_argument("--budget-s", type=float,
-                        help="finish within this many seconds: the measured seconds are cut to fit (0.5 s at least)")
+    parser.add_argument(
+        "--encoder",
+        choices=["onnx", "torchscript"],
+        default="onnx",
+        help="the encoder entry: ONNX (onnxruntime backend, CPU) or TorchScript (pytorch backend)",
+    )
+    parser.add_argument(
+        "--device",
+        choices=["cpu", "cuda"],
+        default="cpu",
+        help="where the TorchScript encoder runs",
+    )
+    parser.add_argument(
+        "--stub-python", help="interpreter whose environment Triton's Python models use"
+    )
+    parser.add_argument(
+        "--machine-note", default="", help="said of the machine in the table and embeddings.json"
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="intra-op threads of both sides: PyTorch in the baseline, ONNX Runtime in Triton's "
+        "encoder (0: each runtime's default, the physical cores). On a shared, busy machine "
+        "1 avoids spinning thread pools stalling each other",
+    )
+    parser.add_argument(
+        "--report-from",
+        type=Path,
+        metavar="JSON",
+        help="only draw the table and plot of a saved embeddings.json into --out",
+    )
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        help="finish within this many seconds: the measured seconds are cut to fit (0.5 s at least)",
+    )
     args = parser.parse_args(argv)
     args.deadline = time.monotonic() + args.budget_s if args.budget_s else None
     if args.report_from:
         saved = json.loads(args.report_from.read_text())
         settings = argparse.Namespace(**{**saved["settings"], "out": args.out})
-        _report(settings, [Row(**r) for r in saved["rows"]], saved["load_average"],
-                saved["settings"]["measured_s_per_round"], saved["machine"])
+        _report(
+            settings,
+            [Row(**r) for r in saved["rows"]],
+            saved["load_average"],
+            saved["settings"]["measured_s_per_round"],
+            saved["machine"],
+        )
         return 0
     rows = run_bench(args)
-    failed = [r for r in rows if r.errors or (r.min_cosine is not None and r.min_cosine < args.min_cosine)]
+    failed = [
+        r for r in rows if r.errors or (r.min_cosine is not None and r.min_cosine < args.min_cosine)
+    ]
     for r in failed:
-        print(f"FAILED: {r.config}: {r.errors} failed requests, min cosine {r.min_cosine}", file=sys.stderr)
+        print(
+            f"FAILED: {r.config}: {r.errors} failed requests, min cosine {r.min_cosine}",
+            file=sys.stderr,
+        )
     return 1 if failed else 0
 
 

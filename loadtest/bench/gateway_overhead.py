@@ -30,6 +30,7 @@ from loadtest.loadgen import (
     twin_target,
 )
 from loadtest.loadgen.capacity import measure_capacity
+from serving.triton_clients import triton_client
 
 __all__ = ["OverheadResult", "main", "run_overhead"]
 
@@ -60,16 +61,19 @@ class OverheadResult:
         return self.gateway.throughput / self.direct.throughput if self.direct.throughput else 0.0
 
     def as_dict(self) -> dict[str, object]:
-        return {**asdict(self), "added_p50_ms": self.added_p50_ms, "added_p99_ms": self.added_p99_ms,
-                "throughput_ratio": self.throughput_ratio}
+        return {
+            **asdict(self),
+            "added_p50_ms": self.added_p50_ms,
+            "added_p99_ms": self.added_p99_ms,
+            "throughput_ratio": self.throughput_ratio,
+        }
 
 
 def zero_inputs(triton_url: str, model: str) -> dict[str, np.ndarray]:
     """Zeros of the model's input shapes, batch 1, from its metadata."""
-    import tritonclient.http as http
     from tritonclient.utils import triton_to_np_dtype
 
-    client = http.InferenceServerClient(triton_url)
+    client = triton_client(triton_url)
     try:
         metadata = client.get_model_metadata(model)
     finally:
@@ -77,15 +81,27 @@ def zero_inputs(triton_url: str, model: str) -> dict[str, np.ndarray]:
     inputs = {}
     for spec in metadata["inputs"]:
         if spec["datatype"] == "BYTES":
-            raise ValueError(f"model {model!r} takes BYTES input {spec['name']!r}; pass --inputs FILE.npz")
+            raise ValueError(
+                f"model {model!r} takes BYTES input {spec['name']!r}; pass --inputs FILE.npz"
+            )
         shape = [1 if d < 0 else d for d in spec["shape"]]
         inputs[spec["name"]] = np.zeros(shape, dtype=triton_to_np_dtype(spec["datatype"]))
     return inputs
 
 
-def run_overhead(triton_url: str, gateway_url: str, api_key: str, model: str, *, concurrency: int = 8,
-                 duration_s: float = 20.0, rounds: int = DEFAULT_ROUNDS, processes: int = 1,
-                 inputs: Mapping[str, np.ndarray] | None = None, binary: bool = True) -> OverheadResult:
+def run_overhead(
+    triton_url: str,
+    gateway_url: str,
+    api_key: str,
+    model: str,
+    *,
+    concurrency: int = 8,
+    duration_s: float = 20.0,
+    rounds: int = DEFAULT_ROUNDS,
+    processes: int = 1,
+    inputs: Mapping[str, np.ndarray] | None = None,
+    binary: bool = True,
+) -> OverheadResult:
     """Measure what the gateway adds over direct Triton, in one run.
 
     Args:
@@ -97,23 +113,38 @@ def run_overhead(triton_url: str, gateway_url: str, api_key: str, model: str, *,
         binary: KServe v2 binary tensors (``False``: JSON).
     """
     request = dict(inputs) if inputs is not None else zero_inputs(triton_url, model)
-    direct = TritonTarget(url=triton_url, model=model, inputs=(request,), binary=binary, name="direct")
-    gateway = replace(direct, url=gateway_url.removeprefix("http://").rstrip("/"),
-                      headers={"Authorization": f"Bearer {api_key}"}, name="gateway")
+    direct = TritonTarget(
+        url=triton_url, model=model, inputs=(request,), binary=binary, name="direct"
+    )
+    gateway = replace(
+        direct,
+        url=gateway_url.removeprefix("http://").rstrip("/"),
+        headers={"Authorization": f"Bearer {api_key}"},
+        name="gateway",
+    )
     slice_s = duration_s / (2 * rounds)
-    specs = {target.name: LoadSpec(target=target, concurrency=concurrency, duration_s=slice_s)
-             for target in (direct, gateway)}
+    specs = {
+        target.name: LoadSpec(target=target, concurrency=concurrency, duration_s=slice_s)
+        for target in (direct, gateway)
+    }
     for spec in specs.values():  # warm connections, caches and the dynamic batcher
         run([replace(spec, duration_s=DEFAULT_WARMUP_S)], processes)
     collected: dict[str, list[LoadRun]] = {name: [] for name in specs}
     for index in range(rounds):
-        order = list(specs) if index % 2 == 0 else list(reversed(specs))  # ABBA: drift favours neither
+        order = (
+            list(specs) if index % 2 == 0 else list(reversed(specs))
+        )  # ABBA: drift favours neither
         for name in order:
             collected[name].extend(run([specs[name]], processes))
     with instant_twin(triton_url, model) as twin:
         capacity = measure_capacity(specs["direct"], twin_target(direct, twin), processes)
-    return OverheadResult(model, concurrency, merge_runs(collected["direct"]), merge_runs(collected["gateway"]),
-                          capacity.throughput)
+    return OverheadResult(
+        model,
+        concurrency,
+        merge_runs(collected["direct"]),
+        merge_runs(collected["gateway"]),
+        capacity.throughput,
+    )
 
 
 def print_result(result: OverheadResult) -> None:
@@ -122,18 +153,41 @@ def print_result(result: OverheadResult) -> None:
     from rich.table import Table
 
     d, g = result.direct, result.gateway
-    table = Table(title=f"Gateway overhead: {result.model}, concurrency {result.concurrency}, "
-                        f"{d.duration_s + g.duration_s:.0f} s measured")
-    for column, justify in (("", "left"), ("direct Triton", "right"), ("via gateway", "right"),
-                            ("gateway adds", "right")):
+    table = Table(
+        title=f"Gateway overhead: {result.model}, concurrency {result.concurrency}, "
+        f"{d.duration_s + g.duration_s:.0f} s measured"
+    )
+    for column, justify in (
+        ("", "left"),
+        ("direct Triton", "right"),
+        ("via gateway", "right"),
+        ("gateway adds", "right"),
+    ):
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
-    table.add_row("P50 ms", f"{d.p50_ms:.2f}", f"{g.p50_ms:.2f}", f"{result.added_p50_ms:+.2f} ms (goal <= 1)")
-    table.add_row("P99 ms", f"{d.p99_ms:.2f}", f"{g.p99_ms:.2f}", f"{result.added_p99_ms:+.2f} ms (goal <= 3)")
-    table.add_row("mean ms", f"{d.mean_ms:.2f}", f"{g.mean_ms:.2f}", f"{g.mean_ms - d.mean_ms:+.2f} ms")
-    table.add_row("throughput req/s", f"{d.throughput:.1f}", f"{g.throughput:.1f}",
-                  f"ratio {result.throughput_ratio:.1%} (goal >= 80%)")
-    table.add_row("requests / errors", f"{d.requests} / {d.errors}", f"{g.requests} / {g.errors}", "")
-    table.add_row("client capacity req/s", f"{result.capacity:.1f}", "", f"direct uses {d.throughput / result.capacity:.0%}")
+    table.add_row(
+        "P50 ms", f"{d.p50_ms:.2f}", f"{g.p50_ms:.2f}", f"{result.added_p50_ms:+.2f} ms (goal <= 1)"
+    )
+    table.add_row(
+        "P99 ms", f"{d.p99_ms:.2f}", f"{g.p99_ms:.2f}", f"{result.added_p99_ms:+.2f} ms (goal <= 3)"
+    )
+    table.add_row(
+        "mean ms", f"{d.mean_ms:.2f}", f"{g.mean_ms:.2f}", f"{g.mean_ms - d.mean_ms:+.2f} ms"
+    )
+    table.add_row(
+        "throughput req/s",
+        f"{d.throughput:.1f}",
+        f"{g.throughput:.1f}",
+        f"ratio {result.throughput_ratio:.1%} (goal >= 80%)",
+    )
+    table.add_row(
+        "requests / errors", f"{d.requests} / {d.errors}", f"{g.requests} / {g.errors}", ""
+    )
+    table.add_row(
+        "client capacity req/s",
+        f"{result.capacity:.1f}",
+        "",
+        f"direct uses {d.throughput / result.capacity:.0%}",
+    )
     Console().print(table)
     for path in (d, g):
         if path.errors:
@@ -149,24 +203,44 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--triton-url", default="127.0.0.1:8000", help="Triton HTTP host:port")
     parser.add_argument("--gateway-url", default="http://127.0.0.1:8080", help="gateway base URL")
-    parser.add_argument("--api-key", default=os.environ.get("GATEWAY_API_KEY"),
-                        help="a key whose tier will not throttle the run (default: $GATEWAY_API_KEY; "
-                        "prefer the environment, argv is visible to ps)")
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get("GATEWAY_API_KEY"),
+        help="a key whose tier will not throttle the run (default: $GATEWAY_API_KEY; "
+        "prefer the environment, argv is visible to ps)",
+    )
     parser.add_argument("--model", required=True, help="a model both paths call")
     parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--duration-s", type=float, default=20.0, help="measured seconds, both paths together")
+    parser.add_argument(
+        "--duration-s", type=float, default=20.0, help="measured seconds, both paths together"
+    )
     parser.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS, help="ABBA alternations")
     parser.add_argument("--processes", type=int, default=1, help="load-generator processes")
-    parser.add_argument("--inputs", help=".npz file of one request's tensors by input name (default: zeros)")
-    parser.add_argument("--json-tensors", action="store_true", help="send JSON tensors instead of binary")
-    parser.add_argument("--json", dest="json_out", help="also write the result as JSON to this file")
+    parser.add_argument(
+        "--inputs", help=".npz file of one request's tensors by input name (default: zeros)"
+    )
+    parser.add_argument(
+        "--json-tensors", action="store_true", help="send JSON tensors instead of binary"
+    )
+    parser.add_argument(
+        "--json", dest="json_out", help="also write the result as JSON to this file"
+    )
     args = parser.parse_args(argv)
     if not args.api_key:
         parser.error("an API key is needed: --api-key or GATEWAY_API_KEY")
     inputs = dict(np.load(args.inputs)) if args.inputs else None
-    result = run_overhead(args.triton_url, args.gateway_url, args.api_key, args.model,
-                          concurrency=args.concurrency, duration_s=args.duration_s, rounds=args.rounds,
-                          processes=args.processes, inputs=inputs, binary=not args.json_tensors)
+    result = run_overhead(
+        args.triton_url,
+        args.gateway_url,
+        args.api_key,
+        args.model,
+        concurrency=args.concurrency,
+        duration_s=args.duration_s,
+        rounds=args.rounds,
+        processes=args.processes,
+        inputs=inputs,
+        binary=not args.json_tensors,
+    )
     print_result(result)
     if args.json_out:
         with open(args.json_out, "w") as handle:

@@ -1,6 +1,6 @@
 """Where a request's time goes in the gateway during one load point, from the gateway's own metrics.
 
-The gateway times each admitted request's stages (:mod:`gateway.timing`: ``auth``, ``admit``,
+The gateway times each admitted request's stages (:mod:`gateway.observe.timing`: ``auth``, ``admit``,
 ``parse``, ``upstream``) into ``gateway_stage_duration_seconds`` and the whole request into
 ``gateway_request_duration_seconds``; with several workers, one scrape of ``/metrics`` sums them
 all. Two scrapes around a load point give each stage's mean per request over the point. Beside the
@@ -40,10 +40,19 @@ def gateway_counters(base_url: str, token: str) -> dict[str, float]:
     import httpx
     from prometheus_client.parser import text_string_to_metric_families
 
-    text = httpx.get(f"{base_url}/metrics", headers={"Authorization": f"Bearer {token}"}, timeout=30).raise_for_status().text
-    families = {"gateway_stage_duration_seconds": "", "gateway_request_duration_seconds": "total",
-                "gateway_event_loop_lag_seconds": "loop_lag"}
-    counters: dict[str, float] = {f"{name}_{kind}": 0.0 for name in (*STAGES, "total", "loop_lag") for kind in ("s", "n")}
+    text = (
+        httpx.get(f"{base_url}/metrics", headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        .raise_for_status()
+        .text
+    )
+    families = {
+        "gateway_stage_duration_seconds": "",
+        "gateway_request_duration_seconds": "total",
+        "gateway_event_loop_lag_seconds": "loop_lag",
+    }
+    counters: dict[str, float] = {
+        f"{name}_{kind}": 0.0 for name in (*STAGES, "total", "loop_lag") for kind in ("s", "n")
+    }
     for family in text_string_to_metric_families(text):
         if family.name not in families:
             continue
@@ -74,8 +83,11 @@ class GatewaySplit:
     def as_dict(self, client_mean_ms: float, in_triton_ms: float) -> dict[str, Any]:
         """The split, with what lies before the gateway's code and on the hop to Triton."""
         figures: dict[str, Any] = {k: getattr(self, k) for k in self.__dataclass_fields__}
-        figures.update(other_ms=self.other_ms, before_app_ms=client_mean_ms - self.total_ms,
-                       to_triton_ms=self.upstream_ms - in_triton_ms)
+        figures.update(
+            other_ms=self.other_ms,
+            before_app_ms=client_mean_ms - self.total_ms,
+            to_triton_ms=self.upstream_ms - in_triton_ms,
+        )
         return figures
 
 
@@ -87,9 +99,15 @@ def gateway_split(before: dict[str, float], after: dict[str, float]) -> GatewayS
         count = delta[f"{name}_n"]
         return delta[f"{name}_s"] / count * 1000 if count else 0.0
 
-    return GatewaySplit(requests=int(delta["total_n"]), total_ms=mean_ms("total"), auth_ms=mean_ms("auth"),
-                        admit_ms=mean_ms("admit"), parse_ms=mean_ms("parse"), upstream_ms=mean_ms("upstream"),
-                        loop_lag_ms=mean_ms("loop_lag"))
+    return GatewaySplit(
+        requests=int(delta["total_n"]),
+        total_ms=mean_ms("total"),
+        auth_ms=mean_ms("auth"),
+        admit_ms=mean_ms("admit"),
+        parse_ms=mean_ms("parse"),
+        upstream_ms=mean_ms("upstream"),
+        loop_lag_ms=mean_ms("loop_lag"),
+    )
 
 
 def gateway_table(rows: list[dict[str, Any]]) -> Any:
@@ -97,14 +115,23 @@ def gateway_table(rows: list[dict[str, Any]]) -> Any:
     ``outside_triton_ms`` and ``gateway`` (:meth:`GatewaySplit.as_dict`); rows without ``gateway`` are skipped."""
     from rich.table import Table
 
-    table = Table(title="Where the gateway's time goes (means per request, ms; the gateway's stage metrics, "
-                        "see loadtest.bench.gateway_split)")
+    table = Table(
+        title="Where the gateway's time goes (means per request, ms; the gateway's stage metrics, "
+        "see loadtest.bench.gateway_split)"
+    )
     columns = ("before_app", "auth", "admit", "parse", "to_triton", "other", "loop_lag")
     for column in ("config", "concurrency", "client", "outside Triton", *columns):
-        table.add_column(column.replace("_", " "), justify="left" if column == "config" else "right")
+        table.add_column(
+            column.replace("_", " "), justify="left" if column == "config" else "right"
+        )
     for row in rows:
         if "gateway" in row:
             stages = row["gateway"]
-            table.add_row(row["config"], str(row["concurrency"]), f"{row['client_mean_ms']:.2f}",
-                          f"{row['outside_triton_ms']:.2f}", *(f"{stages[c + '_ms']:.2f}" for c in columns))
+            table.add_row(
+                row["config"],
+                str(row["concurrency"]),
+                f"{row['client_mean_ms']:.2f}",
+                f"{row['outside_triton_ms']:.2f}",
+                *(f"{stages[c + '_ms']:.2f}" for c in columns),
+            )
     return table

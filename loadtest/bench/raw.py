@@ -20,7 +20,9 @@ from serving.quantiles import summarize
 __all__ = ["raw_ceiling"]
 
 
-def raw_ceiling(settings: BenchSettings, repository: Path, entry: str, images: np.ndarray) -> list[Result]:
+def raw_ceiling(
+    settings: BenchSettings, repository: Path, entry: str, images: np.ndarray
+) -> list[Result]:
     """One :class:`Result` per batch size of ``settings.raw_batches``; throughput in images/s."""
     print("[bench] raw runtime ...", file=sys.stderr, flush=True)
     seconds = max(settings.duration_s / 3, 0.5)
@@ -30,14 +32,18 @@ def raw_ceiling(settings: BenchSettings, repository: Path, entry: str, images: n
     return _raw_onnxruntime(path, images, settings.raw_batches, seconds)
 
 
-def _raw_onnxruntime(model_path: Path, images: np.ndarray, batches: Sequence[int], seconds: float) -> list[Result]:
+def _raw_onnxruntime(
+    model_path: Path, images: np.ndarray, batches: Sequence[int], seconds: float
+) -> list[Result]:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = 0  # as the Triton entry: intra_op_thread_count 0, inter 1
     options.inter_op_num_threads = 1
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    session = ort.InferenceSession(str(model_path), sess_options=options, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(
+        str(model_path), sess_options=options, providers=["CPUExecutionProvider"]
+    )
     input_name = session.get_inputs()[0].name
 
     def run(batch: np.ndarray) -> None:
@@ -46,11 +52,15 @@ def _raw_onnxruntime(model_path: Path, images: np.ndarray, batches: Sequence[int
     return _raw_sweep("raw", run, images, batches, seconds, note="onnxruntime CPU, in process")
 
 
-def _raw_torchscript_cuda(model_path: Path, images: np.ndarray, batches: Sequence[int], seconds: float) -> list[Result]:
+def _raw_torchscript_cuda(
+    model_path: Path, images: np.ndarray, batches: Sequence[int], seconds: float
+) -> list[Result]:
     import torch
 
     module = torch.jit.load(str(model_path), map_location="cuda").eval().half()
-    torch.backends.cudnn.benchmark = False  # as the backend's default, so the ceiling is like for like
+    torch.backends.cudnn.benchmark = (
+        False  # as the backend's default, so the ceiling is like for like
+    )
 
     def run(batch: np.ndarray) -> None:
         # The same work the backend does per execution: host tensor in, host logits out.
@@ -58,10 +68,19 @@ def _raw_torchscript_cuda(model_path: Path, images: np.ndarray, batches: Sequenc
             out = module(torch.from_numpy(batch).to("cuda").half())
             out.float().cpu()
 
-    return _raw_sweep("raw", run, images, batches, seconds, note="TorchScript FP16 on CUDA, in process")
+    return _raw_sweep(
+        "raw", run, images, batches, seconds, note="TorchScript FP16 on CUDA, in process"
+    )
 
 
-def _raw_sweep(name: str, run: Callable[[np.ndarray], None], images: np.ndarray, batches: Sequence[int], seconds: float, note: str) -> list[Result]:
+def _raw_sweep(
+    name: str,
+    run: Callable[[np.ndarray], None],
+    images: np.ndarray,
+    batches: Sequence[int],
+    seconds: float,
+    note: str,
+) -> list[Result]:
     results = []
     for batch_size in batches:
         reps = -(-batch_size // len(images))
@@ -77,9 +96,20 @@ def _raw_sweep(name: str, run: Callable[[np.ndarray], None], images: np.ndarray,
         elapsed = time.perf_counter() - started
         summary = summarize(np.asarray(latencies) * 1000.0)
         assert summary is not None  # at least three runs above
-        results.append(Result(
-            config=name, concurrency=0, requests=len(latencies) * batch_size, errors=0, duration_s=elapsed,
-            throughput=len(latencies) * batch_size / elapsed, p50_ms=summary.p50, p95_ms=summary.p95,
-            p99_ms=summary.p99, mean_ms=summary.mean, batch=batch_size, note=note,
-        ))
+        results.append(
+            Result(
+                config=name,
+                concurrency=0,
+                requests=len(latencies) * batch_size,
+                errors=0,
+                duration_s=elapsed,
+                throughput=len(latencies) * batch_size / elapsed,
+                p50_ms=summary.p50,
+                p95_ms=summary.p95,
+                p99_ms=summary.p99,
+                mean_ms=summary.mean,
+                batch=batch_size,
+                note=note,
+            )
+        )
     return results

@@ -26,7 +26,11 @@ def machine_description() -> dict[str, Any]:
     with contextlib.suppress(AttributeError):
         info["usable_cpus"] = len(os.sched_getaffinity(0))
     with contextlib.suppress(OSError, ValueError):
-        kib = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal"))
+        kib = next(
+            int(line.split()[1])
+            for line in Path("/proc/meminfo").read_text().splitlines()
+            if line.startswith("MemTotal")
+        )
         info["memory_gib"] = round(kib / 2**20, 1)
     with contextlib.suppress(OSError):
         info["load_average_at_start"] = [round(v, 2) for v in os.getloadavg()]
@@ -39,7 +43,14 @@ def machine_description() -> dict[str, Any]:
             info["cuda"] = torch.version.cuda
     except ImportError:
         pass
-    for package in ("onnxruntime", "nvidia-pytriton", "tritonclient", "fastapi", "uvicorn", "aiohttp"):
+    for package in (
+        "onnxruntime",
+        "nvidia-pytriton",
+        "tritonclient",
+        "fastapi",
+        "uvicorn",
+        "aiohttp",
+    ):
         with contextlib.suppress(Exception):
             from importlib import metadata
 
@@ -74,13 +85,18 @@ def compute_ratios(results: list[Result], concurrency: Sequence[int]) -> dict[st
         if on and off and off.throughput > 0:
             row["batching_throughput_x"] = on.throughput / off.throughput
             row["batching_p99_delta_ms"] = on.p99_ms - off.p99_ms
-            row["batching_goal_met"] = row["batching_throughput_x"] >= 4 and row["batching_p99_delta_ms"] <= 3
+            row["batching_goal_met"] = (
+                row["batching_throughput_x"] >= 4 and row["batching_p99_delta_ms"] <= 3
+            )
         for label, platform_result in (("platform", on), ("gateway_platform", gw)):
             if platform_result and naive and naive.throughput > 0:
-                row[f"{label}_vs_naive_throughput_x"] = platform_result.throughput / naive.throughput
+                row[f"{label}_vs_naive_throughput_x"] = (
+                    platform_result.throughput / naive.throughput
+                )
                 row[f"{label}_vs_naive_p99_delta_ms"] = platform_result.p99_ms - naive.p99_ms
                 row[f"{label}_vs_naive_goal_met"] = (
-                    row[f"{label}_vs_naive_throughput_x"] >= 3 and platform_result.p99_ms <= naive.p99_ms
+                    row[f"{label}_vs_naive_throughput_x"] >= 3
+                    and platform_result.p99_ms <= naive.p99_ms
                 )
         jpeg, naive_jpeg = _at(results, "gateway-jpeg", c), _at(results, "naive-jpeg", c)
         if jpeg and naive_jpeg and naive_jpeg.throughput > 0:
@@ -93,7 +109,11 @@ def compute_ratios(results: list[Result], concurrency: Sequence[int]) -> dict[st
             row["gateway_vs_direct_throughput_x"] = gw.throughput / on.throughput
             row["gateway_p99_overhead_ms"] = gw.p99_ms - on.p99_ms
         ratios["per_concurrency"][str(c)] = row
-    raw, direct, gw = _best(results, "raw"), _best(results, "triton-batching"), _best(results, "gateway")
+    raw, direct, gw = (
+        _best(results, "raw"),
+        _best(results, "triton-batching"),
+        _best(results, "gateway"),
+    )
     if raw and raw.throughput > 0:
         ratios["raw_best_batch"] = raw.batch
         ratios["raw_best_images_per_s"] = raw.throughput
@@ -105,31 +125,64 @@ def compute_ratios(results: list[Result], concurrency: Sequence[int]) -> dict[st
     return ratios
 
 
-def print_report(results: list[Result], ratios: dict[str, Any], machine: dict[str, Any], settings_line: str) -> None:
+def print_report(
+    results: list[Result], ratios: dict[str, Any], machine: dict[str, Any], settings_line: str
+) -> None:
     """The results table (each point beside the load generator's capacity), the ratios, the ceiling."""
     from rich.console import Console
     from rich.table import Table
 
     console = Console(width=160)
     table = Table(title=f"Side-by-side benchmark: {machine_line(machine)}", caption=settings_line)
-    for column in ("config", "concurrency", "batch", "throughput/s", "P50 ms", "P95 ms", "P99 ms", "errors",
-                   "error rate", "client capacity/s", "capacity used"):
+    for column in (
+        "config",
+        "concurrency",
+        "batch",
+        "throughput/s",
+        "P50 ms",
+        "P95 ms",
+        "P99 ms",
+        "errors",
+        "error rate",
+        "client capacity/s",
+        "capacity used",
+    ):
         table.add_column(column, justify="left" if column == "config" else "right")
     for r in results:
         capacity = "-" if r.capacity is None else f"{r.capacity:,.1f}"
         used = "-" if r.capacity_used is None else f"{r.capacity_used:.0%}"
         table.add_row(
-            r.config, str(r.concurrency) if r.concurrency else "-", str(r.batch), f"{r.throughput:,.1f}",
-            f"{r.p50_ms:.1f}", f"{r.p95_ms:.1f}", f"{r.p99_ms:.1f}", str(r.errors), f"{r.error_rate:.2%}",
-            capacity, used,
+            r.config,
+            str(r.concurrency) if r.concurrency else "-",
+            str(r.batch),
+            f"{r.throughput:,.1f}",
+            f"{r.p50_ms:.1f}",
+            f"{r.p95_ms:.1f}",
+            f"{r.p99_ms:.1f}",
+            str(r.errors),
+            f"{r.error_rate:.2%}",
+            capacity,
+            used,
         )
     console.print(table)
     for r in results:
         if r.error_messages:
-            console.print(f"[red]{r.config} at concurrency {r.concurrency}: {r.error_messages}[/red]", soft_wrap=True)
+            console.print(
+                f"[red]{r.config} at concurrency {r.concurrency}: {r.error_messages}[/red]",
+                soft_wrap=True,
+            )
     ratio_table = Table(title="Ratios (same machine, same run)")
-    for column in ("concurrency", "batching on/off", "P99 on-off ms", "platform/naive", "P99 platform-naive ms",
-                   "gateway/direct", "gateway P99 overhead ms", "JPEG gateway/naive", "P99 JPEG gateway-naive ms"):
+    for column in (
+        "concurrency",
+        "batching on/off",
+        "P99 on-off ms",
+        "platform/naive",
+        "P99 platform-naive ms",
+        "gateway/direct",
+        "gateway P99 overhead ms",
+        "JPEG gateway/naive",
+        "P99 JPEG gateway-naive ms",
+    ):
         ratio_table.add_column(column, justify="right")
 
     def fmt(value: float | None, spec: str) -> str:
@@ -137,16 +190,22 @@ def print_report(results: list[Result], ratios: dict[str, Any], machine: dict[st
 
     for c, row in ratios["per_concurrency"].items():
         ratio_table.add_row(
-            c, fmt(row.get("batching_throughput_x"), ".2f") + "x", fmt(row.get("batching_p99_delta_ms"), "+.1f"),
-            fmt(row.get("platform_vs_naive_throughput_x"), ".2f") + "x", fmt(row.get("platform_vs_naive_p99_delta_ms"), "+.1f"),
-            fmt(row.get("gateway_vs_direct_throughput_x"), ".2f") + "x", fmt(row.get("gateway_p99_overhead_ms"), "+.1f"),
+            c,
+            fmt(row.get("batching_throughput_x"), ".2f") + "x",
+            fmt(row.get("batching_p99_delta_ms"), "+.1f"),
+            fmt(row.get("platform_vs_naive_throughput_x"), ".2f") + "x",
+            fmt(row.get("platform_vs_naive_p99_delta_ms"), "+.1f"),
+            fmt(row.get("gateway_vs_direct_throughput_x"), ".2f") + "x",
+            fmt(row.get("gateway_p99_overhead_ms"), "+.1f"),
             fmt(row.get("jpeg_gateway_vs_naive_throughput_x"), ".2f") + "x",
             fmt(row.get("jpeg_gateway_vs_naive_p99_delta_ms"), "+.1f"),
         )
     console.print(ratio_table)
     if "raw_best_images_per_s" in ratios:
-        line = (f"raw runtime ceiling: {ratios['raw_best_images_per_s']:,.1f} images/s at batch {ratios['raw_best_batch']}; "
-                f"efficiency (best platform / raw): direct {fmt(ratios.get('efficiency_direct'), '.1%')}")
+        line = (
+            f"raw runtime ceiling: {ratios['raw_best_images_per_s']:,.1f} images/s at batch {ratios['raw_best_batch']}; "
+            f"efficiency (best platform / raw): direct {fmt(ratios.get('efficiency_direct'), '.1%')}"
+        )
         if "efficiency_gateway" in ratios:
             line += f", through the gateway {ratios['efficiency_gateway']:.1%}"
         console.print(line)

@@ -33,7 +33,11 @@ def prepare_repository(settings: BenchSettings, target: Path) -> tuple[str, str]
             from builders.torchscript import TorchScriptOptions, build_torchscript
 
             # A CPU instance computing on CUDA: see TorchScriptOptions.device for why.
-            build_torchscript(source_repo, settings.model, TorchScriptOptions(gpu=False, precision="fp16", device="cuda"))
+            build_torchscript(
+                source_repo,
+                settings.model,
+                TorchScriptOptions(gpu=False, precision="fp16", device="cuda"),
+            )
         else:
             from builders.pipeline import BuildOptions, build
 
@@ -64,12 +68,19 @@ def copy_pipeline(settings: BenchSettings, target: Path, pipeline: str) -> list[
 
     source_repo = settings.repository or DEFAULT_BUILD_REPOSITORY
     if not (source_repo / pipeline / "config.pbtxt").exists():
-        raise RuntimeError(f"the JPEG configurations need {pipeline} in {source_repo}: build the default models "
-                           "(inferctl build) or pass --repository with a built repository")
-    steps = [step.model_name for step in read_config(source_repo / pipeline / "config.pbtxt").ensemble_scheduling.step]
+        raise RuntimeError(
+            f"the JPEG configurations need {pipeline} in {source_repo}: build the default models "
+            "(inferctl build) or pass --repository with a built repository"
+        )
+    steps = [
+        step.model_name
+        for step in read_config(source_repo / pipeline / "config.pbtxt").ensemble_scheduling.step
+    ]
     if _entry_name(settings) not in steps:
-        raise RuntimeError(f"{pipeline} in {source_repo} runs {', '.join(steps)}, not {_entry_name(settings)}: "
-                           "the JPEG and tensor configurations would compare different models")
+        raise RuntimeError(
+            f"{pipeline} in {source_repo} runs {', '.join(steps)}, not {_entry_name(settings)}: "
+            "the JPEG and tensor configurations would compare different models"
+        )
     names = [pipeline, *steps]
     for name in names:
         shutil.copytree(source_repo / name, target / name, symlinks=True, dirs_exist_ok=True)
@@ -80,7 +91,9 @@ def model_file(repository: Path, name: str) -> Path:
     from builders.triton_config import read_config
 
     config = read_config(repository / name / "config.pbtxt")
-    versions = sorted(int(p.name) for p in (repository / name).iterdir() if p.is_dir() and p.name.isdigit())
+    versions = sorted(
+        int(p.name) for p in (repository / name).iterdir() if p.is_dir() and p.name.isdigit()
+    )
     return repository / name / str(versions[-1]) / (config.default_model_filename or "model.onnx")
 
 

@@ -8,33 +8,54 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import secrets
-import shutil
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
 from loadtest.bench.settings import DEFAULT_MODEL
+from serving.gateway_process import GatewayLaunch, start_gateway_process
 from serving.launcher import TritonPorts, TritonServer, TritonStartError
 from serving.ports import reserve_port
-from serving.processes import ManagedProcess, ProcessStartError, child_env, python_module
+from serving.processes import ManagedProcess, child_env, python_module
+from serving.redis_process import redis_server
 
-__all__ = ["BenchGateway", "gateway_server", "naive_embedding_server", "naive_server", "start_triton"]
+__all__ = [
+    "BenchGateway",
+    "gateway_server",
+    "naive_embedding_server",
+    "naive_server",
+    "start_triton",
+]
 
 _BENCH_TIER = "loadtest-bench"
 
 
 @contextlib.contextmanager
-def naive_server(device: str, precision: str, workdir: Path, model: str = DEFAULT_MODEL,
-                 threads: int = 0) -> Iterator[str]:
+def naive_server(
+    device: str, precision: str, workdir: Path, model: str = DEFAULT_MODEL, threads: int = 0
+) -> Iterator[str]:
     """Start :mod:`loadtest.naive_server` on a reserved port (``threads`` > 0: that many torch intra-op
     threads, else PyTorch's default); yields its base URL."""
     port = reserve_port()
-    command = python_module("loadtest.naive_server", "--host", "127.0.0.1", "--port", str(port),
-                            "--model", model, "--device", device, "--precision", precision, "--threads", str(threads))
-    with ManagedProcess(command, name="naive server", log_path=workdir / "naive_server.log", env=child_env()) as process:
+    command = python_module(
+        "loadtest.naive_server",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--model",
+        model,
+        "--device",
+        device,
+        "--precision",
+        precision,
+        "--threads",
+        str(threads),
+    )
+    with ManagedProcess(
+        command, name="naive server", log_path=workdir / "naive_server.log", env=child_env()
+    ) as process:
         process.wait_http(f"http://127.0.0.1:{port}/healthz", 300, expect=b'"ok"')
         yield f"http://127.0.0.1:{port}"
 
@@ -43,33 +64,27 @@ def naive_server(device: str, precision: str, workdir: Path, model: str = DEFAUL
 def naive_embedding_server(device: str, workdir: Path, threads: int = 0) -> Iterator[str]:
     """Start :mod:`loadtest.naive_server` serving sentence-transformers' ``encode``; yields its base URL."""
     port = reserve_port()
-    command = python_module("loadtest.naive_server", "--host", "127.0.0.1", "--port", str(port),
-                            "--task", "embeddings", "--device", device, "--threads", str(threads))
-    with ManagedProcess(command, name="sentence-transformers server", log_path=workdir / f"naive_embeddings_{device}.log",
-                        env=child_env()) as process:
+    command = python_module(
+        "loadtest.naive_server",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--task",
+        "embeddings",
+        "--device",
+        device,
+        "--threads",
+        str(threads),
+    )
+    with ManagedProcess(
+        command,
+        name="sentence-transformers server",
+        log_path=workdir / f"naive_embeddings_{device}.log",
+        env=child_env(),
+    ) as process:
         process.wait_http(f"http://127.0.0.1:{port}/healthz", 300, expect=b'"ok"')
         yield f"http://127.0.0.1:{port}"
-
-
-@contextlib.contextmanager
-def redis_server(workdir: Path) -> Iterator[str]:
-    """A ``redis-server`` (from ``PATH``, or ``$REDIS_SERVER``) on a reserved 127.0.0.1 port, no
-    persistence; yields its URL. Several gateway workers share keys and limits through it."""
-    binary = os.environ.get("REDIS_SERVER") or shutil.which("redis-server")
-    if binary is None:
-        raise ProcessStartError("several gateway workers need redis-server: install it (apt-get install redis-server) "
-                                "or point REDIS_SERVER at one")
-    port = reserve_port()
-    command = [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no", "--dir", str(workdir)]
-    with ManagedProcess(command, name="redis-server", log_path=workdir / "redis.log") as process:
-        process.wait_until(lambda: _accepts(port), 30, what="accepting connections")
-        yield f"redis://127.0.0.1:{port}/0"
-
-
-def _accepts(port: int) -> bool:
-    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
-        return True
-    return False
 
 
 class BenchGateway(NamedTuple):
@@ -91,8 +106,12 @@ def gateway_server(triton_http_url: str, workdir: Path, workers: int = 1) -> Ite
     """
     with contextlib.ExitStack() as stack:
         extra = {
-            "GATEWAY_TIER_LIMITS": json.dumps({_BENCH_TIER: {"per_minute": 1e9, "burst": 1_000_000},
-                                               "free": {"per_minute": 10, "burst": 5}}),
+            "GATEWAY_TIER_LIMITS": json.dumps(
+                {
+                    _BENCH_TIER: {"per_minute": 1e9, "burst": 1_000_000},
+                    "free": {"per_minute": 10, "burst": 5},
+                }
+            ),
             "GATEWAY_MAX_IN_FLIGHT_PER_MODEL": "4096",
             "GATEWAY_LOG_LEVEL": "warning",
             "GATEWAY_METRICS_TOKEN": secrets.token_urlsafe(24),
@@ -106,21 +125,33 @@ def gateway_server(triton_http_url: str, workdir: Path, workers: int = 1) -> Ite
             options += ["--workers", str(workers)]
         _, key = _create_key(keys_db, extra.get("GATEWAY_REDIS_URL"))
         port = reserve_port()
-        command = python_module("gateway", "--host", "127.0.0.1", "--port", str(port), "--triton-url", triton_http_url,
-                                *options, "--log-level", "warning")
-        process = stack.enter_context(ManagedProcess(command, name="gateway", log_path=workdir / "gateway.log",
-                                                     env=child_env(extra)))
-        process.wait_http(f"http://127.0.0.1:{port}/healthz", 120)
+        launch = GatewayLaunch(
+            port,
+            child_env(extra),
+            log_path=workdir / "gateway.log",
+            args=(
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--triton-url",
+                triton_http_url,
+                *options,
+                "--log-level",
+                "warning",
+            ),
+        )
+        stack.enter_context(start_gateway_process(launch))
         yield BenchGateway(f"http://127.0.0.1:{port}", key, extra["GATEWAY_METRICS_TOKEN"])
 
 
 def _create_key(keys_db: Path, redis_url: str | None) -> tuple[str, str]:
     """A high-limit key in the store the gateway reads: SQLite alone, or Redis for several workers."""
     if redis_url is None:
-        from gateway.keys_sqlite import SqliteKeyStore
+        from gateway.tenancy.keys_sqlite import SqliteKeyStore
 
         return SqliteKeyStore(keys_db).create("loadtest-bench", ["*"], _BENCH_TIER)
-    from gateway.redis_state import RedisKeyStore  # the store of gateway --workers
+    from gateway.tenancy.redis_state import RedisKeyStore  # the store of gateway --workers
 
     return RedisKeyStore(redis_url).create("loadtest-bench", ["*"], _BENCH_TIER)
 
@@ -136,7 +167,11 @@ def start_triton(repository: Path, ports: TritonPorts, python: str | None) -> Tr
             raise
         import subprocess
 
-        listing = subprocess.run(["ss", "-tanp"], capture_output=True, text=True, check=False).stdout
+        listing = subprocess.run(
+            ["ss", "-tanp"], capture_output=True, text=True, check=False
+        ).stdout
         print(f"{exc}; listening and connected sockets then:\n{listing}", flush=True)
-        server = TritonServer(repository, ports=TritonPorts.free(), python=python, startup_timeout_s=300)
+        server = TritonServer(
+            repository, ports=TritonPorts.free(), python=python, startup_timeout_s=300
+        )
         return server.start()

@@ -8,7 +8,13 @@ from typing import Any
 
 __all__ = ["ALL_CONFIGS", "DEFAULT_CONFIGS", "JPEG_CONFIGS", "PIPELINE", "BenchSettings", "Result"]
 
-DEFAULT_CONFIGS: tuple[str, ...] = ("triton-batching", "triton-no-batching", "gateway", "naive", "raw")
+DEFAULT_CONFIGS: tuple[str, ...] = (
+    "triton-batching",
+    "triton-no-batching",
+    "gateway",
+    "naive",
+    "raw",
+)
 #: the JPEG path: photos as JPEG bytes through the gateway to the ``image_classifier`` ensemble (KServe v2
 #: binary, BYTES), and the naive server's ``/classify`` (decode, preprocess, forward, top 5 in one handler)
 JPEG_CONFIGS: tuple[str, ...] = ("gateway-jpeg", "naive-jpeg")
@@ -60,7 +66,9 @@ class BenchSettings:
     @classmethod
     def quick_settings(cls, **overrides: Any) -> BenchSettings:
         """A few seconds per configuration: proves the machinery, measures nothing."""
-        base: dict[str, Any] = dict(concurrency=(1, 4), duration_s=1.5, warmup_s=0.5, raw_batches=(1, 8), quick=True)
+        base: dict[str, Any] = dict(
+            concurrency=(1, 4), duration_s=1.5, warmup_s=0.5, raw_batches=(1, 8), quick=True
+        )
         base.update(overrides)
         return cls(**base)
 

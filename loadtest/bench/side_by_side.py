@@ -32,10 +32,19 @@ from loadtest.bench.report import compute_ratios, machine_description, print_rep
 from loadtest.bench.repository import copy_pipeline, prepare_repository, tensor_names
 from loadtest.bench.servers import BenchGateway, gateway_server, naive_server
 from loadtest.bench.settings import ALL_CONFIGS, JPEG_CONFIGS, PIPELINE, BenchSettings, Result
-from loadtest.loadgen import HttpTarget, LoadResult, LoadSpec, Target, TritonTarget, instant_twin, run_load
+from loadtest.loadgen import (
+    HttpTarget,
+    LoadResult,
+    LoadSpec,
+    Target,
+    TritonTarget,
+    instant_twin,
+    run_load,
+)
 from loadtest.loadgen.capacity import measure_capacity, twin_target
 from loadtest.payloads import image_tensors, jpeg_images, v2_binary_request
 from serving.launcher import TritonPorts, TritonServer
+from serving.triton_clients import triton_client
 
 __all__ = ["run_bench"]
 
@@ -43,8 +52,14 @@ _TRITON_CONFIGS = ("triton-batching", "triton-no-batching", "gateway")
 _JPEG_OUTPUTS = ("SCORES", "CLASS_IDS")
 
 
-def _settings_line(settings: BenchSettings, entry: str, clients: dict[str, str], instances: int) -> str:
-    precision = "FP16 TorchScript on CUDA via the pytorch backend" if settings.device == "cuda" else "FP32 ONNX via onnxruntime backend"
+def _settings_line(
+    settings: BenchSettings, entry: str, clients: dict[str, str], instances: int
+) -> str:
+    precision = (
+        "FP16 TorchScript on CUDA via the pytorch backend"
+        if settings.device == "cuda"
+        else "FP32 ONNX via onnxruntime backend"
+    )
     described = "; ".join(f"{name}: {text}" for name, text in clients.items())
     return (
         f"model {entry} ({precision}); payload FP32 [1,3,224,224], 12 real photos round-robin"
@@ -58,11 +73,22 @@ def _settings_line(settings: BenchSettings, entry: str, clients: dict[str, str],
 
 
 def _row(config: str, result: LoadResult, capacity: float) -> Result:
-    return Result(config=config, concurrency=result.concurrency, requests=result.requests, errors=result.errors,
-                  duration_s=result.duration_s, throughput=result.throughput, p50_ms=result.p50_ms,
-                  p95_ms=result.p95_ms, p99_ms=result.p99_ms, mean_ms=result.mean_ms, capacity=capacity,
-                  capacity_used=result.with_capacity(capacity).capacity_used, error_rate=result.error_rate,
-                  error_messages=result.error_summary())
+    return Result(
+        config=config,
+        concurrency=result.concurrency,
+        requests=result.requests,
+        errors=result.errors,
+        duration_s=result.duration_s,
+        throughput=result.throughput,
+        p50_ms=result.p50_ms,
+        p95_ms=result.p95_ms,
+        p99_ms=result.p99_ms,
+        mean_ms=result.mean_ms,
+        capacity=capacity,
+        capacity_used=result.with_capacity(capacity).capacity_used,
+        error_rate=result.error_rate,
+        error_messages=result.error_summary(),
+    )
 
 
 def _top1(target: Target, output_name: str) -> int:
@@ -71,13 +97,21 @@ def _top1(target: Target, output_name: str) -> int:
     jpeg = target.name in JPEG_CONFIGS
     if isinstance(target, HttpTarget):
         body, headers = target.requests[0]
-        request = urllib.request.Request(target.url, data=body, headers={**headers, **target.headers}, method="POST")
+        request = urllib.request.Request(
+            target.url, data=body, headers={**headers, **target.headers}, method="POST"
+        )
         try:
             with urllib.request.urlopen(request, timeout=120) as response:
                 answer = response.read()
         except urllib.error.HTTPError as exc:
-            raise RuntimeError(f"{target.name}: {target.url} answered {exc.code}: {exc.read()[:500]!r}") from exc
-        values = np.asarray(json.loads(answer)["class_ids"]) if jpeg else np.frombuffer(answer, dtype=np.float32)
+            raise RuntimeError(
+                f"{target.name}: {target.url} answered {exc.code}: {exc.read()[:500]!r}"
+            ) from exc
+        values = (
+            np.asarray(json.loads(answer)["class_ids"])
+            if jpeg
+            else np.frombuffer(answer, dtype=np.float32)
+        )
     else:
         assert isinstance(target, TritonTarget)
         import tritonclient.grpc as grpc_client
@@ -85,7 +119,7 @@ def _top1(target: Target, output_name: str) -> int:
         from tritonclient.utils import np_to_triton_dtype
 
         module: Any = grpc_client if target.protocol == "grpc" else http_client
-        client = module.InferenceServerClient(target.url)
+        client = triton_client(target.url, target.protocol)
         tensors = []
         for name, array in target.inputs[0].items():
             tensor = module.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
@@ -94,13 +128,17 @@ def _top1(target: Target, output_name: str) -> int:
         try:
             result = client.infer(target.model, tensors, headers=dict(target.headers) or None)
         except Exception as exc:  # tritonclient's own errors: the configuration cannot run
-            raise RuntimeError(f"{target.name}: {target.url} failed the first request: {exc}") from exc
+            raise RuntimeError(
+                f"{target.name}: {target.url} failed the first request: {exc}"
+            ) from exc
         finally:
             client.close()
         values = np.asarray(result.as_numpy("CLASS_IDS" if jpeg else output_name))
     expected = 5 if jpeg else 1000
     if values.size != expected:
-        raise RuntimeError(f"{target.name}: expected {expected} {'class ids' if jpeg else 'logits'}, got {values.size}")
+        raise RuntimeError(
+            f"{target.name}: expected {expected} {'class ids' if jpeg else 'logits'}, got {values.size}"
+        )
     return int(values.flat[0]) if jpeg else int(np.argmax(values))
 
 
@@ -108,56 +146,119 @@ def _jpeg_inputs() -> tuple[dict[str, np.ndarray], ...]:
     return tuple({"IMAGE": np.array([[data]], dtype=np.object_)} for data in jpeg_images())
 
 
-def _targets(settings: BenchSettings, configs: list[str], stack: contextlib.ExitStack, workdir: Path,
-             triton: TritonServer, entry: str, nobatch: str, images: np.ndarray,
-             input_name: str, output_name: str) -> tuple[dict[str, Target], BenchGateway | None]:
-    inputs = tuple({input_name: images[i:i + 1]} for i in range(len(images)))
+def _targets(
+    settings: BenchSettings,
+    configs: list[str],
+    stack: contextlib.ExitStack,
+    workdir: Path,
+    triton: TritonServer,
+    entry: str,
+    nobatch: str,
+    images: np.ndarray,
+    input_name: str,
+    output_name: str,
+) -> tuple[dict[str, Target], BenchGateway | None]:
+    inputs = tuple({input_name: images[i : i + 1]} for i in range(len(images)))
     url = triton.grpc_url if settings.protocol == "grpc" else triton.http_url
-    direct = TritonTarget(url=url, model=entry, inputs=inputs, outputs=(output_name,), protocol=settings.protocol,
-                          shared_memory=settings.shared_memory, name="triton-batching")
+    direct = TritonTarget(
+        url=url,
+        model=entry,
+        inputs=inputs,
+        outputs=(output_name,),
+        protocol=settings.protocol,
+        shared_memory=settings.shared_memory,
+        name="triton-batching",
+    )
     # One gateway and one naive server, started where a configuration uses them.
     address, auth, naive_base, gateway = "", {}, "", None
     if {"gateway", "gateway-jpeg"} & set(configs):
         gateway = stack.enter_context(gateway_server(triton.http_url, workdir))
-        address, auth = gateway.url.removeprefix("http://"), {"Authorization": f"Bearer {gateway.key}"}
+        address, auth = (
+            gateway.url.removeprefix("http://"),
+            {"Authorization": f"Bearer {gateway.key}"},
+        )
     if {"naive", "naive-jpeg"} & set(configs):
         precision = "fp16" if settings.device == "cuda" else "fp32"
-        naive_base = stack.enter_context(naive_server(settings.device, precision, workdir, settings.model,
-                                                      settings.naive_threads))
+        naive_base = stack.enter_context(
+            naive_server(
+                settings.device, precision, workdir, settings.model, settings.naive_threads
+            )
+        )
     targets: dict[str, Target] = {}
     if "triton-batching" in configs:
         targets["triton-batching"] = direct
     if "triton-no-batching" in configs:
         targets["triton-no-batching"] = replace(direct, model=nobatch, name="triton-no-batching")
     if "gateway" in configs:  # the gateway speaks HTTP; its tensors travel in the body
-        targets["gateway"] = TritonTarget(url=address, model=entry, inputs=inputs, outputs=(output_name,),
-                                          headers=auth, name="gateway")
+        targets["gateway"] = TritonTarget(
+            url=address,
+            model=entry,
+            inputs=inputs,
+            outputs=(output_name,),
+            headers=auth,
+            name="gateway",
+        )
     if "naive" in configs:
-        targets["naive"] = HttpTarget(url=f"{naive_base}/predict", name="naive", requests=tuple(
-            (images[i:i + 1].tobytes(), {"Content-Type": "application/octet-stream"}) for i in range(len(images))))
+        targets["naive"] = HttpTarget(
+            url=f"{naive_base}/predict",
+            name="naive",
+            requests=tuple(
+                (images[i : i + 1].tobytes(), {"Content-Type": "application/octet-stream"})
+                for i in range(len(images))
+            ),
+        )
     if "gateway-jpeg" in configs:
-        targets["gateway-jpeg"] = TritonTarget(url=address, model=PIPELINE, inputs=_jpeg_inputs(),
-                                               outputs=_JPEG_OUTPUTS, headers=auth, name="gateway-jpeg")
+        targets["gateway-jpeg"] = TritonTarget(
+            url=address,
+            model=PIPELINE,
+            inputs=_jpeg_inputs(),
+            outputs=_JPEG_OUTPUTS,
+            headers=auth,
+            name="gateway-jpeg",
+        )
     if "naive-jpeg" in configs:
-        targets["naive-jpeg"] = HttpTarget(url=f"{naive_base}/classify", name="naive-jpeg", requests=tuple(
-            (data, {"Content-Type": "image/jpeg"}) for data in jpeg_images()))
+        targets["naive-jpeg"] = HttpTarget(
+            url=f"{naive_base}/classify",
+            name="naive-jpeg",
+            requests=tuple((data, {"Content-Type": "image/jpeg"}) for data in jpeg_images()),
+        )
     return targets, gateway
 
 
-def _capacity_target(target: Target, twins: dict[str, str], triton: TritonServer, images: np.ndarray,
-                     input_name: str, output_name: str, entry: str) -> Target:
-    if isinstance(target, TritonTarget):  # the entry's twin stands for its no-batching copy too: same interface
+def _capacity_target(
+    target: Target,
+    twins: dict[str, str],
+    triton: TritonServer,
+    images: np.ndarray,
+    input_name: str,
+    output_name: str,
+    entry: str,
+) -> Target:
+    if isinstance(
+        target, TritonTarget
+    ):  # the entry's twin stands for its no-batching copy too: same interface
         twin = twins[PIPELINE] if target.model == PIPELINE else twins[entry]
-        return twin_target(target, twin, triton.grpc_url if target.protocol == "grpc" else triton.http_url)
+        return twin_target(
+            target, twin, triton.grpc_url if target.protocol == "grpc" else triton.http_url
+        )
     # The naive server's client: the same aiohttp POSTs of the same payloads, as KServe v2 requests.
     if target.name == "naive-jpeg":
-        model, encoded = PIPELINE, [v2_binary_request(i, list(_JPEG_OUTPUTS)) for i in _jpeg_inputs()]
+        model, encoded = (
+            PIPELINE,
+            [v2_binary_request(i, list(_JPEG_OUTPUTS)) for i in _jpeg_inputs()],
+        )
     else:
         model = entry
-        encoded = [v2_binary_request({input_name: images[i:i + 1]}, [output_name]) for i in range(len(images))]
+        encoded = [
+            v2_binary_request({input_name: images[i : i + 1]}, [output_name])
+            for i in range(len(images))
+        ]
     requests = tuple((request.body, request.headers) for request in encoded)
-    return HttpTarget(url=f"http://{triton.http_url}/v2/models/{twins[model]}/infer", requests=tuple(requests),
-                      name=f"{target.name} (capacity)")
+    return HttpTarget(
+        url=f"http://{triton.http_url}/v2/models/{twins[model]}/infer",
+        requests=tuple(requests),
+        name=f"{target.name} (capacity)",
+    )
 
 
 def run_bench(settings: BenchSettings) -> dict[str, Any]:
@@ -172,7 +273,9 @@ def run_bench(settings: BenchSettings) -> dict[str, Any]:
     """
     unknown = [c for c in settings.configs if c not in ALL_CONFIGS]
     if unknown:
-        raise ValueError(f"unknown configuration(s) {', '.join(unknown)}; known: {', '.join(ALL_CONFIGS)}")
+        raise ValueError(
+            f"unknown configuration(s) {', '.join(unknown)}; known: {', '.join(ALL_CONFIGS)}"
+        )
     settings.out_dir.mkdir(parents=True, exist_ok=True)
     machine = machine_description()
     configs = list(settings.configs)
@@ -184,7 +287,9 @@ def run_bench(settings: BenchSettings) -> dict[str, Any]:
         repo = workdir / "repository"
         entry, nobatch = prepare_repository(settings, repo)
         input_name, output_name = tensor_names(repo, entry)
-        instances = sum(group.count for group in read_config(repo / entry / "config.pbtxt").instance_group)
+        instances = sum(
+            group.count for group in read_config(repo / entry / "config.pbtxt").instance_group
+        )
         load_configs = [c for c in configs if c != "raw"]
         targets: dict[str, Target] = {}
         gateway: BenchGateway | None = None
@@ -193,35 +298,73 @@ def run_bench(settings: BenchSettings) -> dict[str, Any]:
             models = [entry, nobatch] if set(_TRITON_CONFIGS) & set(load_configs) else [entry]
             if set(JPEG_CONFIGS) & set(load_configs):
                 models += [m for m in copy_pipeline(settings, repo, PIPELINE) if m not in models]
-            triton = stack.enter_context(TritonServer(repo, models=models, ports=TritonPorts.free()))
-            targets, gateway = _targets(settings, load_configs, stack, workdir, triton, entry, nobatch, images,
-                                        input_name, output_name)
+            triton = stack.enter_context(
+                TritonServer(repo, models=models, ports=TritonPorts.free())
+            )
+            targets, gateway = _targets(
+                settings,
+                load_configs,
+                stack,
+                workdir,
+                triton,
+                entry,
+                nobatch,
+                images,
+                input_name,
+                output_name,
+            )
             twinned = [entry] + ([PIPELINE] if set(JPEG_CONFIGS) & set(load_configs) else [])
-            twins = {model: stack.enter_context(instant_twin(triton.http_url, model)) for model in twinned}
-            capacity_targets = {name: _capacity_target(t, twins, triton, images, input_name, output_name, entry)
-                                for name, t in targets.items()}
+            twins = {
+                model: stack.enter_context(instant_twin(triton.http_url, model))
+                for model in twinned
+            }
+            capacity_targets = {
+                name: _capacity_target(t, twins, triton, images, input_name, output_name, entry)
+                for name, t in targets.items()
+            }
             clients = {name: t.describe() for name, t in targets.items()}
         sanity = {name: _top1(target, output_name) for name, target in targets.items()}
         raw_runs: list[list[Result]] = []
-        if "raw" in configs:  # measured before and after the load sweep; the ceiling is the better run
+        if (
+            "raw" in configs
+        ):  # measured before and after the load sweep; the ceiling is the better run
             raw_runs.append(raw_ceiling(settings, repo, entry, images))
         # Concurrency-major order: every configuration sees each load level at about the same time,
         # so drift from other work on the machine spreads over all of them.
         for concurrency in settings.concurrency:
-            capacities: dict[str, float] = {}  # one capacity per distinct client at this concurrency
+            capacities: dict[
+                str, float
+            ] = {}  # one capacity per distinct client at this concurrency
             for name, target in targets.items():
-                spec = LoadSpec(target=target, concurrency=concurrency, duration_s=settings.duration_s,
-                                warmup_s=settings.warmup_s, name=name)
+                spec = LoadSpec(
+                    target=target,
+                    concurrency=concurrency,
+                    duration_s=settings.duration_s,
+                    warmup_s=settings.warmup_s,
+                    name=name,
+                )
                 kind = clients[name]
                 if kind not in capacities:
-                    print(f"[bench] client capacity ({kind}) concurrency={concurrency} ...", file=sys.stderr, flush=True)
-                    capacities[kind] = measure_capacity(spec, capacity_targets[name], settings.clients).throughput
+                    print(
+                        f"[bench] client capacity ({kind}) concurrency={concurrency} ...",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    capacities[kind] = measure_capacity(
+                        spec, capacity_targets[name], settings.clients
+                    ).throughput
                 print(f"[bench] {name} concurrency={concurrency} ...", file=sys.stderr, flush=True)
-                if gateway is None or not name.startswith("gateway") or not isinstance(target, TritonTarget):
+                if (
+                    gateway is None
+                    or not name.startswith("gateway")
+                    or not isinstance(target, TritonTarget)
+                ):
                     results.append(_row(name, run_load(spec, settings.clients), capacities[kind]))
                     continue
                 # A gateway point also gets the gateway's own split of its time outside Triton.
-                probe = PointProbe.start(triton.http_url, target.model, gateway=(gateway.url, gateway.metrics_token))
+                probe = PointProbe.start(
+                    triton.http_url, target.model, gateway=(gateway.url, gateway.metrics_token)
+                )
                 results.append(_row(name, run_load(spec, settings.clients), capacities[kind]))
                 splits.append(probe.row(name, concurrency, results[-1].mean_ms))
         if "raw" in configs:
@@ -240,9 +383,13 @@ def run_bench(settings: BenchSettings) -> dict[str, Any]:
         Console(width=160).print(gateway_table(splits))
     png = save_plot(results, ratios, machine, settings_line, settings.out_dir / "bench.png")
     document = {
-        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(settings).items()},
+        "settings": {
+            k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(settings).items()
+        },
         "settings_line": settings_line,
-        "command": " ".join([Path(sys.executable).name, "-m", "loadtest.bench", *sys.argv[1:]]) if sys.argv else "",
+        "command": " ".join([Path(sys.executable).name, "-m", "loadtest.bench", *sys.argv[1:]])
+        if sys.argv
+        else "",
         "machine": machine,
         "model_entry": entry,
         "clients": clients,
@@ -252,5 +399,7 @@ def run_bench(settings: BenchSettings) -> dict[str, Any]:
         "gateway_split": splits,
         "files": {"json": str(settings.out_dir / "bench.json"), "png": str(png)},
     }
-    (settings.out_dir / "bench.json").write_text(json.dumps(document, indent=2, default=float) + "\n", encoding="utf-8")
+    (settings.out_dir / "bench.json").write_text(
+        json.dumps(document, indent=2, default=float) + "\n", encoding="utf-8"
+    )
     return document

@@ -23,6 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from serving.triton_clients import triton_client
+
 __all__ = ["TritonSplit", "model_counters", "split"]
 
 _STAGES = ("queue", "compute_input", "compute_infer", "compute_output", "success")
@@ -32,11 +34,15 @@ def model_counters(url: str, model: str, metrics_url: str | None = None) -> dict
     """``model``'s cumulative counters (all versions summed): requests, executions, inferences and
     the nanoseconds of each stage; with ``metrics_url``, also its steps' seconds (``step:<name>``)
     and the executions they cover (``step_executions``), where the model reports them."""
-    import tritonclient.http as http
 
-    with http.InferenceServerClient(url) as client:
+    with triton_client(url) as client:
         versions = client.get_inference_statistics(model)["model_stats"]
-    counters: dict[str, float] = {"requests": 0, "executions": 0, "inferences": 0, **{f"{s}_ns": 0 for s in _STAGES}}
+    counters: dict[str, float] = {
+        "requests": 0,
+        "executions": 0,
+        "inferences": 0,
+        **{f"{s}_ns": 0 for s in _STAGES},
+    }
     for stats in versions:
         counters["executions"] += int(stats.get("execution_count", 0))
         counters["inferences"] += int(stats.get("inference_count", 0))
@@ -54,7 +60,9 @@ def _step_counters(metrics_url: str, model: str) -> dict[str, float]:
     from prometheus_client.parser import text_string_to_metric_families
 
     counters: dict[str, float] = {}
-    for family in text_string_to_metric_families(httpx.get(metrics_url, timeout=30).raise_for_status().text):
+    for family in text_string_to_metric_families(
+        httpx.get(metrics_url, timeout=30).raise_for_status().text
+    ):
         for sample in family.samples:
             if sample.labels.get("model") != model:
                 continue
@@ -106,12 +114,28 @@ def split(model: str, before: dict[str, float], after: dict[str, float]) -> Trit
     delta = {k: after[k] - before.get(k, 0) for k in after}
     per = max(delta["requests"], 1)
     executions = delta.get("step_executions", 0)
-    steps = {k.removeprefix("step:"): v / executions * 1e3 for k, v in delta.items() if k.startswith("step:")} if executions else {}
+    steps = (
+        {
+            k.removeprefix("step:"): v / executions * 1e3
+            for k, v in delta.items()
+            if k.startswith("step:")
+        }
+        if executions
+        else {}
+    )
 
     def mean_ms(stage: str) -> float:
         return delta[f"{stage}_ns"] / per / 1e6
 
-    return TritonSplit(model=model, requests=int(delta["requests"]), executions=int(delta["executions"]),
-                       inferences=int(delta["inferences"]), queue_ms=mean_ms("queue"),
-                       compute_input_ms=mean_ms("compute_input"), compute_infer_ms=mean_ms("compute_infer"),
-                       compute_output_ms=mean_ms("compute_output"), in_triton_ms=mean_ms("success"), steps_ms=steps)
+    return TritonSplit(
+        model=model,
+        requests=int(delta["requests"]),
+        executions=int(delta["executions"]),
+        inferences=int(delta["inferences"]),
+        queue_ms=mean_ms("queue"),
+        compute_input_ms=mean_ms("compute_input"),
+        compute_infer_ms=mean_ms("compute_infer"),
+        compute_output_ms=mean_ms("compute_output"),
+        in_triton_ms=mean_ms("success"),
+        steps_ms=steps,
+    )

@@ -17,7 +17,15 @@ gate's latency measurement and the fault tests.
 from __future__ import annotations
 
 from loadtest.loadgen.capacity import instant_twin, measure_capacity, twin_target
-from loadtest.loadgen.runner import LoadError, LoadRun, LoadSpec, closed_loop, merge_runs, run, run_load
+from loadtest.loadgen.runner import (
+    LoadError,
+    LoadRun,
+    LoadSpec,
+    closed_loop,
+    merge_runs,
+    run,
+    run_load,
+)
 from loadtest.loadgen.samples import LoadResult, Sample, Samples
 from loadtest.loadgen.targets import HttpTarget, Target, TritonTarget
 

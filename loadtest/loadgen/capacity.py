@@ -23,6 +23,7 @@ from pathlib import Path
 from loadtest.loadgen.runner import LoadError, LoadSpec, run_load
 from loadtest.loadgen.samples import LoadResult
 from loadtest.loadgen.targets import Target, TritonTarget
+from serving.triton_clients import triton_client
 
 __all__ = ["INSTANT_SUFFIX", "instant_twin", "measure_capacity", "twin_config", "twin_target"]
 
@@ -40,8 +41,11 @@ def twin_config(config: dict[str, object], name: str) -> dict[str, object]:
     if isinstance(batching, dict):
         # How batches form, not the queue policy and priority levels: a twin that refused requests
         # (a full queue) would measure the rejections, not the client.
-        twin["dynamic_batching"] = {key: value for key, value in batching.items()
-                                    if key in ("max_queue_delay_microseconds", "preferred_batch_size")}
+        twin["dynamic_batching"] = {
+            key: value
+            for key, value in batching.items()
+            if key in ("max_queue_delay_microseconds", "preferred_batch_size")
+        }
     twin.update(name=name, backend="python", instance_group=[{"count": 1, "kind": "KIND_CPU"}])
     return twin
 
@@ -53,17 +57,20 @@ def instant_twin(triton_http_url: str, model: str, timeout_s: float = 300.0) -> 
     Raises:
         tritonclient.utils.InferenceServerException: Triton refused it (not in explicit mode, ...).
     """
-    import tritonclient.http as http
 
     name = model + INSTANT_SUFFIX
-    client = http.InferenceServerClient(triton_http_url, network_timeout=timeout_s, connection_timeout=timeout_s)
+    client = triton_client(triton_http_url, network_timeout=timeout_s, connection_timeout=timeout_s)
     try:
         config = twin_config(client.get_model_config(model), name)
-        client.load_model(name, config=json.dumps(config), files={"file:1/model.py": _MODEL_FILE.read_bytes()})
+        client.load_model(
+            name, config=json.dumps(config), files={"file:1/model.py": _MODEL_FILE.read_bytes()}
+        )
         try:
             yield name
         finally:
-            with contextlib.suppress(Exception):  # Triton may be gone already; nothing to clean then
+            with contextlib.suppress(
+                Exception
+            ):  # Triton may be gone already; nothing to clean then
                 client.unload_model(name)
     finally:
         client.close()
@@ -71,8 +78,16 @@ def instant_twin(triton_http_url: str, model: str, timeout_s: float = 300.0) -> 
 
 def twin_target(target: TritonTarget, twin: str, url: str | None = None) -> TritonTarget:
     """``target`` aimed at the twin: same client, protocol and payload; no credentials, no check."""
-    return replace(target, model=twin, model_version="", url=url or target.url, headers={}, check=None, priority=0,
-                   name=f"{target.name} (capacity)")
+    return replace(
+        target,
+        model=twin,
+        model_version="",
+        url=url or target.url,
+        headers={},
+        check=None,
+        priority=0,
+        name=f"{target.name} (capacity)",
+    )
 
 
 def measure_capacity(spec: LoadSpec, capacity_target: Target, processes: int = 1) -> LoadResult:
@@ -81,7 +96,11 @@ def measure_capacity(spec: LoadSpec, capacity_target: Target, processes: int = 1
     Raises:
         LoadError: the capacity run itself failed (its result would mean nothing).
     """
-    result = run_load(replace(spec, target=capacity_target, name=f"{spec.label} (capacity)"), processes)
+    result = run_load(
+        replace(spec, target=capacity_target, name=f"{spec.label} (capacity)"), processes
+    )
     if result.errors or not result.requests:
-        raise LoadError(f"measuring the load generator's capacity failed: {result.error_summary() or 'no answers'}")
+        raise LoadError(
+            f"measuring the load generator's capacity failed: {result.error_summary() or 'no answers'}"
+        )
     return result

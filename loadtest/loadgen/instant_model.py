@@ -19,7 +19,11 @@ class TritonPythonModel:
         self._batched = int(config.get("max_batch_size", 0)) > 0
         self._first_input = config["input"][0]["name"]
         self._outputs = [
-            (out["name"], pb_utils.triton_string_to_numpy(out["data_type"]), [max(int(d), 1) for d in out["dims"]])
+            (
+                out["name"],
+                pb_utils.triton_string_to_numpy(out["data_type"]),
+                [max(int(d), 1) for d in out["dims"]],
+            )
             for out in config["output"]
         ]
 

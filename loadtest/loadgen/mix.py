@@ -3,7 +3,7 @@ Zipf draws): KServe v2 JSON through the gateway, one model per request.
 
 ``correct`` in each outcome says whether the answer came without waiting for a load: the gateway's
 ``Server-Timing`` header names a ``load`` stage only when the request waited for its model to be
-loaded on demand (:mod:`gateway.residency`). So the samples split into hits (``correct`` 1) and
+loaded on demand (:mod:`gateway.backends.residency`). So the samples split into hits (``correct`` 1) and
 cold requests (``correct`` 0) with no second bookkeeping.
 """
 
@@ -57,8 +57,9 @@ class ModelMixTarget:
             async def send(worker: int, index: int) -> Outcome:
                 model = self.sequence[index % len(self.sequence)]
                 try:
-                    async with session.post(f"{self.base_url}/v2/models/{model}/infer", data=self.body,
-                                            headers=headers) as response:
+                    async with session.post(
+                        f"{self.base_url}/v2/models/{model}/infer", data=self.body, headers=headers
+                    ) as response:
                         payload = await response.read()
                         status = response.status
                         retry_after = _retry_after(response.headers.get("Retry-After"))

@@ -22,7 +22,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from loadtest.loadgen.samples import TRANSPORT_FAILURE, LoadResult, Samples, summarize, summarize_windows
+from loadtest.loadgen.samples import (
+    TRANSPORT_FAILURE,
+    LoadResult,
+    Samples,
+    summarize,
+    summarize_windows,
+)
 from loadtest.loadgen.targets import Send, Target
 
 __all__ = ["LoadError", "LoadRun", "LoadSpec", "closed_loop", "merge_runs", "run", "run_load"]
@@ -69,7 +75,9 @@ class LoadRun:
     processes: int
 
     def result(self) -> LoadResult:
-        return summarize(self.samples, self.spec.label, self.spec.concurrency, self.processes, self.window)
+        return summarize(
+            self.samples, self.spec.label, self.spec.concurrency, self.processes, self.window
+        )
 
     def measured(self) -> Samples:
         """The samples that completed inside the window."""
@@ -86,12 +94,17 @@ def merge_runs(runs: Sequence[LoadRun]) -> LoadResult:
     if not runs:
         raise ValueError("merge_runs needs at least one run")
     first = runs[0]
-    return summarize_windows([(r.samples, r.window) for r in runs], first.spec.label, first.spec.concurrency,
-                             first.processes)
+    return summarize_windows(
+        [(r.samples, r.window) for r in runs],
+        first.spec.label,
+        first.spec.concurrency,
+        first.processes,
+    )
 
 
-async def _drive(send: Send, spec: LoadSpec, concurrency: int, start: float,
-                 stop: asyncio.Event | None = None) -> Samples:
+async def _drive(
+    send: Send, spec: LoadSpec, concurrency: int, start: float, stop: asyncio.Event | None = None
+) -> Samples:
     measure_from = start + spec.warmup_s
     stop_at = measure_from + spec.duration_s
     rows: list[tuple[float, float, int, float | None, bool | None]] = []
@@ -119,15 +132,27 @@ async def _drive(send: Send, spec: LoadSpec, concurrency: int, start: float,
     return Samples.from_rows(rows, messages)
 
 
-async def closed_loop(target: Target, *, concurrency: int, duration_s: float, warmup_s: float = 0.0,
-                      stop: asyncio.Event | None = None, honour_retry_after: bool = False) -> Samples:
+async def closed_loop(
+    target: Target,
+    *,
+    concurrency: int,
+    duration_s: float,
+    warmup_s: float = 0.0,
+    stop: asyncio.Event | None = None,
+    honour_retry_after: bool = False,
+) -> Samples:
     """Drive ``target`` from this event loop; every request completed after the warm-up is a sample.
 
     Args:
         stop: ends the loop early when set (workers finish the request they are in).
     """
-    spec = LoadSpec(target=target, concurrency=concurrency, duration_s=duration_s, warmup_s=warmup_s,
-                    honour_retry_after=honour_retry_after)
+    spec = LoadSpec(
+        target=target,
+        concurrency=concurrency,
+        duration_s=duration_s,
+        warmup_s=warmup_s,
+        honour_retry_after=honour_retry_after,
+    )
     async with target.connect(concurrency) as send:
         return await _drive(send, spec, concurrency, time.monotonic(), stop)
 
@@ -148,9 +173,15 @@ class _StartSignal:
     start_at: Any
 
 
-async def _process_share(jobs: list[tuple[LoadSpec, int]], signal: _StartSignal | None) -> tuple[float, list[Samples]]:
+async def _process_share(
+    jobs: list[tuple[LoadSpec, int]], signal: _StartSignal | None
+) -> tuple[float, list[Samples]]:
     async with contextlib.AsyncExitStack() as stack:
-        sends = [await stack.enter_async_context(spec.target.connect(max(share, 1))) for spec, share in jobs]
+        # A process with no share of a spec opens no clients for it (apart: one spec per process).
+        sends = [
+            await stack.enter_async_context(spec.target.connect(share)) if share > 0 else None
+            for spec, share in jobs
+        ]
         start = time.monotonic()
         if signal is not None:
             await asyncio.to_thread(signal.ready.wait, SETUP_TIMEOUT_S)
@@ -158,13 +189,20 @@ async def _process_share(jobs: list[tuple[LoadSpec, int]], signal: _StartSignal 
                 raise LoadError("the load processes were not told to start")
             start = signal.start_at.value
             await asyncio.sleep(max(0.0, start - time.monotonic()))
-        parts = await asyncio.gather(*(_drive(send, spec, share, start)
-                                       for send, (spec, share) in zip(sends, jobs, strict=True) if share > 0))
+        parts = await asyncio.gather(
+            *(
+                _drive(send, spec, share, start)
+                for send, (spec, share) in zip(sends, jobs, strict=True)
+                if send is not None
+            )
+        )
     done = iter(parts)
     return start, [next(done) if share > 0 else Samples() for _, share in jobs]
 
 
-def _child(number: int, jobs: list[tuple[LoadSpec, int]], signal: _StartSignal, results: Any) -> None:
+def _child(
+    number: int, jobs: list[tuple[LoadSpec, int]], signal: _StartSignal, results: Any
+) -> None:
     try:
         results.put((number, asyncio.run(_process_share(jobs, signal)), None))
     except BaseException:  # noqa: BLE001 - everything goes back to the parent, which raises it
@@ -173,16 +211,33 @@ def _child(number: int, jobs: list[tuple[LoadSpec, int]], signal: _StartSignal, 
         results.put((number, None, traceback.format_exc()))
 
 
-def run(specs: Sequence[LoadSpec], processes: int = 1) -> list[LoadRun]:
+def run(specs: Sequence[LoadSpec], processes: int = 1, *, apart: bool = False) -> list[LoadRun]:
     """Run ``specs`` side by side, each spec's concurrency split over ``processes`` processes.
+
+    Args:
+        apart: each spec in a child process of its own instead (``processes`` is then ignored; one
+            spec too runs in a child), so one spec's clients never share an event loop with
+            another's, nor with the caller's (a measured load beside a hostile one, measured the
+            same way alone).
 
     Raises:
         LoadError: a process could not open its targets or failed, with its traceback.
     """
-    processes = max(1, min(processes, max(spec.concurrency for spec in specs)))
-    plan = [[(spec, share) for spec, share in zip(specs, column, strict=True)]
-            for column in zip(*(_shares(spec.concurrency, processes) for spec in specs), strict=True)]
-    if processes == 1:
+    if apart:
+        plan = [
+            [(spec, spec.concurrency if k == own else 0) for k, spec in enumerate(specs)]
+            for own in range(len(specs))
+        ]
+        processes = len(specs)
+    else:
+        processes = max(1, min(processes, max(spec.concurrency for spec in specs)))
+        plan = [
+            [(spec, share) for spec, share in zip(specs, column, strict=True)]
+            for column in zip(
+                *(_shares(spec.concurrency, processes) for spec in specs), strict=True
+            )
+        ]
+    if processes == 1 and not apart:
         try:
             outcomes = [asyncio.run(_process_share(plan[0], None))]
         except Exception as exc:
@@ -194,16 +249,27 @@ def run(specs: Sequence[LoadSpec], processes: int = 1) -> list[LoadRun]:
     for k, spec in enumerate(specs):
         # The window every process was loading in: from the last start's warm-up end to the first end.
         window = (max(starts) + spec.warmup_s, min(starts) + spec.warmup_s + spec.duration_s)
-        runs.append(LoadRun(spec, Samples.concat([parts[k] for _, parts in outcomes]), window, processes))
+        runs.append(
+            LoadRun(
+                spec,
+                Samples.concat([parts[k] for _, parts in outcomes]),
+                window,
+                1 if apart else processes,
+            )
+        )
     return runs
 
 
-def _run_processes(plan: list[list[tuple[LoadSpec, int]]], seconds: float) -> list[tuple[float, list[Samples]]]:
+def _run_processes(
+    plan: list[list[tuple[LoadSpec, int]]], seconds: float
+) -> list[tuple[float, list[Samples]]]:
     context = multiprocessing.get_context("spawn")  # no inherited event loop, threads or clients
     signal = _StartSignal(context.Barrier(len(plan) + 1), context.Event(), context.Value("d", 0.0))
     results = context.Queue()
-    children = [context.Process(target=_child, args=(k, jobs, signal, results), daemon=True)
-                for k, jobs in enumerate(plan)]
+    children = [
+        context.Process(target=_child, args=(k, jobs, signal, results), daemon=True)
+        for k, jobs in enumerate(plan)
+    ]
     for child in children:
         child.start()
     try:
@@ -223,8 +289,11 @@ def _run_processes(plan: list[list[tuple[LoadSpec, int]]], seconds: float) -> li
             except queue.Empty:
                 dead = [c for c in children if c.exitcode not in (None, 0)]
                 if dead or time.monotonic() > deadline:
-                    raise LoadError(f"load process exited with code {dead[0].exitcode}" if dead
-                                    else "the load processes did not finish in time") from None
+                    raise LoadError(
+                        f"load process exited with code {dead[0].exitcode}"
+                        if dead
+                        else "the load processes did not finish in time"
+                    ) from None
                 continue
             if error is not None:
                 raise LoadError(f"load process {number} failed:\n{error}")

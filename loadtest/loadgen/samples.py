@@ -47,12 +47,16 @@ class Samples:
     latency_s: np.ndarray = field(default_factory=lambda: np.empty(0))
     status: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int32))
     retry_after: np.ndarray = field(default_factory=lambda: np.empty(0))  # nan: no Retry-After
-    correct: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int8))  # 1, 0, -1: unchecked
+    correct: np.ndarray = field(
+        default_factory=lambda: np.empty(0, dtype=np.int8)
+    )  # 1, 0, -1: unchecked
     messages: dict[int, str] = field(default_factory=dict)
 
     @classmethod
     def from_rows(
-        cls, rows: Sequence[tuple[float, float, int, float | None, bool | None]], messages: dict[int, str]
+        cls,
+        rows: Sequence[tuple[float, float, int, float | None, bool | None]],
+        messages: dict[int, str],
     ) -> Samples:
         """Columns from ``(t0, latency_s, status, retry_after, correct)`` rows."""
         if not rows:
@@ -62,15 +66,21 @@ class Samples:
             t0=np.asarray(t0, dtype=np.float64),
             latency_s=np.asarray(latency, dtype=np.float64),
             status=np.asarray(status, dtype=np.int32),
-            retry_after=np.asarray([math.nan if r is None else r for r in retry_after], dtype=np.float64),
-            correct=np.asarray([_NOT_CHECKED if c is None else int(c) for c in correct], dtype=np.int8),
+            retry_after=np.asarray(
+                [math.nan if r is None else r for r in retry_after], dtype=np.float64
+            ),
+            correct=np.asarray(
+                [_NOT_CHECKED if c is None else int(c) for c in correct], dtype=np.int8
+            ),
             messages=dict(messages),
         )
 
     @classmethod
     def of(cls, samples: Sequence[Sample]) -> Samples:
         """Columns from :class:`Sample` objects (a selection made in a test, say)."""
-        return cls.from_rows([(x.t0, x.latency_s, x.status, x.retry_after, x.correct) for x in samples], {})
+        return cls.from_rows(
+            [(x.t0, x.latency_s, x.status, x.retry_after, x.correct) for x in samples], {}
+        )
 
     @classmethod
     def concat(cls, parts: Sequence[Samples]) -> Samples:
@@ -80,15 +90,23 @@ class Samples:
         for part in parts:
             for status, message in part.messages.items():
                 messages.setdefault(status, message)
-        columns = {name: np.concatenate([getattr(p, name) for p in parts])
-                   for name in ("t0", "latency_s", "status", "retry_after", "correct")}
+        columns = {
+            name: np.concatenate([getattr(p, name) for p in parts])
+            for name in ("t0", "latency_s", "status", "retry_after", "correct")
+        }
         merged = cls(**columns, messages=messages)
         return merged.where(np.argsort(merged.t0, kind="stable"))
 
     def where(self, index: np.ndarray) -> Samples:
         """The samples selected by a boolean mask or an index array."""
-        return replace(self, t0=self.t0[index], latency_s=self.latency_s[index], status=self.status[index],
-                       retry_after=self.retry_after[index], correct=self.correct[index])
+        return replace(
+            self,
+            t0=self.t0[index],
+            latency_s=self.latency_s[index],
+            status=self.status[index],
+            retry_after=self.retry_after[index],
+            correct=self.correct[index],
+        )
 
     @property
     def t1(self) -> np.ndarray:
@@ -107,10 +125,15 @@ class Samples:
         span = duration_s or (float(self.t1.max() - self.t0.min()) if len(self) else 0.0)
         ok = self.latency_s[self.status == 200] * 1000.0
         summary = summarize_values(ok)
-        figures = (f"p50={summary.p50:.1f} p99={summary.p99:.1f} max={summary.max:.1f} ms" if summary
-                   else "no 200s")
+        figures = (
+            f"p50={summary.p50:.1f} p99={summary.p99:.1f} max={summary.max:.1f} ms"
+            if summary
+            else "no 200s"
+        )
         rate = f"{ok.size / span:.1f}/s" if span else "-"
-        errors = "".join(f"; {status}: {message[:120]}" for status, message in sorted(self.messages.items()))
+        errors = "".join(
+            f"; {status}: {message[:120]}" for status, message in sorted(self.messages.items())
+        )
         return f"sent={len(self)} statuses={self.statuses()} ok={rate} {figures}{errors}"
 
     def __len__(self) -> int:
@@ -118,11 +141,20 @@ class Samples:
 
     def __iter__(self) -> Iterator[Sample]:
         for t0, latency, status, retry_after, correct in zip(
-            self.t0.tolist(), self.latency_s.tolist(), self.status.tolist(), self.retry_after.tolist(),
-            self.correct.tolist(), strict=True,
+            self.t0.tolist(),
+            self.latency_s.tolist(),
+            self.status.tolist(),
+            self.retry_after.tolist(),
+            self.correct.tolist(),
+            strict=True,
         ):
-            yield Sample(t0, latency, status, None if math.isnan(retry_after) else retry_after,
-                         None if correct == _NOT_CHECKED else bool(correct))
+            yield Sample(
+                t0,
+                latency,
+                status,
+                None if math.isnan(retry_after) else retry_after,
+                None if correct == _NOT_CHECKED else bool(correct),
+            )
 
 
 @dataclass(frozen=True)
@@ -167,19 +199,26 @@ class LoadResult:
     def error_summary(self) -> str:
         """``"status N xCOUNT: first message"`` for every failing status, or ``""``."""
         failing = {s: n for s, n in self.statuses.items() if s != 200}
-        parts = [f"status {s} x{n}: {self.messages.get(s, '')}".rstrip(": ") for s, n in failing.items()]
+        parts = [
+            f"status {s} x{n}: {self.messages.get(s, '')}".rstrip(": ") for s, n in failing.items()
+        ]
         if self.wrong_answers:
             parts.append(f"{self.wrong_answers} wrong answers")
         return "; ".join(parts)
 
 
-def summarize(samples: Samples, name: str, concurrency: int, processes: int, window: tuple[float, float]) -> LoadResult:
+def summarize(
+    samples: Samples, name: str, concurrency: int, processes: int, window: tuple[float, float]
+) -> LoadResult:
     """The :class:`LoadResult` of the samples that completed inside ``window`` (monotonic seconds)."""
     return summarize_windows([(samples, window)], name, concurrency, processes)
 
 
 def summarize_windows(
-    parts: Sequence[tuple[Samples, tuple[float, float]]], name: str, concurrency: int, processes: int
+    parts: Sequence[tuple[Samples, tuple[float, float]]],
+    name: str,
+    concurrency: int,
+    processes: int,
 ) -> LoadResult:
     """One :class:`LoadResult` over several measured windows of the same load (rounds taken in turn
     with other loads): each part's samples that completed inside its window, throughput per second of
@@ -192,11 +231,19 @@ def summarize_windows(
     statuses = inside.statuses()
     messages = {code: m for s, _ in parts for code, m in s.messages.items() if code in statuses}
     return LoadResult(
-        name=name, concurrency=concurrency, processes=processes, duration_s=duration,
-        requests=int(ok.sum()), errors=int((~ok).sum()),
+        name=name,
+        concurrency=concurrency,
+        processes=processes,
+        duration_s=duration,
+        requests=int(ok.sum()),
+        errors=int((~ok).sum()),
         throughput=float(ok.sum()) / duration if duration > 0 else 0.0,
-        p50_ms=summary.p50 if summary else nan, p95_ms=summary.p95 if summary else nan,
-        p99_ms=summary.p99 if summary else nan, mean_ms=summary.mean if summary else nan,
-        max_ms=summary.max if summary else nan, statuses=statuses, messages=messages,
+        p50_ms=summary.p50 if summary else nan,
+        p95_ms=summary.p95 if summary else nan,
+        p99_ms=summary.p99 if summary else nan,
+        mean_ms=summary.mean if summary else nan,
+        max_ms=summary.max if summary else nan,
+        statuses=statuses,
+        messages=messages,
         wrong_answers=int((inside.correct == 0).sum()),
     )

@@ -20,7 +20,14 @@ from typing import Any, Protocol
 
 import numpy as np
 
-__all__ = ["KINDS", "CudaSharedMemory", "Region", "SharedMemoryKind", "SystemSharedMemory", "region_name"]
+__all__ = [
+    "KINDS",
+    "CudaSharedMemory",
+    "Region",
+    "SharedMemoryKind",
+    "SystemSharedMemory",
+    "region_name",
+]
 
 
 class Region:
@@ -41,7 +48,9 @@ class SharedMemoryKind(Protocol):
 
     def write(self, region: Region, arrays: Sequence[np.ndarray]) -> None: ...
 
-    def read(self, region: Region, datatype: str, shape: Sequence[int], offset: int = 0) -> np.ndarray: ...
+    def read(
+        self, region: Region, datatype: str, shape: Sequence[int], offset: int = 0
+    ) -> np.ndarray: ...
 
     async def register(self, client: Any, region: Region) -> None: ...
 
@@ -64,16 +73,23 @@ class SystemSharedMemory:
         self._shm = shm
 
     def create(self, name: str, byte_size: int) -> Region:
-        return Region(name, byte_size, self._shm.create_shared_memory_region(name, "/" + name, byte_size))
+        return Region(
+            name, byte_size, self._shm.create_shared_memory_region(name, "/" + name, byte_size)
+        )
 
     def write(self, region: Region, arrays: Sequence[np.ndarray]) -> None:
         self._shm.set_shared_memory_region(region.handle, [np.ascontiguousarray(a) for a in arrays])
 
-    def read(self, region: Region, datatype: str, shape: Sequence[int], offset: int = 0) -> np.ndarray:
+    def read(
+        self, region: Region, datatype: str, shape: Sequence[int], offset: int = 0
+    ) -> np.ndarray:
         from tritonclient.utils import triton_to_np_dtype
 
-        return np.asarray(self._shm.get_contents_as_numpy(region.handle, triton_to_np_dtype(datatype), list(shape),
-                                                          offset))
+        return np.asarray(
+            self._shm.get_contents_as_numpy(
+                region.handle, triton_to_np_dtype(datatype), list(shape), offset
+            )
+        )
 
     async def register(self, client: Any, region: Region) -> None:
         await client.register_system_shared_memory(region.name, "/" + region.name, region.byte_size)
@@ -100,22 +116,29 @@ class CudaSharedMemory:
         self.device_id = device_id
 
     def create(self, name: str, byte_size: int) -> Region:
-        return Region(name, byte_size, self._shm.create_shared_memory_region(name, byte_size, self.device_id))
+        return Region(
+            name, byte_size, self._shm.create_shared_memory_region(name, byte_size, self.device_id)
+        )
 
     def write(self, region: Region, arrays: Sequence[np.ndarray]) -> None:
         self._shm.set_shared_memory_region(region.handle, [np.ascontiguousarray(a) for a in arrays])
 
-    def read(self, region: Region, datatype: str, shape: Sequence[int], offset: int = 0) -> np.ndarray:
+    def read(
+        self, region: Region, datatype: str, shape: Sequence[int], offset: int = 0
+    ) -> np.ndarray:
         from tritonclient.utils import triton_to_np_dtype
 
         dtype = np.dtype(triton_to_np_dtype(datatype))
         count = int(np.prod(shape)) if len(shape) else 1
         flat = self._shm.get_contents_as_numpy(region.handle, np.uint8, [region.byte_size])
-        return np.frombuffer(flat.tobytes()[offset:offset + count * dtype.itemsize], dtype=dtype).reshape(shape)
+        return np.frombuffer(
+            flat.tobytes()[offset : offset + count * dtype.itemsize], dtype=dtype
+        ).reshape(shape)
 
     async def register(self, client: Any, region: Region) -> None:
-        await client.register_cuda_shared_memory(region.name, self._shm.get_raw_handle(region.handle), self.device_id,
-                                                 region.byte_size)
+        await client.register_cuda_shared_memory(
+            region.name, self._shm.get_raw_handle(region.handle), self.device_id, region.byte_size
+        )
 
     async def unregister(self, client: Any, region: Region) -> None:
         await client.unregister_cuda_shared_memory(region.name)
@@ -124,5 +147,8 @@ class CudaSharedMemory:
         self._shm.destroy_shared_memory_region(region.handle)
 
 
-KINDS: dict[str, Callable[[], SharedMemoryKind]] = {"system": SystemSharedMemory, "cuda": CudaSharedMemory}
+KINDS: dict[str, Callable[[], SharedMemoryKind]] = {
+    "system": SystemSharedMemory,
+    "cuda": CudaSharedMemory,
+}
 """Shared-memory kinds by name (``TritonTarget(shared_memory=...)``)."""

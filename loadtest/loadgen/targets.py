@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from loadtest.loadgen.shm import KINDS, Region, region_name
+from serving.triton_clients import triton_client
 
 __all__ = ["HttpTarget", "Outcome", "Send", "Target", "TritonTarget"]
 
@@ -31,9 +32,15 @@ Send = Callable[[int, int], Awaitable[Outcome]]
 
 # gRPC status -> the HTTP status KServe's REST protocol uses for the same error.
 _GRPC_TO_HTTP = {
-    "StatusCode.INVALID_ARGUMENT": 400, "StatusCode.UNAUTHENTICATED": 401, "StatusCode.PERMISSION_DENIED": 403,
-    "StatusCode.NOT_FOUND": 404, "StatusCode.RESOURCE_EXHAUSTED": 429, "StatusCode.UNIMPLEMENTED": 501,
-    "StatusCode.UNAVAILABLE": 503, "StatusCode.DEADLINE_EXCEEDED": 504, "StatusCode.CANCELLED": 499,
+    "StatusCode.INVALID_ARGUMENT": 400,
+    "StatusCode.UNAUTHENTICATED": 401,
+    "StatusCode.PERMISSION_DENIED": 403,
+    "StatusCode.NOT_FOUND": 404,
+    "StatusCode.RESOURCE_EXHAUSTED": 429,
+    "StatusCode.UNIMPLEMENTED": 501,
+    "StatusCode.UNAVAILABLE": 503,
+    "StatusCode.DEADLINE_EXCEEDED": 504,
+    "StatusCode.CANCELLED": 499,
 }
 
 
@@ -147,7 +154,9 @@ class TritonTarget:
         if self.protocol not in ("http", "grpc"):
             raise ValueError(f"protocol must be http or grpc, not {self.protocol!r}")
         if self.shared_memory is not None and self.shared_memory not in KINDS:
-            raise ValueError(f"unknown shared memory kind {self.shared_memory!r}; known: {', '.join(KINDS)}")
+            raise ValueError(
+                f"unknown shared memory kind {self.shared_memory!r}; known: {', '.join(KINDS)}"
+            )
         if not self.inputs:
             raise ValueError("a TritonTarget needs at least one request's inputs")
 
@@ -167,9 +176,11 @@ class TritonTarget:
     async def connect(self, concurrency: int) -> AsyncIterator[Send]:
         module = _client_module(self.protocol)
         if self.protocol == "http":
-            client = module.InferenceServerClient(self.url, conn_limit=concurrency, conn_timeout=self.timeout_s)
+            client = triton_client(
+                self.url, "http.aio", conn_limit=concurrency, conn_timeout=self.timeout_s
+            )
         else:
-            client = module.InferenceServerClient(self.url)
+            client = triton_client(self.url, "grpc.aio")
         regions: list[Region] = []
         memory = KINDS[self.shared_memory]() if self.shared_memory else None
         try:
@@ -182,21 +193,34 @@ class TritonTarget:
             if memory is None:
                 requests = [self._inputs(module, arrays) for arrays in self.inputs]
             else:
-                requests = [await self._inputs_in_memory(memory, client, module, arrays, regions)
-                            for arrays in self.inputs]
-            worker_outputs = [await self._outputs(module, memory, client, output_specs, regions)
-                              for _ in range(concurrency if memory is not None else 1)]
+                requests = [
+                    await self._inputs_in_memory(memory, client, module, arrays, regions)
+                    for arrays in self.inputs
+                ]
+            worker_outputs = [
+                await self._outputs(module, memory, client, output_specs, regions)
+                for _ in range(concurrency if memory is not None else 1)
+            ]
             yield self._sender(client, module, requests, worker_outputs, output_specs, memory)
         finally:
             for region in regions:
                 assert memory is not None
-                with contextlib.suppress(Exception):  # the server may be gone; the memory is ours to free
+                with contextlib.suppress(
+                    Exception
+                ):  # the server may be gone; the memory is ours to free
                     await memory.unregister(client, region)
                 memory.destroy(region)
             await client.close()
 
-    def _sender(self, client: Any, module: Any, requests: list[list[Any]], worker_outputs: list[tuple[Any, Any]],
-                output_specs: list[tuple[str, str, list[int]]], memory: Any) -> Send:
+    def _sender(
+        self,
+        client: Any,
+        module: Any,
+        requests: list[list[Any]],
+        worker_outputs: list[tuple[Any, Any]],
+        output_specs: list[tuple[str, str, list[int]]],
+        memory: Any,
+    ) -> Send:
         from tritonclient.utils import InferenceServerException
 
         transport_errors = _transport_errors(self.protocol)
@@ -210,8 +234,13 @@ class TritonTarget:
         async def send(worker: int, index: int) -> Outcome:
             outputs, regions = worker_outputs[worker % len(worker_outputs)]
             try:
-                result = await client.infer(self.model, requests[index % len(requests)], outputs=outputs,
-                                            headers=dict(self.headers) or None, **options)
+                result = await client.infer(
+                    self.model,
+                    requests[index % len(requests)],
+                    outputs=outputs,
+                    headers=dict(self.headers) or None,
+                    **options,
+                )
             except InferenceServerException as exc:
                 return _status(exc), None, None, str(exc.message())[:300]
             except transport_errors as exc:
@@ -219,8 +248,10 @@ class TritonTarget:
             if check is None:
                 return 200, None, None, None
             if memory is not None:
-                values = {name: memory.read(region, datatype, shape)
-                          for (name, datatype, shape), region in zip(output_specs, regions, strict=True)}
+                values = {
+                    name: memory.read(region, datatype, shape)
+                    for (name, datatype, shape), region in zip(output_specs, regions, strict=True)
+                }
             else:
                 values = {name: result.as_numpy(name) for name, _, _ in output_specs}
             return 200, None, bool(check(values)), None
@@ -240,8 +271,14 @@ class TritonTarget:
             tensors.append(tensor)
         return tensors
 
-    async def _inputs_in_memory(self, memory: Any, client: Any, module: Any, arrays: Mapping[str, np.ndarray],
-                                regions: list[Region]) -> list[Any]:
+    async def _inputs_in_memory(
+        self,
+        memory: Any,
+        client: Any,
+        module: Any,
+        arrays: Mapping[str, np.ndarray],
+        regions: list[Region],
+    ) -> list[Any]:
         from tritonclient.utils import np_to_triton_dtype
 
         region = memory.create(region_name("in"), sum(a.nbytes for a in arrays.values()))
@@ -259,11 +296,13 @@ class TritonTarget:
     async def _output_specs(self, client: Any) -> list[tuple[str, str, list[int]]]:
         """``(name, datatype, shape)`` of each output asked for, the batch taken from the first input."""
         if self.protocol == "grpc":
-            metadata = await client.get_model_metadata(self.model, self.model_version, as_json=True,
-                                                       headers=dict(self.headers) or None)
+            metadata = await client.get_model_metadata(
+                self.model, self.model_version, as_json=True, headers=dict(self.headers) or None
+            )
         else:
-            metadata = await client.get_model_metadata(self.model, self.model_version,
-                                                       headers=dict(self.headers) or None)
+            metadata = await client.get_model_metadata(
+                self.model, self.model_version, headers=dict(self.headers) or None
+            )
         batch = next(iter(self.inputs[0].values())).shape[0]
         wanted = set(self.outputs)
         specs = []
@@ -275,21 +314,34 @@ class TritonTarget:
                 shape[0] = batch
             specs.append((out["name"], out["datatype"], shape))
         if wanted - {name for name, _, _ in specs}:
-            raise ValueError(f"{self.model} has no output(s) {sorted(wanted - {n for n, _, _ in specs})}")
+            raise ValueError(
+                f"{self.model} has no output(s) {sorted(wanted - {n for n, _, _ in specs})}"
+            )
         return specs
 
-    async def _outputs(self, module: Any, memory: Any, client: Any, specs: list[tuple[str, str, list[int]]],
-                       regions: list[Region]) -> tuple[Any, list[Region]]:
+    async def _outputs(
+        self,
+        module: Any,
+        memory: Any,
+        client: Any,
+        specs: list[tuple[str, str, list[int]]],
+        regions: list[Region],
+    ) -> tuple[Any, list[Region]]:
         from tritonclient.utils import triton_to_np_dtype
 
         requested, own = [], []
         for name, datatype, shape in specs:
-            output = module.InferRequestedOutput(name, binary_data=True) if self.protocol == "http" \
+            output = (
+                module.InferRequestedOutput(name, binary_data=True)
+                if self.protocol == "http"
                 else module.InferRequestedOutput(name)
+            )
             if memory is not None:
                 if any(d < 0 for d in shape) or datatype == "BYTES":
-                    raise ValueError(f"output {name} of {self.model} has no fixed size ({datatype} {shape}): "
-                                     "shared memory needs one")
+                    raise ValueError(
+                        f"output {name} of {self.model} has no fixed size ({datatype} {shape}): "
+                        "shared memory needs one"
+                    )
                 size = int(math.prod(shape)) * np.dtype(triton_to_np_dtype(datatype)).itemsize
                 region = memory.create(region_name("out"), size)
                 regions.append(region)

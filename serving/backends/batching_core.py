@@ -91,8 +91,12 @@ class TensorConfig:
 def tensor_configs(entries: Sequence[Mapping[str, Any]]) -> list[TensorConfig]:
     """The config's tensors, with dtypes mapped by Triton's own table (``pb_utils``)."""
     return [
-        TensorConfig(e["name"], np.dtype(pb_utils.triton_string_to_numpy(e["data_type"])),
-                     tuple(int(d) for d in e.get("dims", ())), bool(e.get("allow_ragged_batch", False)))
+        TensorConfig(
+            e["name"],
+            np.dtype(pb_utils.triton_string_to_numpy(e["data_type"])),
+            tuple(int(d) for d in e.get("dims", ())),
+            bool(e.get("allow_ragged_batch", False)),
+        )
         for e in entries
     ]
 
@@ -134,12 +138,18 @@ class BatchingModel(ABC):
         self.inputs = self.order(tensor_configs(self.config.get("input", [])))
         self.outputs = self.order(tensor_configs(self.config.get("output", [])))
         self.ragged = self.batched and any(t.ragged for t in self.inputs)
-        self.length_buckets = tuple(sorted(int(v) for v in self.parameter("ragged_length_buckets", "").split(",")
-                                           if v.strip()))
+        self.length_buckets = tuple(
+            sorted(
+                int(v) for v in self.parameter("ragged_length_buckets", "").split(",") if v.strip()
+            )
+        )
         self.run_cost = float(self.parameter("ragged_run_cost", "0") or 0)
         if _torch is None and int(np.__version__.split(".")[0]) >= 2:
-            self.log("warn", "numpy 2 without torch: the Triton 2.51 stub's numpy output path can send empty "
-                             "outputs; install torch beside the backends")
+            self.log(
+                "warn",
+                "numpy 2 without torch: the Triton 2.51 stub's numpy output path can send empty "
+                "outputs; install torch beside the backends",
+            )
         self.load(args)
 
     @abstractmethod
@@ -160,7 +170,9 @@ class BatchingModel(ABC):
 
     def log(self, level: str, message: str) -> None:
         """A line in Triton's log (``info``, ``warn`` or ``error``), prefixed with backend and model."""
-        getattr(pb_utils.Logger, f"log_{level}")(f"{self.backend} backend, model '{self.model_name}': {message}")
+        getattr(pb_utils.Logger, f"log_{level}")(
+            f"{self.backend} backend, model '{self.model_name}': {message}"
+        )
 
     # Hooks for another array type (torch on a GPU). The defaults keep numpy arrays on the CPU.
 
@@ -202,8 +214,14 @@ class BatchingModel(ABC):
         for index, request in enumerate(requests):
             try:
                 arrays = self.gather(request)
-                pending.append(_Pending(index, arrays, int(arrays[0].shape[0]) if self.batched and arrays else 1,
-                                        self._length(arrays)))
+                pending.append(
+                    _Pending(
+                        index,
+                        arrays,
+                        int(arrays[0].shape[0]) if self.batched and arrays else 1,
+                        self._length(arrays),
+                    )
+                )
             except RequestError as exc:
                 responses[index] = _error(str(exc), pb_utils.TritonError.INVALID_ARG)
             except Exception as exc:  # reading a request must never fail the others
@@ -243,7 +261,7 @@ class BatchingModel(ABC):
                     best[end], cut[end] = cost, start
         groups, end = [], count
         while end > 0:
-            groups.append(ordered[cut[end]:end])
+            groups.append(ordered[cut[end] : end])
             end = cut[end]
         return groups[::-1]
 
@@ -255,7 +273,9 @@ class BatchingModel(ABC):
         """
         if not self.ragged:
             return 0
-        lengths = {int(a.shape[1]) for a, spec in zip(arrays, self.inputs, strict=True) if spec.ragged}
+        lengths = {
+            int(a.shape[1]) for a, spec in zip(arrays, self.inputs, strict=True) if spec.ragged
+        }
         if len(lengths) != 1:
             names = ", ".join(spec.name for spec in self.inputs if spec.ragged)
             raise RequestError(f"inputs {names} must have the same length, got {sorted(lengths)}")
@@ -276,9 +296,13 @@ class BatchingModel(ABC):
             _check_shape(spec, shape, self.batched)
             array = self.to_array(tensor, spec)
             if dtype_name(array) != spec.dtype.name:
-                raise RequestError(f"input '{spec.name}' has dtype {dtype_name(array)}, expected {spec.dtype.name}")
+                raise RequestError(
+                    f"input '{spec.name}' has dtype {dtype_name(array)}, expected {spec.dtype.name}"
+                )
             if list(array.shape) != shape:
-                raise RequestError(f"input '{spec.name}' has shape {list(array.shape)}, declared {shape}")
+                raise RequestError(
+                    f"input '{spec.name}' has shape {list(array.shape)}, declared {shape}"
+                )
             arrays.append(array)
             if self.batched:
                 sizes.add(shape[0])
@@ -290,18 +314,33 @@ class BatchingModel(ABC):
         """One run for every pending request; False (nothing answered) if any step of it raised."""
         try:
             longest = max(p.length for p in pending)
-            merged = [self.concatenate([self.pad(p.arrays[i], longest) if spec.ragged else p.arrays[i]
-                                        for p in pending])
-                      for i, spec in enumerate(self.inputs)]
+            merged = [
+                self.concatenate(
+                    [
+                        self.pad(p.arrays[i], longest) if spec.ragged else p.arrays[i]
+                        for p in pending
+                    ]
+                )
+                for i, spec in enumerate(self.inputs)
+            ]
             outputs = self._checked_run(merged, sum(p.size for p in pending))
             answers, start = [], 0
             for item in pending:
                 stop = start + item.size
-                answers.append(self._respond([self._own_length(spec, out[start:stop], item)
-                                              for spec, out in zip(self.outputs, outputs, strict=True)]))
+                answers.append(
+                    self._respond(
+                        [
+                            self._own_length(spec, out[start:stop], item)
+                            for spec, out in zip(self.outputs, outputs, strict=True)
+                        ]
+                    )
+                )
                 start = stop
         except Exception as exc:
-            self.log("warn", f"a batch of {len(pending)} requests failed ({_summary(exc)}); running each alone")
+            self.log(
+                "warn",
+                f"a batch of {len(pending)} requests failed ({_summary(exc)}); running each alone",
+            )
             return False
         for item, answer in zip(pending, answers, strict=True):
             responses[item.index] = answer
@@ -315,14 +354,18 @@ class BatchingModel(ABC):
 
     def _run_alone(self, item: _Pending) -> Any:
         try:
-            return self._respond(self._checked_run(item.arrays, item.size if self.batched else None))
+            return self._respond(
+                self._checked_run(item.arrays, item.size if self.batched else None)
+            )
         except Exception as exc:
             return self._failure(exc, "running the model")
 
     def _checked_run(self, inputs: list[Any], batch: int | None) -> Sequence[Any]:
         outputs = list(self.run(inputs))
         if len(outputs) != len(self.outputs):
-            raise RuntimeError(f"the model returned {len(outputs)} outputs; the config declares {len(self.outputs)}")
+            raise RuntimeError(
+                f"the model returned {len(outputs)} outputs; the config declares {len(self.outputs)}"
+            )
         if batch is not None:
             sizes = [int(out.shape[0]) if len(out.shape) else 0 for out in outputs]
             if any(size != batch for size in sizes):
@@ -330,13 +373,18 @@ class BatchingModel(ABC):
         return outputs
 
     def _respond(self, outputs: Sequence[Any]) -> Any:
-        tensors = [self.to_tensor(spec, value) for spec, value in zip(self.outputs, outputs, strict=True)]
+        tensors = [
+            self.to_tensor(spec, value) for spec, value in zip(self.outputs, outputs, strict=True)
+        ]
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
     def _failure(self, exc: BaseException, stage: str) -> Any:
         self.log("error", f"{stage} failed: {_summary(exc)}")
-        return _error(f"model '{self.model_name}' could not process this request (the server log has the "
-                      "details)", pb_utils.TritonError.INTERNAL)
+        return _error(
+            f"model '{self.model_name}' could not process this request (the server log has the "
+            "details)",
+            pb_utils.TritonError.INTERNAL,
+        )
 
 
 def _check_shape(spec: TensorConfig, shape: list[int], batched: bool) -> None:
@@ -346,7 +394,9 @@ def _check_shape(spec: TensorConfig, shape: list[int], batched: bool) -> None:
     dims = shape[1:] if batched else shape
     if len(shape) != rank or any(d != -1 and d != s for d, s in zip(spec.dims, dims, strict=True)):
         expected = ", ".join(["batch"] * batched + [str(d) for d in spec.dims])
-        raise RequestError(f"input '{spec.name}' has shape {shape}, expected [{expected}] (-1: any size)")
+        raise RequestError(
+            f"input '{spec.name}' has shape {shape}, expected [{expected}] (-1: any size)"
+        )
 
 
 def _error(message: str, code: Any) -> Any:

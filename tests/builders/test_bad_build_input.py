@@ -23,18 +23,24 @@ def served(model_repository: Path, tmp_path: Path) -> Path:
 
 
 def _options(repository: Path, **kwargs: object) -> BuildOptions:
-    return BuildOptions(repository=repository, timing_cache=repository.parent / "timing.cache", **kwargs)  # type: ignore[arg-type]
+    return BuildOptions(
+        repository=repository, timing_cache=repository.parent / "timing.cache", **kwargs
+    )  # type: ignore[arg-type]
 
 
 def test_unknown_model_is_named_and_nothing_changes(served: Path) -> None:
     before = tree_hash(served)
-    with pytest.raises(UnknownModelError, match="unknown model 'efficientnet_lite9'.*efficientnet_lite0"):
+    with pytest.raises(
+        UnknownModelError, match="unknown model 'efficientnet_lite9'.*efficientnet_lite0"
+    ):
         build(["efficientnet_lite0", "efficientnet_lite9"], _options(served, engines=True))
     assert tree_hash(served) == before
 
 
 @pytest.mark.parametrize("kind", ["checkpoint folder", "weights file"])
-def test_missing_resnet50_weights_are_named_and_nothing_changes(served: Path, tmp_path: Path, kind: str) -> None:
+def test_missing_resnet50_weights_are_named_and_nothing_changes(
+    served: Path, tmp_path: Path, kind: str
+) -> None:
     missing = tmp_path / ("resnet50-checkpoint/" if kind == "checkpoint folder" else "resnet50.pt")
     before = tree_hash(served)
     with pytest.raises(MissingInputError, match=f"resnet50 weights not found: {missing}"):
@@ -70,7 +76,9 @@ class _Determinant(ModelSpec):
     variants = ("int8",)
     # Only the convolution is quantized; the test is about the engine step, not INT8 accuracy.
     int8_op_types = ("Conv",)
-    variant_tolerances = {"int8": Tolerance(max_abs_error=1e9, min_cosine=-1.0, min_top1_agreement=0.0)}
+    variant_tolerances = {
+        "int8": Tolerance(max_abs_error=1e9, min_cosine=-1.0, min_top1_agreement=0.0)
+    }
 
     def load(self):  # type: ignore[no-untyped-def]
         import torch

@@ -25,13 +25,21 @@ def test_a_change_to_the_preprocessing_makes_its_dependents_stale(
     model_repository: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     edited = tmp_path / "image_preprocessing.py"
-    edited.write_text(Path(image_preprocessing.__file__).read_text() + "\n# a changed resize would go here\n")
+    edited.write_text(
+        Path(image_preprocessing.__file__).read_text() + "\n# a changed resize would go here\n"
+    )
     monkeypatch.setattr(image_preprocessing, "__file__", str(edited))
     found = stale(NAMES, BuildOptions(repository=model_repository))
-    assert sorted(found) == sorted([
-        "image_preprocess", "efficientnet_lite0", "efficientnet_lite0_fp16", "efficientnet_lite0_int8",
-        "image_classifier", "resnet50",
-    ])  # image_postprocess does not depend on it
+    assert sorted(found) == sorted(
+        [
+            "image_preprocess",
+            "efficientnet_lite0",
+            "efficientnet_lite0_fp16",
+            "efficientnet_lite0_int8",
+            "image_classifier",
+            "resnet50",
+        ]
+    )  # image_postprocess does not depend on it
 
 
 def test_the_preprocessing_entry_ships_the_module_and_the_limits(model_repository: Path) -> None:
@@ -53,18 +61,38 @@ def test_a_gpu_host_repository_is_another_build(model_repository: Path) -> None:
     assert found == ["efficientnet_lite0", "efficientnet_lite0_fp16", "efficientnet_lite0_int8"]
 
 
+def test_an_int8_calibration_study_is_another_int8_build(model_repository: Path) -> None:
+    found = stale(
+        ["efficientnet_lite0"],
+        BuildOptions(repository=model_repository, int8_calibration_study=True),
+    )
+    # The variants hash their spec (the methods are part of it); the FP32 entry is not rebuilt.
+    assert "efficientnet_lite0_int8" in found and "efficientnet_lite0" not in found, found
+
+
 def test_a_change_to_the_tokenization_makes_the_text_entries_stale(
     model_repository: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from serving import text_tokenization
 
     edited = tmp_path / "text_tokenization.py"
-    edited.write_text(Path(text_tokenization.__file__).read_text() + "\n# a changed truncation would go here\n")
+    edited.write_text(
+        Path(text_tokenization.__file__).read_text() + "\n# a changed truncation would go here\n"
+    )
     monkeypatch.setattr(text_tokenization, "__file__", str(edited))
-    found = stale(["text_embedding", "text_embedding_fp16", "image_classifier"], BuildOptions(repository=model_repository))
-    assert sorted(found) == sorted([
-        "text_tokenizer", "minilm_encoder", "minilm_encoder_fp16", "text_embedding", "text_embedding_fp16",
-    ])  # text_pooling and the image entries do not depend on it
+    found = stale(
+        ["text_embedding", "text_embedding_fp16", "image_classifier"],
+        BuildOptions(repository=model_repository),
+    )
+    assert sorted(found) == sorted(
+        [
+            "text_tokenizer",
+            "minilm_encoder",
+            "minilm_encoder_fp16",
+            "text_embedding",
+            "text_embedding_fp16",
+        ]
+    )  # text_pooling and the image entries do not depend on it
 
 
 def test_a_repository_for_native_backends_has_no_ragged_encoder(model_repository: Path) -> None:
@@ -73,7 +101,9 @@ def test_a_repository_for_native_backends_has_no_ragged_encoder(model_repository
     from builders.context import onnx_entry_config
     from builders.families.text_embedding import MiniLMEncoder
 
-    found = stale(["text_embedding"], BuildOptions(repository=model_repository, native_backends=True))
+    found = stale(
+        ["text_embedding"], BuildOptions(repository=model_repository, native_backends=True)
+    )
     assert "minilm_encoder" in found and "efficientnet_lite0" not in found
     spec = MiniLMEncoder()
     built = read_config(model_repository / "minilm_encoder" / "config.pbtxt")

@@ -29,7 +29,9 @@ def _config(name: str = "m"):
         platform="onnxruntime_onnx",
         inputs=[TensorSpec("input", "float32", (3, 8, 8))],
         outputs=[TensorSpec("logits", "float32", (10,))],
-        batching=BatchingPolicy(max_batch_size=8, preferred_batch_sizes=(4, 8), max_queue_delay_us=1000),
+        batching=BatchingPolicy(
+            max_batch_size=8, preferred_batch_sizes=(4, 8), max_queue_delay_us=1000
+        ),
         parameters={"intra_op_thread_count": "1"},
     )
 
@@ -63,13 +65,20 @@ def test_publish_adds_versions_and_prunes_old_ones(tmp_path) -> None:
     artifact.write_bytes(b"weights")
     repository = tmp_path / "repo"
     for version in range(1, 6):
-        publish(repository, _config(), {"model.onnx": artifact}, BuildReport(model="m", family="t", version=version),
-                keep_versions=3)
+        publish(
+            repository,
+            _config(),
+            {"model.onnx": artifact},
+            BuildReport(model="m", family="t", version=version),
+            keep_versions=3,
+        )
     assert versions(repository, "m") == [3, 4, 5]
     assert latest_version(repository, "m") == 5
     report = BuildReport.read(repository / "m" / "5" / "build_report.json")
     assert report.artifacts["model"]["bytes"] == len(b"weights")
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".m-")], "staging folders are cleaned up"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".m-")], (
+        "staging folders are cleaned up"
+    )
 
 
 def _published(tmp_path, versions_: range, *, unfinished: int | None = None):
@@ -77,32 +86,56 @@ def _published(tmp_path, versions_: range, *, unfinished: int | None = None):
     artifact.write_bytes(b"weights")
     repository = tmp_path / "repo"
     for version in versions_:
-        publish(repository, _config(), {"model.onnx": artifact}, BuildReport(model="m", family="t", version=version))
+        publish(
+            repository,
+            _config(),
+            {"model.onnx": artifact},
+            BuildReport(model="m", family="t", version=version),
+        )
     if unfinished is not None:
-        publish(repository, _config(), {"model.onnx": artifact}, BuildReport(model="m", family="t", version=unfinished),
-                unfinished=True)
+        publish(
+            repository,
+            _config(),
+            {"model.onnx": artifact},
+            BuildReport(model="m", family="t", version=unfinished),
+            unfinished=True,
+        )
     return repository
 
 
-def test_an_unfinished_version_is_no_version_and_the_config_on_disk_serves_the_finished_ones(tmp_path) -> None:
+def test_an_unfinished_version_is_no_version_and_the_config_on_disk_serves_the_finished_ones(
+    tmp_path,
+) -> None:
     """A Triton that starts on the repository mid-promotion (a restarted pod) loads N, never N+1."""
     repository = _published(tmp_path, range(1, 3), unfinished=3)
     assert versions(repository, "m") == [1, 2] and latest_version(repository, "m") == 2
     assert unfinished_versions(repository, "m") == [3]
     on_disk = read_config(repository / "m" / "config.pbtxt")
-    assert list(on_disk.version_policy.specific.versions) == [2]  # what its own policy (the newest) picks
+    assert list(on_disk.version_policy.specific.versions) == [
+        2
+    ]  # what its own policy (the newest) picks
     # The builders' next version skips nothing and prunes nothing unfinished.
-    publish(repository, _config(), {"model.onnx": tmp_path / "model.onnx"}, BuildReport(model="m", family="t", version=3),
-            keep_versions=1)
+    publish(
+        repository,
+        _config(),
+        {"model.onnx": tmp_path / "model.onnx"},
+        BuildReport(model="m", family="t", version=3),
+        keep_versions=1,
+    )
     assert versions(repository, "m") == [3] and not (repository / "m" / "3" / UNFINISHED).exists()
 
 
-@pytest.mark.parametrize(("policy", "served"), [
-    ({"latest": {"num_versions": 2}}, [2, 3]),
-    ({"all": {}}, [1, 2, 3]),
-    ({"specific": {"versions": [1, 4]}}, [1]),
-])
-def test_the_pin_keeps_what_the_entrys_own_policy_serves_among_finished_versions(tmp_path, policy, served) -> None:
+@pytest.mark.parametrize(
+    ("policy", "served"),
+    [
+        ({"latest": {"num_versions": 2}}, [2, 3]),
+        ({"all": {}}, [1, 2, 3]),
+        ({"specific": {"versions": [1, 4]}}, [1]),
+    ],
+)
+def test_the_pin_keeps_what_the_entrys_own_policy_serves_among_finished_versions(
+    tmp_path, policy, served
+) -> None:
     from google.protobuf import json_format
     from tritonclient.grpc import model_config_pb2 as mc
 
@@ -112,9 +145,17 @@ def test_the_pin_keeps_what_the_entrys_own_policy_serves_among_finished_versions
     artifact.write_bytes(b"weights")
     repository = tmp_path / "repo"
     for version in range(1, 5):
-        publish(repository, config, {"model.onnx": artifact}, BuildReport(model="m", family="t", version=version),
-                unfinished=version == 4)
-    assert list(read_config(repository / "m" / "config.pbtxt").version_policy.specific.versions) == served
+        publish(
+            repository,
+            config,
+            {"model.onnx": artifact},
+            BuildReport(model="m", family="t", version=version),
+            unfinished=version == 4,
+        )
+    assert (
+        list(read_config(repository / "m" / "config.pbtxt").version_policy.specific.versions)
+        == served
+    )
     mark_finished(repository, "m", 4)
     assert read_config(repository / "m" / "config.pbtxt").version_policy == config.version_policy
 
@@ -126,7 +167,9 @@ def test_mark_finished_restores_the_config_then_drops_the_marker(tmp_path) -> No
     assert read_config(repository / "m" / "config.pbtxt").version_policy.latest.num_versions == 1
 
 
-def test_discarding_an_unfinished_version_restores_the_config_and_never_touches_a_finished_one(tmp_path) -> None:
+def test_discarding_an_unfinished_version_restores_the_config_and_never_touches_a_finished_one(
+    tmp_path,
+) -> None:
     repository = _published(tmp_path, range(1, 2), unfinished=2)
     with pytest.raises(ValueError, match="finished version"):
         discard_version(repository, "m", 1)

@@ -52,7 +52,9 @@ def cpu_compiled_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tr
 
 @pytest.mark.integration
 @pytest.mark.slow
-def test_inductor_entry_serves_the_pytorch_outputs_on_the_cpu(cpu_compiled_triton: TritonServer) -> None:
+def test_inductor_entry_serves_the_pytorch_outputs_on_the_cpu(
+    cpu_compiled_triton: TritonServer,
+) -> None:
     entry = Path(cpu_compiled_triton.repository) / CPU_NAME
     version = sorted(p for p in entry.iterdir() if p.is_dir())[-1]
     assert (version / "exported.pt2").is_file()
@@ -62,13 +64,19 @@ def test_inductor_entry_serves_the_pytorch_outputs_on_the_cpu(cpu_compiled_trito
     images, expected = sample_reference("efficientnet_lite0")
     served = _served(cpu_compiled_triton, CPU_NAME, images, 8)
     assert (served.argmax(1) == expected.argmax(1)).all()
-    assert np.abs(served - expected).max() < 1e-3  # FP32: Inductor's fused kernels round differently
+    assert (
+        np.abs(served - expected).max() < 1e-3
+    )  # FP32: Inductor's fused kernels round differently
 
 
 @pytest.fixture(scope="module", params=["inductor", "aoti"])
-def compiled_triton(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, TritonServer]]:
+def compiled_triton(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, TritonServer]]:
     if not cuda_available():
-        pytest.skip("needs an NVIDIA GPU with CUDA (the GPU flavours compile for the GPU they are built on)")
+        pytest.skip(
+            "needs an NVIDIA GPU with CUDA (the GPU flavours compile for the GPU they are built on)"
+        )
     repository = tmp_path_factory.mktemp(f"{request.param}-repository")
     publish_compiled(repository, flavour=request.param, max_batch=16)
     name = compiled_name("efficientnet_lite0", request.param)
@@ -81,7 +89,9 @@ def compiled_triton(request: pytest.FixtureRequest, tmp_path_factory: pytest.Tem
 def test_gpu_compiled_entry_matches_pytorch(compiled_triton: tuple[str, TritonServer]) -> None:
     name, server = compiled_triton
     entry = Path(server.repository) / name
-    report = BuildReport.read(sorted(p for p in entry.iterdir() if p.is_dir())[-1] / "build_report.json")
+    report = BuildReport.read(
+        sorted(p for p in entry.iterdir() if p.is_dir())[-1] / "build_report.json"
+    )
     assert report.parity["logits"]["top1_agreement"] == 1.0 and "compile" in report.timings_s
     images, expected = sample_reference("efficientnet_lite0")
     served = _served(server, name, images, 16)

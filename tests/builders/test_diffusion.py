@@ -37,14 +37,23 @@ pytestmark = pytest.mark.integration
 #: pixels land on the other side of a .5 when scaled to 0-255); the torch path measured 0.
 PIXEL_TOLERANCE = 2
 SCHEDULERS = DEFAULT_LIMITS.image_generation.schedulers
-TYPES = {"PROMPT": ("BYTES", object), "NEGATIVE_PROMPT": ("BYTES", object), "STEPS": ("INT32", np.int32),
-         "GUIDANCE": ("FP32", np.float32), "HEIGHT": ("INT32", np.int32), "WIDTH": ("INT32", np.int32),
-         "SEED": ("INT64", np.int64), "SCHEDULER": ("BYTES", object)}
+TYPES = {
+    "PROMPT": ("BYTES", object),
+    "NEGATIVE_PROMPT": ("BYTES", object),
+    "STEPS": ("INT32", np.int32),
+    "GUIDANCE": ("FP32", np.float32),
+    "HEIGHT": ("INT32", np.int32),
+    "WIDTH": ("INT32", np.int32),
+    "SEED": ("INT64", np.int64),
+    "SCHEDULER": ("BYTES", object),
+}
 
 
 @pytest.fixture(scope="module")
 def client(sd_triton: TritonServer) -> Iterator[http.InferenceServerClient]:
-    client = http.InferenceServerClient(sd_triton.http_url, network_timeout=300.0, connection_timeout=300.0)
+    client = http.InferenceServerClient(
+        sd_triton.http_url, network_timeout=300.0, connection_timeout=300.0
+    )
     yield client
     client.close()
 
@@ -53,7 +62,9 @@ def client(sd_triton: TritonServer) -> Iterator[http.InferenceServerClient]:
 def diffusers_pipe(sd_checkpoint: Path):  # type: ignore[no-untyped-def]
     from diffusers import StableDiffusionPipeline
 
-    pipe = StableDiffusionPipeline.from_pretrained(str(sd_checkpoint), safety_checker=None, local_files_only=True)
+    pipe = StableDiffusionPipeline.from_pretrained(
+        str(sd_checkpoint), safety_checker=None, local_files_only=True
+    )
     pipe.set_progress_bar_config(disable=True)
     return pipe
 
@@ -70,14 +81,26 @@ def _inputs(rows: list[dict[str, object]]) -> list[http.InferInput]:
     return tensors
 
 
-def _generate(client: http.InferenceServerClient, model: str = PIPELINE, **fields: object) -> np.ndarray:
+def _generate(
+    client: http.InferenceServerClient, model: str = PIPELINE, **fields: object
+) -> np.ndarray:
     image = client.infer(model, _inputs([fields])).as_numpy("IMAGE")
     assert image.shape[0] == 1
     return image[0]
 
 
-def _reference(pipe, *, prompt: str, negative: str | None = None, steps: int, guidance: float = 7.5,  # type: ignore[no-untyped-def]
-               height: int = 64, width: int = 64, seed: int, scheduler: str = "default") -> np.ndarray:
+def _reference(
+    pipe,
+    *,
+    prompt: str,
+    negative: str | None = None,
+    steps: int,
+    guidance: float = 7.5,  # type: ignore[no-untyped-def]
+    height: int = 64,
+    width: int = 64,
+    seed: int,
+    scheduler: str = "default",
+) -> np.ndarray:
     import diffusers
     import torch
 
@@ -85,8 +108,16 @@ def _reference(pipe, *, prompt: str, negative: str | None = None, steps: int, gu
     if scheduler != "default":
         pipe.scheduler = getattr(diffusers, SCHEDULERS[scheduler]).from_config(own.config)
     try:
-        images = pipe(prompt, negative_prompt=negative, num_inference_steps=steps, guidance_scale=guidance, height=height,
-                      width=width, generator=torch.Generator("cpu").manual_seed(seed), output_type="np").images
+        images = pipe(
+            prompt,
+            negative_prompt=negative,
+            num_inference_steps=steps,
+            guidance_scale=guidance,
+            height=height,
+            width=width,
+            generator=torch.Generator("cpu").manual_seed(seed),
+            output_type="np",
+        ).images
     finally:
         pipe.scheduler = own
     return (images[0] * 255).round().astype(np.uint8)  # type: ignore[no-any-return]
@@ -95,25 +126,66 @@ def _reference(pipe, *, prompt: str, negative: str | None = None, steps: int, gu
 def _close(image: np.ndarray, expected: np.ndarray) -> None:
     assert image.shape == expected.shape and image.dtype == np.uint8
     diff = np.abs(image.astype(np.int16) - expected.astype(np.int16))
-    assert diff.max() <= PIXEL_TOLERANCE, f"max pixel diff {diff.max()}, {np.mean(diff > 0):.4f} of values differ"
-    assert expected.std() > 1.0, "the reference is not a flat image (the comparison means something)"
+    assert diff.max() <= PIXEL_TOLERANCE, (
+        f"max pixel diff {diff.max()}, {np.mean(diff > 0):.4f} of values differ"
+    )
+    assert expected.std() > 1.0, (
+        "the reference is not a flat image (the comparison means something)"
+    )
 
 
-@pytest.mark.parametrize(("model", "height", "width", "guidance", "steps", "scheduler"), [
-    (PIPELINE, 64, 64, 7.5, 3, "default"),
-    (PIPELINE, 64, 80, 4.0, 2, "euler_ancestral"),
-    (PIPELINE, 64, 64, 1.0, 3, "dpmpp_2m"),
-    (TORCH_PIPELINE, 64, 64, 7.5, 3, "euler"),
-    (TORCH_PIPELINE, 80, 64, 7.5, 2, "ddim"),
-    (TORCH_PIPELINE, 64, 64, 5.0, 3, "pndm"),
-])
-def test_triton_image_matches_diffusers(client, diffusers_pipe, model: str, height: int, width: int, guidance: float,
-                                        steps: int, scheduler: str) -> None:
-    fields = {"prompt": "a photograph of an astronaut riding a horse", "negative": "blurry, low quality", "seed": 42}
-    image = _generate(client, model, PROMPT=fields["prompt"], NEGATIVE_PROMPT=fields["negative"], STEPS=steps,
-                      GUIDANCE=guidance, HEIGHT=height, WIDTH=width, SEED=fields["seed"], SCHEDULER=scheduler)
-    _close(image, _reference(diffusers_pipe, prompt=str(fields["prompt"]), negative=str(fields["negative"]), steps=steps,
-                             guidance=guidance, height=height, width=width, seed=42, scheduler=scheduler))
+@pytest.mark.parametrize(
+    ("model", "height", "width", "guidance", "steps", "scheduler"),
+    [
+        (PIPELINE, 64, 64, 7.5, 3, "default"),
+        (PIPELINE, 64, 80, 4.0, 2, "euler_ancestral"),
+        (PIPELINE, 64, 64, 1.0, 3, "dpmpp_2m"),
+        (TORCH_PIPELINE, 64, 64, 7.5, 3, "euler"),
+        (TORCH_PIPELINE, 80, 64, 7.5, 2, "ddim"),
+        (TORCH_PIPELINE, 64, 64, 5.0, 3, "pndm"),
+    ],
+)
+def test_triton_image_matches_diffusers(
+    client,
+    diffusers_pipe,
+    model: str,
+    height: int,
+    width: int,
+    guidance: float,
+    steps: int,
+    scheduler: str,
+) -> None:
+    fields = {
+        "prompt": "a photograph of an astronaut riding a horse",
+        "negative": "blurry, low quality",
+        "seed": 42,
+    }
+    image = _generate(
+        client,
+        model,
+        PROMPT=fields["prompt"],
+        NEGATIVE_PROMPT=fields["negative"],
+        STEPS=steps,
+        GUIDANCE=guidance,
+        HEIGHT=height,
+        WIDTH=width,
+        SEED=fields["seed"],
+        SCHEDULER=scheduler,
+    )
+    _close(
+        image,
+        _reference(
+            diffusers_pipe,
+            prompt=str(fields["prompt"]),
+            negative=str(fields["negative"]),
+            steps=steps,
+            guidance=guidance,
+            height=height,
+            width=width,
+            seed=42,
+            scheduler=scheduler,
+        ),
+    )
 
 
 def test_optional_inputs_take_defaults_like_diffusers(client, diffusers_pipe) -> None:
@@ -122,7 +194,9 @@ def test_optional_inputs_take_defaults_like_diffusers(client, diffusers_pipe) ->
     _close(image, _reference(diffusers_pipe, prompt="a lighthouse", steps=2, seed=7))
 
 
-def test_rows_of_one_request_share_one_loop(client, diffusers_pipe, sd_triton: TritonServer) -> None:
+def test_rows_of_one_request_share_one_loop(
+    client, diffusers_pipe, sd_triton: TritonServer
+) -> None:
     # Three images in one request: other schedulers, step counts and guidance run side by side in the
     # same UNet calls, and each is the image it would be alone.
     rows: list[dict[str, object]] = [
@@ -134,10 +208,22 @@ def test_rows_of_one_request_share_one_loop(client, diffusers_pipe, sd_triton: T
     images = client.infer(TORCH_PIPELINE, _inputs(rows)).as_numpy("IMAGE")
     assert images.shape == (3, 64, 64, 3)
     for image, row in zip(images, rows, strict=True):
-        _close(image, _reference(diffusers_pipe, prompt=str(row["PROMPT"]), steps=int(row["STEPS"]),  # type: ignore[call-overload]
-                                 guidance=float(row["GUIDANCE"]), seed=int(row["SEED"]),  # type: ignore[arg-type]
-                                 scheduler=str(row["SCHEDULER"])))
-    loops = [line for line in list(sd_triton.iter_log())[seen:] if f"{TORCH_PIPELINE}: loop rows=" in line]
+        _close(
+            image,
+            _reference(
+                diffusers_pipe,
+                prompt=str(row["PROMPT"]),
+                steps=int(row["STEPS"]),  # type: ignore[call-overload]
+                guidance=float(row["GUIDANCE"]),
+                seed=int(row["SEED"]),  # type: ignore[arg-type]
+                scheduler=str(row["SCHEDULER"]),
+            ),
+        )
+    loops = [
+        line
+        for line in list(sd_triton.iter_log())[seen:]
+        if f"{TORCH_PIPELINE}: loop rows=" in line
+    ]
     # PNDM takes one UNet call more than its steps: 4 calls for the longest lane, all rows in each.
     assert loops and "rows=3 " in loops[-1] and "unet_calls=4 " in loops[-1], loops
 
@@ -147,7 +233,14 @@ def test_concurrent_requests_are_batched_into_one_loop(client, sd_triton: Triton
     # batcher hands them to one execute(), which runs them in one loop.
     before = _statistics(sd_triton)
     seen = len(list(sd_triton.iter_log()))
-    rows = {"PROMPT": "a cat", "STEPS": 2, "GUIDANCE": 7.5, "HEIGHT": 64, "WIDTH": 64, "SCHEDULER": "euler"}
+    rows = {
+        "PROMPT": "a cat",
+        "STEPS": 2,
+        "GUIDANCE": 7.5,
+        "HEIGHT": 64,
+        "WIDTH": 64,
+        "SCHEDULER": "euler",
+    }
     results: dict[int, np.ndarray] = {}
 
     go = threading.Event()
@@ -155,7 +248,9 @@ def test_concurrent_requests_are_batched_into_one_loop(client, sd_triton: Triton
     def send(seed: int, steps: int) -> None:
         # A client of its own (the HTTP client is bound to its thread), connected before the go:
         # a follower's request reaches Triton's queue within milliseconds of it.
-        own = http.InferenceServerClient(sd_triton.http_url, network_timeout=300.0, connection_timeout=300.0)
+        own = http.InferenceServerClient(
+            sd_triton.http_url, network_timeout=300.0, connection_timeout=300.0
+        )
         try:
             assert own.is_server_live()
             inputs = _inputs([{**rows, "STEPS": steps, "SEED": seed}])
@@ -174,7 +269,9 @@ def test_concurrent_requests_are_batched_into_one_loop(client, sd_triton: Triton
     blocker = threading.Thread(target=send, args=(0, 10))
     blocker.start()
     try:
-        _wait_for_log(sd_triton, seen, f"{TORCH_PIPELINE}: execute requests=1")  # the blocker is running
+        _wait_for_log(
+            sd_triton, seen, f"{TORCH_PIPELINE}: execute requests=1"
+        )  # the blocker is running
     finally:
         go.set()
     deadline = time.monotonic() + 60
@@ -189,7 +286,11 @@ def test_concurrent_requests_are_batched_into_one_loop(client, sd_triton: Triton
     # Triton counts the execution (and the model logs its loop) a moment after the client has its image.
     deadline = time.monotonic() + 60
     while True:
-        loops = [line for line in list(sd_triton.iter_log())[seen:] if f"{TORCH_PIPELINE}: loop rows=" in line]
+        loops = [
+            line
+            for line in list(sd_triton.iter_log())[seen:]
+            if f"{TORCH_PIPELINE}: loop rows=" in line
+        ]
         after = _statistics(sd_triton)
         requests = int(after["inference_count"]) - int(before["inference_count"])
         executions = int(after["execution_count"]) - int(before["execution_count"])
@@ -214,7 +315,10 @@ def _pending(server: TritonServer) -> int:
     import httpx
 
     for line in httpx.get(server.metrics_url).text.splitlines():
-        if line.startswith("nv_inference_pending_request_count") and f'model="{TORCH_PIPELINE}"' in line:
+        if (
+            line.startswith("nv_inference_pending_request_count")
+            and f'model="{TORCH_PIPELINE}"' in line
+        ):
             return int(float(line.rsplit(" ", 1)[1]))
     return 0
 
@@ -249,7 +353,9 @@ def test_seed_decides_the_image(client) -> None:
         ({"PROMPT": "a cat " * 1000}, "PROMPT"),  # over the platform's prompt bytes
     ],
 )
-def test_bad_request_is_invalid_argument_naming_the_field(client, fields: dict[str, object], named: str) -> None:
+def test_bad_request_is_invalid_argument_naming_the_field(
+    client, fields: dict[str, object], named: str
+) -> None:
     with pytest.raises(InferenceServerException) as caught:
         _generate(client, **{"PROMPT": "a cat", "STEPS": 2, **fields})
     assert named in caught.value.message()
@@ -258,7 +364,10 @@ def test_bad_request_is_invalid_argument_naming_the_field(client, fields: dict[s
 
 
 def test_rows_of_different_sizes_are_refused(client) -> None:
-    rows: list[dict[str, object]] = [{"PROMPT": "a", "STEPS": 1, "HEIGHT": 64}, {"PROMPT": "b", "STEPS": 1, "HEIGHT": 72}]
+    rows: list[dict[str, object]] = [
+        {"PROMPT": "a", "STEPS": 1, "HEIGHT": 64},
+        {"PROMPT": "b", "STEPS": 1, "HEIGHT": 72},
+    ]
     with pytest.raises(InferenceServerException, match="HEIGHT and WIDTH") as caught:
         client.infer(TORCH_PIPELINE, _inputs(rows))
     assert caught.value.status() == "400"
@@ -273,32 +382,52 @@ def test_build_reports_hash_every_published_file(sd_repository: Path) -> None:
     torch_entry = sd_repository / TORCH_PIPELINE / "1"
     report = BuildReport.read(torch_entry / "build_report.json")
     # (Triton's Python stub caches the helper modules' bytecode in __pycache__ beside them.)
-    published = sorted(str(p.relative_to(torch_entry)) for p in torch_entry.rglob("*") if p.is_file()
-                       and p.name != "build_report.json" and "__pycache__" not in p.parts)
+    published = sorted(
+        str(p.relative_to(torch_entry))
+        for p in torch_entry.rglob("*")
+        if p.is_file() and p.name != "build_report.json" and "__pycache__" not in p.parts
+    )
     assert report.artifact_files() == published
-    assert {"unet/diffusion_pytorch_model.safetensors", "vae/config.json", "text_encoder/model.safetensors",
-            "tokenizer/vocab.json", "scheduler/scheduler_config.json"} <= set(published)
+    assert {
+        "unet/diffusion_pytorch_model.safetensors",
+        "vae/config.json",
+        "text_encoder/model.safetensors",
+        "tokenizer/vocab.json",
+        "scheduler/scheduler_config.json",
+    } <= set(published)
     assert report.precision == "fp32" and set(report.parity) == {"text_encoder", "unet", "vae"}
-    assert all(p["max_abs_error"] == 0.0 for p in report.parity.values())  # FP32 on the CPU: the same module
+    assert all(
+        p["max_abs_error"] == 0.0 for p in report.parity.values()
+    )  # FP32 on the CPU: the same module
     fp16 = BuildReport.read(sd_repository / "sd_unet_fp16" / "1" / "build_report.json")
     assert fp16.precision == "fp16" and fp16.parity["noise_pred"]["min_cosine"] >= 0.9995
 
 
 def _snapshot(repository: Path) -> dict[str, tuple[int, int]]:
-    return {str(p.relative_to(repository)): (p.stat().st_size, p.stat().st_mtime_ns)
-            for p in sorted(repository.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(repository)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted(repository.rglob("*"))
+        if p.is_file()
+    }
 
 
-def test_missing_checkpoint_stops_the_build_and_leaves_the_repository(sd_repository: Path, tmp_path: Path) -> None:
+def test_missing_checkpoint_stops_the_build_and_leaves_the_repository(
+    sd_repository: Path, tmp_path: Path
+) -> None:
     before = _snapshot(sd_repository)
     missing = tmp_path / "no-such-checkpoint"
     with pytest.raises(MissingInputError, match="checkpoint folder not found") as caught:
-        build([PIPELINE], BuildOptions(repository=sd_repository, weights={PIPELINE: str(missing)}, force=True))
+        build(
+            [PIPELINE],
+            BuildOptions(repository=sd_repository, weights={PIPELINE: str(missing)}, force=True),
+        )
     assert str(missing) in str(caught.value)
     assert _snapshot(sd_repository) == before
 
 
-def test_incomplete_checkpoint_names_what_is_missing(sd_repository: Path, sd_checkpoint: Path, tmp_path: Path) -> None:
+def test_incomplete_checkpoint_names_what_is_missing(
+    sd_repository: Path, sd_checkpoint: Path, tmp_path: Path
+) -> None:
     import shutil
 
     broken = tmp_path / "broken-sd"
@@ -306,11 +435,16 @@ def test_incomplete_checkpoint_names_what_is_missing(sd_repository: Path, sd_che
     shutil.rmtree(broken / "unet")
     before = _snapshot(sd_repository)
     with pytest.raises(MissingInputError, match=r"unet/config\.json"):
-        build([PIPELINE], BuildOptions(repository=sd_repository, weights={PIPELINE: str(broken)}, force=True))
+        build(
+            [PIPELINE],
+            BuildOptions(repository=sd_repository, weights={PIPELINE: str(broken)}, force=True),
+        )
     assert _snapshot(sd_repository) == before
 
 
-def test_no_checkpoint_at_all_says_how_to_give_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_checkpoint_at_all_says_how_to_give_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv(CHECKPOINT_ENV, raising=False)
     repository = tmp_path / "repo"
     with pytest.raises(MissingInputError, match=CHECKPOINT_ENV):
@@ -318,7 +452,9 @@ def test_no_checkpoint_at_all_says_how_to_give_one(tmp_path: Path, monkeypatch: 
     assert not repository.exists()
 
 
-def test_a_scheduler_diffusers_lacks_is_refused_at_build_time(sd_checkpoint: Path, tmp_path: Path) -> None:
+def test_a_scheduler_diffusers_lacks_is_refused_at_build_time(
+    sd_checkpoint: Path, tmp_path: Path
+) -> None:
     import json
     import shutil
 
@@ -329,5 +465,7 @@ def test_a_scheduler_diffusers_lacks_is_refused_at_build_time(sd_checkpoint: Pat
     config["_class_name"] = "NoSuchScheduler"
     config_path.write_text(json.dumps(config))
     with pytest.raises(BuildError, match="NoSuchScheduler"):
-        build([PIPELINE], BuildOptions(repository=tmp_path / "repo", weights={PIPELINE: str(other)}))
+        build(
+            [PIPELINE], BuildOptions(repository=tmp_path / "repo", weights={PIPELINE: str(other)})
+        )
     assert not (tmp_path / "repo" / PIPELINE).exists()

@@ -38,7 +38,9 @@ class ExternalMLP(ModelSpec):
         import torch
 
         torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)).eval()
+        model = torch.nn.Sequential(
+            torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)
+        ).eval()
         return model, WeightsInfo(source="random-init", pretrained=False, note="test model")
 
     def sample_inputs(self) -> dict[str, np.ndarray]:
@@ -55,7 +57,11 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("name", ["external_mlp", "external_mlp_fp16"])
 def test_every_file_is_published_and_hashed(repository: Path, name: str) -> None:
     version = repository / name / "1"
-    assert sorted(p.name for p in version.iterdir()) == ["build_report.json", "model.onnx", "model.onnx.data"]
+    assert sorted(p.name for p in version.iterdir()) == [
+        "build_report.json",
+        "model.onnx",
+        "model.onnx.data",
+    ]
     assert set(onnx_files(version / "model.onnx")) == {"model.onnx", "model.onnx.data"}
     report = BuildReport.read(version / "build_report.json")
     for published in ("model.onnx", "model.onnx.data"):
@@ -83,7 +89,9 @@ def test_triton_loads_and_answers_with_external_data(repository: Path) -> None:
     x = spec.sample_inputs()["x"]
     with torch.inference_mode():
         expected = spec.load()[0](torch.from_numpy(x)).numpy()
-    with TritonServer(repository, models=["external_mlp", "external_mlp_fp16"], ports=TritonPorts.free()) as server:
+    with TritonServer(
+        repository, models=["external_mlp", "external_mlp_fp16"], ports=TritonPorts.free()
+    ) as server:
         with http.InferenceServerClient(server.http_url) as client:
             for name, tolerance in (("external_mlp", 1e-5), ("external_mlp_fp16", 1e-2)):
                 tensor = http.InferInput("x", list(x.shape), "FP32")

@@ -37,7 +37,9 @@ def test_every_photograph_is_installed_and_the_sets_are_disjoint() -> None:
 def test_calibration_views_are_deterministic_and_distinct() -> None:
     first = calibration_views()
     assert len(first) == len(CALIBRATION_PHOTOS) * len(CALIBRATION_VIEWS)
-    assert [_digest(image) for _, image in first] == [_digest(image) for _, image in calibration_views()]
+    assert [_digest(image) for _, image in first] == [
+        _digest(image) for _, image in calibration_views()
+    ]
     assert len({_digest(image) for _, image in first}) == len(first)
 
 

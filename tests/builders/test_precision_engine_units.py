@@ -54,16 +54,28 @@ def tiny(tmp_path_factory) -> tuple[Path, dict[str, np.ndarray]]:
 
     torch.manual_seed(0)
     net = torch.nn.Sequential(
-        torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU6(),
-        torch.nn.Conv2d(16, 16, 3, padding=1, groups=16), torch.nn.ReLU6(),
-        torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(16, 10),
+        torch.nn.Conv2d(3, 16, 3, padding=1),
+        torch.nn.BatchNorm2d(16),
+        torch.nn.ReLU6(),
+        torch.nn.Conv2d(16, 16, 3, padding=1, groups=16),
+        torch.nn.ReLU6(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(16, 10),
     ).eval()
     rng = np.random.default_rng(0)
     feeds = {"input": rng.normal(size=(6, 3, 16, 16)).astype(np.float32)}
     path = tmp_path_factory.mktemp("tiny") / "model.onnx"
-    torch.onnx.export(net, (torch.from_numpy(feeds["input"]),), str(path), input_names=["input"],
-                      output_names=["logits"], dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
-                      opset_version=17, dynamo=False)
+    torch.onnx.export(
+        net,
+        (torch.from_numpy(feeds["input"]),),
+        str(path),
+        input_names=["input"],
+        output_names=["logits"],
+        dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
+        opset_version=17,
+        dynamo=False,
+    )
     return path, feeds
 
 
@@ -75,7 +87,9 @@ def _io_types(path: Path) -> set[int]:
 def test_fp16_keeps_fp32_io_and_halves_weights(tiny, tmp_path) -> None:
     src, feeds = tiny
     dst = to_fp16(src, tmp_path / "fp16.onnx")
-    assert _io_types(dst) == {onnx.TensorProto.FLOAT}, "served FP16 model still takes and returns FP32"
+    assert _io_types(dst) == {onnx.TensorProto.FLOAT}, (
+        "served FP16 model still takes and returns FP32"
+    )
     weights = onnx.load(str(dst)).graph.initializer
     assert any(w.data_type == onnx.TensorProto.FLOAT16 for w in weights)
     result = compare(run_onnx(src, feeds)[0], run_onnx(dst, feeds)[0], classes=True)
@@ -86,7 +100,11 @@ def test_fp16_block_list_keeps_listed_ops_in_fp32(tmp_path) -> None:
     from onnx import TensorProto, helper
 
     graph = helper.make_graph(
-        [helper.make_node("Softmax", ["x"], ["s"], axis=-1), helper.make_node("Relu", ["s"], ["y"])], "g",
+        [
+            helper.make_node("Softmax", ["x"], ["s"], axis=-1),
+            helper.make_node("Relu", ["s"], ["y"]),
+        ],
+        "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])],
     )
@@ -110,13 +128,20 @@ def test_int8_is_symmetric_qdq_with_float_bias(tiny, tmp_path, method: str) -> N
     assert "QuantizeLinear" in ops and "DequantizeLinear" in ops
     assert _io_types(dst) == {onnx.TensorProto.FLOAT}
     inits = {i.name: i for i in model.graph.initializer}
-    zero_points = [n.input[2] for n in model.graph.node
-                   if n.op_type in ("QuantizeLinear", "DequantizeLinear") and len(n.input) > 2]
+    zero_points = [
+        n.input[2]
+        for n in model.graph.node
+        if n.op_type in ("QuantizeLinear", "DequantizeLinear") and len(n.input) > 2
+    ]
     assert zero_points, "Q/DQ nodes carry explicit zero points"
     for name in zero_points:
-        assert not onnx.numpy_helper.to_array(inits[name]).any(), f"{name}: TensorRT needs zero points of 0"
+        assert not onnx.numpy_helper.to_array(inits[name]).any(), (
+            f"{name}: TensorRT needs zero points of 0"
+        )
     int32 = [i.name for i in model.graph.initializer if i.data_type == onnx.TensorProto.INT32]
-    assert not [n for n in int32 if "bias" in n], "biases stay float (TensorRT rejects INT32 bias dequantization)"
+    assert not [n for n in int32 if "bias" in n], (
+        "biases stay float (TensorRT rejects INT32 bias dequantization)"
+    )
     result = compare(run_onnx(src, feeds)[0], run_onnx(dst, feeds)[0], classes=True)
     assert result.min_cosine > 0.95
 
@@ -128,7 +153,9 @@ def test_int8_keep_float_excludes_matching_nodes(tiny, tmp_path) -> None:
     model = onnx.load(str(dst))
     gemm = next(n for n in model.graph.node if n.op_type == "Gemm")
     producers = {o: n.op_type for n in model.graph.node for o in n.output}
-    assert producers.get(gemm.input[1]) != "DequantizeLinear", "the excluded node's weights stay float"
+    assert producers.get(gemm.input[1]) != "DequantizeLinear", (
+        "the excluded node's weights stay float"
+    )
     conv = next(n for n in model.graph.node if n.op_type == "Conv")
     assert producers.get(conv.input[1]) == "DequantizeLinear", "other nodes are still quantized"
 
@@ -193,15 +220,25 @@ def test_parity_entry_states_deltas_vs_fp32() -> None:
 
 
 def _metadata(**changes: object) -> EngineMetadata:
-    meta = EngineMetadata(flavour="tensorrt", tensorrt_version="10.9.0", compute_capability="8.9", precision="fp16",
-                          input_hash="ab" * 32, max_batch_size=32, build_seconds=1.0, optimization_level=3)
+    meta = EngineMetadata(
+        flavour="tensorrt",
+        tensorrt_version="10.9.0",
+        compute_capability="8.9",
+        precision="fp16",
+        input_hash="ab" * 32,
+        max_batch_size=32,
+        build_seconds=1.0,
+        optimization_level=3,
+    )
     return dataclasses.replace(meta, **changes)  # type: ignore[arg-type]
 
 
 def test_check_engine_accepts_a_matching_host(tmp_path) -> None:
     meta = _metadata()
     meta.write(tmp_path)
-    loaded = check_engine(tmp_path, tensorrt_version="10.9.0", compute_capability="8.9", flavour="tensorrt")
+    loaded = check_engine(
+        tmp_path, tensorrt_version="10.9.0", compute_capability="8.9", flavour="tensorrt"
+    )
     assert loaded.input_hash == meta.input_hash
 
 
@@ -210,13 +247,17 @@ def test_check_engine_names_every_mismatch(tmp_path) -> None:
     plan.write_bytes(b"engine")
     meta = _metadata(engine_sha256="0" * 64)
     with pytest.raises(EngineMismatchError) as caught:
-        check_engine(meta, tensorrt_version="10.3.0", compute_capability="9.0", flavour="tensorrt", plan=plan)
+        check_engine(
+            meta, tensorrt_version="10.3.0", compute_capability="9.0", flavour="tensorrt", plan=plan
+        )
     message = str(caught.value)
     assert "TensorRT 10.9.0" in message and "10.3.0" in message
     assert "compute capability 8.9" in message and "9.0" in message
     assert "model.plan does not match" in message
     with pytest.raises(EngineMismatchError, match="built with tensorrt, host runs tensorrt-rtx"):
-        check_engine(meta, tensorrt_version="10.9.0", compute_capability="8.9", flavour="tensorrt-rtx")
+        check_engine(
+            meta, tensorrt_version="10.9.0", compute_capability="8.9", flavour="tensorrt-rtx"
+        )
 
 
 def test_missing_tensorrt_flavour_is_a_clear_skip() -> None:
@@ -243,20 +284,38 @@ def test_tiny_engine_builds_with_metadata(tiny, tmp_path, precision) -> None:
     src, feeds = tiny
     variant = convert(precision, src, tmp_path / f"{precision}.onnx", feeds).path
     cache = tmp_path / "timing.cache"
-    meta = build_engine(variant, tmp_path / "engine", EngineProfile(MAX_BATCH, preferred_batch_size=4), precision,
-                        EngineOptions(timing_cache=cache))
-    plan, written = tmp_path / "engine" / engine.ENGINE_NAME, tmp_path / "engine" / engine.METADATA_NAME
+    meta = build_engine(
+        variant,
+        tmp_path / "engine",
+        EngineProfile(MAX_BATCH, preferred_batch_size=4),
+        precision,
+        EngineOptions(timing_cache=cache),
+    )
+    plan, written = (
+        tmp_path / "engine" / engine.ENGINE_NAME,
+        tmp_path / "engine" / engine.METADATA_NAME,
+    )
     assert plan.stat().st_size > 0 and cache.exists()
     on_disk = json.loads(written.read_text())
     assert on_disk["flavour"] == trt.flavour and on_disk["tensorrt_version"] == trt.version
     assert on_disk["precision"] == precision
     assert on_disk["input_hash"] == file_sha256(variant)
     assert on_disk["engine_sha256"] == file_sha256(plan)
-    assert on_disk["profiles"]["input"] == {"min": [1, 3, 16, 16], "opt": [4, 3, 16, 16], "max": [MAX_BATCH, 3, 16, 16]}
+    assert on_disk["profiles"]["input"] == {
+        "min": [1, 3, 16, 16],
+        "opt": [4, 3, 16, 16],
+        "max": [MAX_BATCH, 3, 16, 16],
+    }
     if trt.flavour == "tensorrt-rtx":
         assert meta.compute_capability == engine.DEFAULT_COMPUTE_CAPABILITY
     # The cache written by the first build is read by the next one.
-    build_engine(variant, tmp_path / "again", EngineProfile(MAX_BATCH), precision, EngineOptions(timing_cache=cache))
+    build_engine(
+        variant,
+        tmp_path / "again",
+        EngineProfile(MAX_BATCH),
+        precision,
+        EngineOptions(timing_cache=cache),
+    )
 
 
 def test_rtx_refuses_an_unknown_target(tiny, tmp_path) -> None:
@@ -265,7 +324,9 @@ def test_rtx_refuses_an_unknown_target(tiny, tmp_path) -> None:
         pytest.skip("full TensorRT targets the local GPU")
     src, _ = tiny
     with pytest.raises(EngineBuildError, match="cannot target compute capability 9.0"):
-        build_engine(src, tmp_path / "out", EngineProfile(4), "fp32", EngineOptions(compute_capability="9.0"))
+        build_engine(
+            src, tmp_path / "out", EngineProfile(4), "fp32", EngineOptions(compute_capability="9.0")
+        )
 
 
 @pytest.fixture(scope="module")
@@ -276,9 +337,16 @@ def sequence_model(tmp_path_factory) -> Path:
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GELU(), torch.nn.Linear(8, 2)).eval()
     path = tmp_path_factory.mktemp("seq") / "model.onnx"
-    torch.onnx.export(net, (torch.randn(2, 5, 4),), str(path), input_names=["x"], output_names=["y"],
-                      dynamic_axes={"x": {0: "batch", 1: "seq"}, "y": {0: "batch", 1: "seq"}},
-                      opset_version=17, dynamo=False)
+    torch.onnx.export(
+        net,
+        (torch.randn(2, 5, 4),),
+        str(path),
+        input_names=["x"],
+        output_names=["y"],
+        dynamic_axes={"x": {0: "batch", 1: "seq"}, "y": {0: "batch", 1: "seq"}},
+        opset_version=17,
+        dynamo=False,
+    )
     return to_fp16(path, path.with_name("fp16.onnx"))
 
 
@@ -287,10 +355,18 @@ def test_dynamic_axes_need_and_get_profile_ranges(sequence_model, tmp_path) -> N
     with pytest.raises(EngineBuildError, match="dynamic non-batch axes.*engine_axis_ranges"):
         build_engine(sequence_model, tmp_path / "a", EngineProfile(4), "fp16")
     with pytest.raises(EngineBuildError, match="axis 2 of input 'x'"):
-        build_engine(sequence_model, tmp_path / "b", EngineProfile(4, axis_ranges={"x": ((1, 4), (8, 3), (16, 4))}),
-                     "fp16")
-    meta = build_engine(sequence_model, tmp_path / "c", EngineProfile(4, axis_ranges={"x": ((1, 4), (8, 4), (16, 4))}),
-                        "fp16")
+        build_engine(
+            sequence_model,
+            tmp_path / "b",
+            EngineProfile(4, axis_ranges={"x": ((1, 4), (8, 3), (16, 4))}),
+            "fp16",
+        )
+    meta = build_engine(
+        sequence_model,
+        tmp_path / "c",
+        EngineProfile(4, axis_ranges={"x": ((1, 4), (8, 4), (16, 4))}),
+        "fp16",
+    )
     assert meta.profiles["x"] == {"min": [1, 1, 4], "opt": [4, 8, 4], "max": [4, 16, 4]}
 
 
@@ -307,24 +383,37 @@ def test_repository_check_names_the_entry(tmp_path) -> None:
     meta = _metadata(engine_sha256=file_sha256(version / "model.plan"))
     meta.write(version)
     assert check_repository_engines(tmp_path / "repo", target) == ["m_trt_fp16"]
-    with pytest.raises(EngineMismatchError, match="m_trt_fp16: built for compute capability 8.9, not 8.6"):
+    with pytest.raises(
+        EngineMismatchError, match="m_trt_fp16: built for compute capability 8.9, not 8.6"
+    ):
         check_repository_engines(tmp_path / "repo", ServingTarget("gpu", "10.9.0", "8.6"))
     refusals = engine_refusals(tmp_path / "repo", ServingTarget.embedded())
-    assert list(refusals) == ["m_trt_fp16"] and "cannot load TensorRT plans" in str(refusals["m_trt_fp16"])
+    assert list(refusals) == ["m_trt_fp16"] and "cannot load TensorRT plans" in str(
+        refusals["m_trt_fp16"]
+    )
 
 
 def test_serving_target_reads_flavour_version_and_capability_from_the_metadata(tmp_path) -> None:
     meta = _metadata()  # full TensorRT 10.9.0, compute capability 8.9
     assert ServingTarget("t", "10.9.0", "8.9").refusal(meta) is None
-    assert ServingTarget("t", "10.9.0.34", "8.9").refusal(meta) is None, "the build number does not matter"
+    assert ServingTarget("t", "10.9.0.34", "8.9").refusal(meta) is None, (
+        "the build number does not matter"
+    )
     assert "TensorRT 10.9.0, t has 10.5.0" in str(ServingTarget("t", "10.5.0", "8.9").refusal(meta))
     assert "not 9.0" in str(ServingTarget("t", "10.9.0", "9.0").refusal(meta))
     rtx = replace(meta, flavour="tensorrt-rtx", tensorrt_version="1.7.1.116")
-    assert "TensorRT-RTX runtime" in str(ServingTarget("t", "10.9.0", "8.9").refusal(rtx)), "never by name"
+    assert "TensorRT-RTX runtime" in str(ServingTarget("t", "10.9.0", "8.9").refusal(rtx)), (
+        "never by name"
+    )
     plan = tmp_path / "model.plan"
     plan.write_bytes(b"not the plan")
-    assert "sha256" in str(ServingTarget("t", "10.9.0", "8.9").refusal(replace(meta, engine_sha256="0" * 64), plan))
+    assert "sha256" in str(
+        ServingTarget("t", "10.9.0", "8.9").refusal(replace(meta, engine_sha256="0" * 64), plan)
+    )
     ngc = ServingTarget.ngc("8.9")
-    assert ngc.tensorrt_version == NGC_TENSORRT[DEFAULT_NGC_RELEASE] and ngc.compute_capability == "8.9"
+    assert (
+        ngc.tensorrt_version == NGC_TENSORRT[DEFAULT_NGC_RELEASE]
+        and ngc.compute_capability == "8.9"
+    )
     with pytest.raises(ValueError, match="unknown NGC Triton release"):
         ServingTarget.ngc("8.9", "19.01")

@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 import tritonclient.http as http
 
-from builders.families.text_embedding import ENCODER, HIDDEN, MAX_LENGTH, SAMPLE_SENTENCES, model_dir
+from builders.families.text_embedding import (
+    ENCODER,
+    HIDDEN,
+    MAX_LENGTH,
+    SAMPLE_SENTENCES,
+    model_dir,
+)
 from builders.python_models.text_pooling import mean_pool_normalize
 from loadtest.loadgen import TritonTarget, closed_loop
 from serving.text_tokenization import load_tokenizer, tokenize
@@ -44,9 +50,13 @@ def client(triton) -> Iterator[http.InferenceServerClient]:
     client.close()
 
 
-def _embed(client: http.InferenceServerClient, texts: list[str], model: str = "text_embedding") -> np.ndarray:
+def _embed(
+    client: http.InferenceServerClient, texts: list[str], model: str = "text_embedding"
+) -> np.ndarray:
     tensor = http.InferInput("TEXT", [len(texts), 1], "BYTES")
-    tensor.set_data_from_numpy(np.array([t.encode("utf-8") for t in texts], dtype=object).reshape(-1, 1))
+    tensor.set_data_from_numpy(
+        np.array([t.encode("utf-8") for t in texts], dtype=object).reshape(-1, 1)
+    )
     return client.infer(model, [tensor]).as_numpy("EMBEDDING")
 
 
@@ -96,7 +106,10 @@ def test_concurrent_single_requests_agree_with_one_batch(client) -> None:
 
 
 def test_similar_sentences_are_closer_than_unrelated_ones(client) -> None:
-    a, b, c = _embed(client, ["A man is playing a guitar.", "Someone plays the guitar.", "The stock market fell today."])
+    a, b, c = _embed(
+        client,
+        ["A man is playing a guitar.", "Someone plays the guitar.", "The stock market fell today."],
+    )
     assert a @ b > a @ c + 0.3
 
 
@@ -106,7 +119,9 @@ def test_tokenizer_truncates_long_text_and_pads_to_the_longest() -> None:
     ids, mask = encoded["input_ids"], encoded["attention_mask"]
     assert ids.shape == (3, MAX_LENGTH) and ids.dtype == np.int64
     assert ids[0, 0] == 101 and ids[0, -1] == 102, "[CLS] ... [SEP] survive truncation"
-    assert mask[1].sum() == 3 and mask[2].sum() == 2, "short text and empty text: [CLS] (word) [SEP]"
+    assert mask[1].sum() == 3 and mask[2].sum() == 2, (
+        "short text and empty text: [CLS] (word) [SEP]"
+    )
     assert (ids[2, 2:] == 0).all() and (encoded["token_type_ids"] == 0).all()
 
 
@@ -158,7 +173,9 @@ def test_token_ids_embed_exactly_as_their_text_and_tokens_are_counted(client) ->
         tokens = http.InferInput("TOKEN_IDS", list(ids.shape), "INT64")
         tokens.set_data_from_numpy(ids)
         from_ids = client.infer("text_embedding", [tokens])
-        np.testing.assert_array_equal(from_ids.as_numpy("EMBEDDING"), from_text.as_numpy("EMBEDDING"))
+        np.testing.assert_array_equal(
+            from_ids.as_numpy("EMBEDDING"), from_text.as_numpy("EMBEDDING")
+        )
         np.testing.assert_array_equal(from_ids.as_numpy("TOKENS"), from_text.as_numpy("TOKENS"))
     assert from_text.as_numpy("TOKENS").ravel().tolist() == [len(ids) for ids in with_specials]
 
@@ -180,7 +197,7 @@ def _texts_of_distinct_lengths(count: int, shortest: int = 48) -> list[str]:
     texts, seen, size = [], set(), 1
     while len(texts) < count:
         start = (size * 7) % len(words)
-        text = " ".join((words[start:] + words * 4)[: size])
+        text = " ".join((words[start:] + words * 4)[:size])
         length = len(tokenizer.encode(text).ids)
         if length >= shortest and length not in seen:
             seen.add(length)
@@ -198,8 +215,13 @@ async def test_mixed_length_requests_share_encoder_executions(client, triton) ->
     """
     texts = _texts_of_distinct_lengths(48)
     requests = tuple({"TEXT": np.array([[t.encode()]], dtype=object)} for t in texts)
-    target = TritonTarget(url=triton.http_url, model="text_embedding", inputs=requests, outputs=("EMBEDDING",),
-                          check=lambda out: bool(np.isfinite(out["EMBEDDING"]).all()))
+    target = TritonTarget(
+        url=triton.http_url,
+        model="text_embedding",
+        inputs=requests,
+        outputs=("EMBEDDING",),
+        check=lambda out: bool(np.isfinite(out["EMBEDDING"]).all()),
+    )
     before = counts(client, ENCODER)
     samples = await closed_loop(target, concurrency=16, duration_s=4.0)
     assert len(samples.status) >= 16 and set(samples.status.tolist()) == {200}
@@ -212,8 +234,12 @@ async def test_mixed_length_requests_share_encoder_executions(client, triton) ->
     assert change.executions < change.inferences, change
     # And merging does not change an embedding: each text embeds as it does alone.
     alone = np.concatenate([_embed(client, [t]) for t in texts[:8]])
-    together = np.concatenate([p.get_result().as_numpy("EMBEDDING") for p in
-                               [client.async_infer("text_embedding", [_text_input(t)]) for t in texts[:8]]])
+    together = np.concatenate(
+        [
+            p.get_result().as_numpy("EMBEDDING")
+            for p in [client.async_infer("text_embedding", [_text_input(t)]) for t in texts[:8]]
+        ]
+    )
     assert _cosines(alone, together).min() >= 0.99999
 
 

@@ -16,7 +16,14 @@ import httpx
 import pytest
 
 from builders.registry import DEFAULT_STACK
-from loadtest.newcomer import DEFAULT_VICTIM, call_model, kill_stub, model_task, start_stack, wait_healed
+from loadtest.newcomer import (
+    DEFAULT_VICTIM,
+    call_model,
+    kill_stub,
+    model_task,
+    start_stack,
+    wait_healed,
+)
 from serving.launcher import TritonPorts
 from serving.ports import reserve_port
 from serving.stub_watch import stub_processes
@@ -24,13 +31,25 @@ from serving.stub_watch import stub_processes
 pytestmark = pytest.mark.integration
 
 
-def test_default_stack_is_ready_answers_and_heals_a_killed_stub(model_repository: Path, tmp_path: Path) -> None:
+def test_default_stack_is_ready_answers_and_heals_a_killed_stub(
+    model_repository: Path, tmp_path: Path
+) -> None:
     ports = TritonPorts.free()
     gateway_port = reserve_port()
-    args = ["--repository", str(model_repository),
-            "--triton-http-port", str(ports.http), "--triton-grpc-port", str(ports.grpc),
-            "--triton-metrics-port", str(ports.metrics), "--gateway-port", str(gateway_port),
-            "--gateway-grpc-port", str(reserve_port())]
+    args = [
+        "--repository",
+        str(model_repository),
+        "--triton-http-port",
+        str(ports.http),
+        "--triton-grpc-port",
+        str(ports.grpc),
+        "--triton-metrics-port",
+        str(ports.metrics),
+        "--gateway-port",
+        str(gateway_port),
+        "--gateway-grpc-port",
+        str(reserve_port()),
+    ]
     with start_stack(args, tmp_path / "state", gateway_port, timeout_s=600) as stack:
         ready = stack.wait_ready(timeout_s=300)
         assert ready.status_code == 200, ready.text
@@ -40,7 +59,9 @@ def test_default_stack_is_ready_answers_and_heals_a_killed_stub(model_repository
         tasks = {model: model_task(stack, model) for model in models}
         for model in models:
             response = call_model(stack, model, tasks[model])
-            assert response.status_code == 200, f"{model}: {response.status_code} {response.text[:300]}"
+            assert response.status_code == 200, (
+                f"{model}: {response.status_code} {response.text[:300]}"
+            )
 
         public, dying = DEFAULT_VICTIM
         triton_pid = stack.triton_pid()
@@ -65,5 +86,7 @@ def test_default_stack_is_ready_answers_and_heals_a_killed_stub(model_repository
         for model in others:  # nothing else failed
             assert call_model(stack, model, tasks[model]).status_code == 200, model
         assert httpx.get(stack.base_url + "/readyz", timeout=60).status_code == 200
-        print(f"\n[newcomer] {public} answered again {recovery:.1f} s after its {dying} stub was killed: {statuses}")
+        print(
+            f"\n[newcomer] {public} answered again {recovery:.1f} s after its {dying} stub was killed: {statuses}"
+        )
     assert stack.process.returncode == 0, stack.process.log_tail()

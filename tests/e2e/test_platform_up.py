@@ -23,20 +23,39 @@ from serving.supervisor import TritonSupervisor
 pytestmark = pytest.mark.integration
 
 
-def test_up_serves_a_first_request_through_the_gateway(model_repository: Path, tmp_path: Path) -> None:
+def test_up_serves_a_first_request_through_the_gateway(
+    model_repository: Path, tmp_path: Path
+) -> None:
     ports = TritonPorts.free()
     gateway_port, gateway_grpc_port = reserve_port(), reserve_port()
     command = [
-        sys.executable, "-m", "inferctl", "up", "--repository", str(model_repository),
-        "--models", "image_classifier", "--state-dir", str(tmp_path / "state"),
-        "--triton-http-port", str(ports.http), "--triton-grpc-port", str(ports.grpc),
-        "--triton-metrics-port", str(ports.metrics), "--gateway-port", str(gateway_port),
-        "--gateway-grpc-port", str(gateway_grpc_port),
+        sys.executable,
+        "-m",
+        "inferctl",
+        "up",
+        "--repository",
+        str(model_repository),
+        "--models",
+        "image_classifier",
+        "--state-dir",
+        str(tmp_path / "state"),
+        "--triton-http-port",
+        str(ports.http),
+        "--triton-grpc-port",
+        str(ports.grpc),
+        "--triton-metrics-port",
+        str(ports.metrics),
+        "--gateway-port",
+        str(gateway_port),
+        "--gateway-grpc-port",
+        str(gateway_grpc_port),
     ]
     env = dict(os.environ, COLUMNS="200", GATEWAY_ADMIN_TOKEN="")
     process = ManagedProcess(command, name="inferctl up", env=env).start()
     try:
-        process.wait_until(lambda: "Press Ctrl-C" in process.log_tail(), timeout_s=240, what="printing its welcome")
+        process.wait_until(
+            lambda: "Press Ctrl-C" in process.log_tail(), timeout_s=240, what="printing its welcome"
+        )
         output = "\n".join(process.log_lines())
         key = re.search(r"(gk_[A-Za-z0-9_\-]+)", output)
         assert key, output
@@ -56,12 +75,16 @@ def test_up_serves_a_first_request_through_the_gateway(model_repository: Path, t
 
         grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{gateway_grpc_port}")
         try:  # the gateway's gRPC entry, with the same key
-            assert grpc.is_model_ready("image_classifier", headers={"authorization": f"Bearer {key.group(1)}"})
+            assert grpc.is_model_ready(
+                "image_classifier", headers={"authorization": f"Bearer {key.group(1)}"}
+            )
         finally:
             grpc.close()
         assert not (tmp_path / "state" / "keys.sqlite3").read_bytes().count(key.group(1).encode())
     finally:
-        process.stop(timeout_s=60)  # SIGTERM: `inferctl up` stops the gateway and Triton, then exits 0
+        process.stop(
+            timeout_s=60
+        )  # SIGTERM: `inferctl up` stops the gateway and Triton, then exits 0
     assert process.returncode == 0, process.log_tail()
 
 
@@ -73,9 +96,13 @@ def test_supervisor_restarts_a_crashed_triton(model_repository: Path) -> None:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
-                if server.pid != first_pid and httpx.get(
-                    f"http://{server.http_url}/v2/models/efficientnet_lite0/ready", timeout=1
-                ).status_code == 200:
+                if (
+                    server.pid != first_pid
+                    and httpx.get(
+                        f"http://{server.http_url}/v2/models/efficientnet_lite0/ready", timeout=1
+                    ).status_code
+                    == 200
+                ):
                     break
             except httpx.HTTPError:
                 pass

@@ -27,27 +27,56 @@ def _snippets() -> list[tuple[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def readme_gateway(triton: TritonServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    gateway = start_gateway(tmp_path_factory.mktemp("readme-gateway"), triton.http_url, grpc_port=reserve_port())
+def readme_gateway(
+    triton: TritonServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[GatewayProcess]:
+    gateway = start_gateway(
+        tmp_path_factory.mktemp("readme-gateway"), triton.http_url, grpc_port=reserve_port()
+    )
     yield gateway
     gateway.stop()
 
 
 def test_the_readme_shows_one_snippet_per_client() -> None:
-    kinds = [(language, "openai" in code, "tritonclient.http" in code, "tritonclient.grpc" in code, "curl" in code)
-             for language, code in _snippets()]
-    assert kinds == [("python", True, False, False, False), ("python", False, True, False, False),
-                     ("python", False, False, True, False), ("bash", False, False, False, True)]
+    kinds = [
+        (
+            language,
+            "openai" in code,
+            "tritonclient.http" in code,
+            "tritonclient.grpc" in code,
+            "curl" in code,
+        )
+        for language, code in _snippets()
+    ]
+    assert kinds == [
+        ("python", True, False, False, False),
+        ("python", False, True, False, False),
+        ("python", False, False, True, False),
+        ("bash", False, False, False, True),
+    ]
 
 
-@pytest.mark.parametrize("index", range(4), ids=["openai", "tritonclient-http", "tritonclient-grpc", "curl"])
+@pytest.mark.parametrize(
+    "index", range(4), ids=["openai", "tritonclient-http", "tritonclient-grpc", "curl"]
+)
 def test_readme_snippet_runs(readme_gateway: GatewayProcess, tmp_path: Path, index: int) -> None:
     language, code = _snippets()[index]
     headers, _ = create_key(readme_gateway)
-    env = dict(os.environ, GATEWAY=readme_gateway.url.removeprefix("http://"), GATEWAY_GRPC=readme_gateway.grpc_url,
-               API_KEY=headers["Authorization"].removeprefix("Bearer "))
+    env = dict(
+        os.environ,
+        GATEWAY=readme_gateway.url.removeprefix("http://"),
+        GATEWAY_GRPC=readme_gateway.grpc_url,
+        API_KEY=headers["Authorization"].removeprefix("Bearer "),
+    )
     command = [sys.executable, "-c", code] if language == "python" else ["bash", "-c", code]
-    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path)
+    done = subprocess.run(
+        command, capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path
+    )
     assert done.returncode == 0, done.stderr
-    expected = {0: r"^384 \d+$", 1: r"^\(1, 1000\)$", 2: r"^\(1, 1000\)$", 3: r'"embedding":\s*\[-?\d.*"usage"'}[index]
+    expected = {
+        0: r"^384 \d+$",
+        1: r"^\(1, 1000\)$",
+        2: r"^\(1, 1000\)$",
+        3: r'"embedding":\s*\[-?\d.*"usage"',
+    }[index]
     assert re.search(expected, done.stdout.strip()), done.stdout[:300]

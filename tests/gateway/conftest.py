@@ -55,8 +55,12 @@ def gateway_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object
     """``factory(triton_http_url, workdir=None, **settings) -> GatewayProcess``; all stopped at the end."""
     started: list[GatewayProcess] = []
 
-    def factory(triton_http_url: str, workdir: Path | None = None, **settings: object) -> GatewayProcess:
-        gateway = start_gateway(workdir or tmp_path_factory.mktemp("gateway"), triton_http_url, **settings)
+    def factory(
+        triton_http_url: str, workdir: Path | None = None, **settings: object
+    ) -> GatewayProcess:
+        gateway = start_gateway(
+            workdir or tmp_path_factory.mktemp("gateway"), triton_http_url, **settings
+        )
         started.append(gateway)
         return gateway
 

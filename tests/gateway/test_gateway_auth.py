@@ -29,10 +29,20 @@ def test_valid_key_is_served_with_ratelimit_headers(gateway, admin) -> None:
     response = httpx.post(gateway.url + INFER, json=tiny_request(2), headers=admin.headers(key))
     assert response.status_code == 200, response.text
     assert response.json()["outputs"][0]["data"] == [5.0, 4.0, 5.0, 4.0]
-    for header in ("RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset", "RateLimit-Policy",
-                   "x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests"):
+    for header in (
+        "RateLimit-Limit",
+        "RateLimit-Remaining",
+        "RateLimit-Reset",
+        "RateLimit-Policy",
+        "x-ratelimit-limit-requests",
+        "x-ratelimit-remaining-requests",
+        "x-ratelimit-reset-requests",
+    ):
         assert header in response.headers
-    assert response.headers["x-ratelimit-remaining-requests"] == response.headers["RateLimit-Remaining"]
+    assert (
+        response.headers["x-ratelimit-remaining-requests"]
+        == response.headers["RateLimit-Remaining"]
+    )
     # X-API-Key works as well as the bearer form.
     response = httpx.post(
         gateway.url + INFER, json=tiny_request(), headers={"X-API-Key": str(key["api_key"])}
@@ -45,7 +55,9 @@ def test_missing_key_is_refused(gateway) -> None:
     assert "missing credential" in _assert_problem(response, 401).message
     assert "WWW-Authenticate" in response.headers
     # The same refusal as a problem document, for a client that asks for one.
-    asked = httpx.post(gateway.url + INFER, json=tiny_request(), headers={"Accept": "application/problem+json"})
+    asked = httpx.post(
+        gateway.url + INFER, json=tiny_request(), headers={"Accept": "application/problem+json"}
+    )
     assert _assert_problem(asked, 401, "authorization").shape == "problem"
 
 
@@ -53,16 +65,24 @@ def test_wrong_key_is_refused(gateway, admin) -> None:
     key = admin.create_key()
     tampered = str(key["api_key"])[:-4] + "AAAA"
     _assert_problem(
-        httpx.post(gateway.url + INFER, json=tiny_request(), headers={"Authorization": f"Bearer {tampered}"}),
+        httpx.post(
+            gateway.url + INFER,
+            json=tiny_request(),
+            headers={"Authorization": f"Bearer {tampered}"},
+        ),
         401,
     )
     unknown = "gk_000000000000_" + "x" * 43
     _assert_problem(
-        httpx.post(gateway.url + INFER, json=tiny_request(), headers={"Authorization": f"Bearer {unknown}"}),
+        httpx.post(
+            gateway.url + INFER, json=tiny_request(), headers={"Authorization": f"Bearer {unknown}"}
+        ),
         401,
     )
     _assert_problem(
-        httpx.post(gateway.url + INFER, json=tiny_request(), headers={"Authorization": "Bearer not-a-key"}),
+        httpx.post(
+            gateway.url + INFER, json=tiny_request(), headers={"Authorization": "Bearer not-a-key"}
+        ),
         401,
     )
 
@@ -75,14 +95,18 @@ def test_revoked_key_is_refused(gateway, admin) -> None:
         f"{gateway.url}/admin/keys/{key['key_id']}", headers={"X-Admin-Token": ADMIN_TOKEN}
     )
     assert revoked.status_code == 200 and revoked.json()["revoked_at"] is not None
-    body = _assert_problem(httpx.post(gateway.url + INFER, json=tiny_request(), headers=headers), 401)
+    body = _assert_problem(
+        httpx.post(gateway.url + INFER, json=tiny_request(), headers=headers), 401
+    )
     assert "revoked" in body.message
 
 
 def test_out_of_scope_key_is_refused(gateway, admin) -> None:
     key = admin.create_key(scopes=["slow_echo"])
     body = _assert_problem(
-        httpx.post(gateway.url + INFER, json=tiny_request(), headers=admin.headers(key)), 403, "model"
+        httpx.post(gateway.url + INFER, json=tiny_request(), headers=admin.headers(key)),
+        403,
+        "model",
     )
     assert "tiny_linear" in body.message
     models = httpx.get(gateway.url + "/v1/models", headers=admin.headers(key)).json()["data"]
@@ -97,8 +121,13 @@ def test_rotation_replaces_the_secret(gateway, admin) -> None:
     assert rotated.status_code == 200, rotated.text
     new = rotated.json()
     assert new["key_id"] == key["key_id"] and new["api_key"] != key["api_key"]
-    _assert_problem(httpx.post(gateway.url + INFER, json=tiny_request(), headers=admin.headers(key)), 401)
-    assert httpx.post(gateway.url + INFER, json=tiny_request(), headers=admin.headers(new)).status_code == 200
+    _assert_problem(
+        httpx.post(gateway.url + INFER, json=tiny_request(), headers=admin.headers(key)), 401
+    )
+    assert (
+        httpx.post(gateway.url + INFER, json=tiny_request(), headers=admin.headers(new)).status_code
+        == 200
+    )
 
 
 def test_admin_api_needs_its_own_credential(gateway, admin) -> None:
@@ -116,7 +145,9 @@ def test_admin_api_needs_its_own_credential(gateway, admin) -> None:
     )
     _assert_problem(bad_tier, 400, "tier")
     _assert_problem(
-        httpx.delete(gateway.url + "/admin/keys/ffffffffffff", headers={"X-Admin-Token": ADMIN_TOKEN}),
+        httpx.delete(
+            gateway.url + "/admin/keys/ffffffffffff", headers={"X-Admin-Token": ADMIN_TOKEN}
+        ),
         404,
         "key_id",
     )
@@ -158,10 +189,17 @@ def test_jwt_bearer_tokens(jwt_gateway) -> None:
     assert call(_token()).status_code == 200
     assert "expired" in str(_assert_problem(call(_token(exp=int(time.time()) - 60)), 401).message)
     assert "audience" in str(_assert_problem(call(_token(aud="someone-else")), 401).message).lower()
-    assert "issuer" in str(_assert_problem(call(_token(iss="https://evil.test")), 401).message).lower()
+    assert (
+        "issuer" in str(_assert_problem(call(_token(iss="https://evil.test")), 401).message).lower()
+    )
     _assert_problem(call(_token(exp=None)), 401)
     forged = jwt.encode(
-        {"sub": "x", "iss": "https://issuer.test", "aud": "inference-gateway", "exp": int(time.time()) + 60},
+        {
+            "sub": "x",
+            "iss": "https://issuer.test",
+            "aud": "inference-gateway",
+            "exp": int(time.time()) + 60,
+        },
         "wrong-secret-wrong-secret-wrong-secret!!",
         algorithm="HS256",
     )
@@ -173,7 +211,9 @@ def test_secrets_never_reach_the_log(gateway, admin) -> None:
     key = admin.create_key()
     httpx.post(gateway.url + INFER, json=tiny_request(), headers=admin.headers(key))
     httpx.post(
-        gateway.url + INFER, json=tiny_request(), headers={"Authorization": f"Bearer {key['api_key']}x"}
+        gateway.url + INFER,
+        json=tiny_request(),
+        headers={"Authorization": f"Bearer {key['api_key']}x"},
     )
     log = gateway.log()
     assert str(key["key_id"]) in log  # the public id is logged, so the log is not simply empty
@@ -188,7 +228,13 @@ def test_the_key_store_and_tenant_databases_are_private(gateway, admin) -> None:
 
     admin.create_key()  # a write (its WAL and shared-memory files, while they exist, are checked too)
     keys = Path(gateway.env["GATEWAY_KEYS_DB"])
-    files = [p for p in keys.parent.iterdir() if p.name.startswith((keys.name, "gateway_jobs", "gateway_usage"))]
+    files = [
+        p
+        for p in keys.parent.iterdir()
+        if p.name.startswith((keys.name, "gateway_jobs", "gateway_usage"))
+    ]
     assert keys in files, files
     for path in files:
-        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600, f"{path.name} is {oct(os.stat(path).st_mode)}"
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600, (
+            f"{path.name} is {oct(os.stat(path).st_mode)}"
+        )

@@ -61,7 +61,9 @@ class Held:
     answers: list[Future[httpx.Response]]
 
     def release(self) -> None:
-        assert not any(f.done() for f in self.answers), "the instances were freed before the request was dropped"
+        assert not any(f.done() for f in self.answers), (
+            "the instances were freed before the request was dropped"
+        )
         for hold in self.holds:
             release_slow(self.triton.repository, hold)
         for future in self.answers:
@@ -79,11 +81,20 @@ def held(tiny_triton: TritonServer, hold_numbers: Iterator[int]) -> Iterator[Hel
     url = f"http://{tiny_triton.http_url}/v2/models/{SLOW_MODEL}/infer"
     holds = [next(hold_numbers) for _ in range(_INSTANCES)]
     with ThreadPoolExecutor(_INSTANCES) as pool:
-        held = Held(tiny_triton, holds, [pool.submit(httpx.post, url, json=_body(-h), timeout=120) for h in holds])
+        held = Held(
+            tiny_triton,
+            holds,
+            [pool.submit(httpx.post, url, json=_body(-h), timeout=120) for h in holds],
+        )
         try:
             # metrics first: its round trip paces the loop
-            _wait(lambda: _pending(tiny_triton) == 0 and
-                  all(-h in slow_executions(tiny_triton.repository) for h in holds), "both instances held")
+            _wait(
+                lambda: (
+                    _pending(tiny_triton) == 0
+                    and all(-h in slow_executions(tiny_triton.repository) for h in holds)
+                ),
+                "both instances held",
+            )
             yield held
         finally:
             for hold in holds:
@@ -92,12 +103,17 @@ def held(tiny_triton: TritonServer, hold_numbers: Iterator[int]) -> Iterator[Hel
 
 @pytest.fixture(scope="module")
 def grpc_gateway(gateway_factory, tiny_triton: TritonServer) -> GatewayProcess:  # type: ignore[no-untyped-def]
-    return gateway_factory(tiny_triton.http_url, triton_protocol="grpc", triton_grpc_url=tiny_triton.grpc_url,
-                           upstream_timeout_s=60)
+    return gateway_factory(
+        tiny_triton.http_url,
+        triton_protocol="grpc",
+        triton_grpc_url=tiny_triton.grpc_url,
+        upstream_timeout_s=60,
+    )
 
 
 def test_a_client_that_leaves_is_dropped_from_tritons_queue(
-        grpc_gateway: GatewayProcess, tiny_triton: TritonServer, held: Held) -> None:
+    grpc_gateway: GatewayProcess, tiny_triton: TritonServer, held: Held
+) -> None:
     marker = 311
     auth, _ = create_key(grpc_gateway)
     body = json.dumps(_body(marker)).encode()
@@ -105,12 +121,18 @@ def test_a_client_that_leaves_is_dropped_from_tritons_queue(
     with socket.create_connection((host, int(port)), timeout=20) as sock:
         sock.sendall(
             f"POST /v2/models/{SLOW_MODEL}/infer HTTP/1.1\r\nHost: x\r\nAuthorization: {auth['Authorization']}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+            + body
         )
         _wait(lambda: _pending(tiny_triton) == 1, "the request waits in Triton's queue")
-    _wait(lambda: "client disconnected; its request is cancelled" in grpc_gateway.log(), "the gateway noticed")
+    _wait(
+        lambda: "client disconnected; its request is cancelled" in grpc_gateway.log(),
+        "the gateway noticed",
+    )
     # One more RPC on the gateway's channel: its answer comes after the cancelled stream's reset.
-    answer = httpx.post(grpc_gateway.url + f"/v2/models/{TINY_MODEL}/infer", json=tiny_request(), headers=auth)
+    answer = httpx.post(
+        grpc_gateway.url + f"/v2/models/{TINY_MODEL}/infer", json=tiny_request(), headers=auth
+    )
     assert answer.status_code == 200, answer.text
     held.release()
     _wait(lambda: _pending(tiny_triton) == 0, "Triton's queue is empty")
@@ -118,14 +140,23 @@ def test_a_client_that_leaves_is_dropped_from_tritons_queue(
 
 
 def test_a_request_past_its_deadline_is_dropped_from_tritons_queue(
-        gateway_factory, tiny_triton: TritonServer, held: Held) -> None:  # type: ignore[no-untyped-def]
+    gateway_factory, tiny_triton: TritonServer, held: Held
+) -> None:  # type: ignore[no-untyped-def]
     marker = 312
-    gateway = gateway_factory(tiny_triton.http_url, triton_protocol="grpc", triton_grpc_url=tiny_triton.grpc_url,
-                              upstream_timeout_s=1.5)
+    gateway = gateway_factory(
+        tiny_triton.http_url,
+        triton_protocol="grpc",
+        triton_grpc_url=tiny_triton.grpc_url,
+        upstream_timeout_s=1.5,
+    )
     auth, _ = create_key(gateway)
-    answer = httpx.post(gateway.url + f"/v2/models/{SLOW_MODEL}/infer", json=_body(marker), headers=auth, timeout=60)
+    answer = httpx.post(
+        gateway.url + f"/v2/models/{SLOW_MODEL}/infer", json=_body(marker), headers=auth, timeout=60
+    )
     assert answer.status_code == 504, answer.text
-    answer = httpx.post(gateway.url + f"/v2/models/{TINY_MODEL}/infer", json=tiny_request(), headers=auth)
+    answer = httpx.post(
+        gateway.url + f"/v2/models/{TINY_MODEL}/infer", json=tiny_request(), headers=auth
+    )
     assert answer.status_code == 200, answer.text
     held.release()
     _wait(lambda: _pending(tiny_triton) == 0, "Triton's queue is empty")

@@ -20,7 +20,11 @@ def image_gateway(gateway_factory, triton):  # type: ignore[no-untyped-def]
     gateway = gateway_factory(triton.http_url, max_body_bytes=4 * 1024 * 1024)
     key = httpx.post(
         gateway.url + "/admin/keys",
-        json={"name": "img", "scopes": ["image_classifier", "efficientnet_lite0"], "tier": "unlimited"},
+        json={
+            "name": "img",
+            "scopes": ["image_classifier", "efficientnet_lite0"],
+            "tier": "unlimited",
+        },
         headers={"X-Admin-Token": ADMIN_TOKEN},
     ).json()
     return gateway, {"Authorization": f"Bearer {key['api_key']}"}
@@ -36,7 +40,10 @@ def _jpeg() -> bytes:
 
 def test_classify_a_cat(image_gateway) -> None:
     gateway, auth = image_gateway
-    files = [("file", ("chelsea.jpg", _jpeg(), "image/jpeg")), ("file", ("again.jpg", _jpeg(), "image/jpeg"))]
+    files = [
+        ("file", ("chelsea.jpg", _jpeg(), "image/jpeg")),
+        ("file", ("again.jpg", _jpeg(), "image/jpeg")),
+    ]
     response = httpx.post(gateway.url + "/v1/classify", files=files, headers=auth, timeout=60)
     assert response.status_code == 200, response.text
     body = response.json()
@@ -49,7 +56,9 @@ def test_classify_a_cat(image_gateway) -> None:
 def test_classify_refuses_what_is_not_an_image(image_gateway) -> None:
     gateway, auth = image_gateway
     response = httpx.post(
-        gateway.url + "/v1/classify", files=[("file", ("x.txt", b"hello", "text/plain"))], headers=auth
+        gateway.url + "/v1/classify",
+        files=[("file", ("x.txt", b"hello", "text/plain"))],
+        headers=auth,
     )
     assert response.status_code == 400 and response.json()["field"] == "file"
     corrupt = b"\xff\xd8\xff" + b"\x00" * 200  # looks like a JPEG, is not one: Triton refuses it

@@ -36,10 +36,15 @@ def deadline_gateway(gateway_factory, tiny_triton: TritonServer) -> GatewayProce
 
 def _key(gateway: GatewayProcess, tier: str) -> dict[str, str]:
     response = httpx.post(
-        gateway.url + "/admin/keys", json={"name": tier, "tier": tier}, headers={"X-Admin-Token": ADMIN_TOKEN}
+        gateway.url + "/admin/keys",
+        json={"name": tier, "tier": tier},
+        headers={"X-Admin-Token": ADMIN_TOKEN},
     )
     assert response.status_code == 201, response.text
-    return {"Authorization": f"Bearer {response.json()['api_key']}", "Accept": "application/problem+json"}
+    return {
+        "Authorization": f"Bearer {response.json()['api_key']}",
+        "Accept": "application/problem+json",
+    }
 
 
 def _slow(delay_ms: int) -> dict[str, object]:
@@ -69,7 +74,10 @@ def _stats(triton: TritonServer) -> dict[str, int]:
 
 def _pending(triton: TritonServer) -> int:
     for line in httpx.get(triton.metrics_url).text.splitlines():
-        if line.startswith("nv_inference_pending_request_count") and f'model="{SLOW_MODEL}"' in line:
+        if (
+            line.startswith("nv_inference_pending_request_count")
+            and f'model="{SLOW_MODEL}"' in line
+        ):
             return int(float(line.rsplit(" ", 1)[1]))
     return 0
 
@@ -92,7 +100,10 @@ def hold_instances(tiny_triton: TritonServer) -> Iterator[Callable[[int, int], l
     def hold(*ids: int) -> list[Future[None]]:
         holds.extend(ids)
         futures = [pool.submit(run, i) for i in ids]
-        _wait_for(lambda: all(-i in slow_executions(tiny_triton.repository) for i in ids), "both instances held")
+        _wait_for(
+            lambda: all(-i in slow_executions(tiny_triton.repository) for i in ids),
+            "both instances held",
+        )
         return futures
 
     yield hold
@@ -101,20 +112,30 @@ def hold_instances(tiny_triton: TritonServer) -> Iterator[Callable[[int, int], l
     pool.shutdown(wait=True)
 
 
-def test_work_the_gateway_gave_up_on_is_dropped_not_run(deadline_gateway, tiny_triton, hold_instances) -> None:  # type: ignore[no-untyped-def]
+def test_work_the_gateway_gave_up_on_is_dropped_not_run(
+    deadline_gateway, tiny_triton, hold_instances
+) -> None:  # type: ignore[no-untyped-def]
     auth = _key(deadline_gateway, "low")
     marker, count = 7007, 3
     held = hold_instances(1101, 1102)
     before = _stats(tiny_triton)
     url = deadline_gateway.url + f"/v2/models/{SLOW_MODEL}/infer"
     with ThreadPoolExecutor(count) as pool:
-        answers = list(pool.map(lambda _: httpx.post(url, json=_slow(marker), headers=auth, timeout=30), range(count)))
+        answers = list(
+            pool.map(
+                lambda _: httpx.post(url, json=_slow(marker), headers=auth, timeout=30),
+                range(count),
+            )
+        )
     # The gateway gave up after its deadline; the requests it had queued in Triton carried that deadline.
     assert [a.status_code for a in answers] == [504] * count, [a.text for a in answers]
     assert all(a.headers["content-type"].startswith("application/problem+json") for a in answers)
     # Triton rejects them from its queue (its statistics count them as failed) while both instances
     # are still held: they never reached the model.
-    _wait_for(lambda: _stats(tiny_triton)["fail"] >= before["fail"] + count, "Triton to reject the expired requests")
+    _wait_for(
+        lambda: _stats(tiny_triton)["fail"] >= before["fail"] + count,
+        "Triton to reject the expired requests",
+    )
     release_slow(tiny_triton.repository, 1101)
     release_slow(tiny_triton.repository, 1102)
     for future in held:

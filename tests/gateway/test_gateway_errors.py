@@ -33,12 +33,19 @@ PROBLEM = {"Accept": "application/problem+json"}
 
 def test_unknown_model_is_404_naming_it(gateway, headers) -> None:
     error = api_error(
-        httpx.post(gateway.url + "/v2/models/no_such_model/infer", json=tiny_request(), headers=headers), 404
+        httpx.post(
+            gateway.url + "/v2/models/no_such_model/infer", json=tiny_request(), headers=headers
+        ),
+        404,
     )
     assert "no_such_model" in error.message
-    assert api_error(httpx.get(gateway.url + "/v2/models/no_such_model/ready", headers=headers), 404)
+    assert api_error(
+        httpx.get(gateway.url + "/v2/models/no_such_model/ready", headers=headers), 404
+    )
     asked = httpx.post(
-        gateway.url + "/v2/models/no_such_model/infer", json=tiny_request(), headers={**headers, **PROBLEM}
+        gateway.url + "/v2/models/no_such_model/infer",
+        json=tiny_request(),
+        headers={**headers, **PROBLEM},
     )
     assert _problem(asked, 404)["field"] == "model"
 
@@ -46,14 +53,20 @@ def test_unknown_model_is_404_naming_it(gateway, headers) -> None:
 def test_not_yet_built_models_are_404_naming_them(gateway, headers) -> None:
     emb = api_error(
         httpx.post(
-            gateway.url + "/v1/embeddings", json={"model": "text_embedding", "input": ["hi"]}, headers=headers
+            gateway.url + "/v1/embeddings",
+            json={"model": "text_embedding", "input": ["hi"]},
+            headers=headers,
         ),
         404,
     )
-    assert "text_embedding" in emb.message and emb.field == "model" and emb.code == "model_not_found"
+    assert (
+        "text_embedding" in emb.message and emb.field == "model" and emb.code == "model_not_found"
+    )
     img = api_error(
         httpx.post(
-            gateway.url + "/v1/images/generations", json={"prompt": "a fox", "size": "64x64"}, headers=headers
+            gateway.url + "/v1/images/generations",
+            json={"prompt": "a fox", "size": "64x64"},
+            headers=headers,
         ),
         404,
     )
@@ -61,15 +74,34 @@ def test_not_yet_built_models_are_404_naming_them(gateway, headers) -> None:
 
 
 def test_bad_input_names_the_field(gateway, headers) -> None:
-    wrong_shape = {"inputs": [{"name": "input", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 3]}]}
-    body = _problem(httpx.post(gateway.url + INFER, json=wrong_shape, headers={**headers, **PROBLEM}), 400)
+    wrong_shape = {
+        "inputs": [{"name": "input", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 3]}]
+    }
+    body = _problem(
+        httpx.post(gateway.url + INFER, json=wrong_shape, headers={**headers, **PROBLEM}), 400
+    )
     assert body["field"] == "inputs.input"
-    assert "input" in api_error(httpx.post(gateway.url + INFER, json=wrong_shape, headers=headers), 400).message
+    assert (
+        "input"
+        in api_error(
+            httpx.post(gateway.url + INFER, json=wrong_shape, headers=headers), 400
+        ).message
+    )
     # OpenAI answers invalid parameters with 400 (the SDKs raise BadRequestError) and names them in `param`.
-    missing = api_error(httpx.post(gateway.url + "/v1/embeddings", json={"model": "text_embedding"}, headers=headers), 400)
+    missing = api_error(
+        httpx.post(
+            gateway.url + "/v1/embeddings", json={"model": "text_embedding"}, headers=headers
+        ),
+        400,
+    )
     assert missing.field == "input" and missing.code == "validation_error"
     size = api_error(
-        httpx.post(gateway.url + "/v1/images/generations", json={"prompt": "x", "size": "big"}, headers=headers), 400
+        httpx.post(
+            gateway.url + "/v1/images/generations",
+            json={"prompt": "x", "size": "big"},
+            headers=headers,
+        ),
+        400,
     )
     assert size.field == "size"
     bad_json = httpx.post(
@@ -83,15 +115,22 @@ def test_bad_input_names_the_field(gateway, headers) -> None:
 def test_metadata_and_readiness_passthrough(gateway, headers) -> None:
     meta = httpx.get(gateway.url + "/v2/models/tiny_linear", headers=headers)
     assert meta.status_code == 200 and meta.json()["inputs"][0]["name"] == "input"
-    assert httpx.get(gateway.url + "/v2/models/tiny_linear/ready", headers=headers).status_code == 200
+    assert (
+        httpx.get(gateway.url + "/v2/models/tiny_linear/ready", headers=headers).status_code == 200
+    )
     assert httpx.get(gateway.url + "/readyz").status_code == 200
     assert httpx.get(gateway.url + "/v2/health/ready").status_code == 200
 
 
 def test_oversized_bodies_are_413_declared_or_streamed(gateway, headers) -> None:
     big = b"x" * (64 * 1024 + 1)
-    assert "larger than the limit" in api_error(httpx.post(gateway.url + INFER, content=big, headers=headers), 413).message
-    body = _problem(httpx.post(gateway.url + INFER, content=big, headers={**headers, **PROBLEM}), 413)
+    assert (
+        "larger than the limit"
+        in api_error(httpx.post(gateway.url + INFER, content=big, headers=headers), 413).message
+    )
+    body = _problem(
+        httpx.post(gateway.url + INFER, content=big, headers={**headers, **PROBLEM}), 413
+    )
     assert body["field"] == "body"
 
     def chunks():  # no Content-Length: chunked transfer, counted as it streams
@@ -104,7 +143,9 @@ def test_oversized_bodies_are_413_declared_or_streamed(gateway, headers) -> None
 
 
 def test_unknown_route_is_problem_json(gateway, headers) -> None:
-    assert _problem(httpx.get(gateway.url + "/v1/nothing-here", headers=headers), 404)["status"] == 404
+    assert (
+        _problem(httpx.get(gateway.url + "/v1/nothing-here", headers=headers), 404)["status"] == 404
+    )
 
 
 def test_triton_down_is_fast_503_and_not_ready(gateway_factory, admin) -> None:  # type: ignore[no-untyped-def]
@@ -116,7 +157,10 @@ def test_triton_down_is_fast_503_and_not_ready(gateway_factory, admin) -> None: 
     ).json()
     auth = {"Authorization": f"Bearer {key['api_key']}"}
     response = httpx.post(dead.url + INFER, json=tiny_request(), headers=auth)
-    assert int(response.headers["Retry-After"]) >= 1 and "unreachable" in api_error(response, 503).message
+    assert (
+        int(response.headers["Retry-After"]) >= 1
+        and "unreachable" in api_error(response, 503).message
+    )
     ready = httpx.get(dead.url + "/readyz")
     assert ready.status_code == 503 and "Retry-After" in ready.headers
     assert httpx.get(dead.url + "/healthz").status_code == 200
@@ -143,12 +187,17 @@ def _tight_key(tight_gateway) -> dict[str, str]:  # type: ignore[no-untyped-def]
 def test_slow_upstream_is_504(tight_gateway) -> None:
     auth = _tight_key(tight_gateway)
     assert (
-        httpx.post(tight_gateway.url + "/v2/models/slow_echo/infer", json=_slow(1), headers=auth).status_code
+        httpx.post(
+            tight_gateway.url + "/v2/models/slow_echo/infer", json=_slow(1), headers=auth
+        ).status_code
         == 200
     )
     error = api_error(
         httpx.post(
-            tight_gateway.url + "/v2/models/slow_echo/infer", json=_slow(4000), headers=auth, timeout=20
+            tight_gateway.url + "/v2/models/slow_echo/infer",
+            json=_slow(4000),
+            headers=auth,
+            timeout=20,
         ),
         504,
     )
@@ -170,4 +219,6 @@ def test_in_flight_bound_rejects_fast_with_retry_after(tight_gateway) -> None:
             time.sleep(0.01)
         refused = httpx.post(url, json=_slow(1), headers=auth)
         assert holder.result().status_code == 200
-    assert int(refused.headers["Retry-After"]) >= 1 and "in flight" in api_error(refused, 429).message
+    assert (
+        int(refused.headers["Retry-After"]) >= 1 and "in flight" in api_error(refused, 429).message
+    )

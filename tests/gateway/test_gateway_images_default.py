@@ -16,7 +16,7 @@ import openai
 import pytest
 from PIL import Image
 
-from gateway.image_urls import ImageUrlSigner
+from gateway.jobs.image_urls import ImageUrlSigner
 from tests.support.gateway_procs import ADMIN_TOKEN, create_key
 
 pytestmark = pytest.mark.integration
@@ -39,8 +39,12 @@ def eager_gateway(gateway_factory, sd_triton):  # type: ignore[no-untyped-def]
 @pytest.fixture(scope="module")
 def client(image_gateway) -> openai.OpenAI:  # type: ignore[no-untyped-def]
     _, created = create_key(image_gateway)
-    return openai.OpenAI(base_url=image_gateway.url + "/v1", api_key=str(created["api_key"]), max_retries=0,
-                         timeout=300)
+    return openai.OpenAI(
+        base_url=image_gateway.url + "/v1",
+        api_key=str(created["api_key"]),
+        max_retries=0,
+        timeout=300,
+    )
 
 
 def _png(data: bytes) -> Image.Image:
@@ -78,13 +82,17 @@ def test_default_call_url_and_b64(image_gateway, client) -> None:  # type: ignor
     query = {k: v[0] for k, v in parse_qs(parts.query).items()}
     base = f"{image_gateway.url}{parts.path}"
     # Tampered: a later expiry, another path, a changed signature, no signature -> 403 problem+json.
-    for tampered in (f"{base}?expires={int(query['expires']) + 3600}&signature={query['signature']}",
-                     f"{base[:-2]}xx?expires={query['expires']}&signature={query['signature']}",
-                     f"{base}?expires={query['expires']}&signature={query['signature'][:-2]}AA",
-                     base):
+    for tampered in (
+        f"{base}?expires={int(query['expires']) + 3600}&signature={query['signature']}",
+        f"{base[:-2]}xx?expires={query['expires']}&signature={query['signature']}",
+        f"{base}?expires={query['expires']}&signature={query['signature'][:-2]}AA",
+        base,
+    ):
         refused = httpx.get(tampered)
         assert refused.status_code == 403, tampered
-        assert refused.headers["content-type"].startswith(PROBLEM) and refused.json()["status"] == 403
+        assert (
+            refused.headers["content-type"].startswith(PROBLEM) and refused.json()["status"] == 403
+        )
     # Expired: signed by the same key (derived from the admin token), an expiry in the past -> 410.
     old = ImageUrlSigner(ADMIN_TOKEN).sign(parts.path, -60)
     gone = httpx.get(image_gateway.url + old.relative())
@@ -95,31 +103,48 @@ def test_default_call_url_and_b64(image_gateway, client) -> None:  # type: ignor
 def test_long_requests_become_jobs(eager_gateway) -> None:  # type: ignore[no-untyped-def]
     image_gateway = eager_gateway
     headers, _ = create_key(image_gateway)
-    key_client = openai.OpenAI(base_url=image_gateway.url + "/v1", api_key=headers["Authorization"][7:],
-                               max_retries=0, timeout=300)
+    key_client = openai.OpenAI(
+        base_url=image_gateway.url + "/v1",
+        api_key=headers["Authorization"][7:],
+        max_retries=0,
+        timeout=300,
+    )
     # No estimate before the first generation: it runs now, and teaches the gateway the model's pace.
     first = key_client.images.generate(prompt="warm-up", extra_body={"steps": 2})
     assert first.data and first.data[0].b64_json
     assert _png(base64.b64decode(first.data[0].b64_json)).size == (64, 64)
-    raw = key_client.images.with_raw_response.generate(prompt="a slow fox", response_format="b64_json",
-                                                       extra_body={"steps": 3})
+    raw = key_client.images.with_raw_response.generate(
+        prompt="a slow fox", response_format="b64_json", extra_body={"steps": 3}
+    )
     assert raw.status_code == 202
     location = raw.headers["location"]
     assert location.startswith("/v1/images/jobs/imgjob_")
     job = _wait_job(image_gateway, headers, location)
-    assert job["status"] == "succeeded" and job["request"]["width"] == 64 and job["request"]["steps"] == 3  # type: ignore[index]
+    assert (
+        job["status"] == "succeeded"
+        and job["request"]["width"] == 64
+        and job["request"]["steps"] == 3
+    )  # type: ignore[index]
     result = httpx.get(f"{image_gateway.url}{location}/result", headers=headers, timeout=30).json()
     assert _png(base64.b64decode(result["data"][0]["b64_json"])).size == (64, 64)
 
 
 def test_prefer_respond_async_is_a_job(image_gateway) -> None:  # type: ignore[no-untyped-def]
     headers, _ = create_key(image_gateway)
-    answer = httpx.post(image_gateway.url + "/v1/images/generations", headers={**headers, "Prefer": "respond-async"},
-                        json={"prompt": "a quiet harbour", "steps": 2}, timeout=60)
+    answer = httpx.post(
+        image_gateway.url + "/v1/images/generations",
+        headers={**headers, "Prefer": "respond-async"},
+        json={"prompt": "a quiet harbour", "steps": 2},
+        timeout=60,
+    )
     assert answer.status_code == 202 and answer.headers["preference-applied"] == "respond-async"
     assert answer.json()["status"] in ("queued", "running", "succeeded")
     assert _wait_job(image_gateway, headers, answer.headers["location"])["status"] == "succeeded"
     # Refused input is refused before anything is queued.
-    bad = httpx.post(image_gateway.url + "/v1/images/generations", headers={**headers, "Prefer": "respond-async"},
-                     json={"prompt": "x", "size": "65x64"}, timeout=60)
+    bad = httpx.post(
+        image_gateway.url + "/v1/images/generations",
+        headers={**headers, "Prefer": "respond-async"},
+        json={"prompt": "x", "size": "65x64"},
+        timeout=60,
+    )
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "size"

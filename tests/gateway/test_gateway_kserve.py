@@ -29,7 +29,9 @@ def _infer(url: str, headers: dict[str, str], binary: bool, compression: str | N
     client = http.InferenceServerClient(url)
     try:
         tensor = http.InferInput("input", [3, 4], "FP32")
-        tensor.set_data_from_numpy(np.arange(12, dtype=np.float32).reshape(3, 4) / 7, binary_data=binary)
+        tensor.set_data_from_numpy(
+            np.arange(12, dtype=np.float32).reshape(3, 4) / 7, binary_data=binary
+        )
         result = client.infer(
             "tiny_linear",
             [tensor],
@@ -75,17 +77,25 @@ def test_duplicate_keys_never_reach_triton(gateway, headers) -> None:  # type: i
 
 def test_compressed_bodies_are_capped_after_decoding(gateway, headers) -> None:  # type: ignore[no-untyped-def]
     url = gateway.url + INFER
-    bomb = gzip.compress(b" " * 20_000_000)  # 20 KB that decode to 20 MB; the gateway's cap is 64 KB
-    problem = _problem(httpx.post(url, content=bomb, headers={**headers, "Content-Encoding": "gzip"}), 413)
+    bomb = gzip.compress(
+        b" " * 20_000_000
+    )  # 20 KB that decode to 20 MB; the gateway's cap is 64 KB
+    problem = _problem(
+        httpx.post(url, content=bomb, headers={**headers, "Content-Encoding": "gzip"}), 413
+    )
     assert "decompresses to more than" in str(problem["detail"])
     for encoding in ("br", "zstd", "gzip, gzip", "compress"):
         problem = _problem(
             httpx.post(url, content=GOOD, headers={**headers, "Content-Encoding": encoding}), 415
         )
         assert problem["field"] == "Content-Encoding"
-    corrupt = _problem(httpx.post(url, content=GOOD, headers={**headers, "Content-Encoding": "deflate"}), 400)
+    corrupt = _problem(
+        httpx.post(url, content=GOOD, headers={**headers, "Content-Encoding": "deflate"}), 400
+    )
     assert "not valid deflate" in str(corrupt["detail"])
-    ok = httpx.post(url, content=zlib.compress(GOOD), headers={**headers, "Content-Encoding": "deflate"})
+    ok = httpx.post(
+        url, content=zlib.compress(GOOD), headers={**headers, "Content-Encoding": "deflate"}
+    )
     assert ok.status_code == 200 and ok.json()["outputs"][0]["name"] == "output"
 
 
@@ -100,10 +110,13 @@ def test_no_answer_shows_tracebacks_or_paths(gateway, headers) -> None:  # type:
     for secret in ("model.py", "At:", "ValueError", "/tmp", "sleep length"):
         assert secret not in text, text
     assert "sleep length must be non-negative" in gateway.log()  # the operator still has it
-    shape = b'{"inputs": [{"name": "input", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 3]}]}'
+    shape = (
+        b'{"inputs": [{"name": "input", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 3]}]}'
+    )
     problem = _problem(httpx.post(gateway.url + INFER, content=shape, headers=headers), 400)
     assert (
-        "unexpected shape for input 'input'" in str(problem["detail"]) and problem["field"] == "inputs.input"
+        "unexpected shape for input 'input'" in str(problem["detail"])
+        and problem["field"] == "inputs.input"
     )
     assert "request id" not in str(problem["detail"])
 
@@ -129,7 +142,11 @@ _TRITON_ONLY = [
 
 @pytest.mark.parametrize(("where", "name", "value"), _TRITON_ONLY)
 def test_triton_only_parameters_are_refused_naming_the_field(
-    gateway, headers, where: str, name: str, value: object  # type: ignore[no-untyped-def]
+    gateway,
+    headers,
+    where: str,
+    name: str,
+    value: object,  # type: ignore[no-untyped-def]
 ) -> None:
     import json
 

@@ -51,7 +51,9 @@ def kserve_python() -> Path:
         f"(or: python3 -m venv .tools/kserve && .tools/kserve/bin/pip install --no-deps -r "
         f"{CLIENT_DIR.relative_to(REPO)}/requirements.txt)"
     )
-    if os.environ.get("CI"):  # ./run test installs it first: in CI its absence is a defect, not a skip
+    if os.environ.get(
+        "CI"
+    ):  # ./run test installs it first: in CI its absence is a defect, not a skip
         pytest.fail(missing)
     pytest.skip(missing)
 
@@ -124,10 +126,14 @@ def test_the_client_without_a_key_is_refused_on_both_transports(kserve_answers) 
     assert rest["body"]["error"] and rest["message"].startswith(
         rest["body"]["error"] + ", '401 Unauthorized'"
     ), rest
-    assert kserve_answers["grpc_without_key"]["code"] == "UNAUTHENTICATED", kserve_answers["grpc_without_key"]
+    assert kserve_answers["grpc_without_key"]["code"] == "UNAUTHENTICATED", kserve_answers[
+        "grpc_without_key"
+    ]
 
 
-def test_a_kserve_shaped_grpc_request_with_a_wrong_binary_size_is_refused(kserve_gateway, api_key) -> None:  # type: ignore[no-untyped-def]
+def test_a_kserve_shaped_grpc_request_with_a_wrong_binary_size_is_refused(
+    kserve_gateway, api_key
+) -> None:  # type: ignore[no-untyped-def]
     # InferenceGRPCClient sends each input's bytes in raw_input_contents and names their length in the
     # input's binary_data_size parameter; a length that disagrees with the bytes must be refused.
     request = pb.ModelInferRequest(

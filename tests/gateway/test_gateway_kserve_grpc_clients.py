@@ -26,8 +26,12 @@ def grpc_gateway(gateway_factory, tiny_triton):  # type: ignore[no-untyped-def]
 
 
 def _key(gateway, scopes: list[str], tier: str = "unlimited") -> dict[str, str]:  # type: ignore[no-untyped-def]
-    created = httpx.post(gateway.url + "/admin/keys", json={"name": "grpc", "scopes": scopes, "tier": tier},
-                         headers={"X-Admin-Token": ADMIN_TOKEN}, timeout=10).json()
+    created = httpx.post(
+        gateway.url + "/admin/keys",
+        json={"name": "grpc", "scopes": scopes, "tier": tier},
+        headers={"X-Admin-Token": ADMIN_TOKEN},
+        timeout=10,
+    ).json()
     # gRPC metadata keys are lower case.
     return {"authorization": f"Bearer {created['api_key']}"}
 
@@ -54,18 +58,24 @@ def test_sync_client_sees_what_triton_says(grpc_gateway, tiny_triton, auth) -> N
         assert set(server["extensions"]) < set(triton["extensions"])
         for version in ("", "1"):
             assert through.is_model_ready(MODEL, version, headers=auth)
-            assert through.get_model_metadata(MODEL, version, headers=auth, as_json=True) == \
-                direct.get_model_metadata(MODEL, version, as_json=True)
-            assert through.get_model_config(MODEL, version, headers=auth, as_json=True) == \
-                direct.get_model_config(MODEL, version, as_json=True)
+            assert through.get_model_metadata(
+                MODEL, version, headers=auth, as_json=True
+            ) == direct.get_model_metadata(MODEL, version, as_json=True)
+            assert through.get_model_config(
+                MODEL, version, headers=auth, as_json=True
+            ) == direct.get_model_config(MODEL, version, as_json=True)
             got = through.infer(MODEL, _inputs(grpcclient), model_version=version, headers=auth)
             want = direct.infer(MODEL, _inputs(grpcclient), model_version=version)
             assert got.as_numpy("output").tobytes() == want.as_numpy("output").tobytes()
             assert got.get_response().model_name == MODEL
         # async_infer (a future on the same unary call) and a stream of requests.
         results: list = []
-        through.async_infer(MODEL, _inputs(grpcclient), lambda result, error: results.append((result, error)),
-                            headers=auth)
+        through.async_infer(
+            MODEL,
+            _inputs(grpcclient),
+            lambda result, error: results.append((result, error)),
+            headers=auth,
+        )
         through.start_stream(lambda result, error: results.append((result, error)), headers=auth)
         through.async_stream_infer(MODEL, _inputs(grpcclient, ROWS[:1]), request_id="s1")
         bad = grpcclient.InferInput("input", [1, 3], "FP32")
@@ -90,10 +100,12 @@ async def test_aio_client_sees_what_triton_says(grpc_gateway, tiny_triton, auth)
         assert await through.is_server_ready()
         for version in ("", "1"):
             assert await through.is_model_ready(MODEL, version, headers=auth)
-            assert await through.get_model_metadata(MODEL, version, headers=auth, as_json=True) == \
-                await direct.get_model_metadata(MODEL, version, as_json=True)
-            assert await through.get_model_config(MODEL, version, headers=auth, as_json=True) == \
-                await direct.get_model_config(MODEL, version, as_json=True)
+            assert await through.get_model_metadata(
+                MODEL, version, headers=auth, as_json=True
+            ) == await direct.get_model_metadata(MODEL, version, as_json=True)
+            assert await through.get_model_config(
+                MODEL, version, headers=auth, as_json=True
+            ) == await direct.get_model_config(MODEL, version, as_json=True)
             got = await through.infer(MODEL, _inputs(grpc_aio), model_version=version, headers=auth)
             want = await direct.infer(MODEL, _inputs(grpc_aio), model_version=version)
             assert got.as_numpy("output").tobytes() == want.as_numpy("output").tobytes()
@@ -117,8 +129,13 @@ def test_errors_are_status_codes_with_the_gateways_message(grpc_gateway, auth) -
 
     try:
         missing = refused(client.infer, MODEL, _inputs(grpcclient))
-        assert missing.status() == "StatusCode.UNAUTHENTICATED" and "missing credential" in missing.message()
-        wrong = refused(client.infer, MODEL, _inputs(grpcclient), headers={"authorization": "Bearer gk_nope"})
+        assert (
+            missing.status() == "StatusCode.UNAUTHENTICATED"
+            and "missing credential" in missing.message()
+        )
+        wrong = refused(
+            client.infer, MODEL, _inputs(grpcclient), headers={"authorization": "Bearer gk_nope"}
+        )
         assert wrong.status() == "StatusCode.UNAUTHENTICATED"
         scope = refused(client.get_model_metadata, "resnet50", headers=auth)
         assert scope.status() == "StatusCode.PERMISSION_DENIED" and "resnet50" in scope.message()
@@ -134,13 +151,21 @@ def test_errors_are_status_codes_with_the_gateways_message(grpc_gateway, auth) -
         shm = grpcclient.InferInput("input", [3, 4], "FP32")
         shm.set_shared_memory("region", 48)
         shared = refused(client.infer, MODEL, [shm], headers=auth)
-        assert shared.status() == "StatusCode.INVALID_ARGUMENT" and "shared memory" in shared.message()
+        assert (
+            shared.status() == "StatusCode.INVALID_ARGUMENT" and "shared memory" in shared.message()
+        )
         big = np.zeros((8, 4096), dtype=np.float32)  # 128 KB: over this gateway's 64 KB body cap
         too_big = refused(client.infer, MODEL, _inputs(grpcclient, big), headers=auth)
         assert too_big.status() == "StatusCode.RESOURCE_EXHAUSTED"
         index = refused(client.get_model_repository_index, headers=auth)
-        assert index.status() == "StatusCode.PERMISSION_DENIED" and "admin credential" in index.message()
-        assert client.infer(MODEL, _inputs(grpcclient), headers=auth).as_numpy("output").shape == (3, 2)
+        assert (
+            index.status() == "StatusCode.PERMISSION_DENIED"
+            and "admin credential" in index.message()
+        )
+        assert client.infer(MODEL, _inputs(grpcclient), headers=auth).as_numpy("output").shape == (
+            3,
+            2,
+        )
     finally:
         client.close()
 
@@ -152,28 +177,54 @@ def test_rate_limits_and_statistics_are_shared_with_http(grpc_gateway) -> None: 
         served = [client.infer(MODEL, _inputs(grpcclient), headers=auth) for _ in range(2)]
         assert len(served) == 2
         http_auth = {"Authorization": auth["authorization"]}
-        body = {"inputs": [{"name": "input", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]}
+        body = {
+            "inputs": [{"name": "input", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]
+        }
         for _ in range(2):  # the same bucket over HTTP
-            assert httpx.post(grpc_gateway.url + f"/v2/models/{MODEL}/infer", json=body, headers=http_auth).status_code == 200
+            assert (
+                httpx.post(
+                    grpc_gateway.url + f"/v2/models/{MODEL}/infer", json=body, headers=http_auth
+                ).status_code
+                == 200
+            )
         with pytest.raises(InferenceServerException) as limited:
             client.infer(MODEL, _inputs(grpcclient), headers=auth)
-        assert limited.value.status() == "StatusCode.RESOURCE_EXHAUSTED" and "rate limit" in limited.value.message()
+        assert (
+            limited.value.status() == "StatusCode.RESOURCE_EXHAUSTED"
+            and "rate limit" in limited.value.message()
+        )
     finally:
         client.close()
     metrics = httpx.get(grpc_gateway.url + "/metrics", headers=METRICS_HEADERS).text
-    served_lines = [line for line in metrics.splitlines()
-                    if line.startswith("gateway_request_duration_seconds_count") and f'model="{MODEL}"' in line]
+    served_lines = [
+        line
+        for line in metrics.splitlines()
+        if line.startswith("gateway_request_duration_seconds_count") and f'model="{MODEL}"' in line
+    ]
     assert any('status="200"' in line for line in served_lines), served_lines
-    assert "gRPC ModelInfer 200" in grpc_gateway.log() and "gRPC ModelInfer 429" in grpc_gateway.log()
+    assert (
+        "gRPC ModelInfer 200" in grpc_gateway.log() and "gRPC ModelInfer 429" in grpc_gateway.log()
+    )
 
 
 @pytest.mark.parametrize(
     ("where", "name"),
-    [("request", "shared_memory_region"), ("request", "shared_memory_byte_size"), ("request", "sequence_id"),
-     ("request", "sequence_start"), ("request", "priority"), ("input", "sequence_end"), ("input", "priority"),
-     ("input", "timeout"), ("output", "shared_memory_offset"), ("output", "priority")],
+    [
+        ("request", "shared_memory_region"),
+        ("request", "shared_memory_byte_size"),
+        ("request", "sequence_id"),
+        ("request", "sequence_start"),
+        ("request", "priority"),
+        ("input", "sequence_end"),
+        ("input", "priority"),
+        ("input", "timeout"),
+        ("output", "shared_memory_offset"),
+        ("output", "priority"),
+    ],
 )
-def test_triton_only_parameters_are_refused_over_grpc(grpc_gateway, auth, where: str, name: str) -> None:  # type: ignore[no-untyped-def]
+def test_triton_only_parameters_are_refused_over_grpc(
+    grpc_gateway, auth, where: str, name: str
+) -> None:  # type: ignore[no-untyped-def]
     # The raw protobuf request: tritonclient would not let a caller put these everywhere.
     import grpc
     from tritonclient.grpc import service_pb2 as pb
@@ -187,6 +238,8 @@ def test_triton_only_parameters_are_refused_over_grpc(grpc_gateway, auth, where:
     holder.parameters[name].int64_param = 1
     with grpc.insecure_channel(grpc_gateway.grpc_url) as channel:
         with pytest.raises(grpc.RpcError) as refused:
-            pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, metadata=list(auth.items()), timeout=20)
+            pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(
+                request, metadata=list(auth.items()), timeout=20
+            )
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert name in (refused.value.details() or ""), refused.value.details()

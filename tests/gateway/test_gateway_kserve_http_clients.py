@@ -33,13 +33,24 @@ def test_sync_client_sees_what_triton_says(gateway, tiny_triton, auth) -> None: 
         assert through.is_server_live(headers=auth) and through.is_server_ready(headers=auth)
         server, triton = through.get_server_metadata(headers=auth), direct.get_server_metadata()
         assert (server["name"], server["version"]) == (triton["name"], triton["version"])
-        assert "binary_tensor_data" in server["extensions"] and "model_configuration" in server["extensions"]
-        assert set(server["extensions"]) < set(triton["extensions"]), "shared memory etc. are not offered"
+        assert (
+            "binary_tensor_data" in server["extensions"]
+            and "model_configuration" in server["extensions"]
+        )
+        assert set(server["extensions"]) < set(triton["extensions"]), (
+            "shared memory etc. are not offered"
+        )
         for version in ("", "1"):
             assert through.is_model_ready(MODEL, version, headers=auth)
-            assert through.get_model_metadata(MODEL, version, headers=auth) == direct.get_model_metadata(MODEL, version)
-            assert through.get_model_config(MODEL, version, headers=auth) == direct.get_model_config(MODEL, version)
-            got = through.infer(MODEL, _inputs(http), model_version=version, headers=auth).as_numpy("output")
+            assert through.get_model_metadata(
+                MODEL, version, headers=auth
+            ) == direct.get_model_metadata(MODEL, version)
+            assert through.get_model_config(
+                MODEL, version, headers=auth
+            ) == direct.get_model_config(MODEL, version)
+            got = through.infer(MODEL, _inputs(http), model_version=version, headers=auth).as_numpy(
+                "output"
+            )
             want = direct.infer(MODEL, _inputs(http), model_version=version).as_numpy("output")
             assert got.dtype == np.float32 and got.tobytes() == want.tobytes()
     finally:
@@ -52,17 +63,23 @@ async def test_aio_client_sees_what_triton_says(gateway, tiny_triton, auth) -> N
     direct = http_aio.InferenceServerClient(tiny_triton.http_url)
     try:
         assert await through.is_server_ready(headers=auth)
-        assert (await through.get_server_metadata(headers=auth))["version"] == (await direct.get_server_metadata())["version"]
+        assert (await through.get_server_metadata(headers=auth))["version"] == (
+            await direct.get_server_metadata()
+        )["version"]
         for version in ("", "1"):
             assert await through.is_model_ready(MODEL, version, headers=auth)
-            assert await through.get_model_metadata(MODEL, version, headers=auth) == await direct.get_model_metadata(
-                MODEL, version
+            assert await through.get_model_metadata(
+                MODEL, version, headers=auth
+            ) == await direct.get_model_metadata(MODEL, version)
+            assert await through.get_model_config(
+                MODEL, version, headers=auth
+            ) == await direct.get_model_config(MODEL, version)
+            got = (
+                await through.infer(MODEL, _inputs(http_aio), model_version=version, headers=auth)
+            ).as_numpy("output")
+            want = (await direct.infer(MODEL, _inputs(http_aio), model_version=version)).as_numpy(
+                "output"
             )
-            assert await through.get_model_config(MODEL, version, headers=auth) == await direct.get_model_config(
-                MODEL, version
-            )
-            got = (await through.infer(MODEL, _inputs(http_aio), model_version=version, headers=auth)).as_numpy("output")
-            want = (await direct.infer(MODEL, _inputs(http_aio), model_version=version)).as_numpy("output")
             assert got.tobytes() == want.tobytes()
     finally:
         await through.close()
@@ -75,7 +92,9 @@ def test_errors_reach_tritonclient_as_messages(gateway, auth) -> None:  # type: 
         with pytest.raises(InferenceServerException, match="missing credential") as refused:
             client.get_model_metadata(MODEL)
         assert refused.value.status() == "401"
-        with pytest.raises(InferenceServerException, match="not allowed to use model 'resnet50'") as denied:
+        with pytest.raises(
+            InferenceServerException, match="not allowed to use model 'resnet50'"
+        ) as denied:
             client.get_model_config("resnet50", headers=auth)
         assert denied.value.status() == "403"
         with pytest.raises(InferenceServerException, match="tiny_linear") as missing:

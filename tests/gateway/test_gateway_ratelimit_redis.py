@@ -24,7 +24,9 @@ def redis_pair(gateway_factory, tiny_triton, redis_url, tmp_path_factory):  # ty
 
 def _key(gateway, tier: str) -> str:  # type: ignore[no-untyped-def]
     response = httpx.post(
-        gateway.url + "/admin/keys", json={"name": "rl", "tier": tier}, headers={"X-Admin-Token": ADMIN_TOKEN}
+        gateway.url + "/admin/keys",
+        json={"name": "rl", "tier": tier},
+        headers={"X-Admin-Token": ADMIN_TOKEN},
     )
     assert response.status_code == 201, response.text
     return str(response.json()["api_key"])
@@ -70,13 +72,18 @@ def test_in_process_limit_without_redis(gateway, admin) -> None:
 
 
 @pytest.mark.parametrize(("policy", "expected"), [("open", 200), ("closed", 503)])
-def test_redis_outage_follows_the_policy(gateway_factory, tiny_triton, tmp_path, policy: str, expected: int) -> None:  # type: ignore[no-untyped-def]
+def test_redis_outage_follows_the_policy(
+    gateway_factory, tiny_triton, tmp_path, policy: str, expected: int
+) -> None:  # type: ignore[no-untyped-def]
     redis_server = RedisProcess(tmp_path).start()  # this test's own: it is stopped mid-test
     try:
         # A short key cache TTL, so the outage meets expired entries: "open" keeps honouring keys it
         # has looked up before (stale if error), "closed" refuses them.
         gateway = gateway_factory(
-            tiny_triton.http_url, redis_url=redis_server.url, redis_failure_policy=policy, key_cache_ttl_s=0.05
+            tiny_triton.http_url,
+            redis_url=redis_server.url,
+            redis_failure_policy=policy,
+            key_cache_ttl_s=0.05,
         )
         auth = {"Authorization": f"Bearer {_key(gateway, 'tiny')}"}
         unseen = {"Authorization": f"Bearer {_key(gateway, 'tiny')}"}
@@ -102,10 +109,14 @@ async def test_hit_all_stops_at_the_first_refusal(store: str, redis_url: str) ->
     it keeps its tokens; the same in Redis (one script) and in process."""
     import uuid
 
-    from gateway.ratelimit import InProcessRateLimiter, RedisRateLimiter
-    from gateway.tiers import RateLimit
+    from gateway.tenancy.ratelimit import InProcessRateLimiter, RedisRateLimiter
+    from gateway.tenancy.tiers import RateLimit
 
-    limiter = RedisRateLimiter(redis_url, prefix=f"t{uuid.uuid4().hex}:") if store == "redis" else InProcessRateLimiter()
+    limiter = (
+        RedisRateLimiter(redis_url, prefix=f"t{uuid.uuid4().hex}:")
+        if store == "redis"
+        else InProcessRateLimiter()
+    )
     one, two = RateLimit(per_minute=1, burst=1), RateLimit(per_minute=1, burst=2)
     try:
         first = await limiter.hit_all([("key", two), ("key:m", one)])

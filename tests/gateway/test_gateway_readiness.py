@@ -57,12 +57,21 @@ def own_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServe
 
 def _probe(server: TritonServer, models: str) -> subprocess.CompletedProcess[str]:
     """The Triton pod's readiness probe, run as the image runs it: a script, models from READY_MODELS."""
-    return subprocess.run([sys.executable, str(SCRIPT), "--url", f"http://{server.http_url}"],
-                          env={"READY_MODELS": models}, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), "--url", f"http://{server.http_url}"],
+        env={"READY_MODELS": models},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
-def test_readyz_names_an_unloaded_model_and_recovers(gateway_factory, own_triton: TritonServer) -> None:  # type: ignore[no-untyped-def]
-    gateway = gateway_factory(own_triton.http_url, ready_models=[TINY_MODEL, SLOW_MODEL], ready_cache_s=0)
+def test_readyz_names_an_unloaded_model_and_recovers(
+    gateway_factory, own_triton: TritonServer
+) -> None:  # type: ignore[no-untyped-def]
+    gateway = gateway_factory(
+        own_triton.http_url, ready_models=[TINY_MODEL, SLOW_MODEL], ready_cache_s=0
+    )
     ready = httpx.get(gateway.url + "/readyz", timeout=30)
     assert ready.status_code == 200, ready.text
     assert ready.json()["models"] == [TINY_MODEL, SLOW_MODEL]
@@ -83,7 +92,9 @@ def test_readyz_names_an_unloaded_model_and_recovers(gateway_factory, own_triton
     assert httpx.get(gateway.url + "/readyz", timeout=30).status_code == 200
 
 
-def test_readyz_names_a_ready_model_whose_inference_fails(gateway_factory, own_triton: TritonServer) -> None:  # type: ignore[no-untyped-def]
+def test_readyz_names_a_ready_model_whose_inference_fails(
+    gateway_factory, own_triton: TritonServer
+) -> None:  # type: ignore[no-untyped-def]
     with triton_http.InferenceServerClient(own_triton.http_url) as client:
         assert client.is_model_ready(BROKEN_MODEL)
     gateway = gateway_factory(own_triton.http_url, ready_models=[TINY_MODEL, BROKEN_MODEL])
@@ -139,10 +150,14 @@ def test_probe_inputs_follow_the_config_and_the_task() -> None:
     image, size = readiness.probe_inputs(config)
     assert (image.datatype, image.shape, image.value) == ("BYTES", (1, 1), readiness.probe_png())
     assert (size.datatype, size.shape, size.value) == ("INT32", (1, 1, 2), None)
-    text = readiness.probe_inputs({"input": [{"name": "TEXT", "data_type": "TYPE_STRING", "dims": ["1"]}]})
+    text = readiness.probe_inputs(
+        {"input": [{"name": "TEXT", "data_type": "TYPE_STRING", "dims": ["1"]}]}
+    )
     assert text[0].shape == (1,) and text[0].value == readiness.PROBE_TEXT
     with pytest.raises(ValueError, match="no probe can fill"):
-        readiness.probe_inputs({"input": [{"name": "X", "data_type": "TYPE_CUSTOM", "dims": ["1"]}]})
+        readiness.probe_inputs(
+            {"input": [{"name": "X", "data_type": "TYPE_CUSTOM", "dims": ["1"]}]}
+        )
 
 
 def test_model_lists_parse_from_either_form() -> None:
@@ -171,7 +186,10 @@ class _CountingBackend:
         return True
 
     async def model_config(self, model: str, *, timeout_s: float, version: str = "") -> dict:
-        return {"max_batch_size": 4, "input": [{"name": "x", "data_type": "TYPE_FP32", "dims": ["2"]}]}
+        return {
+            "max_batch_size": 4,
+            "input": [{"name": "x", "data_type": "TYPE_FP32", "dims": ["2"]}],
+        }
 
     async def infer(self, model, inputs, outputs=None, *, timeout_s, version="", priority=0):  # type: ignore[no-untyped-def]
         self.inferences += 1
@@ -180,7 +198,7 @@ class _CountingBackend:
 
 
 async def test_model_checks_are_cached_for_the_configured_time() -> None:
-    from gateway.readiness import ReadinessProbe
+    from gateway.backends.readiness import ReadinessProbe
 
     now = [100.0]
     backend = _CountingBackend()

@@ -42,7 +42,9 @@ PROBLEM = {"Accept": "application/problem+json"}
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_multimodel_repository(tmp_path_factory.mktemp("multimodel"), variants=5, ballast_mb=BALLAST_MB)
+    return build_multimodel_repository(
+        tmp_path_factory.mktemp("multimodel"), variants=5, ballast_mb=BALLAST_MB
+    )
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +56,9 @@ def triton(repo: Path) -> Iterator[TritonServer]:
 
 
 @pytest.fixture(scope="module")
-def gateway(gateway_factory, triton: TritonServer, tmp_path_factory: pytest.TempPathFactory) -> GatewayProcess:  # type: ignore[no-untyped-def]
+def gateway(
+    gateway_factory, triton: TritonServer, tmp_path_factory: pytest.TempPathFactory
+) -> GatewayProcess:  # type: ignore[no-untyped-def]
     workdir = tmp_path_factory.mktemp("residency-gateway")
     footprints = workdir / "footprints.json"
     footprints.write_text(json.dumps({HUGE: 16 * 1024 * MIB}))  # remembered from "an earlier run"
@@ -91,19 +95,32 @@ def fresh(gateway: GatewayProcess) -> None:
     models = table(gateway)["models"]
     for model in models:
         if model["pinned"]:
-            httpx.post(f"{gateway.url}/admin/models/{model['model']}/unpin", headers=ADMIN, timeout=10)
+            httpx.post(
+                f"{gateway.url}/admin/models/{model['model']}/unpin", headers=ADMIN, timeout=10
+            )
     for model in sorted(models, key=lambda m: m["model"] not in ENSEMBLES):
         if states(gateway)[model["model"]] == "loaded":
-            response = httpx.post(f"{gateway.url}/admin/models/{model['model']}/evict", headers=ADMIN, timeout=60)
+            response = httpx.post(
+                f"{gateway.url}/admin/models/{model['model']}/evict", headers=ADMIN, timeout=60
+            )
             assert response.status_code == 200, response.text
     assert "loaded" not in states(gateway).values()
 
 
-def infer(gateway: GatewayProcess, headers: dict[str, str], model: str, x: int = 5,
-          extra: dict[str, str] | None = None) -> httpx.Response:
+def infer(
+    gateway: GatewayProcess,
+    headers: dict[str, str],
+    model: str,
+    x: int = 5,
+    extra: dict[str, str] | None = None,
+) -> httpx.Response:
     body = {"inputs": [{"name": "X", "shape": [1], "datatype": "INT32", "data": [x]}]}
-    return httpx.post(f"{gateway.url}/v2/models/{model}/infer", json=body, headers={**headers, **(extra or {})},
-                      timeout=60)
+    return httpx.post(
+        f"{gateway.url}/v2/models/{model}/infer",
+        json=body,
+        headers={**headers, **(extra or {})},
+        timeout=60,
+    )
 
 
 def answer(response: httpx.Response) -> int:
@@ -129,7 +146,9 @@ def wait_until(check: Any, timeout_s: float = 60.0) -> None:
         time.sleep(0.05)
 
 
-def test_first_requests_load_the_model_once(gateway: GatewayProcess, headers: dict[str, str], repo: Path) -> None:
+def test_first_requests_load_the_model_once(
+    gateway: GatewayProcess, headers: dict[str, str], repo: Path
+) -> None:
     fresh(gateway)
     model = variant_name(0)
     before = initializations(repo, model)
@@ -138,12 +157,19 @@ def test_first_requests_load_the_model_once(gateway: GatewayProcess, headers: di
     async def burst() -> list[httpx.Response]:
         async with httpx.AsyncClient(base_url=gateway.url, headers=headers, timeout=60) as client:
             body = {"inputs": [{"name": "X", "shape": [1], "datatype": "INT32", "data": [7]}]}
-            return list(await asyncio.gather(*(client.post(f"/v2/models/{model}/infer", json=body) for _ in range(6))))
+            return list(
+                await asyncio.gather(
+                    *(client.post(f"/v2/models/{model}/infer", json=body) for _ in range(6))
+                )
+            )
 
     assert [answer(r) for r in asyncio.run(burst())] == [7] * 6
     assert initializations(repo, model) == before + 1  # one load for six waiting requests
     assert metric(gateway, "gateway_model_loads_total", model=model, outcome="loaded") == 1
-    listed = {m["id"]: m for m in httpx.get(f"{gateway.url}/v1/models", headers=headers, timeout=10).json()["data"]}
+    listed = {
+        m["id"]: m
+        for m in httpx.get(f"{gateway.url}/v1/models", headers=headers, timeout=10).json()["data"]
+    }
     assert listed[model]["state"] == "loaded"
     assert listed[model]["footprint_bytes"] >= BALLAST_MB * MIB  # measured: the ballast is in it
     assert listed[variant_name(1)]["state"] == "available"
@@ -155,7 +181,9 @@ def test_first_requests_load_the_model_once(gateway: GatewayProcess, headers: di
     assert loaded_bytes - table(gateway)["measured_bytes"] >= BALLAST_MB * MIB
 
 
-def test_loading_evicts_the_least_recently_used(gateway: GatewayProcess, headers: dict[str, str]) -> None:
+def test_loading_evicts_the_least_recently_used(
+    gateway: GatewayProcess, headers: dict[str, str]
+) -> None:
     fresh(gateway)
     first, second, third = (variant_name(i) for i in range(3))
     assert answer(infer(gateway, headers, first)) == 5
@@ -172,7 +200,9 @@ def test_loading_evicts_the_least_recently_used(gateway: GatewayProcess, headers
 def test_pinned_models_are_never_evicted(gateway: GatewayProcess, headers: dict[str, str]) -> None:
     fresh(gateway)
     pinned = variant_name(0)
-    assert httpx.post(f"{gateway.url}/admin/models/{pinned}/pin", headers=ADMIN, timeout=10).json()["pinned"]
+    assert httpx.post(f"{gateway.url}/admin/models/{pinned}/pin", headers=ADMIN, timeout=10).json()[
+        "pinned"
+    ]
     assert answer(infer(gateway, headers, pinned)) == 5
     for index in (1, 2, 3, 1):
         assert answer(infer(gateway, headers, variant_name(index))) == 5 + index
@@ -190,7 +220,11 @@ def test_a_model_with_requests_in_flight_is_not_evicted(
     thread = threading.Thread(target=lambda: held.append(infer(gateway, headers, busy, x=-1001)))
     thread.start()
     try:
-        wait_until(lambda: any(m["model"] == busy and m["in_flight"] == 1 for m in table(gateway)["models"]))
+        wait_until(
+            lambda: any(
+                m["model"] == busy and m["in_flight"] == 1 for m in table(gateway)["models"]
+            )
+        )
         assert answer(infer(gateway, headers, other)) == 6
         # `busy` is the least recently used, but its request is still running: `other` goes instead.
         assert answer(infer(gateway, headers, cold)) == 7
@@ -198,9 +232,15 @@ def test_a_model_with_requests_in_flight_is_not_evicted(
         assert (now[busy], now[other], now[cold]) == ("loaded", "available", "loaded")
         # With the only evictable model gone, no room can be made: refused, and nothing evicted.
         second: list[httpx.Response] = []
-        thread2 = threading.Thread(target=lambda: second.append(infer(gateway, headers, cold, x=-1002)))
+        thread2 = threading.Thread(
+            target=lambda: second.append(infer(gateway, headers, cold, x=-1002))
+        )
         thread2.start()
-        wait_until(lambda: any(m["model"] == cold and m["in_flight"] == 1 for m in table(gateway)["models"]))
+        wait_until(
+            lambda: any(
+                m["model"] == cold and m["in_flight"] == 1 for m in table(gateway)["models"]
+            )
+        )
         problem = api_error(infer(gateway, headers, colder, extra=PROBLEM), 503)
         assert "no room" in problem.message
         assert states(gateway)[busy] == states(gateway)[cold] == "loaded"
@@ -213,14 +253,17 @@ def test_a_model_with_requests_in_flight_is_not_evicted(
     assert answer(held[0]) == -1001  # the held request was never dropped
 
 
-def test_a_model_larger_than_the_budget_is_refused(gateway: GatewayProcess, headers: dict[str, str],
-                                                   repo: Path) -> None:
+def test_a_model_larger_than_the_budget_is_refused(
+    gateway: GatewayProcess, headers: dict[str, str], repo: Path
+) -> None:
     problem = api_error(infer(gateway, headers, HUGE, extra=PROBLEM), 507)
     assert str(16 * 1024 * MIB) in problem.message and str(BUDGET) in problem.message
     assert initializations(repo, HUGE) == 0
 
 
-def test_a_failing_model_fails_alone_with_backoff(gateway: GatewayProcess, headers: dict[str, str]) -> None:
+def test_a_failing_model_fails_alone_with_backoff(
+    gateway: GatewayProcess, headers: dict[str, str]
+) -> None:
     fresh(gateway)
     assert answer(infer(gateway, headers, variant_name(0))) == 5
     assert answer(infer(gateway, headers, variant_name(1))) == 6
@@ -230,19 +273,29 @@ def test_a_failing_model_fails_alone_with_backoff(gateway: GatewayProcess, heade
     again = infer(gateway, headers, BROKEN, extra=PROBLEM)
     assert "next attempt" in api_error(again, 503).message and int(again.headers["Retry-After"]) > 1
     assert metric(gateway, "gateway_model_loads_total", model=BROKEN, outcome="failed") == 1
-    assert {m for m, s in states(gateway).items() if s == "loaded"} == loaded  # the retry evicted nothing
+    assert {
+        m for m, s in states(gateway).items() if s == "loaded"
+    } == loaded  # the retry evicted nothing
     assert answer(infer(gateway, headers, next(iter(loaded)))) in (5, 6)
 
 
-def test_ensembles_keep_a_step_another_ensemble_uses(gateway: GatewayProcess, headers: dict[str, str]) -> None:
+def test_ensembles_keep_a_step_another_ensemble_uses(
+    gateway: GatewayProcess, headers: dict[str, str]
+) -> None:
     fresh(gateway)
     pair_a, pair_b = ENSEMBLES
     assert answer(infer(gateway, headers, pair_a)) == 105
     assert states(gateway)[SHARED_STEP] == "loaded"
     assert answer(infer(gateway, headers, pair_b)) == 105
-    httpx.post(f"{gateway.url}/admin/models/{pair_a}/evict", headers=ADMIN, timeout=60).raise_for_status()
+    httpx.post(
+        f"{gateway.url}/admin/models/{pair_a}/evict", headers=ADMIN, timeout=60
+    ).raise_for_status()
     now = states(gateway)
     assert (now[pair_a], now[pair_b], now[SHARED_STEP]) == ("available", "loaded", "loaded")
     assert answer(infer(gateway, headers, pair_b)) == 105
-    httpx.post(f"{gateway.url}/admin/models/{pair_b}/evict", headers=ADMIN, timeout=60).raise_for_status()
-    assert states(gateway)[SHARED_STEP] == "available"  # carried in by the ensembles, gone with the last
+    httpx.post(
+        f"{gateway.url}/admin/models/{pair_b}/evict", headers=ADMIN, timeout=60
+    ).raise_for_status()
+    assert (
+        states(gateway)[SHARED_STEP] == "available"
+    )  # carried in by the ensembles, gone with the last

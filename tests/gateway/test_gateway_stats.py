@@ -48,10 +48,14 @@ def test_reported_p99_agrees_with_client_measurements(gateway, admin) -> None:
 def test_triton_queue_and_compute_time_are_reported(gateway, admin) -> None:
     headers = admin.headers(admin.create_key())
     for _ in range(5):
-        assert httpx.post(gateway.url + INFER, json=tiny_request(), headers=headers).status_code == 200
+        assert (
+            httpx.post(gateway.url + INFER, json=tiny_request(), headers=headers).status_code == 200
+        )
     deadline = time.monotonic() + 15  # the poller runs every 0.5 s in the test gateway
     while True:
-        triton = httpx.get(gateway.url + "/v1/stats", headers=_ADMIN).json()["models"]["tiny_linear"]["triton"]
+        triton = httpx.get(gateway.url + "/v1/stats", headers=_ADMIN).json()["models"][
+            "tiny_linear"
+        ]["triton"]
         if triton and triton["requests"] > 0:
             break
         assert time.monotonic() < deadline, "Triton's statistics never arrived"
@@ -62,7 +66,10 @@ def test_triton_queue_and_compute_time_are_reported(gateway, admin) -> None:
 
 def test_metrics_expose_fine_histograms(gateway, admin) -> None:
     key = admin.create_key()
-    assert httpx.post(gateway.url + INFER, json=tiny_request(), headers=admin.headers(key)).status_code == 200
+    assert (
+        httpx.post(gateway.url + INFER, json=tiny_request(), headers=admin.headers(key)).status_code
+        == 200
+    )
     text = httpx.get(gateway.url + "/metrics", headers=METRICS_HEADERS).text
     buckets = [
         line
@@ -94,13 +101,20 @@ def test_server_timing_splits_the_gateways_time_by_stage(gateway, admin) -> None
     stages = _server_timing(response.headers["server-timing"])
     assert list(stages) == ["auth", "admit", "parse", "upstream", "total"]
     assert all(ms >= 0 for ms in stages.values())
-    assert stages["auth"] + stages["admit"] + stages["parse"] + stages["upstream"] <= stages["total"]
+    assert (
+        stages["auth"] + stages["admit"] + stages["parse"] + stages["upstream"] <= stages["total"]
+    )
     after = httpx.get(gateway.url + "/metrics", headers=METRICS_HEADERS).text
 
     def count(text: str, stage: str) -> float:
         line = f'gateway_stage_duration_seconds_count{{model="tiny_linear",stage="{stage}"}} '
-        return sum(float(row.removeprefix(line)) for row in text.splitlines() if row.startswith(line))
+        return sum(
+            float(row.removeprefix(line)) for row in text.splitlines() if row.startswith(line)
+        )
 
-    assert all(count(after, stage) == count(before, stage) + 1 for stage in ("auth", "admit", "parse", "upstream"))
+    assert all(
+        count(after, stage) == count(before, stage) + 1
+        for stage in ("auth", "admit", "parse", "upstream")
+    )
     anonymous = httpx.post(gateway.url + INFER, json=tiny_request())
     assert anonymous.status_code == 401 and "server-timing" not in anonymous.headers

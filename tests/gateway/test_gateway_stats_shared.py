@@ -51,7 +51,9 @@ def _logged_ms(gateways: list[GatewayProcess], client_id: str) -> list[float]:
     ]
 
 
-def _stats_once_counted(gateway: GatewayProcess, headers: dict[str, str], client_id: str, count: int) -> dict:  # type: ignore[type-arg]
+def _stats_once_counted(
+    gateway: GatewayProcess, headers: dict[str, str], client_id: str, count: int
+) -> dict:  # type: ignore[type-arg]
     """/v1/stats as soon as it counts ``count`` requests of ``client_id`` (publication is periodic)."""
     deadline = time.monotonic() + 20
     while True:
@@ -60,7 +62,9 @@ def _stats_once_counted(gateway: GatewayProcess, headers: dict[str, str], client
         if seen == count:
             return stats  # type: ignore[no-any-return]
         assert seen < count, f"{seen} requests counted for {client_id}, only {count} were sent"
-        assert time.monotonic() < deadline, f"/v1/stats never counted {count} requests (last: {seen})"
+        assert time.monotonic() < deadline, (
+            f"/v1/stats never counted {count} requests (last: {seen})"
+        )
         time.sleep(0.1)
 
 
@@ -70,7 +74,11 @@ def _check_against_truth(summary: dict[str, float], truth_ms: list[float]) -> No
     for q, name in zip(QUANTILES, ("p50_ms", "p95_ms", "p99_ms"), strict=True):
         exact = ordered[rank(len(ordered), q)]
         # 1% from the sketch, 0.005 ms from the log's rounding, 0.0005 ms from the report's.
-        assert abs(summary[name] - exact) <= RELATIVE_ACCURACY * exact + 0.0055, (name, summary, exact)
+        assert abs(summary[name] - exact) <= RELATIVE_ACCURACY * exact + 0.0055, (
+            name,
+            summary,
+            exact,
+        )
     assert abs(summary["max_ms"] - ordered[-1]) <= 0.0055
 
 
@@ -80,7 +88,10 @@ def test_stats_merge_across_two_gateways(pair: list[GatewayProcess]) -> None:
     client_id = f"key:{key['key_id']}"
     # Both gateways at once, unevenly: 150 requests through one, 90 through the other.
     with ThreadPoolExecutor(2) as pool:
-        for future in [pool.submit(_send, first, headers, 150), pool.submit(_send, second, headers, 90)]:
+        for future in [
+            pool.submit(_send, first, headers, 150),
+            pool.submit(_send, second, headers, 90),
+        ]:
             future.result()
     truth = _logged_ms(pair, client_id)
     assert len(truth) == 240
@@ -91,7 +102,9 @@ def test_stats_merge_across_two_gateways(pair: list[GatewayProcess]) -> None:
         _check_against_truth(stats["models"]["tiny_linear"]["gateway"], truth)
 
 
-def test_tenants_see_only_their_own_figures_and_the_admin_sees_both(pair: list[GatewayProcess]) -> None:
+def test_tenants_see_only_their_own_figures_and_the_admin_sees_both(
+    pair: list[GatewayProcess],
+) -> None:
     first, second = pair
     headers_a, key_a = create_key(first, name="tenant-a")
     headers_b, key_b = create_key(first, name="tenant-b")

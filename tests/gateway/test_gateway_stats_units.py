@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from gateway.context import Principal
-from gateway.latency import OTHER_CLIENT, LatencyWindows
-from gateway.stats import LatencyTracker
-from gateway.stats_report import stats_document
-from gateway.stats_store import SqliteSketchStore
+from gateway.observe.latency import OTHER_CLIENT, LatencyWindows
+from gateway.observe.stats import LatencyTracker
+from gateway.observe.stats_store import SqliteSketchStore
+from gateway.routes.stats_report import stats_document
+from gateway.tenancy.context import Principal
 from serving.quantiles import QUANTILES, LatencySketch
 
 ADMIN = Principal(client_id="admin", scopes=frozenset({"*"}), tier="admin", kind="admin")
@@ -96,7 +96,9 @@ async def test_a_client_sees_only_its_own_figures() -> None:
     tracker.record("m1", "key:b", 200, 0.500)
     tracker.record("m3", "key:b", 200, 0.700)
     tracker.update_triton("m1", requests=10, queue_ns=0, compute_ns=0, success_ns=0)
-    tracker.update_triton("m1", requests=30, queue_ns=20_000_000, compute_ns=100_000_000, success_ns=140_000_000)
+    tracker.update_triton(
+        "m1", requests=30, queue_ns=20_000_000, compute_ns=100_000_000, success_ns=140_000_000
+    )
 
     mine = await stats_document(tracker, _client("key:a"))
     assert mine["scope"] == "key:a"
@@ -104,7 +106,11 @@ async def test_a_client_sees_only_its_own_figures() -> None:
     assert set(mine["models"]) == {"m1", "m2"}
     assert mine["models"]["m1"]["gateway"]["count"] == 1  # its own m1 request, not key:b's
     assert mine["models"]["m1"]["gateway"]["max_ms"] == pytest.approx(10.0)
-    assert mine["models"]["m1"]["triton"] == {"queue_mean_ms": 1.0, "compute_mean_ms": 5.0, "request_mean_ms": 7.0}
+    assert mine["models"]["m1"]["triton"] == {
+        "queue_mean_ms": 1.0,
+        "compute_mean_ms": 5.0,
+        "request_mean_ms": 7.0,
+    }
     assert "model_clients" not in mine and "key:b" not in str(mine)
 
     everything = await stats_document(tracker, ADMIN)
@@ -121,9 +127,9 @@ async def test_a_client_sees_only_its_own_figures() -> None:
 
 def test_metrics_need_the_metrics_or_admin_token(tmp_path: Path) -> None:
     from gateway import errors
-    from gateway.auth import Authenticator
-    from gateway.keys_sqlite import SqliteKeyStore
     from gateway.settings import GatewaySettings
+    from gateway.tenancy.auth import Authenticator
+    from gateway.tenancy.keys_sqlite import SqliteKeyStore
 
     store = SqliteKeyStore(tmp_path / "keys.sqlite3")
     auth = Authenticator(GatewaySettings(metrics_token="m-token", admin_token="a-token"), store)
@@ -139,7 +145,7 @@ def test_metrics_need_the_metrics_or_admin_token(tmp_path: Path) -> None:
 
 _RECORD = """
 import sys
-from gateway.stats import LatencyTracker
+from gateway.observe.stats import LatencyTracker
 tracker = LatencyTracker()
 tracker.forget_dead_workers()  # as a worker's lifespan does at start
 for _ in range(int(sys.argv[1])):
@@ -157,14 +163,18 @@ def test_metrics_of_several_worker_processes_add_up(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from gateway.stats import MULTIPROCESS_ENV, metrics_directory
+    from gateway.observe.stats import MULTIPROCESS_ENV, metrics_directory
 
     with metrics_directory(workers=2) as directory:
         assert directory is not None and os.environ[MULTIPROCESS_ENV] == directory
         env = dict(os.environ)
         subprocess.run([sys.executable, "-c", _RECORD, "3"], env=env, check=True)
         scrape = subprocess.run(
-            [sys.executable, "-c", _RECORD, "4", "scrape"], env=env, check=True, capture_output=True, text=True
+            [sys.executable, "-c", _RECORD, "4", "scrape"],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
         ).stdout
     assert MULTIPROCESS_ENV not in os.environ and not Path(directory).exists()
     assert 'gateway_request_duration_seconds_count{model="m",status="200"} 7.0' in scrape

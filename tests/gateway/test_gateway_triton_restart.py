@@ -27,7 +27,9 @@ def test_gateway_survives_a_triton_restart(gateway_factory, tmp_path) -> None:  
         auth = {"Authorization": f"Bearer {key['api_key']}"}
         url = gateway.url + "/v2/models/tiny_linear/infer"
         with httpx.Client(headers=auth, timeout=10) as client:
-            assert client.post(url, json=tiny_request()).status_code == 200  # a pooled connection now exists
+            assert (
+                client.post(url, json=tiny_request()).status_code == 200
+            )  # a pooled connection now exists
             server.kill()
             down = client.post(url, json=tiny_request())
             assert down.status_code == 503 and int(down.headers["Retry-After"]) >= 1, down.text
@@ -35,7 +37,9 @@ def test_gateway_survives_a_triton_restart(gateway_factory, tmp_path) -> None:  
             server.start()  # same ports
             deadline = time.monotonic() + 30
             while client.post(url, json=tiny_request()).status_code != 200:
-                assert time.monotonic() < deadline, "the gateway never served again after Triton came back"
+                assert time.monotonic() < deadline, (
+                    "the gateway never served again after Triton came back"
+                )
                 time.sleep(0.1)
             assert client.get(gateway.url + "/readyz").status_code == 200
     finally:

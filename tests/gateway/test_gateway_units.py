@@ -15,18 +15,18 @@ from tritonclient.utils import InferenceServerException
 import gateway
 from gateway import errors
 from gateway.app import ERROR_SHAPES, ERROR_STATUS
-from gateway.catalog import ModelCatalog
-from gateway.context import Principal, RequestContext
-from gateway.keys import parse_key
-from gateway.keys_sqlite import SqliteKeyStore
-from gateway.kserve import InferRequest, RestBody
-from gateway.problems import ErrorReport, ProblemRenderer
-from gateway.ratelimit import InProcessRateLimiter, gcra
+from gateway.backends.catalog import ModelCatalog
+from gateway.backends.triton import RawResponse, translate_error
+from gateway.http.problems import ErrorReport, ProblemRenderer
+from gateway.observe.stats import LATENCY_BUCKETS_S, LatencyTracker
+from gateway.protocol.kserve import InferRequest, RestBody
 from gateway.service import InferenceService
 from gateway.settings import GatewaySettings
-from gateway.stats import LATENCY_BUCKETS_S, LatencyTracker
-from gateway.tiers import RateLimit, TierLimit
-from gateway.triton import RawResponse, translate_error
+from gateway.tenancy.context import Principal, RequestContext
+from gateway.tenancy.keys import parse_key
+from gateway.tenancy.keys_sqlite import SqliteKeyStore
+from gateway.tenancy.ratelimit import InProcessRateLimiter, gcra
+from gateway.tenancy.tiers import RateLimit, TierLimit
 
 
 def test_public_api_is_what_we_mean() -> None:
@@ -139,25 +139,47 @@ def test_one_table_maps_every_error(exc: errors.GatewayError, status: int) -> No
 def test_each_api_gets_its_own_error_shape_with_the_same_status_and_headers() -> None:
     renderer = ProblemRenderer(ERROR_STATUS, ERROR_SHAPES)
     exc = errors.RateLimited("slow down", retry_after_s=2, headers={"RateLimit-Remaining": "0"})
-    for path, shape in (("/v2/models/m/infer", "kserve"), ("/v2", "kserve"), ("/v1/embeddings", "openai"),
-                        ("/v1/models/m", "openai"), ("/v1/images/jobs/x", "openai"), ("/v1/images/files/x", "problem"),
-                        ("/v1/classify", "problem"),
-                        ("/v1/modelsx", "problem"), ("/v2x", "problem")):
+    for path, shape in (
+        ("/v2/models/m/infer", "kserve"),
+        ("/v2", "kserve"),
+        ("/v1/embeddings", "openai"),
+        ("/v1/models/m", "openai"),
+        ("/v1/images/jobs/x", "openai"),
+        ("/v1/images/files/x", "problem"),
+        ("/v1/classify", "problem"),
+        ("/v1/modelsx", "problem"),
+        ("/v2x", "problem"),
+    ):
         status, headers, raw = renderer.render(exc, path)
         body = json.loads(raw)
-        assert status == 429 and headers["Retry-After"] == "2" and headers["RateLimit-Remaining"] == "0", path
+        assert (
+            status == 429
+            and headers["Retry-After"] == "2"
+            and headers["RateLimit-Remaining"] == "0"
+        ), path
         if shape == "kserve":
             assert body == {"error": "slow down"}
         elif shape == "openai":
-            assert body == {"error": {"message": "slow down", "type": "rate_limit_error", "param": None,
-                                      "code": "rate_limited"}}
+            assert body == {
+                "error": {
+                    "message": "slow down",
+                    "type": "rate_limit_error",
+                    "param": None,
+                    "code": "rate_limited",
+                }
+            }
         else:
-            assert body["detail"] == "slow down" and headers["content-type"] == "application/problem+json", path
+            assert (
+                body["detail"] == "slow down"
+                and headers["content-type"] == "application/problem+json"
+            ), path
     # Asked for explicitly, problem+json is served on any path.
     _, headers, _ = renderer.render(exc, "/v2/models/m/infer", accept="application/problem+json")
     assert headers["content-type"] == "application/problem+json"
     # OpenAI answers invalid parameters with 400, not 422.
-    invalid = ErrorReport(422, "Validation error", "input: field required", "validation_error", field="input")
+    invalid = ErrorReport(
+        422, "Validation error", "input: field required", "validation_error", field="input"
+    )
     status, _, raw = renderer.render_report(invalid, "/v1/embeddings")
     assert status == 400 and json.loads(raw)["error"]["param"] == "input"
     assert renderer.render_report(invalid, "/v1/classify")[0] == 422
@@ -166,7 +188,9 @@ def test_each_api_gets_its_own_error_shape_with_the_same_status_and_headers() ->
 def test_triton_errors_are_translated() -> None:
     unknown = InferenceServerException("Request for unknown model: 'm' is not found", status="400")
     assert isinstance(translate_error(unknown, "m"), errors.ModelNotFound)
-    shape = InferenceServerException("unexpected shape for input 'input' for model 'm'", status="400")
+    shape = InferenceServerException(
+        "unexpected shape for input 'input' for model 'm'", status="400"
+    )
     translated = translate_error(shape, "m")
     assert isinstance(translated, errors.InferenceInputError) and translated.field == "inputs.input"
     assert isinstance(
@@ -182,7 +206,9 @@ def test_triton_errors_are_translated() -> None:
 def test_queue_policy_answers_are_translated() -> None:
     expired = InferenceServerException("Request timeout expired", status="503")
     assert isinstance(translate_error(expired, "m"), errors.UpstreamTimeout)
-    full = InferenceServerException("[request id: <id_unknown>] Exceeds maximum queue size", status="503")
+    full = InferenceServerException(
+        "[request id: <id_unknown>] Exceeds maximum queue size", status="503"
+    )
     overloaded = translate_error(full, "m")
     assert isinstance(overloaded, errors.Overloaded) and int(overloaded.headers["Retry-After"]) >= 1
 
@@ -209,7 +235,14 @@ class FakeBackend:
         return RawResponse(b"{}", {"content-type": "application/json"})
 
     async def infer(self, model, inputs, outputs=None, *, timeout_s, version="", priority=0):  # type: ignore[no-untyped-def]
-        self.calls.append({"model": model, "rows": len(inputs[0].data), "timeout_s": timeout_s, "priority": priority})
+        self.calls.append(
+            {
+                "model": model,
+                "rows": len(inputs[0].data),
+                "timeout_s": timeout_s,
+                "priority": priority,
+            }
+        )
         texts = [bytes(t[0]) for t in inputs[0].data]
         # One distinct, checkable vector per text: its length and first byte.
         return {"EMBEDDING": np.array([[len(t), t[0], 1.0] for t in texts], dtype=np.float32)}
@@ -255,11 +288,15 @@ async def test_lower_tiers_get_a_smaller_share_of_the_in_flight_bound() -> None:
     }
     service = _service(max_in_flight_per_model=4, tier_limits=tiers)
     service.backend.release.clear()  # type: ignore[attr-defined]
-    running = [asyncio.create_task(service.infer_v2(_ctx(tier="low"), "m", _TINY)) for _ in range(2)]
+    running = [
+        asyncio.create_task(service.infer_v2(_ctx(tier="low"), "m", _TINY)) for _ in range(2)
+    ]
     await asyncio.sleep(0.01)
     with pytest.raises(errors.Overloaded, match="tier 'low' may use 2 of 4"):
         await service.infer_v2(_ctx(tier="low"), "m", _TINY)
-    running += [asyncio.create_task(service.infer_v2(_ctx(tier="high"), "m", _TINY)) for _ in range(2)]
+    running += [
+        asyncio.create_task(service.infer_v2(_ctx(tier="high"), "m", _TINY)) for _ in range(2)
+    ]
     await asyncio.sleep(0.01)
     assert service.admission.in_flight("m") == 4
     service.backend.release.set()  # type: ignore[attr-defined]
@@ -270,8 +307,12 @@ async def test_kserve_requests_carry_the_tier_priority_and_the_deadline() -> Non
     tiers = {"t": TierLimit(per_minute=6000, burst=100, priority=2)}
     service = _service(tier_limits=tiers, upstream_timeout_s=5)
     service.backend.release.set()  # type: ignore[attr-defined]
-    long = RestBody(b'{"parameters": {"timeout": 999000000}, "inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1.0]}]}')
-    short = RestBody(b'{"parameters": {"timeout": 1000}, "inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1.0]}]}')
+    long = RestBody(
+        b'{"parameters": {"timeout": 999000000}, "inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1.0]}]}'
+    )
+    short = RestBody(
+        b'{"parameters": {"timeout": 1000}, "inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1.0]}]}'
+    )
     await service.infer_v2(_ctx(), "m", long)
     await service.infer_v2(_ctx(), "m", short)
     first, second = service.backend.requests  # type: ignore[attr-defined]
@@ -316,7 +357,9 @@ async def test_a_stale_model_list_is_renewed_in_the_background() -> None:
     await catalog.close()
 
 
-@pytest.mark.parametrize("name", ["stats", "ready", "m/versions/1", "..", ".hidden", "a b", "x" * 129, "m%2F1", ""])
+@pytest.mark.parametrize(
+    "name", ["stats", "ready", "m/versions/1", "..", ".hidden", "a b", "x" * 129, "m%2F1", ""]
+)
 async def test_reserved_and_impossible_names_are_refused_before_triton(name: str) -> None:
     service = _service()
     with pytest.raises(errors.BadRequest) as refused:
@@ -333,7 +376,9 @@ async def test_the_key_limit_spans_models() -> None:
         await service.infer_v2(_ctx(), model, _TINY)
     with pytest.raises(errors.RateLimited, match="across all models"):
         await service.infer_v2(_ctx(), "m", _TINY)
-    with pytest.raises(errors.RateLimited):  # unknown names spend the key's bucket too, and make no other
+    with pytest.raises(
+        errors.RateLimited
+    ):  # unknown names spend the key's bucket too, and make no other
         await service.infer_v2(_ctx(), "unknown_model", _TINY)
 
 
@@ -364,7 +409,9 @@ async def test_an_unlimited_tier_takes_no_rate_limit_token() -> None:
 
     config = GatewaySettings(default_tier="t", tier_limits=tiers)
     service = InferenceService(config, FakeBackend(), Counting(), LatencyTracker())  # type: ignore[arg-type]
-    enterprise = RequestContext(request_id="r", principal=Principal("key:e", frozenset({"*"}), "enterprise", "api_key"))
+    enterprise = RequestContext(
+        request_id="r", principal=Principal("key:e", frozenset({"*"}), "enterprise", "api_key")
+    )
     for _ in range(3):
         async with service.admission.admit(enterprise, "m") as ticket:
             assert ticket.priority == 1
@@ -376,8 +423,8 @@ async def test_an_unlimited_tier_takes_no_rate_limit_token() -> None:
 
 @pytest.mark.parametrize("enabled", [True, False])
 async def test_server_timing_follows_the_setting_and_skips_anonymous_callers(enabled: bool) -> None:
-    from gateway.context import CONTEXT_KEY
-    from gateway.middleware import ContextMiddleware
+    from gateway.http.middleware import ContextMiddleware
+    from gateway.tenancy.context import CONTEXT_KEY
 
     async def app(scope, receive, send):  # type: ignore[no-untyped-def]
         ctx = scope[CONTEXT_KEY]
@@ -402,5 +449,8 @@ async def test_server_timing_follows_the_setting_and_skips_anonymous_callers(ena
     signed_in = await headers("/signed-in")
     assert (b"server-timing" in signed_in) is enabled
     if enabled:
-        assert signed_in[b"server-timing"].startswith(b"auth;dur=") and b", total;dur=" in signed_in[b"server-timing"]
+        assert (
+            signed_in[b"server-timing"].startswith(b"auth;dur=")
+            and b", total;dur=" in signed_in[b"server-timing"]
+        )
     assert b"server-timing" not in await headers("/anonymous")

@@ -14,10 +14,16 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from gateway.usage import RequestUsage, UsageMeter, UsageRow, UsageStoreError
-from gateway.usage_store import SqliteUsageStore
+from gateway.tenancy.usage import RequestUsage, UsageMeter, UsageRow, UsageStoreError
+from gateway.tenancy.usage_store import SqliteUsageStore
 from serving.ports import reserve_port
-from tests.support.gateway_procs import ADMIN_TOKEN, TEST_TIERS, GatewayProcess, create_key, tiny_request
+from tests.support.gateway_procs import (
+    ADMIN_TOKEN,
+    TEST_TIERS,
+    GatewayProcess,
+    create_key,
+    tiny_request,
+)
 
 INFER = "/v2/models/tiny_linear/infer"
 _ADMIN = {"X-Admin-Token": ADMIN_TOKEN}
@@ -41,7 +47,12 @@ async def test_meter_adds_up_in_sqlite_across_meters(tmp_path: Path) -> None:
     assert [(r.day, r.client) for r in rows] == [("2026-12-02", "key:a"), ("2026-12-03", "key:b")]
     # A failed request counts as failed with its compute time, not its inputs.
     assert rows[0].counts() == {
-        "requests": 4, "failed": 1, "images": 4, "inputs": 6, "tokens": 33, "compute_us": 505_000
+        "requests": 4,
+        "failed": 1,
+        "images": 4,
+        "inputs": 6,
+        "tokens": 33,
+        "compute_us": 505_000,
     }
     assert [r.client for r in await second.read("2026-12-01", "2026-12-03", "key:b")] == ["key:b"]
 
@@ -85,7 +96,9 @@ async def test_counts_survive_a_failed_flush(tmp_path: Path) -> None:
 # -- real gateways, real Triton ------------------------------------------------------------------------
 
 
-def _usage(gateway: GatewayProcess, headers: dict[str, str], path: str = "/v1/usage", **params: str) -> httpx.Response:
+def _usage(
+    gateway: GatewayProcess, headers: dict[str, str], path: str = "/v1/usage", **params: str
+) -> httpx.Response:
     return httpx.get(gateway.url + path, headers=headers, params=params, timeout=10)
 
 
@@ -95,8 +108,12 @@ def _row(report: dict, client: str, model: str = "tiny_linear") -> dict:  # type
 
 
 @pytest.mark.integration
-def test_usage_per_key_model_and_day_readable_by_owner_and_admin(gateway_factory, tiny_triton) -> None:  # type: ignore[no-untyped-def]
-    gateway = gateway_factory(tiny_triton.http_url, usage_flush_interval_s=0.2, grpc_port=reserve_port())
+def test_usage_per_key_model_and_day_readable_by_owner_and_admin(
+    gateway_factory, tiny_triton
+) -> None:  # type: ignore[no-untyped-def]
+    gateway = gateway_factory(
+        tiny_triton.http_url, usage_flush_interval_s=0.2, grpc_port=reserve_port()
+    )
     headers_a, key_a = create_key(gateway, name="usage-a")
     headers_b, key_b = create_key(gateway, name="usage-b")
     id_a, id_b = f"key:{key_a['key_id']}", f"key:{key_b['key_id']}"
@@ -104,7 +121,11 @@ def test_usage_per_key_model_and_day_readable_by_owner_and_admin(gateway_factory
         for _ in range(7):
             assert client.post(INFER, json=tiny_request(), headers=headers_a).status_code == 200
         # Admitted, then refused by Triton: a failed request (its compute time counts).
-        bad = {"inputs": [{"name": "input", "shape": [1, 3], "datatype": "FP32", "data": [1.0, 2.0, 3.0]}]}
+        bad = {
+            "inputs": [
+                {"name": "input", "shape": [1, 3], "datatype": "FP32", "data": [1.0, 2.0, 3.0]}
+            ]
+        }
         assert client.post(INFER, json=bad, headers=headers_a).status_code == 400
         for _ in range(3):
             assert client.post(INFER, json=tiny_request(), headers=headers_b).status_code == 200
@@ -114,7 +135,9 @@ def test_usage_per_key_model_and_day_readable_by_owner_and_admin(gateway_factory
     through = grpcclient.InferenceServerClient(gateway.grpc_url)
     try:
         for _ in range(2):
-            through.infer("tiny_linear", [rows], headers={"authorization": headers_a["Authorization"]})
+            through.infer(
+                "tiny_linear", [rows], headers={"authorization": headers_a["Authorization"]}
+            )
     finally:
         through.close()
 
@@ -132,7 +155,9 @@ def test_usage_per_key_model_and_day_readable_by_owner_and_admin(gateway_factory
     assert exported.status_code == 200 and exported.headers["content-type"].startswith("text/csv")
     assert "attachment" in exported.headers["content-disposition"]
     (csv_row,) = list(csv.DictReader(io.StringIO(exported.text)))
-    assert csv_row["client"] == id_a and int(csv_row["requests"]) == 9 and int(csv_row["failed"]) == 1
+    assert (
+        csv_row["client"] == id_a and int(csv_row["requests"]) == 9 and int(csv_row["failed"]) == 1
+    )
 
     # The admin reads any key, or all of them.
     one = _usage(gateway, _ADMIN, "/admin/usage", key_id=str(key_b["key_id"])).json()
@@ -155,15 +180,24 @@ def test_usage_per_key_model_and_day_readable_by_owner_and_admin(gateway_factory
 
 
 @pytest.mark.integration
-def test_usage_adds_up_across_two_gateways_sharing_redis(gateway_factory, tiny_triton, redis_url, tmp_path_factory) -> None:  # type: ignore[no-untyped-def]
+def test_usage_adds_up_across_two_gateways_sharing_redis(
+    gateway_factory, tiny_triton, redis_url, tmp_path_factory
+) -> None:  # type: ignore[no-untyped-def]
     workdir = tmp_path_factory.mktemp("usage-redis")
     settings = {"redis_url": redis_url, "usage_flush_interval_s": 0.2}
-    first, second = (gateway_factory(tiny_triton.http_url, workdir=workdir, **settings) for _ in range(2))
+    first, second = (
+        gateway_factory(tiny_triton.http_url, workdir=workdir, **settings) for _ in range(2)
+    )
     headers, key = create_key(first, name="usage-shared")
     client_id = f"key:{key['key_id']}"
     for gateway, count in ((first, 5), (second, 4)):
         for _ in range(count):
-            assert httpx.post(gateway.url + INFER, json=tiny_request(), headers=headers, timeout=10).status_code == 200
+            assert (
+                httpx.post(
+                    gateway.url + INFER, json=tiny_request(), headers=headers, timeout=10
+                ).status_code
+                == 200
+            )
     deadline = time.monotonic() + 15  # the other process flushes every 0.2 s
     while True:
         report = _usage(first, headers).json()
@@ -173,7 +207,10 @@ def test_usage_adds_up_across_two_gateways_sharing_redis(gateway_factory, tiny_t
         assert counted < 9, report
         assert time.monotonic() < deadline, f"usage never added up to 9 (last {counted})"
         time.sleep(0.1)
-    assert _row(_usage(second, _ADMIN, "/admin/usage", client=client_id).json(), client_id)["requests"] == 9
+    assert (
+        _row(_usage(second, _ADMIN, "/admin/usage", client=client_id).json(), client_id)["requests"]
+        == 9
+    )
 
 
 @pytest.mark.integration
@@ -182,7 +219,9 @@ def test_an_unlimited_tier_is_not_limited_and_still_metered(gateway_factory, tin
     gateway = gateway_factory(tiny_triton.http_url, tier_limits=tiers, usage_flush_interval_s=0.2)
     headers, key = create_key(gateway, tier="enterprise", name="enterprise")
     with httpx.Client(base_url=gateway.url, headers=headers, timeout=10) as client:
-        answers = [client.post(INFER, json=tiny_request()) for _ in range(30)]  # past every other tier's burst
+        answers = [
+            client.post(INFER, json=tiny_request()) for _ in range(30)
+        ]  # past every other tier's burst
         assert [a.status_code for a in answers] == [200] * 30
         assert not any("ratelimit-limit" in a.headers for a in answers)
         report = client.get("/v1/usage").json()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.server import settings_environment
+from gateway.http.server import settings_environment
 from gateway.settings import GatewaySettings, TritonProtocol, usable_cores
 
 
@@ -32,9 +32,19 @@ def test_a_residency_budget_keeps_one_worker() -> None:
         GatewaySettings(**budget, workers=2).worker_count()
 
 
-@pytest.mark.parametrize(("cpu_max", "expected"), [("max 100000", None), ("200000 100000", 2), ("150000 100000", 2),
-                                                   ("50000 100000", 1), ("garbage", None)])
-def test_a_container_cpu_quota_caps_the_cores(tmp_path: Path, cpu_max: str, expected: int | None) -> None:
+@pytest.mark.parametrize(
+    ("cpu_max", "expected"),
+    [
+        ("max 100000", None),
+        ("200000 100000", 2),
+        ("150000 100000", 2),
+        ("50000 100000", 1),
+        ("garbage", None),
+    ],
+)
+def test_a_container_cpu_quota_caps_the_cores(
+    tmp_path: Path, cpu_max: str, expected: int | None
+) -> None:
     path = tmp_path / "cpu.max"
     path.write_text(cpu_max + "\n")
     affinity = len(os.sched_getaffinity(0))
@@ -42,7 +52,9 @@ def test_a_container_cpu_quota_caps_the_cores(tmp_path: Path, cpu_max: str, expe
     assert usable_cores(tmp_path / "missing") == affinity
 
 
-def test_workers_rebuild_exactly_the_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_workers_rebuild_exactly_the_settings_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     settings = GatewaySettings(
         port=9123,
         admin_token="s3cret-admin",

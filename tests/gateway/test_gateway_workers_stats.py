@@ -30,7 +30,9 @@ def _metrics_dir(worker: int) -> Path:
     return Path(value.decode())
 
 
-def test_two_workers_answer_for_both(gateway_factory, tiny_triton, redis_url, tmp_path_factory) -> None:  # type: ignore[no-untyped-def]
+def test_two_workers_answer_for_both(
+    gateway_factory, tiny_triton, redis_url, tmp_path_factory
+) -> None:  # type: ignore[no-untyped-def]
     gateway = gateway_factory(
         tiny_triton.http_url,
         workdir=tmp_path_factory.mktemp("workers-stats"),
@@ -44,13 +46,22 @@ def test_two_workers_answer_for_both(gateway_factory, tiny_triton, redis_url, tm
     headers, key = create_key(gateway, name="workers-stats")
     client_id = f"key:{key['key_id']}"
     for _ in range(_REQUESTS):  # a new connection each: the kernel spreads them over the workers
-        assert httpx.post(gateway.url + INFER, json=tiny_request(), headers=headers, timeout=10).status_code == 200
+        assert (
+            httpx.post(
+                gateway.url + INFER, json=tiny_request(), headers=headers, timeout=10
+            ).status_code
+            == 200
+        )
 
     # Both workers recorded some of them (each writes its own values file)...
     directory = _metrics_dir(workers[0])
-    assert {p.name for p in directory.glob("histogram_*.db")} == {f"histogram_{w}.db" for w in workers}
+    assert {p.name for p in directory.glob("histogram_*.db")} == {
+        f"histogram_{w}.db" for w in workers
+    }
     # ...and every scrape, whichever worker answers it, counts all of them.
-    pattern = re.compile(rf'^gateway_client_request_duration_seconds_count\{{client="{client_id}"\}} (\S+)$', re.M)
+    pattern = re.compile(
+        rf'^gateway_client_request_duration_seconds_count\{{client="{client_id}"\}} (\S+)$', re.M
+    )
     for _ in range(10):
         metrics = httpx.get(gateway.url + "/metrics", headers=METRICS_HEADERS, timeout=10).text
         assert [float(v) for v in pattern.findall(metrics)] == [float(_REQUESTS)]
@@ -66,6 +77,8 @@ def test_two_workers_answer_for_both(gateway_factory, tiny_triton, redis_url, tm
         assert counted <= _REQUESTS and used <= _REQUESTS, (counted, used)
         streak = streak + 1 if (counted, used) == (_REQUESTS, _REQUESTS) else 0
         assert time.monotonic() < deadline, f"workers never agreed: stats {counted}, usage {used}"
-    admin = httpx.get(gateway.url + "/v1/stats", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=10)
+    admin = httpx.get(
+        gateway.url + "/v1/stats", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=10
+    )
     assert admin.json()["models"]["tiny_linear"]["gateway"]["count"] >= _REQUESTS
     assert _workers(gateway.process.pid) == workers  # no worker died (and was replaced) on the way

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from gateway.image_store import ImageStore, MemoryImageStore, RedisImageStore
+from gateway.jobs.image_store import ImageStore, MemoryImageStore, RedisImageStore
 
 
 class Clock:
@@ -29,7 +29,9 @@ async def make_store(request: pytest.FixtureRequest) -> AsyncIterator[object]:
         if request.param == "memory":
             store: ImageStore = MemoryImageStore(ttl_s, max_bytes, clock=clock)
         else:
-            store = RedisImageStore(request.getfixturevalue("redis_url"), ttl_s, max_bytes, prefix=prefix, clock=clock)
+            store = RedisImageStore(
+                request.getfixturevalue("redis_url"), ttl_s, max_bytes, prefix=prefix, clock=clock
+            )
         made.append(store)
         return store
 
@@ -58,7 +60,11 @@ async def test_the_oldest_images_go_first_past_the_byte_bound(make_store) -> Non
     second = await store.put("o", b"12345", "image/png")
     clock.now += 1
     third = await store.put("o", b"123", "image/png")
-    assert await store.get("o", first) is None and await store.get("o", second) and await store.get("o", third)
+    assert (
+        await store.get("o", first) is None
+        and await store.get("o", second)
+        and await store.get("o", third)
+    )
     if isinstance(store, MemoryImageStore):
         assert store.bytes == 8
     clock.now += 60  # both expire: a 10-byte image fits again
@@ -74,7 +80,9 @@ async def test_a_url_made_by_one_replica_is_served_by_another(redis_url: str) ->
     try:
         token = await one.put("key:a", b"png", "image/png")
         image = await other.get("key:a", token)
-        assert image is not None and image.data == b"png" and await other.get("key:b", token) is None
+        assert (
+            image is not None and image.data == b"png" and await other.get("key:b", token) is None
+        )
     finally:
         await one.close()
         await other.close()

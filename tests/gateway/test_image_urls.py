@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from gateway.errors import Gone, PermissionDenied
-from gateway.generation_pace import GenerationPace, generation_work
-from gateway.image_urls import ImageUrlSigner
+from gateway.jobs.image_urls import ImageUrlSigner
+from gateway.observe.generation_pace import GenerationPace, generation_work
 
 PATH = "/v1/images/files/abc"
 
@@ -32,8 +32,20 @@ def test_a_signed_url_opens_until_it_expires() -> None:
         signer.check(PATH, str(url.expires), url.signature)
 
 
-@pytest.mark.parametrize("change", ["path", "expires", "signature", "missing", "not-a-number", "other-secret",
-                                    "non-ascii-path", "non-ascii-signature", "other-script-digits"])
+@pytest.mark.parametrize(
+    "change",
+    [
+        "path",
+        "expires",
+        "signature",
+        "missing",
+        "not-a-number",
+        "other-secret",
+        "non-ascii-path",
+        "non-ascii-signature",
+        "other-script-digits",
+    ],
+)
 def test_an_altered_url_is_refused(change: str) -> None:
     signer = ImageUrlSigner("secret", Clock())
     url = signer.sign(PATH, 600)
@@ -53,7 +65,9 @@ def test_an_altered_url_is_refused(change: str) -> None:
         path = "/v1/images/files/\u169b\u1684"
     elif change == "non-ascii-signature":
         signature = "\u169b" * len(signature)
-    elif change == "other-script-digits":  # int() reads Arabic-Indic digits; the URL's expires is ASCII
+    elif (
+        change == "other-script-digits"
+    ):  # int() reads Arabic-Indic digits; the URL's expires is ASCII
         expires = "\u0661" * 7
     else:
         checker = ImageUrlSigner("another secret", Clock())

@@ -18,13 +18,13 @@ import pytest
 
 from gateway.app import ERROR_STATUS
 from gateway.errors import InferenceInputError, Overloaded
-from gateway.job_runner import JobRunner
-from gateway.jobs import Job, JobStatus, new_job_id
-from gateway.jobs_sqlite import SqliteJobStore
+from gateway.http.problems import ProblemRenderer
+from gateway.jobs.runner import JobRunner
+from gateway.jobs.store import Job, JobStatus, new_job_id
+from gateway.jobs.store_sqlite import SqliteJobStore
 from gateway.openai_tasks import ImageRequest
-from gateway.problems import ProblemRenderer
 from gateway.settings import GatewaySettings
-from gateway.usage import UsageMeter
+from gateway.tenancy.usage import UsageMeter
 
 
 class Generation:
@@ -36,7 +36,9 @@ class Generation:
         self.started = asyncio.Event()
         self.cancelled = asyncio.Event()
 
-    async def run_image_job(self, ctx: Any, model: str, request: ImageRequest, timeout_s: float) -> list[bytes]:
+    async def run_image_job(
+        self, ctx: Any, model: str, request: ImageRequest, timeout_s: float
+    ) -> list[bytes]:
         self.calls += 1
         self.started.set()
         try:
@@ -83,8 +85,14 @@ async def _running(store: SqliteJobStore, generation: Generation) -> AsyncIterat
 
 
 async def _submit(store: SqliteJobStore) -> Job:
-    job = Job(id=new_job_id(), owner="key:a", model="stable_diffusion", created_at=time.time(), tier="free",
-              request=ImageRequest(prompt="a fox", width=64, height=64, steps=2).to_json())
+    job = Job(
+        id=new_job_id(),
+        owner="key:a",
+        model="stable_diffusion",
+        created_at=time.time(),
+        tier="free",
+        request=ImageRequest(prompt="a fox", width=64, height=64, steps=2).to_json(),
+    )
     await store.submit(job, max_active=8, max_kept=32)
     return job
 
@@ -121,15 +129,24 @@ async def test_a_cancel_made_elsewhere_stops_the_run(store: SqliteJobStore) -> N
 
 
 async def test_errors_become_the_jobs_error(store: SqliteJobStore) -> None:
-    generation = Generation(_raise(InferenceInputError("prompt is too long for the model", field="prompt")),
-                            _raise(RuntimeError("a bug")))
+    generation = Generation(
+        _raise(InferenceInputError("prompt is too long for the model", field="prompt")),
+        _raise(RuntimeError("a bug")),
+    )
     refused, broken = await _submit(store), await _submit(store)
     async with _running(store, generation):
         first = await _until(store, refused.id, JobStatus.FAILED)
         second = await _until(store, broken.id, JobStatus.FAILED)
-    assert first.error is not None and (first.error.status, first.error.code, first.error.param) == (
-        400, "inference_input_error", "prompt")
-    assert second.error is not None and second.error.code == "internal_error" and "a bug" not in second.error.message
+    assert first.error is not None and (
+        first.error.status,
+        first.error.code,
+        first.error.param,
+    ) == (400, "inference_input_error", "prompt")
+    assert (
+        second.error is not None
+        and second.error.code == "internal_error"
+        and "a bug" not in second.error.message
+    )
 
 
 async def test_a_stopping_process_hands_its_job_back(store: SqliteJobStore) -> None:

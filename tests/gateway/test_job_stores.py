@@ -13,9 +13,17 @@ from pathlib import Path
 import pytest
 
 from gateway.errors import TooManyJobs
-from gateway.jobs import CallbackState, Job, JobError, JobStatus, JobStore, Outcome, new_job_id
-from gateway.jobs_redis import RedisJobStore
-from gateway.jobs_sqlite import SqliteJobStore
+from gateway.jobs.store import (
+    CallbackState,
+    Job,
+    JobError,
+    JobStatus,
+    JobStore,
+    Outcome,
+    new_job_id,
+)
+from gateway.jobs.store_redis import RedisJobStore
+from gateway.jobs.store_sqlite import SqliteJobStore
 
 TTL_S = 100.0
 
@@ -29,7 +37,9 @@ class Clock:
 
 
 @pytest.fixture(params=["sqlite", "redis"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[tuple[JobStore, Clock]]:
+async def store(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[tuple[JobStore, Clock]]:
     clock = Clock()
     if request.param == "sqlite":
         made: JobStore = SqliteJobStore(tmp_path / "jobs.sqlite3", TTL_S, clock=clock)
@@ -41,8 +51,16 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
 
 
 def _job(owner: str = "key:a", callback_url: str = "", at: float = 0.0) -> Job:
-    return Job(id=new_job_id(), owner=owner, model="stable_diffusion", request={"prompt": "a fox", "n": 2},
-               created_at=at or time.time(), tier="free", scopes=("*",), callback_url=callback_url)
+    return Job(
+        id=new_job_id(),
+        owner=owner,
+        model="stable_diffusion",
+        request={"prompt": "a fox", "n": 2},
+        created_at=at or time.time(),
+        tier="free",
+        scopes=("*",),
+        callback_url=callback_url,
+    )
 
 
 async def test_a_job_runs_once_and_keeps_its_images(store: tuple[JobStore, Clock]) -> None:
@@ -54,17 +72,25 @@ async def test_a_job_runs_once_and_keeps_its_images(store: tuple[JobStore, Clock
     winners = [c for c in claimed if c is not None]
     assert len(winners) == 1, "a job is claimed by one worker"
     running = winners[0]
-    assert running.status is JobStatus.RUNNING and running.attempts == 1 and running.started_at == clock.now
+    assert (
+        running.status is JobStatus.RUNNING
+        and running.attempts == 1
+        and running.started_at == clock.now
+    )
     assert await jobs.renew(job.id, running.worker, 10) is JobStatus.RUNNING
     assert await jobs.renew(job.id, "someone-else", 10) is None
     images = (b"\x89PNG one", b"\x89PNG two\x00\xff")
-    assert await jobs.finish(job.id, running.worker, Outcome(JobStatus.SUCCEEDED, images, "image/png"))
+    assert await jobs.finish(
+        job.id, running.worker, Outcome(JobStatus.SUCCEEDED, images, "image/png")
+    )
     done = await jobs.get(job.id)
     assert done is not None and done.status is JobStatus.SUCCEEDED and done.images == 2
     assert done.media_type == "image/png" and done.expires_at == pytest.approx(clock.now + TTL_S)
     assert done.callback_state is None and await jobs.claim_callback("w", 5) is None
     assert await jobs.images(job.id) == list(images)
-    assert await jobs.finish(job.id, running.worker, Outcome(JobStatus.FAILED)) is False, "finished once"
+    assert await jobs.finish(job.id, running.worker, Outcome(JobStatus.FAILED)) is False, (
+        "finished once"
+    )
     clock.now += TTL_S + 1
     assert await jobs.get(job.id) is None and await jobs.images(job.id) == []
 
@@ -77,7 +103,9 @@ async def test_limits_per_owner(store: tuple[JobStore, Clock]) -> None:
     with pytest.raises(TooManyJobs) as active:
         await jobs.submit(_job(at=clock.now), max_active=2, max_kept=3)
     assert "2 generation jobs queued or running" in active.value.detail
-    await jobs.submit(_job(owner="key:b", at=clock.now), max_active=2, max_kept=3)  # another owner's count
+    await jobs.submit(
+        _job(owner="key:b", at=clock.now), max_active=2, max_kept=3
+    )  # another owner's count
     assert (await jobs.cancel(first.id)) is not None
     await jobs.submit(_job(at=clock.now), max_active=2, max_kept=3)
     with pytest.raises(TooManyJobs) as kept:
@@ -100,20 +128,35 @@ async def test_cancel_drops_a_late_result(store: tuple[JobStore, Clock]) -> None
     for job in (queued, running):
         await jobs.submit(job, max_active=8, max_kept=32)
     cancelled = await jobs.cancel(queued.id)
-    assert cancelled is not None and cancelled.status is JobStatus.CANCELLED and cancelled.finished_at == clock.now
+    assert (
+        cancelled is not None
+        and cancelled.status is JobStatus.CANCELLED
+        and cancelled.finished_at == clock.now
+    )
     claimed = await jobs.claim("w", 10, 3)
     assert claimed is not None and claimed.id == running.id, "a cancelled job is never claimed"
     assert (await jobs.cancel(running.id)).status is JobStatus.CANCELLED  # type: ignore[union-attr]
-    assert await jobs.renew(running.id, "w", 10) is JobStatus.CANCELLED, "the worker learns it at its renewal"
-    assert not await jobs.finish(running.id, "w", Outcome(JobStatus.SUCCEEDED, (b"late",), "image/png"))
-    assert await jobs.images(running.id) == [] and (await jobs.get(running.id)).status is JobStatus.CANCELLED  # type: ignore[union-attr]
+    assert await jobs.renew(running.id, "w", 10) is JobStatus.CANCELLED, (
+        "the worker learns it at its renewal"
+    )
+    assert not await jobs.finish(
+        running.id, "w", Outcome(JobStatus.SUCCEEDED, (b"late",), "image/png")
+    )
+    assert (
+        await jobs.images(running.id) == []
+        and (await jobs.get(running.id)).status is JobStatus.CANCELLED
+    )  # type: ignore[union-attr]
     again = await jobs.cancel(running.id)
-    assert again is not None and again.status is JobStatus.CANCELLED, "cancelling twice changes nothing"
+    assert again is not None and again.status is JobStatus.CANCELLED, (
+        "cancelling twice changes nothing"
+    )
     assert await jobs.cancel(new_job_id()) is None
     assert not await jobs.delete(new_job_id())
 
 
-async def test_a_dead_workers_job_is_taken_over_then_given_up(store: tuple[JobStore, Clock]) -> None:
+async def test_a_dead_workers_job_is_taken_over_then_given_up(
+    store: tuple[JobStore, Clock],
+) -> None:
     jobs, clock = store
     job = _job(at=clock.now)
     await jobs.submit(job, max_active=8, max_kept=32)
@@ -121,7 +164,12 @@ async def test_a_dead_workers_job_is_taken_over_then_given_up(store: tuple[JobSt
     assert first is not None and await jobs.claim("other", 10, 2) is None, "leased"
     clock.now += 11  # "dead" never renewed
     second = await jobs.claim("other", 10, 2)
-    assert second is not None and second.id == job.id and second.attempts == 2 and second.worker == "other"
+    assert (
+        second is not None
+        and second.id == job.id
+        and second.attempts == 2
+        and second.worker == "other"
+    )
     assert await jobs.renew(job.id, "dead", 10) is None
     assert not await jobs.finish(job.id, "dead", Outcome(JobStatus.SUCCEEDED, (b"x",), "image/png"))
     clock.now += 11  # and "other" died too
@@ -131,7 +179,9 @@ async def test_a_dead_workers_job_is_taken_over_then_given_up(store: tuple[JobSt
     assert failed.error.code == "worker_lost" and "2 times" in failed.error.message
 
 
-async def test_release_puts_a_job_back_without_counting_an_attempt(store: tuple[JobStore, Clock]) -> None:
+async def test_release_puts_a_job_back_without_counting_an_attempt(
+    store: tuple[JobStore, Clock],
+) -> None:
     jobs, clock = store
     job = _job(at=clock.now)
     await jobs.submit(job, max_active=8, max_kept=32)
@@ -161,22 +211,29 @@ async def test_callbacks_are_leased_retried_and_recorded(store: tuple[JobStore, 
     assert await jobs.claim_callback("v", 5) is None
     clock.now += 3
     retried = await jobs.claim_callback("v", 5)
-    assert retried is not None and retried.callback_attempts == 2 and retried.callback_error == "HTTP 503"
+    assert (
+        retried is not None
+        and retried.callback_attempts == 2
+        and retried.callback_error == "HTTP 503"
+    )
     await jobs.callback_done(job.id, CallbackState.DELIVERED, "", retry_in_s=None)
     clock.now += 10
     assert await jobs.claim_callback("v", 5) is None
     assert (await jobs.get(job.id)).callback_state is CallbackState.DELIVERED  # type: ignore[union-attr]
 
 
-async def test_jobs_outlive_the_store_object(store: tuple[JobStore, Clock], tmp_path: Path,
-                                             request: pytest.FixtureRequest) -> None:
+async def test_jobs_outlive_the_store_object(
+    store: tuple[JobStore, Clock], tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     jobs, clock = store
     job = _job(at=clock.now)
     await jobs.submit(job, max_active=8, max_kept=32)
     if isinstance(jobs, SqliteJobStore):
         reopened: JobStore = SqliteJobStore(jobs.path, TTL_S, clock=clock)
     else:
-        reopened = RedisJobStore(request.getfixturevalue("redis_url"), TTL_S, prefix=jobs._p, clock=clock)
+        reopened = RedisJobStore(
+            request.getfixturevalue("redis_url"), TTL_S, prefix=jobs._p, clock=clock
+        )
     try:
         claimed = await reopened.claim("new-process", 10, 3)
         assert claimed is not None and claimed.id == job.id and claimed.request == job.request

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from gateway.auth import Authenticator
 from gateway.errors import AuthenticationError
-from gateway.keys import ApiKeyRecord
-from gateway.keys_sqlite import SqliteKeyStore
 from gateway.settings import GatewaySettings
+from gateway.tenancy.auth import Authenticator
+from gateway.tenancy.keys import ApiKeyRecord
+from gateway.tenancy.keys_sqlite import SqliteKeyStore
 
 
 class CountingStore(SqliteKeyStore):
@@ -73,7 +73,9 @@ async def test_a_key_in_use_is_refreshed_before_it_expires(tmp_path: Path, clock
     await auth.authenticate(headers)
     clock.now += 4.5  # past 80% of the lifetime: refreshed in the background
     store.hold.clear()  # the refresh hangs in the store...
-    principal = await asyncio.wait_for(auth.authenticate(headers), 5)  # ...and the request does not wait
+    principal = await asyncio.wait_for(
+        auth.authenticate(headers), 5
+    )  # ...and the request does not wait
     assert principal.client_id == f"key:{key_id}"
     await _until(lambda: store.gets == 2)  # the refresh reached the store
     await asyncio.wait_for(auth.authenticate(headers), 5)  # one refresh at a time
@@ -91,17 +93,22 @@ async def test_unknown_ids_cost_and_answer_what_a_wrong_secret_does(
     tmp_path: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The decision path, not its timing: the same hashing and comparison, the same answer.
-    import gateway.keys as keys_module
-    from gateway.keys import new_key
+    import gateway.tenancy.keys as keys_module
+    from gateway.tenancy.keys import new_key
 
     store = CountingStore(tmp_path / "keys.sqlite3")
     key_id, key = store.create("a", ["*"], "free")
     auth = Authenticator(GatewaySettings(key_cache_ttl_s=5), store, clock)
     calls: list[str] = []
-    real_hash, real_compare = keys_module._hash, keys_module.hmac.compare_digest
-    monkeypatch.setattr(keys_module, "_hash", lambda text: calls.append("hash") or real_hash(text))
-    monkeypatch.setattr(keys_module.hmac, "compare_digest",
-                        lambda a, b: calls.append("compare") or real_compare(a, b))
+    real_hash, real_compare = keys_module.hash_key, keys_module.hmac.compare_digest
+    monkeypatch.setattr(
+        keys_module, "hash_key", lambda text: calls.append("hash") or real_hash(text)
+    )
+    monkeypatch.setattr(
+        keys_module.hmac,
+        "compare_digest",
+        lambda a, b: calls.append("compare") or real_compare(a, b),
+    )
 
     async def refusal(credential: str) -> tuple[str, list[str]]:
         calls.clear()
@@ -111,12 +118,18 @@ async def test_unknown_ids_cost_and_answer_what_a_wrong_secret_does(
 
     wrong_secret = new_key(key_id)[1]
     unknown = new_key()[1]
-    assert await refusal(wrong_secret) == await refusal(unknown) == ("invalid API key", ["hash", "compare"])
+    assert (
+        await refusal(wrong_secret)
+        == await refusal(unknown)
+        == ("invalid API key", ["hash", "compare"])
+    )
 
 
-async def test_made_up_ids_never_push_real_keys_out_of_the_cache(tmp_path: Path, clock: Clock) -> None:
-    from gateway.auth import _CACHE_ENTRIES
-    from gateway.keys import new_key
+async def test_made_up_ids_never_push_real_keys_out_of_the_cache(
+    tmp_path: Path, clock: Clock
+) -> None:
+    from gateway.tenancy.auth import _CACHE_ENTRIES
+    from gateway.tenancy.keys import new_key
 
     store = CountingStore(tmp_path / "keys.sqlite3")
     _, key = store.create("a", ["*"], "free")

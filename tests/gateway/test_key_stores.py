@@ -11,16 +11,16 @@ import pytest
 import redis
 
 from gateway.errors import BadRequest
-from gateway.keys import (
+from gateway.tenancy.keys import (
     ApiKeyRecord,
     KeyConflict,
     KeyStore,
     KeyStoreUnavailable,
     records_from_export,
 )
-from gateway.keys_sqlite import SqliteKeyStore
-from gateway.redis_state import RedisKeyStore, RedisTrafficStore, connect, read_versions
-from gateway.traffic import Route, TrafficSplit
+from gateway.tenancy.keys_sqlite import SqliteKeyStore
+from gateway.tenancy.redis_state import RedisKeyStore, RedisTrafficStore, connect, read_versions
+from gateway.tenancy.traffic import Route, TrafficSplit
 from serving.ports import reserve_port
 
 pytestmark = pytest.mark.integration
@@ -67,8 +67,13 @@ def test_listing_is_oldest_first_and_can_hide_revoked(store: KeyStore) -> None:
 
 @pytest.mark.parametrize("direction", ["sqlite->redis", "redis->sqlite"])
 def test_export_import_keeps_every_key_working(direction: str, tmp_path, redis_url) -> None:  # type: ignore[no-untyped-def]
-    sqlite_store, redis_store = SqliteKeyStore(tmp_path / "k.sqlite3"), RedisKeyStore(redis_url, prefix=next(_prefixes))
-    source, target = (sqlite_store, redis_store) if direction == "sqlite->redis" else (redis_store, sqlite_store)
+    sqlite_store, redis_store = (
+        SqliteKeyStore(tmp_path / "k.sqlite3"),
+        RedisKeyStore(redis_url, prefix=next(_prefixes)),
+    )
+    source, target = (
+        (sqlite_store, redis_store) if direction == "sqlite->redis" else (redis_store, sqlite_store)
+    )
     live_id, live = source.create("live", ["tiny_linear"], "standard")
     rotated_id, _ = source.create("rotated")
     rotated = source.rotate(rotated_id)
@@ -78,7 +83,9 @@ def test_export_import_keeps_every_key_working(direction: str, tmp_path, redis_u
     assert all("key_hash" in e and live not in str(e) for e in exported)  # hashes, never plaintext
 
     result = target.import_records(records_from_export(exported))
-    assert sorted(result.imported) == sorted([live_id, rotated_id, gone_id]) and result.skipped == []
+    assert (
+        sorted(result.imported) == sorted([live_id, rotated_id, gone_id]) and result.skipped == []
+    )
     assert target.list() == source.list()  # ids, hashes, scopes, tiers and times all kept
     assert target.verify(live) is not None and target.verify(rotated) is not None
     assert target.verify(gone) is None  # still revoked
@@ -92,7 +99,9 @@ def test_import_is_all_or_nothing(store: KeyStore) -> None:
     present = store.get(key_id)
     assert present is not None
     fresh = ApiKeyRecord("ab" * 6, "fresh", ("*",), "free", 1.0, None, None, "0" * 64)
-    changed = ApiKeyRecord(key_id, "present", present.scopes, present.tier, present.created_at, None, None, "f" * 64)
+    changed = ApiKeyRecord(
+        key_id, "present", present.scopes, present.tier, present.created_at, None, None, "f" * 64
+    )
     with pytest.raises(KeyConflict) as info:
         store.import_records([fresh, changed])
     assert info.value.key_ids == [key_id]
@@ -100,7 +109,9 @@ def test_import_is_all_or_nothing(store: KeyStore) -> None:
     with pytest.raises(ValueError, match="twice"):
         store.import_records([fresh, fresh])
     with pytest.raises(ValueError, match="hex SHA-256"):
-        store.import_records([ApiKeyRecord("cd" * 6, "x", ("*",), "free", 1.0, None, None, "nothex")])
+        store.import_records(
+            [ApiKeyRecord("cd" * 6, "x", ("*",), "free", 1.0, None, None, "nothex")]
+        )
     assert store.get(fresh.key_id) is None and store.get("cd" * 6) is None
 
 
@@ -115,8 +126,12 @@ def test_every_change_a_cache_could_miss_moves_the_version(redis_url: str) -> No
     seen.append(read_versions(client, prefix).keys)
     store.revoke(key_id)
     seen.append(read_versions(client, prefix).keys)
-    store.import_records([ApiKeyRecord("ab" * 6, "imported", ("*",), "free", 1.0, None, None, "0" * 64)])
-    seen.append(read_versions(client, prefix).keys)  # its id may have been presented (and refused) before
+    store.import_records(
+        [ApiKeyRecord("ab" * 6, "imported", ("*",), "free", 1.0, None, None, "0" * 64)]
+    )
+    seen.append(
+        read_versions(client, prefix).keys
+    )  # its id may have been presented (and refused) before
     store.revoke(key_id)  # already revoked: nothing changed, no bump needed
     assert seen == sorted(set(seen)) and len(seen) == 4
     assert read_versions(client, prefix).keys == seen[-1]
@@ -163,8 +178,10 @@ def test_canary_outcomes_add_up_across_processes_through_redis(redis_url: str) -
         there.observe("ens", Route("ens__canary"), ok=True)
         there.observe("other", Route("other"), ok=False)  # not pinned: not counted
         await there.flush()
-        assert await here.outcomes("ens") == {"1": {"answered": 2, "failed": 0},
-                                              "model:ens__canary": {"answered": 1, "failed": 1}}
+        assert await here.outcomes("ens") == {
+            "1": {"answered": 2, "failed": 0},
+            "model:ens__canary": {"answered": 1, "failed": 1},
+        }
         assert await here.outcomes("other") == {}
         assert await there.remove("ens")  # unpinned: the counts go with the weights
         assert await here.outcomes("ens") == {}
@@ -174,7 +191,9 @@ def test_canary_outcomes_add_up_across_processes_through_redis(redis_url: str) -
 
 
 def test_an_unreachable_redis_is_reported_not_raised_raw() -> None:
-    store = RedisKeyStore(f"redis://127.0.0.1:{reserve_port()}/0", timeout_s=0.2)  # nothing listens there
+    store = RedisKeyStore(
+        f"redis://127.0.0.1:{reserve_port()}/0", timeout_s=0.2
+    )  # nothing listens there
     with pytest.raises(KeyStoreUnavailable) as info:
         store.get("0" * 12)
     assert isinstance(info.value.__cause__, redis.RedisError)

@@ -16,9 +16,10 @@ import numpy as np
 import pytest
 import tritonclient.http as http
 
-from gateway.compression import BoundedDecoder
+from gateway.backends.triton import safe_message
 from gateway.errors import BadRequest, PayloadTooLarge
-from gateway.kserve import (
+from gateway.http.compression import BoundedDecoder
+from gateway.protocol.kserve import (
     HEADER_LENGTH,
     GrpcBody,
     InferRequest,
@@ -28,8 +29,7 @@ from gateway.kserve import (
     encode_rest,
     parse_rest,
 )
-from gateway.kserve._strict_json import nesting_depth
-from gateway.triton import safe_message
+from gateway.protocol.kserve._strict_json import nesting_depth
 
 ALL_TYPES = {
     "BOOL": np.array([True, False, True]),
@@ -48,7 +48,9 @@ ALL_TYPES = {
 }
 
 
-def _client_body(arrays: dict[str, np.ndarray], binary: bool, **kwargs: object) -> tuple[bytes, str | None]:
+def _client_body(
+    arrays: dict[str, np.ndarray], binary: bool, **kwargs: object
+) -> tuple[bytes, str | None]:
     inputs = []
     for datatype, array in arrays.items():
         tensor = http.InferInput(datatype.lower(), list(array.shape), datatype)
@@ -65,7 +67,9 @@ def test_every_datatype_from_tritonclient_round_trips(binary: bool) -> None:
         arrays["BF16"] = np.array([1.5, -2.0, 0.0], dtype=ml_dtypes.bfloat16)
     else:  # BYTES over JSON are UTF-8 text
         arrays["BYTES"] = np.array([b"", "h\u00e9".encode(), b"ok"], dtype=np.object_)
-    body, header_length = _client_body(arrays, binary, request_id="r-1", parameters={"tag": "x", "n": 3})
+    body, header_length = _client_body(
+        arrays, binary, request_id="r-1", parameters={"tag": "x", "n": 3}
+    )
     request = parse_rest(body, header_length)
     assert request.id == "r-1" and dict(request.parameters) == {"tag": "x", "n": 3}
     for datatype, array in arrays.items():
@@ -77,7 +81,9 @@ def test_every_datatype_from_tritonclient_round_trips(binary: bool) -> None:
     again = parse_rest(encoded, headers[HEADER_LENGTH])
     assert [t.raw() for t in again.inputs] == [t.raw() for t in request.inputs]
     header = json.loads(encoded[: int(headers[HEADER_LENGTH])])
-    assert all("data" not in item and "binary_data_size" in item["parameters"] for item in header["inputs"])
+    assert all(
+        "data" not in item and "binary_data_size" in item["parameters"] for item in header["inputs"]
+    )
 
 
 def test_outputs_and_reserved_parameters_are_kept_or_refused() -> None:
@@ -93,7 +99,10 @@ def test_outputs_and_reserved_parameters_are_kept_or_refused() -> None:
     for parameter, field in (
         ({"priority": 1}, "parameters.priority"),
         ({"sequence_id": 7}, "parameters.sequence_id"),
-        ({"triton_enable_empty_final_response": True}, "parameters.triton_enable_empty_final_response"),
+        (
+            {"triton_enable_empty_final_response": True},
+            "parameters.triton_enable_empty_final_response",
+        ),
         ({"headers": "x"}, "parameters.headers"),
         ({"x": [1]}, "parameters.x"),
     ):
@@ -118,9 +127,15 @@ def _doc(**input_fields: object) -> bytes:
         (b'{"inputs": [{"name": "a", "name": "b"}]}', "name", "repeats the key"),
         (b'{"inputs": [{"name": "a\\ud800"}]}', "body", "surrogate"),
         (b'{"inputs": [{"name": "\xff"}]}', "body", "UTF-8"),
-        (b'{"inputs": [{"name": "a", "shape": [1], "datatype": "FP32", "data": [NaN]}]}', "body", "NaN"),
         (
-            b'{"inputs": [{"name": "a", "shape": [1], "datatype": "FP32", "data": [' + b"9" * 5000 + b"]}]}",
+            b'{"inputs": [{"name": "a", "shape": [1], "datatype": "FP32", "data": [NaN]}]}',
+            "body",
+            "NaN",
+        ),
+        (
+            b'{"inputs": [{"name": "a", "shape": [1], "datatype": "FP32", "data": ['
+            + b"9" * 5000
+            + b"]}]}",
             "body",
             "too long",
         ),
@@ -154,7 +169,11 @@ def _doc(**input_fields: object) -> bytes:
         ),
         (_doc(parameters={"binary_data_size": 8}), "inputs.0.data", "both data and"),
         (_doc(extra=1), "inputs.0", "unknown field 'extra'"),
-        (b'{"inputs": [{"name": "a", "shape": [1], "datatype": "FP32"}]}', "inputs.0.data", "neither"),
+        (
+            b'{"inputs": [{"name": "a", "shape": [1], "datatype": "FP32"}]}',
+            "inputs.0.data",
+            "neither",
+        ),
         (
             b'{"inputs": [{"name": "a", "shape": [1], "datatype": "FP32", "parameters": {"binary_data_size": 4}}]}',
             "inputs.0.parameters.binary_data_size",
@@ -200,7 +219,12 @@ def _binary(header: dict[str, object], tail: bytes) -> tuple[bytes, str]:
 def _binary_input(datatype: str, shape: list[int], size: int) -> dict[str, object]:
     return {
         "inputs": [
-            {"name": "a", "datatype": datatype, "shape": shape, "parameters": {"binary_data_size": size}}
+            {
+                "name": "a",
+                "datatype": datatype,
+                "shape": shape,
+                "parameters": {"binary_data_size": size},
+            }
         ]
     }
 
@@ -216,11 +240,17 @@ def _binary_input(datatype: str, shape: list[int], size: int) -> dict[str, objec
         (*_binary(_binary_input("FP32", [2], 4), b"\0" * 4), "inputs.0", "needs 8"),
         (*_binary(_binary_input("FP32", [1], 4), b"\0" * 8), HEADER_LENGTH, "add up to 4"),
         (
-            *_binary(_binary_input("BYTES", [1], 9), struct.pack("<I", 1) + b"x" + struct.pack("<I", 0)),
+            *_binary(
+                _binary_input("BYTES", [1], 9), struct.pack("<I", 1) + b"x" + struct.pack("<I", 0)
+            ),
             "inputs.0",
             "exactly 1",
         ),
-        (*_binary(_binary_input("BYTES", [1], 8), struct.pack("<I", 100) + b"abcd"), "inputs.0", "exactly 1"),
+        (
+            *_binary(_binary_input("BYTES", [1], 8), struct.pack("<I", 100) + b"abcd"),
+            "inputs.0",
+            "exactly 1",
+        ),
         (*_binary(_binary_input("BYTES", [3], 8), b"\0" * 8), "inputs.0", "cannot hold 3"),
         (b'{"inputs": []}', "x", HEADER_LENGTH, "whole number"),
         (b'{"inputs": []}', "0", HEADER_LENGTH, "whole number"),
@@ -257,7 +287,9 @@ def test_requests_built_in_code_encode_like_client_ones() -> None:
     body, headers = encode_rest(InferRequest(inputs=(texts, pixels)))
     parsed = parse_rest(body, headers[HEADER_LENGTH])
     assert parsed.input("TEXT").as_numpy().tolist() == [[b"a"], ["\u00e9".encode()]]
-    assert parsed.input("X").datatype == "FP32" and parsed.input("X").as_numpy().tolist() == [[1.0, 1.0, 1.0]]
+    assert parsed.input("X").datatype == "FP32" and parsed.input("X").as_numpy().tolist() == [
+        [1.0, 1.0, 1.0]
+    ]
 
 
 # -- compressed bodies -----------------------------------------------------------------------
@@ -268,7 +300,10 @@ def test_decoder_round_trips_in_chunks(encoding: str) -> None:
     plain = bytes(range(256)) * 400
     packed = gzip.compress(plain) if encoding == "gzip" else zlib.compress(plain)
     decoder = BoundedDecoder(encoding, max_bytes=len(plain))
-    out = b"".join(decoder.feed(packed[i : i + 1000]) for i in range(0, len(packed), 1000)) + decoder.finish()
+    out = (
+        b"".join(decoder.feed(packed[i : i + 1000]) for i in range(0, len(packed), 1000))
+        + decoder.finish()
+    )
     assert out == plain
 
 
@@ -317,14 +352,17 @@ def test_safe_message_drops_tracebacks_paths_and_addresses() -> None:
         "cannot identify image file <_io.BytesIO object at 0x7f3a1b2c3d4e> in /usr/lib/x/y.py"
     )
     assert "0x7f" not in shown and "/usr/lib" not in shown and "cannot identify image file" in shown
-    assert safe_message("input is not an image (JPEG/PNG/...)") == "input is not an image (JPEG/PNG/...)"
+    assert (
+        safe_message("input is not an image (JPEG/PNG/...)")
+        == "input is not an image (JPEG/PNG/...)"
+    )
     assert len(safe_message("x" * 5000)) <= 400
 
 
 def test_public_api_of_the_request_package() -> None:
-    import gateway.kserve
+    import gateway.protocol.kserve
 
-    assert set(gateway.kserve.__all__) == {
+    assert set(gateway.protocol.kserve.__all__) == {
         "DATATYPES",
         "DEFAULT_MAX_DIMS",
         "DEFAULT_MAX_JSON_DEPTH",
@@ -343,13 +381,13 @@ def test_public_api_of_the_request_package() -> None:
         "parse_rest",
         "response_from_rest",
     }
-    assert all(hasattr(gateway.kserve, name) for name in gateway.kserve.__all__)
+    assert all(hasattr(gateway.protocol.kserve, name) for name in gateway.protocol.kserve.__all__)
 
 
 def test_datatypes_come_from_tritons_schema_and_tritonclient_maps_each() -> None:
     from tritonclient.utils import triton_to_np_dtype
 
-    from gateway.kserve import DATATYPES, element_size
+    from gateway.protocol.kserve import DATATYPES, element_size
 
     assert {"BOOL", "FP16", "FP32", "BF16", "INT64", "UINT64", "BYTES"} <= set(DATATYPES)
     assert all(triton_to_np_dtype(datatype) is not None for datatype in DATATYPES)
@@ -362,20 +400,33 @@ def test_work_bytes_weigh_what_checking_a_body_costs() -> None:
     JSON weighs whole, and so does a body whose header length is bad."""
     image = RestBody(*_client_body({"UINT8": np.zeros((1, 600_000), dtype=np.uint8)}, binary=True))
     assert image.work_bytes < 2_000 < len(image.body)
-    one_string = RestBody(*_client_body({"BYTES": np.array([bytes(600_000)], dtype=np.object_)}, binary=True))
+    one_string = RestBody(
+        *_client_body({"BYTES": np.array([bytes(600_000)], dtype=np.object_)}, binary=True)
+    )
     assert one_string.work_bytes < 2_000 < len(one_string.body)
-    strings = RestBody(*_client_body({"BYTES": np.array([b""] * 20_000, dtype=np.object_)}, binary=True))
+    strings = RestBody(
+        *_client_body({"BYTES": np.array([b""] * 20_000, dtype=np.object_)}, binary=True)
+    )
     assert strings.work_bytes >= 20_000 * 4
     values = RestBody(*_client_body({"FP32": np.zeros(20_000, dtype=np.float32)}, binary=False))
     assert values.work_bytes == len(values.body)
     assert image.header_length is not None
-    header, tail = image.body[: int(image.header_length)], image.body[int(image.header_length):]
+    header, tail = image.body[: int(image.header_length)], image.body[int(image.header_length) :]
     escaped = header.replace(b'"UINT8"', b'"\\u0042YTES"')
-    assert RestBody(escaped + tail, str(len(escaped))).work_bytes >= 150_000 * 4  # one element per 4 bytes at most
+    assert (
+        RestBody(escaped + tail, str(len(escaped))).work_bytes >= 150_000 * 4
+    )  # one element per 4 bytes at most
     document = json.loads(strings.body[: int(strings.header_length or 0)])
-    document["inputs"].append({"name": "y", "datatype": "BYTES", "shape": [-20_000], "parameters": {"binary_data_size": 0}})
+    document["inputs"].append(
+        {
+            "name": "y",
+            "datatype": "BYTES",
+            "shape": [-20_000],
+            "parameters": {"binary_data_size": 0},
+        }
+    )
     cancelling = json.dumps(document).encode()
-    tail = strings.body[int(strings.header_length or 0):]
+    tail = strings.body[int(strings.header_length or 0) :]
     assert RestBody(cancelling + tail, str(len(cancelling))).work_bytes >= 20_000 * 4
     assert RestBody(image.body, "twelve").work_bytes == len(image.body)
 

@@ -9,12 +9,22 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gateway.errors import InferenceInputError, ModelUnhealthy, Overloaded, UpstreamError, UpstreamUnavailable
-from gateway.model_breaker import Breakers
-from gateway.model_healer import ModelHealer
-from gateway.triton import translate_error
+from gateway.backends.model_breaker import Breakers
+from gateway.backends.model_healer import ModelHealer
+from gateway.backends.triton import translate_error
+from gateway.errors import (
+    InferenceInputError,
+    ModelUnhealthy,
+    Overloaded,
+    UpstreamError,
+    UpstreamUnavailable,
+)
 
-CONFIG = {"name": "m", "max_batch_size": 0, "input": [{"name": "X", "data_type": "TYPE_FP32", "dims": ["1"]}]}
+CONFIG = {
+    "name": "m",
+    "max_batch_size": 0,
+    "input": [{"name": "X", "data_type": "TYPE_FP32", "dims": ["1"]}],
+}
 
 
 class Clock:
@@ -37,12 +47,18 @@ def test_a_dead_stub_opens_the_breaker_at_once_and_names_the_step_to_reload() ->
         breakers.check("text_embedding")
     assert refused.value.headers["Retry-After"] == "1"
     breakers.check("other")  # other models are not touched
-    assert breakers.failure("text_embedding", _dead("text_tokenizer")) is None  # already open: one trip
+    assert (
+        breakers.failure("text_embedding", _dead("text_tokenizer")) is None
+    )  # already open: one trip
 
 
 def test_internal_errors_open_it_only_in_a_row_and_client_faults_never() -> None:
     breakers = Breakers(failures=3)
-    for exc in (InferenceInputError("bad"), Overloaded("full", retry_after_s=1), UpstreamUnavailable("x", retry_after_s=1)):
+    for exc in (
+        InferenceInputError("bad"),
+        Overloaded("full", retry_after_s=1),
+        UpstreamUnavailable("x", retry_after_s=1),
+    ):
         assert breakers.failure("m", exc) is None
     assert breakers.failure("m", UpstreamError("boom")) is None
     assert breakers.failure("m", UpstreamError("boom")) is None
@@ -70,8 +86,10 @@ def test_retry_after_follows_the_next_attempt_and_close_says_how_long() -> None:
 def test_the_stub_message_translates_to_model_unhealthy_naming_the_instance_model() -> None:
     from tritonclient.utils import InferenceServerException
 
-    exc = translate_error(InferenceServerException("Stub process 'text_tokenizer_0_1' is not healthy.", status="500"),
-                          "text_embedding")
+    exc = translate_error(
+        InferenceServerException("Stub process 'text_tokenizer_0_1' is not healthy.", status="500"),
+        "text_embedding",
+    )
     assert isinstance(exc, ModelUnhealthy) and exc.failed_model == "text_tokenizer"
     other = translate_error(InferenceServerException("something broke", status="500"), "m")
     assert type(other) is UpstreamError
@@ -91,10 +109,14 @@ class HealingBackend:
             raise UpstreamError("load failed")
         self.healthy = True
 
-    async def model_config(self, model: str, *, timeout_s: float, version: str = "") -> dict[str, Any]:
+    async def model_config(
+        self, model: str, *, timeout_s: float, version: str = ""
+    ) -> dict[str, Any]:
         return CONFIG
 
-    async def infer(self, model: str, inputs: Any, outputs: Any = None, **kwargs: Any) -> dict[str, Any]:
+    async def infer(
+        self, model: str, inputs: Any, outputs: Any = None, **kwargs: Any
+    ) -> dict[str, Any]:
         if not self.healthy:
             raise UpstreamError("still broken")
         return {}
@@ -105,7 +127,9 @@ async def test_the_healer_reloads_the_failed_model_with_backoff_then_closes_the_
     registry = CollectorRegistry()
     healer = ModelHealer(backend, Breakers(), registry, first_backoff_s=0.01, max_backoff_s=0.02)  # type: ignore[arg-type]
     healer.observe("text_embedding", _dead("text_tokenizer"))
-    healer.observe("text_embedding_fp16", _dead("text_tokenizer"))  # a second model waiting on the same step
+    healer.observe(
+        "text_embedding_fp16", _dead("text_tokenizer")
+    )  # a second model waiting on the same step
     with pytest.raises(ModelUnhealthy):
         healer.check("text_embedding")
     for _ in range(500):  # bounded: the healer's own back-off is 10-20 ms here
@@ -114,20 +138,37 @@ async def test_the_healer_reloads_the_failed_model_with_backoff_then_closes_the_
         await asyncio.sleep(0.01)
     assert healer.breakers.open_models() == []
     assert backend.loads == ["text_tokenizer"] * 3  # one target, reloaded until it took
-    assert registry.get_sample_value("gateway_model_reloads_total", {"model": "text_tokenizer", "outcome": "failed"}) == 2
-    assert registry.get_sample_value("gateway_model_reloads_total", {"model": "text_tokenizer", "outcome": "ok"}) == 1
+    assert (
+        registry.get_sample_value(
+            "gateway_model_reloads_total", {"model": "text_tokenizer", "outcome": "failed"}
+        )
+        == 2
+    )
+    assert (
+        registry.get_sample_value(
+            "gateway_model_reloads_total", {"model": "text_tokenizer", "outcome": "ok"}
+        )
+        == 1
+    )
     assert registry.get_sample_value("gateway_model_breaker_open", {"model": "text_embedding"}) == 0
     healer.check("text_embedding")
     await healer.close()
 
 
-async def test_a_canarys_errors_are_the_rollouts_to_judge_but_a_dead_worker_still_opens_the_breaker() -> None:
+async def test_a_canarys_errors_are_the_rollouts_to_judge_but_a_dead_worker_still_opens_the_breaker() -> (
+    None
+):
     # A reload during a canary re-applies the version set it read and races the rollback: a
     # promotion test once saw the failing candidate serve again after it was rolled back.
     backend = HealingBackend(failing_loads=0)
     rollout = {"m"}
-    healer = ModelHealer(backend, Breakers(failures=1), CollectorRegistry(),  # type: ignore[arg-type]
-                         first_backoff_s=0.01, under_rollout=rollout.__contains__)
+    healer = ModelHealer(
+        backend,
+        Breakers(failures=1),
+        CollectorRegistry(),  # type: ignore[arg-type]
+        first_backoff_s=0.01,
+        under_rollout=rollout.__contains__,
+    )
     for _ in range(5):
         healer.observe("m", UpstreamError("the candidate raised"))
     healer.check("m")

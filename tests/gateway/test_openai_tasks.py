@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 
 from gateway import errors
-from gateway.context import Principal, RequestContext
-from gateway.model_cards import ModelCards
+from gateway.backends.model_cards import ModelCards
+from gateway.observe.stats import LatencyTracker
 from gateway.openai_tasks import OpenAITasks
-from gateway.ratelimit import InProcessRateLimiter
 from gateway.service import InferenceService
 from gateway.settings import GatewaySettings
-from gateway.stats import LatencyTracker
-from gateway.tiers import TierLimit
+from gateway.tenancy.context import Principal, RequestContext
+from gateway.tenancy.ratelimit import InProcessRateLimiter
+from gateway.tenancy.tiers import TierLimit
 from serving.model_card import ModelCard, Task
 
 CARDS = {
@@ -43,8 +43,12 @@ class Backend:
     async def model_config(self, model, *, timeout_s, version=""):  # type: ignore[no-untyped-def]
         if model not in CARDS:
             raise errors.ModelNotFound(model)
-        return {"name": model, "output": [{"name": "EMBEDDING"}, {"name": "TOKENS"}], "max_batch_size": BATCH,
-                "parameters": {k: {"string_value": v} for k, v in CARDS[model].parameters().items()}}
+        return {
+            "name": model,
+            "output": [{"name": "EMBEDDING"}, {"name": "TOKENS"}],
+            "max_batch_size": BATCH,
+            "parameters": {k: {"string_value": v} for k, v in CARDS[model].parameters().items()},
+        }
 
     async def repository_index(self, *, timeout_s):  # type: ignore[no-untyped-def]
         return [{"name": name, "state": "READY", "version": "1"} for name in CARDS]
@@ -64,15 +68,20 @@ class Backend:
             n = data.shape[0]
             vectors = np.tile(np.array([0.5, 0.5, 0.5, 0.5], dtype=np.float32), (n, 1))
             if inputs[0].name == "TEXT":
-                vectors[:, 0] = [float(t[0].split()[-1]) if t[0].startswith(b"text ") else 0.5 for t in data]
+                vectors[:, 0] = [
+                    float(t[0].split()[-1]) if t[0].startswith(b"text ") else 0.5 for t in data
+                ]
             return {"EMBEDDING": vectors, "TOKENS": np.full((n, 1), 3, dtype=np.int64)}
         finally:
             self.in_flight -= 1
 
 
 def _tasks() -> tuple[OpenAITasks, Backend]:
-    settings = GatewaySettings(tier_limits={"t": TierLimit(per_minute=6000, burst=100)}, default_tier="t",
-                               model_aliases={"minilm": "text_embedding"})  # type: ignore[arg-type]
+    settings = GatewaySettings(
+        tier_limits={"t": TierLimit(per_minute=6000, burst=100)},
+        default_tier="t",
+        model_aliases={"minilm": "text_embedding"},
+    )  # type: ignore[arg-type]
     backend = Backend()
     service = InferenceService(settings, backend, InProcessRateLimiter(), LatencyTracker())  # type: ignore[arg-type]
     return OpenAITasks(service, ModelCards(backend, timeout_s=1)), backend  # type: ignore[arg-type]
@@ -92,10 +101,16 @@ async def test_inputs_are_checked_and_split_into_encoder_batches() -> None:
     assert surrogate.value.field == "input.0"
     result = await tasks.embed(_ctx(), "text_embedding", [f"text {i}" for i in range(40)])
     assert result.vectors.shape == (40, 4) and result.tokens == 120
-    assert [shape for _, shapes in backend.calls for shape in shapes] == [(BATCH, 1), (BATCH, 1), (8, 1)]
+    assert [shape for _, shapes in backend.calls for shape in shapes] == [
+        (BATCH, 1),
+        (BATCH, 1),
+        (8, 1),
+    ]
     # Every chunk carries the tier's Triton priority and what is left of the request's one deadline.
     deadline = tasks.service.settings.upstream_timeout_s
-    assert [p for _, p in backend.scheduling] == [3, 3, 3] and all(0 < t <= deadline for t, _ in backend.scheduling)
+    assert [p for _, p in backend.scheduling] == [3, 3, 3] and all(
+        0 < t <= deadline for t, _ in backend.scheduling
+    )
     backend.calls.clear()
     await tasks.embed(_ctx(), "minilm", [[101, 7592, 102], [7592]])
     assert backend.calls == [("TOKEN_IDS", [(2, 3)])]  # one batch, padded with -1 to the longest
@@ -122,7 +137,9 @@ async def test_a_token_row_the_model_refuses_is_named_as_the_clients_input() -> 
         await tasks.embed(_ctx(), "text_embedding", [[2000 + i] for i in range(BATCH * 2)])
     # Row 3 of a chunk: the first chunk to fail is either one; the index is that chunk's row 3.
     assert refused.value.field in ("input.3", f"input.{BATCH + 3}")
-    assert refused.value.detail.startswith(f"input[{refused.value.field[6:]}] was refused by model 'text_embedding'")
+    assert refused.value.detail.startswith(
+        f"input[{refused.value.field[6:]}] was refused by model 'text_embedding'"
+    )
     backend.refuse = "something without a row"
     with pytest.raises(errors.InferenceInputError) as unplaced:
         await tasks.embed(_ctx(), "text_embedding", [[2000]])
@@ -136,10 +153,15 @@ async def test_only_embedding_models_embed_and_dimensions_truncate_and_renormali
     with pytest.raises(errors.PermissionDenied):
         await tasks.embed(_ctx(frozenset({"resnet50"})), "text_embedding", ["x"])
     for past in (5, 0, -1):
-        with pytest.raises(errors.BadRequest, match=f"dimensions={past} .* ask for 1 to 4") as refused:
+        with pytest.raises(
+            errors.BadRequest, match=f"dimensions={past} .* ask for 1 to 4"
+        ) as refused:
             await tasks.embed(_ctx(), "text_embedding", ["x"], dimensions=past)
         assert refused.value.field == "dimensions"
-    assert (await tasks.embed(_ctx(), "text_embedding", ["x"], dimensions=4)).vectors.shape == (1, 4)
+    assert (await tasks.embed(_ctx(), "text_embedding", ["x"], dimensions=4)).vectors.shape == (
+        1,
+        4,
+    )
     for model, length in (("text_embedding", 3), ("text_embedding", 1), ("matryoshka", 2)):
         short = (await tasks.embed(_ctx(), model, ["x"], dimensions=length)).vectors
         assert short.shape == (1, length) and np.allclose(np.linalg.norm(short, axis=1), 1.0)
@@ -148,7 +170,12 @@ async def test_only_embedding_models_embed_and_dimensions_truncate_and_renormali
 
 async def test_listing_leaves_out_pipeline_steps_and_follows_scopes() -> None:
     tasks, _ = _tasks()
-    assert [m.id for m in await tasks.models(_ctx())] == ["matryoshka", "minilm", "resnet50", "text_embedding"]
+    assert [m.id for m in await tasks.models(_ctx())] == [
+        "matryoshka",
+        "minilm",
+        "resnet50",
+        "text_embedding",
+    ]
     assert [m.id for m in await tasks.models(_ctx(frozenset({"resnet50"})))] == ["resnet50"]
     with pytest.raises(errors.ModelNotFound):
         await tasks.model(_ctx(), "text_tokenizer")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gateway.residency_memory import parse_gpu_used
-from gateway.residency_policy import DISK_FACTOR, ResidencyTable, State, disk_estimate
+from gateway.backends.residency_memory import parse_gpu_used
+from gateway.backends.residency_policy import DISK_FACTOR, ResidencyTable, State, disk_estimate
 
 
 def _table(budget: int, **sizes: int) -> ResidencyTable:
@@ -65,10 +65,12 @@ def test_estimate_is_size_on_disk_times_the_modelmesh_factor(tmp_path: Path) -> 
 
 
 def test_gpu_memory_is_the_sum_of_tritons_gauges() -> None:
-    page = ('# HELP nv_gpu_memory_used_bytes GPU used memory, in bytes\n'
-            'nv_gpu_memory_used_bytes{gpu_uuid="GPU-1"} 1.5e+09\n'
-            'nv_gpu_memory_used_bytes{gpu_uuid="GPU-2"} 500000000\n'
-            'nv_gpu_memory_total_bytes{gpu_uuid="GPU-1"} 8e+10\n')
+    page = (
+        "# HELP nv_gpu_memory_used_bytes GPU used memory, in bytes\n"
+        'nv_gpu_memory_used_bytes{gpu_uuid="GPU-1"} 1.5e+09\n'
+        'nv_gpu_memory_used_bytes{gpu_uuid="GPU-2"} 500000000\n'
+        'nv_gpu_memory_total_bytes{gpu_uuid="GPU-1"} 8e+10\n'
+    )
     assert parse_gpu_used(page) == 2_000_000_000
 
 
@@ -77,7 +79,9 @@ def test_room_that_only_requests_in_flight_hold_is_told_from_room_that_cannot_be
     table.entries["a"].in_flight = 1
     table.entries["b"].in_flight = 2
     assert table.victims(100) is None
-    assert [e.name for e in table.victims(100, when_idle=True)] == ["a"]  # wait for a's request, then evict
+    assert [e.name for e in table.victims(100, when_idle=True)] == [
+        "a"
+    ]  # wait for a's request, then evict
     table.entries["a"].pinned = table.entries["b"].pinned = True
     assert table.victims(100, when_idle=True) is None  # no wait can help
 

@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from gateway.errors import BadRequest
-from gateway.traffic import Route, TrafficSplit
+from gateway.tenancy.traffic import Route, TrafficSplit
 
 
 def test_unpinned_models_name_no_version() -> None:
@@ -47,7 +47,18 @@ def test_a_single_version_takes_everything_and_clear_unpins() -> None:
         {"9" * 20: 1},
         {str(v): 1 for v in range(1, 18)},
     ],
-    ids=["zero", "negative", "name", "huge", "inf", "nan", "unicode-digit", "zero-version", "int64-overflow", "too-many"],
+    ids=[
+        "zero",
+        "negative",
+        "name",
+        "huge",
+        "inf",
+        "nan",
+        "unicode-digit",
+        "zero-version",
+        "int64-overflow",
+        "too-many",
+    ],
 )
 def test_bad_weights_are_refused_and_change_nothing(weights: dict[str, float]) -> None:
     split = TrafficSplit()
@@ -68,7 +79,9 @@ def test_a_share_can_go_to_another_model() -> None:
     assert split.route("other") == Route("other", "")
 
 
-@pytest.mark.parametrize("target", ["model:", "model:stats", "model:a/b", "model:../x", "Model:x", "model: x"])
+@pytest.mark.parametrize(
+    "target", ["model:", "model:stats", "model:a/b", "model:../x", "Model:x", "model: x"]
+)
 def test_bad_model_targets_are_refused(target: str) -> None:
     with pytest.raises(BadRequest):
         TrafficSplit().set("m", {"1": 1, target: 1})
@@ -81,6 +94,9 @@ def test_outcomes_are_counted_per_target_while_weights_are_set() -> None:
     split.observe("m", Route("m", "1"), ok=True)
     split.observe("m", Route("m", "2"), ok=False)
     split.observe("m", Route("m", "2"), ok=True)
-    assert asyncio.run(split.outcomes("m")) == {"1": {"answered": 1, "failed": 0}, "2": {"answered": 1, "failed": 1}}
+    assert asyncio.run(split.outcomes("m")) == {
+        "1": {"answered": 1, "failed": 0},
+        "2": {"answered": 1, "failed": 1},
+    }
     split.clear("m")
     assert asyncio.run(split.outcomes("m")) == {}

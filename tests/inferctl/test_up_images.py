@@ -18,8 +18,9 @@ def _args(tmp_path: Path, models: list[str]) -> argparse.Namespace:
     return argparse.Namespace(models=models, state_dir=tmp_path / "state")
 
 
-def test_up_serves_generation_from_a_random_checkpoint_written_once(tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_up_serves_generation_from_a_random_checkpoint_written_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv(CHECKPOINT_ENV, raising=False)
     assert "stable_diffusion" in DEFAULT_STACK
     console = make_console()
@@ -34,8 +35,9 @@ def test_up_serves_generation_from_a_random_checkpoint_written_once(tmp_path: Pa
     assert unet.stat().st_mtime_ns == written
 
 
-def test_a_named_checkpoint_or_no_generation_model_is_left_alone(tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_named_checkpoint_or_no_generation_model_is_left_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     console = make_console()
     monkeypatch.delenv(CHECKPOINT_ENV, raising=False)
     named = {"stable_diffusion": "/ckpt/sd15"}

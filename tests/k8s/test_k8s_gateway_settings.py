@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.secret_policy import secret_problems
-from gateway.server import build_parser
+from gateway.http.server import build_parser
 from gateway.settings import GatewaySettings
+from gateway.tenancy.secret_policy import secret_problems
 from tests.support.k8s_render import containers, find, rendered
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,7 +59,9 @@ def test_gateway_settings_load_from_the_manifest_env(monkeypatch: pytest.MonkeyP
     c = _gateway_container()
     assert c["command"] == ["python", "-m", "gateway"]
     args = build_parser().parse_args(c["args"])
-    settings = GatewaySettings(**{k: v for k, v in vars(args).items() if v is not None and k != "create_key"})
+    settings = GatewaySettings(
+        **{k: v for k, v in vars(args).items() if v is not None and k != "create_key"}
+    )
     assert (settings.host, settings.port) == ("0.0.0.0", 8080)
     assert settings.triton_http_url == "triton:8000"
     assert settings.redis_url.get_secret_value() == "redis://redis:6379/0"
@@ -69,20 +71,30 @@ def test_gateway_settings_load_from_the_manifest_env(monkeypatch: pytest.MonkeyP
     # Several workers need Redis; the manifest's count is what the gateway will run.
     assert settings.worker_count() == 2
     assert settings.admin_token.get_secret_value() and settings.jwt_secret.get_secret_value()
-    assert secret_problems(settings) == [] and not settings.dev_insecure  # filled in, the gateway serves
+    assert (
+        secret_problems(settings) == [] and not settings.dev_insecure
+    )  # filled in, the gateway serves
 
 
 def test_the_secrets_template_holds_no_value_the_gateway_would_serve_with() -> None:
     template = (REPO / "k8s/base/secrets/gateway.env.example").read_text()
-    values = dict(line.split("=", 1) for line in template.splitlines() if line and not line.startswith("#"))
+    values = dict(
+        line.split("=", 1) for line in template.splitlines() if line and not line.startswith("#")
+    )
     assert set(values) == {"GATEWAY_ADMIN_TOKEN", "GATEWAY_JWT_SECRET", "GATEWAY_METRICS_TOKEN"}
-    settings = GatewaySettings(**{name.removeprefix("GATEWAY_").lower(): value for name, value in values.items()})
-    assert any("GATEWAY_ADMIN_TOKEN" in p for p in secret_problems(settings)), "copied unfilled, it is refused"
+    settings = GatewaySettings(
+        **{name.removeprefix("GATEWAY_").lower(): value for name, value in values.items()}
+    )
+    assert any("GATEWAY_ADMIN_TOKEN" in p for p in secret_problems(settings)), (
+        "copied unfilled, it is refused"
+    )
 
 
 def test_container_ports_are_the_ones_the_gateway_binds() -> None:
     c = _gateway_container()
     args = build_parser().parse_args(c["args"])
     env = {e["name"]: e.get("value") for e in c["env"]}
-    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"http": args.port,
-                                                                   "grpc": int(env["GATEWAY_GRPC_PORT"])}
+    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {
+        "http": args.port,
+        "grpc": int(env["GATEWAY_GRPC_PORT"]),
+    }

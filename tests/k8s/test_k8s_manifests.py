@@ -50,13 +50,29 @@ def test_gpu_overlay_places_triton_on_rtx4090(kustomization: str) -> None:
 
 def test_kustomizations_render_the_expected_objects() -> None:
     kinds = sorted({d["kind"] for d in rendered("overlays/rtx4090")})
-    assert kinds == sorted([
-        "ConfigMap", "Deployment", "HorizontalPodAutoscaler", "Namespace", "NetworkPolicy",
-        "PodDisruptionBudget", "PrometheusRule", "ScaledObject", "Secret", "Service", "ServiceMonitor",
-        "StatefulSet",
-    ])
-    assert {d["metadata"]["name"] for d in rendered("base") if d["kind"] == "Deployment"} == {"triton", "gateway"}
-    assert {d["metadata"]["name"] for d in rendered("base") if d["kind"] == "StatefulSet"} == {"redis"}
+    assert kinds == sorted(
+        [
+            "ConfigMap",
+            "Deployment",
+            "HorizontalPodAutoscaler",
+            "Namespace",
+            "NetworkPolicy",
+            "PodDisruptionBudget",
+            "PrometheusRule",
+            "ScaledObject",
+            "Secret",
+            "Service",
+            "ServiceMonitor",
+            "StatefulSet",
+        ]
+    )
+    assert {d["metadata"]["name"] for d in rendered("base") if d["kind"] == "Deployment"} == {
+        "triton",
+        "gateway",
+    }
+    assert {d["metadata"]["name"] for d in rendered("base") if d["kind"] == "StatefulSet"} == {
+        "redis"
+    }
 
 
 def test_pvc_overlay_replaces_the_sync_with_a_claim() -> None:
@@ -67,13 +83,19 @@ def test_pvc_overlay_replaces_the_sync_with_a_claim() -> None:
         "name": "model-repository",
         "persistentVolumeClaim": {"claimName": "model-repository", "readOnly": True},
     }
-    assert find(docs, "PersistentVolumeClaim", "model-repository")["spec"]["accessModes"] == ["ReadOnlyMany"]
+    assert find(docs, "PersistentVolumeClaim", "model-repository")["spec"]["accessModes"] == [
+        "ReadOnlyMany"
+    ]
 
 
 def test_s3_overlay_syncs_with_an_init_container() -> None:
     spec = pod_spec(find(rendered("overlays/rtx4090"), "Deployment", "triton"))
     (sync,) = spec["initContainers"]
-    assert sync["args"][:3] == ["s3", "sync", "s3://$(MODEL_REPOSITORY_BUCKET)/$(MODEL_REPOSITORY_PREFIX)"]
+    assert sync["args"][:3] == [
+        "s3",
+        "sync",
+        "s3://$(MODEL_REPOSITORY_BUCKET)/$(MODEL_REPOSITORY_PREFIX)",
+    ]
     assert {"name": "model-repository", "mountPath": "/models"} in sync["volumeMounts"]
 
 
@@ -90,19 +112,30 @@ def test_every_manifest_file_is_rendered_by_some_kustomization() -> None:
     for kustomization in KUSTOMIZATIONS:
         k = yaml.safe_load((K8S / kustomization / "kustomization.yaml").read_text())
         reached.update(str((K8S / kustomization / r).resolve()) for r in k.get("resources", []))
-        reached.update(str((K8S / kustomization / p["path"]).resolve()) for p in k.get("patches", []))
+        reached.update(
+            str((K8S / kustomization / p["path"]).resolve()) for p in k.get("patches", [])
+        )
         for generator in k.get("configMapGenerator", []):
-            reached.update(str((K8S / kustomization / f.split("=")[-1]).resolve()) for f in generator.get("files", []))
+            reached.update(
+                str((K8S / kustomization / f.split("=")[-1]).resolve())
+                for f in generator.get("files", [])
+            )
     reached.update(str((K8S / name).resolve()) for name in NOT_MANIFESTS)
-    files = {str(p.resolve()) for pattern in ("*.yaml", "*.json") for p in K8S.rglob(pattern)
-             if p.name != "kustomization.yaml" and "schemas" not in p.parts}
+    files = {
+        str(p.resolve())
+        for pattern in ("*.yaml", "*.json")
+        for p in K8S.rglob(pattern)
+        if p.name != "kustomization.yaml" and "schemas" not in p.parts
+    }
     assert files - reached == set()
     for name, test in NOT_MANIFESTS.items():
         assert (K8S / name).is_file() and name in (REPO / "tests/k8s" / test).read_text(), name
 
 
 def test_no_secret_values_are_tracked_by_git() -> None:
-    tracked = subprocess.run(["git", "ls-files", "k8s"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    tracked = subprocess.run(
+        ["git", "ls-files", "k8s"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
     env_files = [f for f in tracked if f.endswith(".env")]
     assert env_files == [], "real secret env files are committed"
     assert "k8s/base/secrets/gateway.env.example" in tracked
@@ -120,13 +153,19 @@ def test_real_render_demands_the_secret_files() -> None:
 
 
 def _workload(docs: Docs, name: str) -> dict[str, Any]:
-    (w,) = [d for d in docs if d["kind"] in ("Deployment", "StatefulSet") and d["metadata"]["name"] == name]
+    (w,) = [
+        d
+        for d in docs
+        if d["kind"] in ("Deployment", "StatefulSet") and d["metadata"]["name"] == name
+    ]
     return w
 
 
 def _container(docs: Docs, workload: str, name: str, *, init: bool = False) -> dict[str, Any]:
     kind = "initContainers" if init else "containers"
-    return next(c for k, c in containers(_workload(docs, workload)) if k == kind and c["name"] == name)
+    return next(
+        c for k, c in containers(_workload(docs, workload)) if k == kind and c["name"] == name
+    )
 
 
 def _break_schema(docs: Docs) -> None:
@@ -151,7 +190,9 @@ def _gateway_without_startup(docs: Docs) -> None:
 
 
 def _probe_on_init(docs: Docs) -> None:
-    _container(docs, "triton", "model-sync", init=True)["livenessProbe"] = {"exec": {"command": ["true"]}}
+    _container(docs, "triton", "model-sync", init=True)["livenessProbe"] = {
+        "exec": {"command": ["true"]}
+    }
 
 
 def _drop_limits(docs: Docs) -> None:
@@ -179,12 +220,30 @@ def _redis_node_port(docs: Docs) -> None:
 
 
 def _ingress_to_triton(docs: Docs) -> None:
-    docs.append({
-        "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
-        "metadata": {"name": "triton", "namespace": "inference"},
-        "spec": {"rules": [{"http": {"paths": [{"path": "/", "pathType": "Prefix",
-                                               "backend": {"service": {"name": "triton", "port": {"number": 8000}}}}]}}]},
-    })
+    docs.append(
+        {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "Ingress",
+            "metadata": {"name": "triton", "namespace": "inference"},
+            "spec": {
+                "rules": [
+                    {
+                        "http": {
+                            "paths": [
+                                {
+                                    "path": "/",
+                                    "pathType": "Prefix",
+                                    "backend": {
+                                        "service": {"name": "triton", "port": {"number": 8000}}
+                                    },
+                                }
+                            ]
+                        }
+                    }
+                ]
+            },
+        }
+    )
 
 
 def _open_triton_to_all(docs: Docs) -> None:
@@ -192,11 +251,15 @@ def _open_triton_to_all(docs: Docs) -> None:
 
 
 def _monitoring_reaches_inference_port(docs: Docs) -> None:
-    find(docs, "NetworkPolicy", "triton-ingress")["spec"]["ingress"][1]["ports"].append({"protocol": "TCP", "port": 8000})
+    find(docs, "NetworkPolicy", "triton-ingress")["spec"]["ingress"][1]["ports"].append(
+        {"protocol": "TCP", "port": 8000}
+    )
 
 
 def _redis_from_anyone_in_namespace(docs: Docs) -> None:
-    find(docs, "NetworkPolicy", "redis-ingress")["spec"]["ingress"][0]["from"] = [{"podSelector": {}}]
+    find(docs, "NetworkPolicy", "redis-ingress")["spec"]["ingress"][0]["from"] = [
+        {"podSelector": {}}
+    ]
 
 
 def _drop_default_deny(docs: Docs) -> None:
@@ -212,7 +275,9 @@ def _root_pod(docs: Docs) -> None:
 
 
 def _pdb_misses(docs: Docs) -> None:
-    find(docs, "PodDisruptionBudget", "gateway")["spec"]["selector"]["matchLabels"] = {"app.kubernetes.io/name": "gw"}
+    find(docs, "PodDisruptionBudget", "gateway")["spec"]["selector"]["matchLabels"] = {
+        "app.kubernetes.io/name": "gw"
+    }
 
 
 def _hpa_wrong_target(docs: Docs) -> None:
@@ -232,7 +297,9 @@ def _service_port_name(docs: Docs) -> None:
 
 
 def _template_label_drift(docs: Docs) -> None:
-    find(docs, "Deployment", "gateway")["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"] = "api"
+    find(docs, "Deployment", "gateway")["spec"]["template"]["metadata"]["labels"][
+        "app.kubernetes.io/name"
+    ] = "api"
 
 
 def _missing_secret(docs: Docs) -> None:
@@ -240,7 +307,9 @@ def _missing_secret(docs: Docs) -> None:
 
 
 def _unknown_mount(docs: Docs) -> None:
-    _container(docs, "gateway", "gateway")["volumeMounts"].append({"name": "cache", "mountPath": "/cache"})
+    _container(docs, "gateway", "gateway")["volumeMounts"].append(
+        {"name": "cache", "mountPath": "/cache"}
+    )
 
 
 def _other_namespace(docs: Docs) -> None:
@@ -275,11 +344,15 @@ def _average_value_metric(docs: Docs) -> None:
 def _p99_from_triton(docs: Docs) -> None:
     for group in find(docs, "PrometheusRule", "triton-platform-slo")["spec"]["groups"]:
         for rule in group["rules"]:
-            rule["expr"] = rule["expr"].replace("gateway_request_duration_seconds_bucket", "nv_inference_request_duration_us")
+            rule["expr"] = rule["expr"].replace(
+                "gateway_request_duration_seconds_bucket", "nv_inference_request_duration_us"
+            )
 
 
 def _placeholder_registry(docs: Docs) -> None:
-    _container(docs, "gateway", "gateway")["image"] = "ghcr.io/example/triton-platform-gateway:0.1.0"
+    _container(docs, "gateway", "gateway")["image"] = (
+        "ghcr.io/example/triton-platform-gateway:0.1.0"
+    )
 
 
 def _stale_image_tag(docs: Docs) -> None:
@@ -319,7 +392,9 @@ def _gateway_ready_models_literal(docs: Docs) -> None:
 
 
 def _triton_server_readiness_only(docs: Docs) -> None:
-    _container(docs, "triton", "triton")["readinessProbe"] = {"httpGet": {"path": "/v2/health/ready", "port": "http"}}
+    _container(docs, "triton", "triton")["readinessProbe"] = {
+        "httpGet": {"path": "/v2/health/ready", "port": "http"}
+    }
 
 
 BREAKAGES: list[tuple[str, Callable[[Docs], None], str]] = [
@@ -328,7 +403,11 @@ BREAKAGES: list[tuple[str, Callable[[Docs], None], str]] = [
     ("probes", _drop_readiness, "no readinessProbe"),
     ("probes", _probe_on_init, "init container model-sync has a livenessProbe"),
     ("probes", _liveness_is_readiness, "liveness and readiness probes ask the same"),
-    ("probes", _gateway_without_startup, "container gateway has an HTTP livenessProbe but no startupProbe"),
+    (
+        "probes",
+        _gateway_without_startup,
+        "container gateway has an HTTP livenessProbe but no startupProbe",
+    ),
     ("resources", _drop_limits, "no cpu limit"),
     ("resources", _request_over_limit, "memory request 2Gi over limit"),
     ("images_pinned", _latest_tag, "moving tag 'latest'"),
@@ -345,7 +424,11 @@ BREAKAGES: list[tuple[str, Callable[[Docs], None], str]] = [
     ("selectors", _pdb_misses, "PodDisruptionBudget/gateway selects 0 workloads"),
     ("selectors", _hpa_wrong_target, "does not exist"),
     ("selectors", _two_autoscalers, "several autoscalers"),
-    ("selectors", _replicas_fight_autoscaler, "sets replicas although ScaledObject/triton owns the count"),
+    (
+        "selectors",
+        _replicas_fight_autoscaler,
+        "sets replicas although ScaledObject/triton owns the count",
+    ),
     ("selectors", _service_port_name, "targetPort 'prometheus'"),
     ("selectors", _template_label_drift, "selector does not match its pod template"),
     ("references", _missing_secret, "needs Secret/gateway-secrets"),
@@ -353,11 +436,19 @@ BREAKAGES: list[tuple[str, Callable[[Docs], None], str]] = [
     ("namespace", _other_namespace, "Service/redis is in namespace 'default'"),
     ("triton", _poll_mode, "--model-control-mode=explicit"),
     ("triton", _short_startup, "startupProbe allows under 5 minutes"),
-    ("triton", _triton_server_readiness_only, "does not run /opt/triton-platform/model_readiness.py"),
+    (
+        "triton",
+        _triton_server_readiness_only,
+        "does not run /opt/triton-platform/model_readiness.py",
+    ),
     ("gateway", _grpc_port_mismatch, "is not its grpc container port"),
     ("gateway", _grpc_closed_by_policy, "opens [8080], the gateway listens on [8080, 8081]"),
     ("gateway", _too_many_workers, "GATEWAY_WORKERS=8 does not fit"),
-    ("gateway", _gateway_ready_models_literal, "GATEWAY_READY_MODELS does not come from ConfigMap served-models"),
+    (
+        "gateway",
+        _gateway_ready_models_literal,
+        "GATEWAY_READY_MODELS does not come from ConfigMap served-models",
+    ),
     ("redis", _redis_without_aof, "without AOF persistence"),
     ("redis", _redis_on_empty_dir, "is not on a PersistentVolumeClaim"),
     ("images_from_kustomization", _placeholder_registry, "names a placeholder registry"),
@@ -369,8 +460,12 @@ BREAKAGES: list[tuple[str, Callable[[Docs], None], str]] = [
 ]
 
 
-@pytest.mark.parametrize(("check", "breakage", "expected"), BREAKAGES, ids=[b[1].__name__.lstrip("_") for b in BREAKAGES])
-def test_check_catches_breakage(check: str, breakage: Callable[[Docs], None], expected: str) -> None:
+@pytest.mark.parametrize(
+    ("check", "breakage", "expected"), BREAKAGES, ids=[b[1].__name__.lstrip("_") for b in BREAKAGES]
+)
+def test_check_catches_breakage(
+    check: str, breakage: Callable[[Docs], None], expected: str
+) -> None:
     docs = rendered("overlays/rtx4090")
     breakage(docs)
     errors = CHECKS[check](docs)

@@ -50,14 +50,23 @@ NAMESPACE = "inference"
 class Scrape:
     at: float  # Unix seconds
     text: str
-    stats: dict[str, dict[str, int]]  # model -> {"queue_ns", "success"} from the statistics extension
+    stats: dict[
+        str, dict[str, int]
+    ]  # model -> {"queue_ns", "success"} from the statistics extension
 
 
 def _stats(server: TritonServer) -> dict[str, dict[str, int]]:
-    with urllib.request.urlopen(f"http://{server.http_url}/v2/models/stats", timeout=10) as response:
+    with urllib.request.urlopen(
+        f"http://{server.http_url}/v2/models/stats", timeout=10
+    ) as response:
         body = json.load(response)
-    return {m["name"]: {"queue_ns": int(m["inference_stats"]["queue"]["ns"]),
-                        "success": int(m["inference_stats"]["success"]["count"])} for m in body["model_stats"]}
+    return {
+        m["name"]: {
+            "queue_ns": int(m["inference_stats"]["queue"]["ns"]),
+            "success": int(m["inference_stats"]["success"]["count"]),
+        }
+        for m in body["model_stats"]
+    }
 
 
 def _scrape(server: TritonServer) -> Scrape:
@@ -92,9 +101,12 @@ def scrapes(classify_triton: TritonServer) -> tuple[Scrape, Scrape]:
     """Triton's /metrics and statistics before and after real load through the ensemble."""
     before = _scrape(classify_triton)
     images = jpeg_images(max_side=320)
-    target = TritonTarget(url=classify_triton.http_url, model=ENSEMBLE,
-                          inputs=tuple({"IMAGE": np.array([[jpeg]], dtype=np.object_)} for jpeg in images),
-                          outputs=("CLASS_IDS",))
+    target = TritonTarget(
+        url=classify_triton.http_url,
+        model=ENSEMBLE,
+        inputs=tuple({"IMAGE": np.array([[jpeg]], dtype=np.object_)} for jpeg in images),
+        outputs=("CLASS_IDS",),
+    )
     result = run_load(LoadSpec(target=target, concurrency=8, duration_s=6.0, warmup_s=0.0))
     print(f"\n[keda] load: {result.throughput:.1f} requests/s through {ENSEMBLE} at concurrency 8")
     after = _scrape(classify_triton)
@@ -123,7 +135,9 @@ def _openmetrics(scrapes: tuple[Scrape, ...]) -> str:
     for scrape in scrapes:
         for name, labels, value in _samples(scrape.text):
             body = f'namespace="{NAMESPACE}"' + (f",{labels}" if labels else "")
-            series.setdefault(f"{name}{{{body}}}", []).append(f"{name}{{{body}}} {value} {scrape.at:.3f}")
+            series.setdefault(f"{name}{{{body}}}", []).append(
+                f"{name}{{{body}}} {value} {scrape.at:.3f}"
+            )
     families: dict[str, list[str]] = {}
     for key in sorted(series):
         families.setdefault(key.split("{", 1)[0], []).extend(series[key])
@@ -136,12 +150,21 @@ class Prometheus:
     def __init__(self, data: Path) -> None:
         binary = shutil.which("prometheus")
         if binary is None:
-            pytest.skip("prometheus is not installed: `./run test` installs Debian's prometheus package")
+            pytest.skip(
+                "prometheus is not installed: `./run test` installs Debian's prometheus package"
+            )
         (data.parent / "prometheus.yml").write_text("global: {}\n")
         self.port = reserve_port()
         self.process = ManagedProcess(
-            [binary, f"--config.file={data.parent / 'prometheus.yml'}", f"--storage.tsdb.path={data}",
-             f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"], name="prometheus")
+            [
+                binary,
+                f"--config.file={data.parent / 'prometheus.yml'}",
+                f"--storage.tsdb.path={data}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--log.level=warn",
+            ],
+            name="prometheus",
+        )
 
     def __enter__(self) -> Prometheus:
         self.process.start()
@@ -153,7 +176,9 @@ class Prometheus:
 
     def query(self, expr: str, at: float) -> float | None:
         params = urllib.parse.urlencode({"query": expr, "time": f"{at:.3f}"})
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/api/v1/query?{params}", timeout=30) as response:
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{self.port}/api/v1/query?{params}", timeout=30
+        ) as response:
             body = json.load(response)
         assert body["status"] == "success", body
         result = body["data"]["result"]
@@ -161,20 +186,35 @@ class Prometheus:
 
 
 @pytest.fixture(scope="module")
-def prometheus(scrapes: tuple[Scrape, Scrape], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
+def prometheus(
+    scrapes: tuple[Scrape, Scrape], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Prometheus]:
     promtool = shutil.which("promtool")
     if promtool is None:
         pytest.skip("promtool is not installed: `./run test` installs Debian's prometheus package")
     root = tmp_path_factory.mktemp("prometheus")
     (root / "scrapes.om").write_text(_openmetrics(scrapes))
-    subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(root / "scrapes.om"), str(root / "data")],
-                   check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [
+            promtool,
+            "tsdb",
+            "create-blocks-from",
+            "openmetrics",
+            str(root / "scrapes.om"),
+            str(root / "data"),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     with Prometheus(root / "data") as server:
         yield server
 
 
 def _keda_query() -> str:
-    return str(find(rendered("base"), "ScaledObject", "triton")["spec"]["triggers"][0]["metadata"]["query"])
+    return str(
+        find(rendered("base"), "ScaledObject", "triton")["spec"]["triggers"][0]["metadata"]["query"]
+    )
 
 
 def test_keda_query_is_the_queue_time_triton_reports_per_client_request(
@@ -188,16 +228,27 @@ def test_keda_query_is_the_queue_time_triton_reports_per_client_request(
     keda = prometheus.query(_keda_query(), after.at)
     every_model = prometheus.query(
         f'sum(rate(nv_inference_queue_duration_us{{namespace="{NAMESPACE}"}}[1m])) '
-        f'/ sum(rate(nv_inference_request_success{{namespace="{NAMESPACE}"}}[1m]))', after.at)
+        f'/ sum(rate(nv_inference_request_success{{namespace="{NAMESPACE}"}}[1m]))',
+        after.at,
+    )
     client_facing_only = prometheus.query(
         f'sum(rate(nv_inference_queue_duration_us{{namespace="{NAMESPACE}",model="{ENSEMBLE}"}}[1m])) '
-        f'/ sum(rate(nv_inference_request_success{{namespace="{NAMESPACE}",model="{ENSEMBLE}"}}[1m]))', after.at)
-    own = {m: (after.stats[m]["queue_ns"] - before.stats[m]["queue_ns"]) / 1000 / client_requests for m in MODELS}
-    print(f"[keda] {client_requests} classify requests; Triton statistics: {expected:,.0f} us queued per request "
-          f"({', '.join(f'{m} {v:,.0f}' for m, v in own.items())})")
+        f'/ sum(rate(nv_inference_request_success{{namespace="{NAMESPACE}",model="{ENSEMBLE}"}}[1m]))',
+        after.at,
+    )
+    own = {
+        m: (after.stats[m]["queue_ns"] - before.stats[m]["queue_ns"]) / 1000 / client_requests
+        for m in MODELS
+    }
+    print(
+        f"[keda] {client_requests} classify requests; Triton statistics: {expected:,.0f} us queued per request "
+        f"({', '.join(f'{m} {v:,.0f}' for m, v in own.items())})"
+    )
     assert keda is not None and every_model is not None and client_facing_only is not None
-    print(f"[keda] Prometheus: KEDA query {keda:,.0f} us; all models' successes as denominator {every_model:,.0f} us; "
-          f"the ensemble's own queue time {client_facing_only:,.1f} us")
+    print(
+        f"[keda] Prometheus: KEDA query {keda:,.0f} us; all models' successes as denominator {every_model:,.0f} us; "
+        f"the ensemble's own queue time {client_facing_only:,.1f} us"
+    )
     assert keda == pytest.approx(expected, rel=0.01)
     # What it replaces: every step counted again as a request (about a quarter for a 3-step ensemble),
     # and the ensemble's own queue time, which is ~1 us: its requests wait in the steps' queues.
@@ -205,7 +256,9 @@ def test_keda_query_is_the_queue_time_triton_reports_per_client_request(
     assert client_facing_only < 0.01 * keda
 
 
-def test_keda_query_reads_zero_when_idle(scrapes: tuple[Scrape, Scrape], prometheus: Prometheus) -> None:
+def test_keda_query_reads_zero_when_idle(
+    scrapes: tuple[Scrape, Scrape], prometheus: Prometheus
+) -> None:
     """Before the first request (counters flat) the query answers 0, not NaN or nothing."""
     before, _ = scrapes
     assert prometheus.query(_keda_query(), before.at) == 0
@@ -220,7 +273,11 @@ def _used_names() -> set[str]:
     docs = rendered("base")
     rules = find(docs, "PrometheusRule", "triton-platform-slo")["spec"]["groups"]
     exprs = [r["expr"] for g in rules for r in g["rules"]] + [_keda_query()]
-    dashboard = json.loads((Path(__file__).resolve().parents[2] / "k8s/base/dashboards/triton-platform.json").read_text())
+    dashboard = json.loads(
+        (
+            Path(__file__).resolve().parents[2] / "k8s/base/dashboards/triton-platform.json"
+        ).read_text()
+    )
     exprs += [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
     return {m for e in exprs for m in _NAME.findall(e)}
 
@@ -244,20 +301,35 @@ def test_every_metric_name_used_is_one_the_platform_exports(
     try:
         headers, _ = create_key(gateway, tier="tiny")  # burst 4: the rest are rate limited
         image = jpeg_images(max_side=320)[0]
-        statuses = [httpx.post(f"{gateway.url}/v1/classify", files={"file": ("cat.jpg", image, "image/jpeg")},
-                               headers=headers, timeout=60).status_code for _ in range(6)]
+        statuses = [
+            httpx.post(
+                f"{gateway.url}/v1/classify",
+                files={"file": ("cat.jpg", image, "image/jpeg")},
+                headers=headers,
+                timeout=60,
+            ).status_code
+            for _ in range(6)
+        ]
         assert 200 in statuses and 429 in statuses, statuses
         text = httpx.get(f"{gateway.url}/metrics", headers=METRICS_HEADERS, timeout=10).text
     finally:
         gateway.stop()
     exported = _exported(text) | _exported(scrapes[1].text)
     used = _used_names()
-    assert {"gateway_request_duration_seconds_bucket", "gateway_rejected_requests_total",
-            "nv_inference_queue_duration_us", "nv_gpu_utilization"} <= used
+    assert {
+        "gateway_request_duration_seconds_bucket",
+        "gateway_rejected_requests_total",
+        "nv_inference_queue_duration_us",
+        "nv_gpu_utilization",
+    } <= used
     missing = used - exported
     # A CPU host exports no GPU metrics; those must be names the Triton server itself defines.
     gpu_only = {name for name in missing if name.startswith("nv_gpu_")}
     assert missing - gpu_only == set(), f"used but not exported: {sorted(missing - gpu_only)}"
-    assert gpu_only <= _triton_library_names(), f"not defined by Triton: {sorted(gpu_only - _triton_library_names())}"
-    print(f"[metrics] {len(used)} names used by rules, dashboard and KEDA; all exported "
-          f"({len(gpu_only)} GPU-only, found in the Triton library)")
+    assert gpu_only <= _triton_library_names(), (
+        f"not defined by Triton: {sorted(gpu_only - _triton_library_names())}"
+    )
+    print(
+        f"[metrics] {len(used)} names used by rules, dashboard and KEDA; all exported "
+        f"({len(gpu_only)} GPU-only, found in the Triton library)"
+    )

@@ -18,30 +18,44 @@ from serving.launcher import TritonPorts, TritonServer
 from tests.support.repository import TEST_REPOSITORY
 
 #: what the scenarios and the bench smoke call: the classifier tensors and the JPEG ensemble
-LOADTEST_MODELS = ("efficientnet_lite0", "image_preprocess", "image_postprocess", "image_classifier")
+LOADTEST_MODELS = (
+    "efficientnet_lite0",
+    "image_preprocess",
+    "image_postprocess",
+    "image_classifier",
+)
 
 
 @pytest.fixture(scope="session")
 def loadtest_repository() -> Path:
-    build(["efficientnet_lite0", "image_classifier"], BuildOptions(repository=TEST_REPOSITORY, variants=False))
+    build(
+        ["efficientnet_lite0", "image_classifier"],
+        BuildOptions(repository=TEST_REPOSITORY, variants=False),
+    )
     return TEST_REPOSITORY
 
 
 @pytest.fixture(scope="module")
 def loadtest_triton(loadtest_repository: Path) -> Iterator[TritonServer]:
-    with TritonServer(loadtest_repository, models=list(LOADTEST_MODELS), ports=TritonPorts.free()) as server:
+    with TritonServer(
+        loadtest_repository, models=list(LOADTEST_MODELS), ports=TritonPorts.free()
+    ) as server:
         yield server
 
 
 @pytest.fixture(scope="module")
-def gateway(loadtest_triton: TritonServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+def gateway(
+    loadtest_triton: TritonServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, str]]:
     """The gateway as a subprocess, with a high-limit key and a free-tier key.
 
     Yields ``{"url", "key", "free_key", "metrics_token"}``.
     """
-    from gateway.keys_sqlite import SqliteKeyStore
+    from gateway.tenancy.keys_sqlite import SqliteKeyStore
 
     workdir = tmp_path_factory.mktemp("gateway")
     with gateway_server(loadtest_triton.http_url, workdir) as (url, key, metrics_token):
-        _, free_key = SqliteKeyStore(Path(workdir) / "gateway_keys.sqlite3").create("loadtest-free", ["*"], "free")
+        _, free_key = SqliteKeyStore(Path(workdir) / "gateway_keys.sqlite3").create(
+            "loadtest-free", ["*"], "free"
+        )
         yield {"url": url, "key": key, "free_key": free_key, "metrics_token": metrics_token}

@@ -16,14 +16,22 @@ def test_split_gives_cores_per_request_and_the_busiest_process() -> None:
     after = {"host": 18.0, "gateway": 4.0, "gateway#11": 3.0, "gateway#12": 1.0}
     got = cpu_split(before, after, seconds=2.0, requests=1000)
     assert got["host"]["cores"] == pytest.approx(4.0)
-    assert got["gateway"] == pytest.approx({"cores": 1.5, "cpu_ms_per_request": 3.0, "busiest_process_cores": 1.25})
+    assert got["gateway"] == pytest.approx(
+        {"cores": 1.5, "cpu_ms_per_request": 3.0, "busiest_process_cores": 1.25}
+    )
     assert cpu_split({}, after, 2.0, 1000) == {}
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_a_busy_child_counts_in_its_group() -> None:
     # A child that burns CPU for a while: its command line names no server, so it is the load generator's.
-    child = subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 1.5\nwhile time.time() < end: pass"])
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time\nend = time.time() + 1.5\nwhile time.time() < end: pass",
+        ]
+    )
     try:
         before = cpu_snapshot()
         time.sleep(1.0)
@@ -31,4 +39,7 @@ def test_a_busy_child_counts_in_its_group() -> None:
     finally:
         child.wait()
     got = cpu_split(before, after, seconds=1.0, requests=1)
-    assert got["load generator"]["cores"] > 0.3 and got["host"]["cores"] >= got["load generator"]["cores"] * 0.8
+    assert (
+        got["load generator"]["cores"] > 0.3
+        and got["host"]["cores"] >= got["load generator"]["cores"] * 0.8
+    )

@@ -14,24 +14,54 @@ from serving.launcher import TritonServer
 
 
 def test_split_is_the_difference_per_request() -> None:
-    before = {"auth_s": 0.1, "auth_n": 10, "admit_s": 0.0, "admit_n": 10, "parse_s": 0.0, "parse_n": 10,
-              "upstream_s": 1.0, "upstream_n": 10, "total_s": 1.5, "total_n": 10, "loop_lag_s": 0.0, "loop_lag_n": 0}
-    after = {"auth_s": 0.12, "auth_n": 30, "admit_s": 0.04, "admit_n": 30, "parse_s": 0.02, "parse_n": 30,
-             "upstream_s": 1.2, "upstream_n": 30, "total_s": 1.8, "total_n": 30, "loop_lag_s": 0.004, "loop_lag_n": 8}
+    before = {
+        "auth_s": 0.1,
+        "auth_n": 10,
+        "admit_s": 0.0,
+        "admit_n": 10,
+        "parse_s": 0.0,
+        "parse_n": 10,
+        "upstream_s": 1.0,
+        "upstream_n": 10,
+        "total_s": 1.5,
+        "total_n": 10,
+        "loop_lag_s": 0.0,
+        "loop_lag_n": 0,
+    }
+    after = {
+        "auth_s": 0.12,
+        "auth_n": 30,
+        "admit_s": 0.04,
+        "admit_n": 30,
+        "parse_s": 0.02,
+        "parse_n": 30,
+        "upstream_s": 1.2,
+        "upstream_n": 30,
+        "total_s": 1.8,
+        "total_n": 30,
+        "loop_lag_s": 0.004,
+        "loop_lag_n": 8,
+    }
     got = gateway_split(before, after)
     assert got.requests == 20
-    assert (got.auth_ms, got.admit_ms, got.parse_ms, got.upstream_ms) == pytest.approx((1.0, 2.0, 1.0, 10.0))
+    assert (got.auth_ms, got.admit_ms, got.parse_ms, got.upstream_ms) == pytest.approx(
+        (1.0, 2.0, 1.0, 10.0)
+    )
     assert got.total_ms == pytest.approx(15.0) and got.other_ms == pytest.approx(1.0)
     assert got.loop_lag_ms == pytest.approx(0.5)
     figures = got.as_dict(client_mean_ms=20.0, in_triton_ms=7.0)
-    assert figures["before_app_ms"] == pytest.approx(5.0) and figures["to_triton_ms"] == pytest.approx(3.0)
+    assert figures["before_app_ms"] == pytest.approx(5.0) and figures[
+        "to_triton_ms"
+    ] == pytest.approx(3.0)
     # The parts add up to what the client waited outside Triton.
     parts = ("before_app_ms", "auth_ms", "admit_ms", "parse_ms", "to_triton_ms", "other_ms")
     assert sum(figures[p] for p in parts) == pytest.approx(20.0 - 7.0)
 
 
 @pytest.mark.integration
-def test_counters_of_the_real_gateway_count_its_requests(gateway: dict[str, str], loadtest_triton: TritonServer) -> None:
+def test_counters_of_the_real_gateway_count_its_requests(
+    gateway: dict[str, str], loadtest_triton: TritonServer
+) -> None:
     model = "efficientnet_lite0"
     before = gateway_counters(gateway["url"], gateway["metrics_token"])
     triton_before = model_counters(loadtest_triton.http_url, model)
@@ -45,12 +75,22 @@ def test_counters_of_the_real_gateway_count_its_requests(gateway: dict[str, str]
     got = gateway_split(before, after)
     inside = split(model, triton_before, model_counters(loadtest_triton.http_url, model))
     assert got.requests == 3 and inside.requests == 3
-    assert 0 < got.upstream_ms < got.total_ms and got.auth_ms > 0 and got.admit_ms > 0 and got.parse_ms > 0
+    assert (
+        0 < got.upstream_ms < got.total_ms
+        and got.auth_ms > 0
+        and got.admit_ms > 0
+        and got.parse_ms > 0
+    )
     # The event loop's lag is sampled all the while (every 50 ms), whatever the traffic.
     deadline = time.monotonic() + 10
     while after["loop_lag_n"] <= before["loop_lag_n"] and time.monotonic() < deadline:
         time.sleep(0.1)
         after = gateway_counters(gateway["url"], gateway["metrics_token"])
-    assert after["loop_lag_n"] > before["loop_lag_n"] and after["loop_lag_s"] >= before["loop_lag_s"]
+    assert (
+        after["loop_lag_n"] > before["loop_lag_n"] and after["loop_lag_s"] >= before["loop_lag_s"]
+    )
     # Triton's own time of a request lies within the gateway's wait on it.
-    assert got.as_dict(client_mean_ms=got.total_ms, in_triton_ms=inside.in_triton_ms)["to_triton_ms"] > 0
+    assert (
+        got.as_dict(client_mean_ms=got.total_ms, in_triton_ms=inside.in_triton_ms)["to_triton_ms"]
+        > 0
+    )

@@ -20,19 +20,42 @@ from loadtest.loadgen.capacity import twin_config
 
 
 def _row(config: str, concurrency: int, throughput: float, p99_ms: float) -> Result:
-    return Result(config=config, concurrency=concurrency, requests=100, errors=0, duration_s=1.0, throughput=throughput,
-                  p50_ms=p99_ms / 2, p95_ms=p99_ms, p99_ms=p99_ms, mean_ms=p99_ms / 2, capacity=10 * throughput)
+    return Result(
+        config=config,
+        concurrency=concurrency,
+        requests=100,
+        errors=0,
+        duration_s=1.0,
+        throughput=throughput,
+        p50_ms=p99_ms / 2,
+        p95_ms=p99_ms,
+        p99_ms=p99_ms,
+        mean_ms=p99_ms / 2,
+        capacity=10 * throughput,
+    )
 
 
 def test_points_keep_the_given_order_and_unknown_names(tmp_path: Path) -> None:
-    settings = GpuBenchSettings(out_dir=tmp_path, points={"jpeg": (64, 32), "tensor http": (32,), "nonsense": (8,)})
+    settings = GpuBenchSettings(
+        out_dir=tmp_path, points={"jpeg": (64, 32), "tensor http": (32,), "nonsense": (8,)}
+    )
     assert _points(settings, {"jpeg": None, "tensor http": None}) == [  # type: ignore[dict-item]
-        ("jpeg", 64), ("jpeg", 32), ("tensor http", 32), ("nonsense", 8)]
-    assert _point_cost(settings, capacity=True) > _point_cost(settings, capacity=False) > settings.duration_s
+        ("jpeg", 64),
+        ("jpeg", 32),
+        ("tensor http", 32),
+        ("nonsense", 8),
+    ]
+    assert (
+        _point_cost(settings, capacity=True)
+        > _point_cost(settings, capacity=False)
+        > settings.duration_s
+    )
 
 
 def test_budget_flag_and_clock() -> None:
-    args = build_parser().parse_args(["--out", "x", "--budget-s", "100", "--points", "jpeg=64;tensor http=32"])
+    args = build_parser().parse_args(
+        ["--out", "x", "--budget-s", "100", "--points", "jpeg=64;tensor http=32"]
+    )
     assert args.budget_s == 100
     clock = Clock(100.0)
     assert clock.fits(50) and not clock.fits(50, reserve=60) and not clock.fits(101)
@@ -40,7 +63,10 @@ def test_budget_flag_and_clock() -> None:
 
 
 def test_a_point_not_run_is_an_error_row_not_a_figure() -> None:
-    rows = [_row("jpeg", 64, 6000.0, 15.0), _not_run("jpeg gateway", 64, "the run's time budget of 100 s was spent")]
+    rows = [
+        _row("jpeg", 64, 6000.0, 15.0),
+        _not_run("jpeg gateway", 64, "the run's time budget of 100 s was spent"),
+    ]
     targets = evaluate_targets(rows)
     assert targets["jpeg_direct"]["met"] is True
     assert targets["jpeg_gateway"]["met"] is False  # a row that did not run counts as nothing
@@ -48,11 +74,21 @@ def test_a_point_not_run_is_an_error_row_not_a_figure() -> None:
 
 
 def test_sweep_measures_the_built_config_first() -> None:
-    base = {"instance_group": [{"count": 1}], "max_batch_size": 128,
-            "dynamic_batching": {"max_queue_delay_microseconds": 1000, "preferred_batch_size": [32, 64, 128]}}
+    base = {
+        "instance_group": [{"count": 1}],
+        "max_batch_size": 128,
+        "dynamic_batching": {
+            "max_queue_delay_microseconds": 1000,
+            "preferred_batch_size": [32, 64, 128],
+        },
+    }
     candidates = _candidates(PIPELINE, base, quick=False)
-    assert candidates[0] == {"instances": 1, "max_queue_delay_us": 1000, "preferred_batch_sizes": [32, 64, 128],
-                             "queue_policies": True}
+    assert candidates[0] == {
+        "instances": 1,
+        "max_queue_delay_us": 1000,
+        "preferred_batch_sizes": [32, 64, 128],
+        "queue_policies": True,
+    }
     # What the queue policies cost is measured next, on the built config; never chosen (see sweep).
     assert candidates[1] == {**candidates[0], "queue_policies": False}
     assert candidates[2]["instances"] == 2 and len(candidates) == len({str(c) for c in candidates})
@@ -60,16 +96,49 @@ def test_sweep_measures_the_built_config_first() -> None:
 
 
 def test_report_prints_rows_not_run_and_candidates_not_measured(tmp_path: Path) -> None:
-    rows = [_row("jpeg", 64, 6000.0, 15.0), _not_run("naive", 32, "the run's time budget of 100 s was spent")]
+    rows = [
+        _row("jpeg", 64, 6000.0, 15.0),
+        _not_run("naive", 32, "the run's time budget of 100 s was spent"),
+    ]
     document = {
-        "machine": {}, "targets": evaluate_targets(rows),
-        "jpeg_profile": [{"batch": 64, "ms_per_batch": {"decode": 3.8}, "serial_images_per_s": 6000.0, "chunk": 32,
-                          "pipelined_ms_per_batch": 6.0, "pipelined_images_per_s": 10666.0}],
-        "sweep": [{"entry": PIPELINE, "concurrency": 64, "chosen": {"instances": 1}, "rule": "best",
-                   "candidates": [{"instances": 1, "max_queue_delay_us": 1000, "preferred_batch_sizes": [], "measured": True,
-                                   "throughput": 6000.0, "p99_ms": 15.0, "errors": 0},
-                                  {"instances": 2, "max_queue_delay_us": 1000, "preferred_batch_sizes": [], "measured": False,
-                                   "reason": "the run's time budget would be spent"}]}],
+        "machine": {},
+        "targets": evaluate_targets(rows),
+        "jpeg_profile": [
+            {
+                "batch": 64,
+                "ms_per_batch": {"decode": 3.8},
+                "serial_images_per_s": 6000.0,
+                "chunk": 32,
+                "pipelined_ms_per_batch": 6.0,
+                "pipelined_images_per_s": 10666.0,
+            }
+        ],
+        "sweep": [
+            {
+                "entry": PIPELINE,
+                "concurrency": 64,
+                "chosen": {"instances": 1},
+                "rule": "best",
+                "candidates": [
+                    {
+                        "instances": 1,
+                        "max_queue_delay_us": 1000,
+                        "preferred_batch_sizes": [],
+                        "measured": True,
+                        "throughput": 6000.0,
+                        "p99_ms": 15.0,
+                        "errors": 0,
+                    },
+                    {
+                        "instances": 2,
+                        "max_queue_delay_us": 1000,
+                        "preferred_batch_sizes": [],
+                        "measured": False,
+                        "reason": "the run's time budget would be spent",
+                    },
+                ],
+            }
+        ],
     }
     print_gpu_report(rows, document, tmp_path / "bench.txt")
     text = (tmp_path / "bench.txt").read_text()
@@ -85,11 +154,23 @@ def test_points_name_each_configuration_once() -> None:
 
 
 def test_the_instant_twin_keeps_the_batching_not_the_queue_policy() -> None:
-    config = {"max_batch_size": 64, "input": [], "output": [], "platform": "pytorch_libtorch",
-              "dynamic_batching": {"max_queue_delay_microseconds": 100, "preferred_batch_size": [32],
-                                   "priority_levels": 3, "default_queue_policy": {"max_queue_size": 64}}}
+    config = {
+        "max_batch_size": 64,
+        "input": [],
+        "output": [],
+        "platform": "pytorch_libtorch",
+        "dynamic_batching": {
+            "max_queue_delay_microseconds": 100,
+            "preferred_batch_size": [32],
+            "priority_levels": 3,
+            "default_queue_policy": {"max_queue_size": 64},
+        },
+    }
     twin = twin_config(config, "m__instant")
-    assert twin["dynamic_batching"] == {"max_queue_delay_microseconds": 100, "preferred_batch_size": [32]}
+    assert twin["dynamic_batching"] == {
+        "max_queue_delay_microseconds": 100,
+        "preferred_batch_size": [32],
+    }
     assert "platform" not in twin and twin["backend"] == "python"
 
 
@@ -98,20 +179,38 @@ def test_a_request_of_8_images_counts_as_8_images() -> None:
 
     from loadtest.bench.gpu_report import result_row
 
-    result = SimpleNamespace(concurrency=32, requests=100, errors=0, duration_s=1.0, throughput=100.0, p50_ms=1.0,
-                             p95_ms=2.0, p99_ms=3.0, mean_ms=1.0, error_rate=0.0, error_summary=lambda: "")
+    result = SimpleNamespace(
+        concurrency=32,
+        requests=100,
+        errors=0,
+        duration_s=1.0,
+        throughput=100.0,
+        p50_ms=1.0,
+        p95_ms=2.0,
+        p99_ms=3.0,
+        mean_ms=1.0,
+        error_rate=0.0,
+        error_summary=lambda: "",
+    )
     batched = result_row("tensor cuda-shm x8", result, 200.0, 8)
     assert (batched.throughput, batched.capacity, batched.capacity_used) == (800.0, 1600.0, 0.5)
     assert result_row("tensor cuda-shm", result, 200.0).throughput == 100.0
 
 
 def test_the_jpeg_target_takes_any_jpeg_entry_and_the_gateway_its_own() -> None:
-    rows = [_row("jpeg", 64, 4870.0, 21.1), _row("jpeg", 32, 3478.0, 13.6), _row("jpeg compiled", 64, 5284.0, 19.9),
-            _row("jpeg compiled", 128, 6877.0, 31.5), _row("jpeg gateway", 32, 2352.0, 34.8)]
+    rows = [
+        _row("jpeg", 64, 4870.0, 21.1),
+        _row("jpeg", 32, 3478.0, 13.6),
+        _row("jpeg compiled", 64, 5284.0, 19.9),
+        _row("jpeg compiled", 128, 6877.0, 31.5),
+        _row("jpeg gateway", 32, 2352.0, 34.8),
+    ]
     targets = evaluate_targets(rows)
     assert targets["jpeg_direct"]["met"] is True
     assert targets["jpeg_direct"]["figure"]["config"] == "jpeg compiled"
-    assert targets["jpeg_direct"]["figure"]["images_per_s"] == 5284.0  # not the faster row over the P99 bar
+    assert (
+        targets["jpeg_direct"]["figure"]["images_per_s"] == 5284.0
+    )  # not the faster row over the P99 bar
     gateway = targets["jpeg_gateway"]["figure"]
     assert gateway["concurrency"] == 32 and gateway["ratio"] == pytest.approx(2352.0 / 3478.0)
 
@@ -120,7 +219,9 @@ def test_the_scripts_points_parse_and_name_known_configurations(tmp_path: Path) 
     import re
 
     script = (Path(__file__).parents[2] / "loadtest" / "gpu_bench.sh").read_text(encoding="utf-8")
-    found = re.search(r'^ALL_POINTS=\$\{ALL_POINTS:-"(.*)"\}$', script, re.M)  # the default, when not set
+    found = re.search(
+        r'^ALL_POINTS=\$\{ALL_POINTS:-"(.*)"\}$', script, re.M
+    )  # the default, when not set
     assert found is not None
     points = build_parser().parse_args(["--out", "x", "--points", found.group(1)]).points
     assert set(points) <= set(GpuBenchSettings(out_dir=tmp_path).points)

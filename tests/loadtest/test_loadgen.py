@@ -33,12 +33,14 @@ from tests.support.tiny_repo import TINY_BIAS, TINY_MODEL, TINY_WEIGHT, build_ti
 pytestmark = pytest.mark.integration
 
 X = np.array([[1.0, 2.0, 3.0, 4.0], [0.5, -1.0, 2.0, 0.0]], dtype=np.float32)
-REQUESTS = tuple({"input": X[i:i + 1]} for i in range(len(X)))
+REQUESTS = tuple({"input": X[i : i + 1]} for i in range(len(X)))
 
 
 def right_answer(outputs: Mapping[str, np.ndarray]) -> bool:
     out = outputs["output"]
-    return any(np.allclose(out, X[i:i + 1] @ TINY_WEIGHT + TINY_BIAS, atol=1e-5) for i in range(len(X)))
+    return any(
+        np.allclose(out, X[i : i + 1] @ TINY_WEIGHT + TINY_BIAS, atol=1e-5) for i in range(len(X))
+    )
 
 
 @pytest.fixture(scope="module")
@@ -59,19 +61,28 @@ def _answer_once(url: str, model: str) -> None:
 
 def _target(server: TritonServer, **options: object) -> TritonTarget:
     grpc = options.get("protocol") == "grpc"
-    fields: dict = {"url": server.grpc_url if grpc else server.http_url, "model": TINY_MODEL,
-                    "inputs": REQUESTS, "outputs": ("output",), "check": right_answer}
+    fields: dict = {
+        "url": server.grpc_url if grpc else server.http_url,
+        "model": TINY_MODEL,
+        "inputs": REQUESTS,
+        "outputs": ("output",),
+        "check": right_answer,
+    }
     fields.update(options)
     return TritonTarget(**fields)
 
 
-@pytest.mark.parametrize("options", [
-    {"protocol": "http"},
-    {"protocol": "http", "binary": False},
-    {"protocol": "grpc"},
-    {"protocol": "http", "shared_memory": "system"},
-    {"protocol": "grpc", "shared_memory": "system"},
-], ids=["http-binary", "http-json", "grpc", "http-system-shm", "grpc-system-shm"])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"protocol": "http"},
+        {"protocol": "http", "binary": False},
+        {"protocol": "grpc"},
+        {"protocol": "http", "shared_memory": "system"},
+        {"protocol": "grpc", "shared_memory": "system"},
+    ],
+    ids=["http-binary", "http-json", "grpc", "http-system-shm", "grpc-system-shm"],
+)
 def test_every_client_kind_gets_right_answers(tiny: TritonServer, options: dict) -> None:
     target = _target(tiny, **options)
     result = run_load(LoadSpec(target=target, concurrency=3, duration_s=0.6, warmup_s=0.2))
@@ -99,33 +110,57 @@ def test_capacity_is_measured_against_an_instant_twin(tiny: TritonServer) -> Non
         _answer_once(tiny.http_url, twin)
         spec = LoadSpec(target=target, concurrency=2, duration_s=0.5, warmup_s=0.2)
         capacity = measure_capacity(spec, twin_target(target, twin))
-        zeros = run_load(LoadSpec(target=_target(tiny, model=twin, check=lambda o: not o["output"].any()),
-                                  concurrency=1, duration_s=0.3))
+        zeros = run_load(
+            LoadSpec(
+                target=_target(tiny, model=twin, check=lambda o: not o["output"].any()),
+                concurrency=1,
+                duration_s=0.3,
+            )
+        )
     assert capacity.requests > 0 and capacity.name.endswith("(capacity)")
-    assert zeros.requests > 0 and zeros.wrong_answers == 0, "the twin answers zeros of the real output shape"
+    assert zeros.requests > 0 and zeros.wrong_answers == 0, (
+        "the twin answers zeros of the real output shape"
+    )
     result = run_load(spec).with_capacity(capacity.throughput)
     assert result.capacity_used is not None and result.capacity_used > 0
 
 
 def test_errors_keep_their_status_and_first_message(tiny: TritonServer) -> None:
-    missing = run_load(LoadSpec(target=_target(tiny, model="no_such_model", check=None), concurrency=1,
-                                duration_s=0.3))
+    missing = run_load(
+        LoadSpec(
+            target=_target(tiny, model="no_such_model", check=None), concurrency=1, duration_s=0.3
+        )
+    )
     assert missing.requests == 0 and missing.errors > 0
     assert set(missing.statuses) == {404} and "no_such_model" in missing.error_summary()
 
-    body = json.dumps({"inputs": [{"name": "input", "shape": [1, 4], "datatype": "FP32",
-                                   "data": [1, 2, 3]}]}).encode()
-    bad = run_load(LoadSpec(target=HttpTarget(url=f"http://{tiny.http_url}/v2/models/{TINY_MODEL}/infer",
-                                              requests=((body, {"Content-Type": "application/json"}),)),
-                            concurrency=1, duration_s=0.3))
+    body = json.dumps(
+        {"inputs": [{"name": "input", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3]}]}
+    ).encode()
+    bad = run_load(
+        LoadSpec(
+            target=HttpTarget(
+                url=f"http://{tiny.http_url}/v2/models/{TINY_MODEL}/infer",
+                requests=((body, {"Content-Type": "application/json"}),),
+            ),
+            concurrency=1,
+            duration_s=0.3,
+        )
+    )
     assert bad.requests == 0 and bad.errors > 0 and 200 not in bad.statuses, bad.statuses
     assert "Shape does not match" in bad.error_summary()
 
 
 def test_nothing_listening_is_an_answerless_error_not_a_silent_zero() -> None:
-    target = HttpTarget(url=f"http://127.0.0.1:{reserve_port()}/v2/models/x/infer", requests=((b"{}", {}),))
+    target = HttpTarget(
+        url=f"http://127.0.0.1:{reserve_port()}/v2/models/x/infer", requests=((b"{}", {}),)
+    )
     result = run_load(LoadSpec(target=target, concurrency=1, duration_s=0.3))
-    assert result.requests == 0 and set(result.statuses) == {0} and "no answer" in result.error_summary()
+    assert (
+        result.requests == 0
+        and set(result.statuses) == {0}
+        and "no answer" in result.error_summary()
+    )
 
 
 def test_a_target_that_cannot_open_fails_the_run_with_its_error(tiny: TritonServer) -> None:
@@ -137,8 +172,12 @@ def test_a_target_that_cannot_open_fails_the_run_with_its_error(tiny: TritonServ
         run([LoadSpec(target=target, concurrency=2, duration_s=0.3)], processes=2)
 
 
-def test_summary_counts_only_the_window_and_uses_the_one_percentile_definition(tmp_path: Path) -> None:
-    rows = [(float(t), 0.010, 200, None, None) for t in range(10)]  # one answer a second, 10 ms each
+def test_summary_counts_only_the_window_and_uses_the_one_percentile_definition(
+    tmp_path: Path,
+) -> None:
+    rows = [
+        (float(t), 0.010, 200, None, None) for t in range(10)
+    ]  # one answer a second, 10 ms each
     rows += [(3.5, 0.020, 503, 1.0, None), (20.0, 0.010, 200, None, None)]
     samples = Samples.from_rows(rows, {503: "overloaded"})
     result = summarize(samples, "unit", 1, 1, (2.0, 8.0))
@@ -153,8 +192,21 @@ def test_public_api_is_what_we_mean() -> None:
     import loadtest.loadgen as loadgen
 
     assert set(loadgen.__all__) == {
-        "HttpTarget", "LoadError", "LoadResult", "LoadRun", "LoadSpec", "Sample", "Samples", "Target",
-        "TritonTarget", "closed_loop", "instant_twin", "measure_capacity", "merge_runs", "run", "run_load",
+        "HttpTarget",
+        "LoadError",
+        "LoadResult",
+        "LoadRun",
+        "LoadSpec",
+        "Sample",
+        "Samples",
+        "Target",
+        "TritonTarget",
+        "closed_loop",
+        "instant_twin",
+        "measure_capacity",
+        "merge_runs",
+        "run",
+        "run_load",
         "twin_target",
     }
     for name in loadgen.__all__:

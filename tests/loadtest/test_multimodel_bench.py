@@ -14,8 +14,16 @@ from loadtest.multimodel import main, zipf_sequence
 
 pytestmark = pytest.mark.integration
 
-FIGURES = {"device": str, "models": int, "budget_models": int, "hit_rate": float, "cold_load_p99_ms": float,
-           "hot_p99_ms": float, "all_loaded_p99_ms": float, "max_memory_over_budget_bytes": int}
+FIGURES = {
+    "device": str,
+    "models": int,
+    "budget_models": int,
+    "hit_rate": float,
+    "cold_load_p99_ms": float,
+    "hot_p99_ms": float,
+    "all_loaded_p99_ms": float,
+    "max_memory_over_budget_bytes": int,
+}
 
 
 def test_zipf_traffic_favours_the_first_models() -> None:
@@ -26,16 +34,34 @@ def test_zipf_traffic_favours_the_first_models() -> None:
 
 
 def test_a_request_that_waited_for_a_load_is_told_apart() -> None:
-    assert waited_for_load("auth;dur=0.1, admit;dur=0.2, load;dur=812.0, upstream;dur=3.0, total;dur=816.0")
+    assert waited_for_load(
+        "auth;dur=0.1, admit;dur=0.2, load;dur=812.0, upstream;dur=3.0, total;dur=816.0"
+    )
     assert not waited_for_load("auth;dur=0.1, admit;dur=0.2, upstream;dur=3.0, total;dur=3.4")
     assert not waited_for_load(None)
 
 
-def test_multimodel_benchmark_runs_and_reports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_multimodel_benchmark_runs_and_reports(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "multimodel"
     # One request at a time: every request is answered (no two cold models contend for one slot).
-    code = main(["--models", "3", "--budget-models", "1", "--concurrency", "1", "--duration", "4",
-                 "--warmup", "0", "--out", str(out)])
+    code = main(
+        [
+            "--models",
+            "3",
+            "--budget-models",
+            "1",
+            "--concurrency",
+            "1",
+            "--duration",
+            "4",
+            "--warmup",
+            "0",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     assert "all models loaded" in capsys.readouterr().out
     figures = json.loads((out / "multimodel.json").read_text())
@@ -43,7 +69,12 @@ def test_multimodel_benchmark_runs_and_reports(tmp_path: Path, capsys: pytest.Ca
     assert (figures["models"], figures["budget_models"]) == (3, 1)
     assert 0.0 <= figures["hit_rate"] <= 1.0 and figures["max_memory_over_budget_bytes"] >= 0
     detail = json.loads((out / "multimodel-detail.json").read_text())
-    assert detail["requests"]["errors"] == 0 and detail["requests"]["all_loaded_errors"] == 0, detail["requests"]
-    assert detail["requests"]["hits"] + detail["requests"]["cold"] > 0 and detail["requests"]["all_loaded"] > 0
+    assert detail["requests"]["errors"] == 0 and detail["requests"]["all_loaded_errors"] == 0, (
+        detail["requests"]
+    )
+    assert (
+        detail["requests"]["hits"] + detail["requests"]["cold"] > 0
+        and detail["requests"]["all_loaded"] > 0
+    )
     assert detail["memory"]["samples"]
     assert (out / "multimodel.png").stat().st_size > 0

@@ -16,7 +16,9 @@ from loadtest.multimodel_gpu import build_torchscript_variants
 
 
 def test_variants_are_gpu_torchscript_entries_with_their_own_weights(tmp_path: Path) -> None:
-    names = build_torchscript_variants(tmp_path, models=2, seed=5, features=FEATURES, classes=CLASSES, hidden=32)
+    names = build_torchscript_variants(
+        tmp_path, models=2, seed=5, features=FEATURES, classes=CLASSES, hidden=32
+    )
     assert names == ["classifier_v00", "classifier_v01"]
     outputs = []
     for name in names:
@@ -32,7 +34,9 @@ def test_variants_are_gpu_torchscript_entries_with_their_own_weights(tmp_path: P
     assert not torch.equal(outputs[0], outputs[1])
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message given where CUDA is missing")
+@pytest.mark.skipif(
+    torch.cuda.is_available(), reason="checks the message given where CUDA is missing"
+)
 def test_device_gpu_without_cuda_says_so(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="needs a CUDA device"):
         main(["--device", "gpu", "--models", "2", "--budget-models", "1", "--out", str(tmp_path)])

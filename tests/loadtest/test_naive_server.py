@@ -10,7 +10,9 @@ from tests.support.images import encode, photo
 
 
 @pytest.mark.parametrize("handler", ["async", "threadpool"])
-def test_classify_refuses_a_body_that_is_not_an_image_and_still_classifies_a_photo(handler: str) -> None:
+def test_classify_refuses_a_body_that_is_not_an_image_and_still_classifies_a_photo(
+    handler: str,
+) -> None:
     with TestClient(create_app(handler=handler, threads=1)) as client:
         refused = client.post("/classify", content=b"this is not an image")
         assert refused.status_code == 400

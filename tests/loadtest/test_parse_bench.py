@@ -14,4 +14,7 @@ def test_parse_bench_prints_its_table(capsys: pytest.CaptureFixture[str]) -> Non
     assert all(float(line.split()[-1]) >= 0 for line in lines[1:])
     # Where each body is checked follows its weight: a binary image on the loop, megabytes of JSON not.
     rows = {line[:34].strip(): line for line in lines[1:]}
-    assert "event loop" in rows["UINT8 JPEG of 135 KB, binary"] and "a thread" in rows["FP32 1x3x224x224, JSON"]
+    assert (
+        "event loop" in rows["UINT8 JPEG of 135 KB, binary"]
+        and "a thread" in rows["FP32 1x3x224x224, JSON"]
+    )

@@ -17,8 +17,17 @@ pytestmark = pytest.mark.integration
 
 def test_every_path_answers_for_both_models(tmp_path: Path) -> None:
     repository = build_tiny_repository(tmp_path / "repository")
-    rows = run_scaling(repository, TINY_LINEAR, workers=2, concurrencies=[2], duration_s=1.0, rounds=1,
-                       warmup_s=0.2, transports=["grpc"], warm_s=0.3)
+    rows = run_scaling(
+        repository,
+        TINY_LINEAR,
+        workers=2,
+        concurrencies=[2],
+        duration_s=1.0,
+        rounds=1,
+        warmup_s=0.2,
+        transports=["grpc"],
+        warm_s=0.3,
+    )
     assert [(r.model, r.path) for r in rows] == [
         (model, path)
         for model in (TINY_MODEL, TINY_LINEAR)
@@ -33,5 +42,8 @@ def test_every_path_answers_for_both_models(tmp_path: Path) -> None:
 
 def test_propagation_is_measured_for_both_kinds_of_change() -> None:
     delays = measure(trials=2, sync_interval_s=0.2)
-    assert {kind: len(values) for kind, values in delays.items()} == {"revocation": 2, "canary weights": 2}
+    assert {kind: len(values) for kind, values in delays.items()} == {
+        "revocation": 2,
+        "canary weights": 2,
+    }
     assert all(value > 0 for values in delays.values() for value in values)

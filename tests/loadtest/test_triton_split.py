@@ -11,10 +11,26 @@ from serving.launcher import TritonServer
 
 
 def test_split_is_the_difference_per_request() -> None:
-    before = {"requests": 10, "executions": 5, "inferences": 10, "queue_ns": 10_000_000, "compute_input_ns": 0,
-              "compute_infer_ns": 50_000_000, "compute_output_ns": 0, "success_ns": 80_000_000}
-    after = {"requests": 30, "executions": 10, "inferences": 30, "queue_ns": 50_000_000, "compute_input_ns": 2_000_000,
-             "compute_infer_ns": 90_000_000, "compute_output_ns": 4_000_000, "success_ns": 180_000_000}
+    before = {
+        "requests": 10,
+        "executions": 5,
+        "inferences": 10,
+        "queue_ns": 10_000_000,
+        "compute_input_ns": 0,
+        "compute_infer_ns": 50_000_000,
+        "compute_output_ns": 0,
+        "success_ns": 80_000_000,
+    }
+    after = {
+        "requests": 30,
+        "executions": 10,
+        "inferences": 30,
+        "queue_ns": 50_000_000,
+        "compute_input_ns": 2_000_000,
+        "compute_infer_ns": 90_000_000,
+        "compute_output_ns": 4_000_000,
+        "success_ns": 180_000_000,
+    }
     got = split("m", before, after)
     assert (got.requests, got.executions, got.inferences_per_execution) == (20, 5, 4.0)
     assert got.queue_ms == pytest.approx(2.0) and got.compute_infer_ms == pytest.approx(2.0)

@@ -45,7 +45,9 @@ def test_a_canary_failing_more_than_allowed_fails_whatever_the_allowance(allowed
 def test_the_allowance_is_over_productions_own_error_rate() -> None:
     after = {"m": {"1": (190, 10), "2": (12, 4)}}  # production 10 of 100 failed, canary 1 of 10
     assert _verdict(after, max_canary_error_rate=0.0).passed
-    assert _verdict({"m": {"1": (200, 0), "2": (12, 4)}}, max_canary_error_rate=0.05).passed is False
+    assert (
+        _verdict({"m": {"1": (200, 0), "2": (12, 4)}}, max_canary_error_rate=0.05).passed is False
+    )
 
 
 def test_a_canary_nobody_called_fails() -> None:

@@ -70,7 +70,9 @@ def violations(doc: dict[str, Any]) -> list[str]:
         if re.search(r"\|\|\s*true|;\s*true\s*$|set \+e", step.get("run", "")):
             errors.append(f"step {gate!r} swallows its exit status")
     if positions != sorted(positions):
-        errors.append("required steps are out of order (test, build, parity, accuracy, latency, publish)")
+        errors.append(
+            "required steps are out of order (test, build, parity, accuracy, latency, publish)"
+        )
     for s in steps:
         if "uses" in s and not _PINNED_ACTION.match(s["uses"]):
             errors.append(f"action {s['uses']!r} is not pinned to a version")
@@ -151,8 +153,12 @@ def _mutations() -> list[tuple[str, Callable[[dict[str, Any]], None], str]]:
     ]
 
 
-@pytest.mark.parametrize(("name", "mutate", "expected"), _mutations(), ids=[m[0] for m in _mutations()])
-def test_violations_catch(name: str, mutate: Callable[[dict[str, Any]], None], expected: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "mutate", "expected"), _mutations(), ids=[m[0] for m in _mutations()]
+)
+def test_violations_catch(
+    name: str, mutate: Callable[[dict[str, Any]], None], expected: str
+) -> None:
     doc = copy.deepcopy(load())
     mutate(doc)
     assert any(expected in e for e in violations(doc)), violations(doc)
@@ -202,9 +208,16 @@ def test_a_push_promotes_the_networks_the_default_models_serve() -> None:
     from builders.registry import DEFAULT_MODELS, DEFAULT_NETWORKS, resolve
     from builders.spec import ModelSpec
 
-    assert set(DEFAULT_NETWORKS) == {s.name for s in resolve(DEFAULT_MODELS) if isinstance(s, ModelSpec)}
+    assert set(DEFAULT_NETWORKS) == {
+        s.name for s in resolve(DEFAULT_MODELS) if isinstance(s, ModelSpec)
+    }
     plan = next(s for s in load()["jobs"]["plan"]["steps"] if s.get("id") == "models")["run"]
-    script = plan[plan.index("<<'EOF'\n") + len("<<'EOF'\n"):plan.index("\nEOF\n")]
-    output = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], cwd=REPO, capture_output=True,
-                            text=True, check=True).stdout
+    script = plan[plan.index("<<'EOF'\n") + len("<<'EOF'\n") : plan.index("\nEOF\n")]
+    output = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert json.loads(output) == list(DEFAULT_NETWORKS)

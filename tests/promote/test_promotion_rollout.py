@@ -52,10 +52,21 @@ CANARY_COPY = ENSEMBLE + CANARY_SUFFIX
 # The latency gate is under test in test_promotion_gates.py; here it runs short and with wide budgets
 # (every candidate is as fast as production, and a busy 2-core machine must not refuse one). The canary
 # sends half the traffic to N+1 until it has seen at least 4 requests; no settling pause: one gateway.
-POLICY = PromotionPolicy(load_duration_s=1.0, load_rounds=1, load_concurrency=2, max_p99_regression=4.0,
-                         max_throughput_drop=0.8, canary_share=0.5, canary_duration_s=2.0, min_canary_requests=4,
-                         canary_timeout_s=60.0, settle_s=0.0)
-WHITE = np.ones((1, 3, 224, 224), dtype=np.float32)  # (1.0 - 0.5) / 0.5: a white image, preprocessed
+POLICY = PromotionPolicy(
+    load_duration_s=1.0,
+    load_rounds=1,
+    load_concurrency=2,
+    max_p99_regression=4.0,
+    max_throughput_drop=0.8,
+    canary_share=0.5,
+    canary_duration_s=2.0,
+    min_canary_requests=4,
+    canary_timeout_s=60.0,
+    settle_s=0.0,
+)
+WHITE = np.ones(
+    (1, 3, 224, 224), dtype=np.float32
+)  # (1.0 - 0.5) / 0.5: a white image, preprocessed
 JPEG = photo_jpeg()
 
 
@@ -129,11 +140,18 @@ class _Watched:
         return next(a for a in answers if a.sent > self.returned)
 
 
-def _promote_under_streams(served: Served, gateway: GatewayProcess, candidate: Path,
-                           observer: Callable[[dict[str, object]], None],
-                           direct: ClientStream, ensemble: ClientStream) -> _Watched:
+def _promote_under_streams(
+    served: Served,
+    gateway: GatewayProcess,
+    candidate: Path,
+    observer: Callable[[dict[str, object]], None],
+    direct: ClientStream,
+    ensemble: ClientStream,
+) -> _Watched:
     try:
-        record = promote(CLASSIFIER, candidate, served.target(gateway), policy=POLICY, observer=observer)
+        record = promote(
+            CLASSIFIER, candidate, served.target(gateway), policy=POLICY, observer=observer
+        )
         returned = time.time()
         direct.after(returned)
         ensemble.after(returned)
@@ -156,8 +174,11 @@ def _steps(record: PromotionRecord) -> dict[str, dict[str, object]]:
 def _ready_versions(url: str) -> list[int]:
     """Versions of the classifier the Triton at ``url`` serves."""
     with http.InferenceServerClient(url) as client:
-        ready = sorted(int(m["version"]) for m in client.get_model_repository_index()
-                       if m["name"] == CLASSIFIER and m.get("state") == "READY")
+        ready = sorted(
+            int(m["version"])
+            for m in client.get_model_repository_index()
+            if m["name"] == CLASSIFIER and m.get("state") == "READY"
+        )
     return ready
 
 
@@ -178,11 +199,14 @@ def _assert_back_on(served: Served, version: int) -> None:
     assert not repo.unfinished_versions(served.repository, CLASSIFIER)
     assert not (served.repository / CLASSIFIER / str(version + 1)).exists()
     # The configuration on disk serves the newest versions again (it pinned N while N+1 was unfinished).
-    assert not read_config(served.repository / CLASSIFIER / "config.pbtxt").version_policy.HasField("specific")
+    assert not read_config(served.repository / CLASSIFIER / "config.pbtxt").version_policy.HasField(
+        "specific"
+    )
 
 
 def test_a_candidate_failing_in_the_canary_is_rolled_back_and_production_never_fails(
-        served: Served, gateway: GatewayProcess, candidate_builds: CandidateBuilds) -> None:
+    served: Served, gateway: GatewayProcess, candidate_builds: CandidateBuilds
+) -> None:
     old = served.production()
     score_n, score_new = expected_scores(served.url, JPEG, old)
     candidate = _gated(served, candidate_builds(FailsOnWhiteImages))
@@ -206,16 +230,27 @@ def test_a_candidate_failing_in_the_canary_is_rolled_back_and_production_never_f
     back_on_n = step_time(steps["rollback: gateway traffic back on N"])
     failed = [a for a in answers if a.status != 200]
     assert failed, "the white images never reached version N+1"
-    outside = [a for a in failed if not (a.status >= 500 and a.answered > canary_began and a.sent < back_on_n)]
+    outside = [
+        a
+        for a in failed
+        if not (a.status >= 500 and a.answered > canary_began and a.sent < back_on_n)
+    ]
     assert not outside, (canary_began, back_on_n, outside[:3])
     assert {a.value for a in answers if a.status == 200} <= {str(old), str(old + 1)}
     assert {a.value for a in answers if a.sent > back_on_n} == {str(old)}
-    _assert_ensemble_path(classified, score_n, score_new, canary_began, step_time(steps[f"rollback: gateway: {ENSEMBLE} unpinned"]))
+    _assert_ensemble_path(
+        classified,
+        score_n,
+        score_new,
+        canary_began,
+        step_time(steps[f"rollback: gateway: {ENSEMBLE} unpinned"]),
+    )
     _assert_back_on(served, old)
 
 
-def _assert_ensemble_path(answers: list[Answer], score_n: float, score_new: float, canary_began: float,
-                          back_on_n: float) -> None:
+def _assert_ensemble_path(
+    answers: list[Answer], score_n: float, score_new: float, canary_began: float, back_on_n: float
+) -> None:
     """No ensemble request failed; N+1 answered none before the canary, and none sent after ``back_on_n``."""
     assert all(a.status == 200 for a in answers), [a for a in answers if a.status != 200][:3]
     assert all(_close(a.value, score_n) or _close(a.value, score_new) for a in answers)
@@ -224,8 +259,12 @@ def _assert_ensemble_path(answers: list[Answer], score_n: float, score_new: floa
     assert any(a.answered < canary_began for a in answers)
 
 
-def test_a_failed_smoke_test_rolls_back(served: Served, gateway: GatewayProcess, copy_of_production: Path,
-                                        candidate_builds: CandidateBuilds) -> None:
+def test_a_failed_smoke_test_rolls_back(
+    served: Served,
+    gateway: GatewayProcess,
+    copy_of_production: Path,
+    candidate_builds: CandidateBuilds,
+) -> None:
     """The artifact that reaches the served repository is not the one the gates passed (replaced on its
     way there): the smoke test of N+1 under the production name catches it before any traffic."""
     old = served.production()
@@ -234,15 +273,24 @@ def test_a_failed_smoke_test_rolls_back(served: Served, gateway: GatewayProcess,
 
     def observer(step: dict[str, object]) -> None:
         if step["step"] == "published unfinished":
-            (served.repository / CLASSIFIER / str(old + 1) / "model.onnx").write_bytes(wrong.read_bytes())
+            (served.repository / CLASSIFIER / str(old + 1) / "model.onnx").write_bytes(
+                wrong.read_bytes()
+            )
 
-    watched = _promote_under_streams(served, gateway, copy_of_production, observer, *_start_streams(gateway))
+    watched = _promote_under_streams(
+        served, gateway, copy_of_production, observer, *_start_streams(gateway)
+    )
     record, answers, classified = watched.record, watched.answers, watched.classified
 
     assert record.decision == "rolled-back", record.reason
-    assert record.reason.startswith("smoke test: ") and "top-1 agreement with production 0.000" in record.reason
+    assert (
+        record.reason.startswith("smoke test: ")
+        and "top-1 agreement with production 0.000" in record.reason
+    )
     assert "canary" not in _steps(record)
-    assert all(a.status == 200 and a.value == str(old) for a in answers), [a for a in answers if a.value != str(old)][:3]
+    assert all(a.status == 200 and a.value == str(old) for a in answers), [
+        a for a in answers if a.value != str(old)
+    ][:3]
     assert all(a.status == 200 and _close(a.value, score_n) for a in classified)
     _assert_back_on(served, old)
 
@@ -252,7 +300,8 @@ class _PromoterKilled(BaseException):
 
 
 def test_a_promoter_that_dies_leaves_an_unfinished_version_the_next_promotion_cleans(
-        served: Served, gateway: GatewayProcess, copy_of_production: Path) -> None:
+    served: Served, gateway: GatewayProcess, copy_of_production: Path
+) -> None:
     old = served.production()
     score_n, _ = expected_scores(served.url, JPEG, old)
 
@@ -263,15 +312,25 @@ def test_a_promoter_that_dies_leaves_an_unfinished_version_the_next_promotion_cl
     _, ensemble = _start_streams(gateway)
     try:
         with pytest.raises(_PromoterKilled):
-            promote(CLASSIFIER, copy_of_production, served.target(gateway), policy=POLICY, observer=observer)
+            promote(
+                CLASSIFIER,
+                copy_of_production,
+                served.target(gateway),
+                policy=POLICY,
+                observer=observer,
+            )
         # Half done: N+1 is on disk and loaded, and still not a version for anything reading the repository.
         assert repo.unfinished_versions(served.repository, CLASSIFIER) == [old + 1]
         assert repo.latest_version(served.repository, CLASSIFIER) == old
         ready, pinned, _ = _triton_state(served)
         assert ready == [old, old + 1] and pinned == [old]
-        ensemble.after(time.time())  # with N+1 loaded and nobody watching, the ensemble still calls N
+        ensemble.after(
+            time.time()
+        )  # with N+1 loaded and nobody watching, the ensemble still calls N
         # A Triton that starts on the repository now (a restarted pod, `--load-model=*`) loads N only.
-        with TritonServer(served.repository, models=[CLASSIFIER], ports=TritonPorts.free()) as restarted:
+        with TritonServer(
+            served.repository, models=[CLASSIFIER], ports=TritonPorts.free()
+        ) as restarted:
             assert _ready_versions(restarted.http_url) == [old]
 
         (left,) = recover(CLASSIFIER, served.target(gateway), policy=POLICY)
@@ -283,7 +342,8 @@ def test_a_promoter_that_dies_leaves_an_unfinished_version_the_next_promotion_cl
 
 
 def test_a_gateway_dying_mid_rollout_leaves_a_record_of_the_steps_that_could_not_run(
-        served: Served, gateway: GatewayProcess, copy_of_production: Path, tmp_path: Path) -> None:
+    served: Served, gateway: GatewayProcess, copy_of_production: Path, tmp_path: Path
+) -> None:
     old = served.production()
     killed_at: list[float] = []
 
@@ -294,19 +354,27 @@ def test_a_gateway_dying_mid_rollout_leaves_a_record_of_the_steps_that_could_not
 
     direct, ensemble = _start_streams(gateway)
     try:
-        record = promote(CLASSIFIER, copy_of_production, served.target(gateway), policy=POLICY, observer=observer)
+        record = promote(
+            CLASSIFIER, copy_of_production, served.target(gateway), policy=POLICY, observer=observer
+        )
     finally:
         answers = direct.stop() + ensemble.stop()
 
     assert record.decision == "rollback-incomplete", record.reason
     failed = {str(s["step"]) for s in record.failed_steps}
-    assert failed == {"gateway: traffic on N+1", "rollback: gateway traffic back on N",
-                      f"rollback: gateway: {ENSEMBLE} unpinned", "rollback: gateway weights cleared"}
+    assert failed == {
+        "gateway: traffic on N+1",
+        "rollback: gateway traffic back on N",
+        f"rollback: gateway: {ENSEMBLE} unpinned",
+        "rollback: gateway weights cleared",
+    }
     # Every other rollback step ran: Triton and the repository are back on N.
     _assert_back_on(served, old)
     # Clients saw answers until the gateway died, then none; never an error from a version.
     assert all(a.status == 200 for a in answers if a.answered < killed_at[0])
-    assert all(a.status in (200, 0) for a in answers), [a for a in answers if a.status not in (200, 0)][:3]
+    assert all(a.status in (200, 0) for a in answers), [
+        a for a in answers if a.status not in (200, 0)
+    ][:3]
 
     # While the gateway is still down, the next promotion cannot finish the rollback, so it publishes nothing.
     again = promote(CLASSIFIER, copy_of_production, served.target(gateway), policy=POLICY)
@@ -316,7 +384,9 @@ def test_a_gateway_dying_mid_rollout_leaves_a_record_of_the_steps_that_could_not
     _assert_back_on(served, old)
 
     # A new gateway, and the next promotion (here: its first step alone) finishes the rollback.
-    replacement = start_gateway(tmp_path / "replacement", served.url, upstream_timeout_s=UPSTREAM_TIMEOUT_S)
+    replacement = start_gateway(
+        tmp_path / "replacement", served.url, upstream_timeout_s=UPSTREAM_TIMEOUT_S
+    )
     try:
         (finished,) = recover(CLASSIFIER, served.target(replacement), policy=POLICY)
         direct = next(streams(replacement.url, create_key(replacement)[0], kserve_version(WHITE)))
@@ -331,7 +401,8 @@ def test_a_gateway_dying_mid_rollout_leaves_a_record_of_the_steps_that_could_not
 
 
 def test_a_good_candidate_is_promoted_through_the_canary_and_the_ensemble_follows_only_then(
-        served: Served, gateway: GatewayProcess, candidate_builds: CandidateBuilds) -> None:
+    served: Served, gateway: GatewayProcess, candidate_builds: CandidateBuilds
+) -> None:
     old = served.production()
     score_n, score_new = expected_scores(served.url, JPEG, old)
     candidate = _gated(served, candidate_builds(DoubledLogits))
@@ -342,21 +413,32 @@ def test_a_good_candidate_is_promoted_through_the_canary_and_the_ensemble_follow
             ensemble.wait_for(lambda a: _close(a.value, score_new))
 
     watched = _promote_under_streams(served, gateway, candidate, observer, direct, ensemble)
-    record, answers, classified, returned = watched.record, watched.answers, watched.classified, watched.returned
+    record, answers, classified, returned = (
+        watched.record,
+        watched.answers,
+        watched.classified,
+        watched.returned,
+    )
     # Exact, not racy: requests sent after promote() returned must be served by N+1.
     first_direct, first_classified = watched.first_after(answers), watched.first_after(classified)
 
     assert record.decision == "promoted", record.reason
     assert record.new_version == old + 1 and _steps(record)["canary watched"]["ok"] is True
-    assert all(a.status == 200 for a in answers + classified), [a for a in answers + classified if a.status != 200][:3]
+    assert all(a.status == 200 for a in answers + classified), [
+        a for a in answers + classified if a.status != 200
+    ][:3]
     assert answers[0].value == str(old)
-    assert first_direct.value == str(old + 1) and {a.value for a in answers if a.sent > returned} == {str(old + 1)}
+    assert first_direct.value == str(old + 1) and {
+        a.value for a in answers if a.sent > returned
+    } == {str(old + 1)}
     canary_began = step_time(_steps(record)[f"canary copy {CANARY_COPY} loaded"])
     assert all(_close(a.value, score_n) for a in classified if a.answered < canary_began)
     assert _close(first_classified.value, score_new)
     assert all(_close(a.value, score_new) for a in classified if a.sent > returned)
 
     ready, pinned, copy_loaded = _triton_state(served)
-    assert ready == [old + 1] and pinned == [-1] and not copy_loaded  # the ensemble is back to its own config
+    assert (
+        ready == [old + 1] and pinned == [-1] and not copy_loaded
+    )  # the ensemble is back to its own config
     assert repo.latest_version(served.repository, CLASSIFIER) == old + 1
     assert not repo.unfinished_versions(served.repository, CLASSIFIER)

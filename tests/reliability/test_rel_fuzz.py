@@ -59,7 +59,9 @@ def _public(path: str) -> bool:
     return path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)
 
 
-def _fuzz_schema(gateway, headers: dict[str, str] | None, examples: int, modes) -> tuple[Counter, list]:  # type: ignore[no-untyped-def]
+def _fuzz_schema(
+    gateway, headers: dict[str, str] | None, examples: int, modes
+) -> tuple[Counter, list]:  # type: ignore[no-untyped-def]
     schema = schemathesis.openapi.from_url(gateway.url + "/openapi.json")
     statuses: Counter[int] = Counter()
     per_operation: Counter[str] = Counter()
@@ -76,7 +78,9 @@ def _fuzz_schema(gateway, headers: dict[str, str] | None, examples: int, modes) 
                     response = case.call(headers=headers, timeout=15)
                 except Exception as exc:  # the gateway dropped the connection: as bad as a 5xx
                     statuses[0] += 1
-                    server_errors.append(f"{case.method} {case.formatted_path}: {type(exc).__name__}")
+                    server_errors.append(
+                        f"{case.method} {case.formatted_path}: {type(exc).__name__}"
+                    )
                     return
                 statuses[response.status_code] += 1
                 per_operation[case.operation.label] += 1
@@ -99,7 +103,10 @@ def _fuzz_schema(gateway, headers: dict[str, str] | None, examples: int, modes) 
 def test_schemathesis_every_route_with_credentials(fuzz_gateway, fuzz_headers) -> None:  # type: ignore[no-untyped-def]
     started = time.monotonic()
     statuses, (per_operation, server_errors, n_ops, _) = _fuzz_schema(
-        fuzz_gateway, fuzz_headers, WITH_AUTH_EXAMPLES, (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
+        fuzz_gateway,
+        fuzz_headers,
+        WITH_AUTH_EXAMPLES,
+        (GenerationMode.POSITIVE, GenerationMode.NEGATIVE),
     )
     sent = sum(statuses.values())
     _TOTALS["schemathesis_auth"] = sent
@@ -115,7 +122,10 @@ def test_schemathesis_every_route_with_credentials(fuzz_gateway, fuzz_headers) -
 def test_schemathesis_every_route_without_credentials(fuzz_gateway) -> None:  # type: ignore[no-untyped-def]
     started = time.monotonic()
     statuses, (_, server_errors, n_ops, let_in) = _fuzz_schema(
-        fuzz_gateway, None, WITHOUT_AUTH_EXAMPLES, (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
+        fuzz_gateway,
+        None,
+        WITHOUT_AUTH_EXAMPLES,
+        (GenerationMode.POSITIVE, GenerationMode.NEGATIVE),
     )
     sent = sum(statuses.values())
     _TOTALS["schemathesis_anonymous"] = sent
@@ -160,7 +170,9 @@ _bodies = st.one_of(
     _inputs.map(lambda v: json.dumps(v).encode()),
     st.integers(min_value=1, max_value=60_000).map(_deep),
 )
-_binary_header = st.tuples(st.integers(min_value=-5, max_value=10**12).map(str), st.binary(max_size=512))
+_binary_header = st.tuples(
+    st.integers(min_value=-5, max_value=10**12).map(str), st.binary(max_size=512)
+)
 
 
 def test_hypothesis_raw_bodies_never_5xx(fuzz_gateway, fuzz_headers) -> None:  # type: ignore[no-untyped-def]
@@ -176,7 +188,9 @@ def test_hypothesis_raw_bodies_never_5xx(fuzz_gateway, fuzz_headers) -> None:  #
     @given(
         body=_bodies,
         model=st.sampled_from(["tiny_linear", "slow_echo", "missing"]),
-        content_type=st.sampled_from(["application/json", "application/octet-stream", "text/plain"]),
+        content_type=st.sampled_from(
+            ["application/json", "application/octet-stream", "text/plain"]
+        ),
         binary_header=st.none() | _binary_header,
     )
     @settings(max_examples=RAW_EXAMPLES, **_SETTINGS)
@@ -196,7 +210,9 @@ def test_hypothesis_raw_bodies_never_5xx(fuzz_gateway, fuzz_headers) -> None:  #
     def embeddings(body: bytes) -> None:
         record(
             f"embeddings {body[:80]!r}",
-            client.post("/v1/embeddings", content=body, headers={"Content-Type": "application/json"}),
+            client.post(
+                "/v1/embeddings", content=body, headers={"Content-Type": "application/json"}
+            ),
         )
 
     @given(files=st.lists(st.binary(max_size=1024), max_size=10), raw=st.binary(max_size=512))
@@ -208,7 +224,9 @@ def test_hypothesis_raw_bodies_never_5xx(fuzz_gateway, fuzz_headers) -> None:  #
             )
         else:  # a body that claims to be multipart and is not
             response = client.post(
-                "/v1/classify", content=raw, headers={"Content-Type": "multipart/form-data; boundary=xyz"}
+                "/v1/classify",
+                content=raw,
+                headers={"Content-Type": "multipart/form-data; boundary=xyz"},
             )
         record(f"classify {len(files)} files", response)
 
@@ -249,6 +267,8 @@ def test_huge_declared_shape_is_refused_and_triton_survives(
     url = fuzz_gateway.url + "/v2/models/tiny_linear/infer"
     problem = {"Content-Type": "application/json", "Accept": "application/problem+json"}
     response = httpx.post(url, content=body, headers={**fuzz_headers, **problem})
-    assert response.status_code == 400 and response.json()["field"].startswith("inputs.0."), response.text
+    assert response.status_code == 400 and response.json()["field"].startswith("inputs.0."), (
+        response.text
+    )
     assert rel_triton.running(), "Triton died"
     assert httpx.post(url, json=tiny_request(), headers=fuzz_headers).status_code == 200

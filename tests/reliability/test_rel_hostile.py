@@ -109,8 +109,12 @@ def test_hostile_input(harness: Harness, case: Hostile) -> None:
     if case.family == "admin-inputs" and case.attempt.method == "PUT":  # type: ignore[union-attr]
         # A weight table that routes every request to a version Triton cannot run breaks the model for
         # everyone: check it at once, then unpin, so the next case starts clean.
-        problems += [f"after pinning: {p}" for p in harness.check_models() if p.startswith("efficientnet")]
-        harness.client.delete("/admin/traffic/efficientnet_lite0", headers=harness.credentials["admin"])
+        problems += [
+            f"after pinning: {p}" for p in harness.check_models() if p.startswith("efficientnet")
+        ]
+        harness.client.delete(
+            "/admin/traffic/efficientnet_lite0", headers=harness.credentials["admin"]
+        )
     problems += harness.after(case)
     if problems:
         harness.tally.failed.append(case.id)
@@ -127,11 +131,15 @@ def test_a_bad_image_fails_alone_in_a_triton_batch(harness: Harness) -> None:
 
     def classify(label: str, image: bytes) -> None:
         with httpx.Client(base_url=harness.gateway.url, timeout=60) as client:
-            response = client.post("/v1/classify", files=[("file", ("x", image, "image/png"))], headers=auth)
+            response = client.post(
+                "/v1/classify", files=[("file", ("x", image, "image/png"))], headers=auth
+            )
             results[label] = response.status_code
 
     threads = [threading.Thread(target=classify, args=(f"good-{i}", harness.cat)) for i in range(6)]
-    threads += [threading.Thread(target=classify, args=(f"bad-{i}", image)) for i, image in enumerate(bad)]
+    threads += [
+        threading.Thread(target=classify, args=(f"bad-{i}", image)) for i, image in enumerate(bad)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -182,5 +190,7 @@ def test_zz_counts_and_final_health(harness: Harness) -> None:
     assert not problems and not restarted, "\n".join(problems)
     assert len(CASES) >= 300, "the corpus must hold at least 300 distinct inputs"
     assert tally.restarts == 0
-    unexpected_5xx = [line for line in tally.server_errors if line.split(" -> ")[0] not in PENDING_IDS]
+    unexpected_5xx = [
+        line for line in tally.server_errors if line.split(" -> ")[0] not in PENDING_IDS
+    ]
     assert not unexpected_5xx, "\n".join(unexpected_5xx)

@@ -32,14 +32,26 @@ RAMP_STEP_S = 1.5
 RSS_SLACK_BYTES = 48 * 1024 * 1024
 
 BODY = json.dumps(
-    {"inputs": [{"name": "input", "shape": [1, 4], "datatype": "FP32", "data": [1.0, 2.0, 3.0, 4.0]}]}
+    {
+        "inputs": [
+            {"name": "input", "shape": [1, 4], "datatype": "FP32", "data": [1.0, 2.0, 3.0, 4.0]}
+        ]
+    }
 ).encode()
 
 
-def _load(url: str, headers: dict[str, str], concurrency: int, duration_s: float, warmup_s: float = 0.0) -> Samples:
-    target = HttpTarget(url=url, requests=((BODY, {"Content-Type": "application/json"}),), headers=headers,
-                        timeout_s=15)
-    (load,) = run([LoadSpec(target=target, concurrency=concurrency, duration_s=duration_s, warmup_s=warmup_s)])
+def _load(
+    url: str, headers: dict[str, str], concurrency: int, duration_s: float, warmup_s: float = 0.0
+) -> Samples:
+    target = HttpTarget(
+        url=url,
+        requests=((BODY, {"Content-Type": "application/json"}),),
+        headers=headers,
+        timeout_s=15,
+    )
+    (load,) = run(
+        [LoadSpec(target=target, concurrency=concurrency, duration_s=duration_s, warmup_s=warmup_s)]
+    )
     return load.measured()
 
 
@@ -47,13 +59,17 @@ def _rss(pid: int) -> int:
     return int(psutil.Process(pid).memory_info().rss)
 
 
-def _saturating_concurrency(url: str, headers: dict[str, str]) -> tuple[int, list[tuple[int, float, float]]]:
+def _saturating_concurrency(
+    url: str, headers: dict[str, str]
+) -> tuple[int, list[tuple[int, float, float]]]:
     """The smallest concurrency whose throughput is within 10% of the best one in the ramp."""
     ramp = []
     for concurrency in RAMP:
         samples = _load(url, headers, concurrency, RAMP_STEP_S)
         assert set(samples.statuses()) == {200}, samples.describe()
-        ramp.append((concurrency, len(samples) / RAMP_STEP_S, quantile(samples.latency_s * 1000, 0.99)))
+        ramp.append(
+            (concurrency, len(samples) / RAMP_STEP_S, quantile(samples.latency_s * 1000, 0.99))
+        )
     best = max(rate for _, rate, _ in ramp)
     saturating = next(c for c, rate, _ in ramp if rate >= 0.9 * best)
     return saturating, ramp
@@ -65,7 +81,10 @@ def test_overload_sheds_with_retry_after_and_keeps_admitted_p99(rel_triton, gate
     url = probe.url + "/v2/models/tiny_linear/infer"
     _load(url, headers, concurrency=2, duration_s=0.5)  # warm connections and caches
     saturating, ramp = _saturating_concurrency(url, headers)
-    print("\n[overload] ramp (concurrency, ok/s, p99 ms):", [(c, round(r), round(p, 1)) for c, r, p in ramp])
+    print(
+        "\n[overload] ramp (concurrency, ok/s, p99 ms):",
+        [(c, round(r), round(p, 1)) for c, r, p in ramp],
+    )
     print(
         f"[overload] saturating concurrency C={saturating}; offering 2C={2 * saturating} for {OVERLOAD_S:.0f} s"
     )
@@ -102,5 +121,7 @@ def test_overload_sheds_with_retry_after_and_keeps_admitted_p99(rel_triton, gate
     assert gateway.process.running(), "the gateway died under overload"
     assert not failed, f"answers other than 200/429/503: {Samples.of(failed).describe()}"
     assert refused, "2x the saturating load was never shed: the in-flight bound did not engage"
-    assert all(s.retry_after and int(s.retry_after) >= 1 for s in refused), "a refusal without Retry-After"
+    assert all(s.retry_after and int(s.retry_after) >= 1 for s in refused), (
+        "a refusal without Retry-After"
+    )
     assert rss_after - rss_before <= RSS_SLACK_BYTES, "gateway memory grew under overload"

@@ -27,7 +27,11 @@ from tests.support.gateway_procs import RedisProcess, create_key
 pytestmark = pytest.mark.integration
 
 BODY = json.dumps(
-    {"inputs": [{"name": "input", "shape": [1, 4], "datatype": "FP32", "data": [1.0, 2.0, 3.0, 4.0]}]}
+    {
+        "inputs": [
+            {"name": "input", "shape": [1, 4], "datatype": "FP32", "data": [1.0, 2.0, 3.0, 4.0]}
+        ]
+    }
 ).encode()
 PHASE_S = 2.5
 #: answers sent this long after a transition still belong to the previous phase (in-flight calls,
@@ -58,19 +62,30 @@ def test_redis_outage_policies_hold_and_limits_resume(rel_triton, gateways, redi
     # has seen when Redis hangs, but one it never looked up cannot be authenticated (503). On a busy
     # machine the load's first answers can come after Redis is frozen, so the lookup is made here.
     for gateway, auth in ((fail_open, auth_open), (fail_closed, auth_closed)):
-        answer = httpx.post(gateway.url + "/v2/models/tiny_linear/infer", content=BODY, timeout=60,
-                            headers={**auth, "Content-Type": "application/json"})
+        answer = httpx.post(
+            gateway.url + "/v2/models/tiny_linear/infer",
+            content=BODY,
+            timeout=60,
+            headers={**auth, "Content-Type": "application/json"},
+        )
         assert answer.status_code == 200, answer.text
 
     async def scenario() -> tuple[list[Sample], list[Sample], dict[str, float]]:
         stop = asyncio.Event()
         url = "/v2/models/tiny_linear/infer"
         targets = [
-            HttpTarget(url=gw.url + url, requests=((BODY, {"Content-Type": "application/json"}),), headers=auth,
-                       timeout_s=15)
+            HttpTarget(
+                url=gw.url + url,
+                requests=((BODY, {"Content-Type": "application/json"}),),
+                headers=auth,
+                timeout_s=15,
+            )
             for gw, auth in ((fail_open, auth_open), (fail_closed, auth_closed))
         ]
-        loads = [asyncio.create_task(closed_loop(t, concurrency=2, duration_s=60, stop=stop)) for t in targets]
+        loads = [
+            asyncio.create_task(closed_loop(t, concurrency=2, duration_s=60, stop=stop))
+            for t in targets
+        ]
         marks = {"start": time.monotonic()}
         await asyncio.sleep(PHASE_S)
         assert redis_server.process is not None
@@ -126,18 +141,32 @@ def test_redis_outage_policies_hold_and_limits_resume(rel_triton, gateways, redi
 
     for gateway in (fail_open, fail_closed):
         assert gateway.process.running(), "a gateway died when Redis went away"
-    assert {s.status for s in opened} <= {200, 429}, "fail-open answered something else than 200/429"
+    assert {s.status for s in opened} <= {200, 429}, (
+        "fail-open answered something else than 200/429"
+    )
     assert {s.status for s in closed} <= {200, 429, 503}, (
         "fail-closed answered something else than 200/429/503"
     )
-    assert all(s.retry_after for s in closed if s.status in (429, 503)), "a refusal without Retry-After"
-    assert max(s.latency_s for s in opened + closed) <= NO_HANG_S, "a request hung on the frozen Redis"
+    assert all(s.retry_after for s in closed if s.status in (429, 503)), (
+        "a refusal without Retry-After"
+    )
+    assert max(s.latency_s for s in opened + closed) <= NO_HANG_S, (
+        "a request hung on the frozen Redis"
+    )
     for phase, begin, end, outage in phases:
         got_open = Counter(s.status for s in _window(opened, marks[begin], marks[end]))
         got_closed = Counter(s.status for s in _window(closed, marks[begin], marks[end]))
         if outage:
-            assert set(got_open) == {200}, f"{phase}: fail-open did not admit everything: {got_open}"
-            assert set(got_closed) == {503}, f"{phase}: fail-closed did not refuse everything: {got_closed}"
+            assert set(got_open) == {200}, (
+                f"{phase}: fail-open did not admit everything: {got_open}"
+            )
+            assert set(got_closed) == {503}, (
+                f"{phase}: fail-closed did not refuse everything: {got_closed}"
+            )
         else:
-            assert got_open[429] and got_closed[429], f"{phase}: limits not enforced: {got_open} {got_closed}"
-            assert not got_closed[503], f"{phase}: fail-closed still refusing with Redis up: {got_closed}"
+            assert got_open[429] and got_closed[429], (
+                f"{phase}: limits not enforced: {got_open} {got_closed}"
+            )
+            assert not got_closed[503], (
+                f"{phase}: fail-closed still refusing with Redis up: {got_closed}"
+            )

@@ -28,7 +28,13 @@ import psutil
 import pytest
 
 from gateway.app import PUBLIC_PATHS, PUBLIC_PREFIXES
-from tests.support.gateway_procs import ADMIN_TOKEN, METRICS_HEADERS, METRICS_TOKEN, create_key, tiny_request
+from tests.support.gateway_procs import (
+    ADMIN_TOKEN,
+    METRICS_HEADERS,
+    METRICS_TOKEN,
+    create_key,
+    tiny_request,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -38,7 +44,9 @@ LIMIT = 64 * 1024
 
 @pytest.fixture(scope="module")
 def sec_gateway(rel_triton, gateways):  # type: ignore[no-untyped-def]
-    return gateways(rel_triton.http_url, max_body_bytes=LIMIT, jwt_secret=JWT_SECRET, log_level="debug")
+    return gateways(
+        rel_triton.http_url, max_body_bytes=LIMIT, jwt_secret=JWT_SECRET, log_level="debug"
+    )
 
 
 def _operations(gateway) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
@@ -65,7 +73,8 @@ def test_no_route_serves_without_valid_credentials(sec_gateway) -> None:  # type
     revoked, revoked_doc = create_key(sec_gateway, name="to-revoke")
     assert (
         httpx.delete(
-            f"{sec_gateway.url}/admin/keys/{revoked_doc['key_id']}", headers={"X-Admin-Token": ADMIN_TOKEN}
+            f"{sec_gateway.url}/admin/keys/{revoked_doc['key_id']}",
+            headers={"X-Admin-Token": ADMIN_TOKEN},
         ).status_code
         == 200
     )
@@ -79,10 +88,16 @@ def test_no_route_serves_without_valid_credentials(sec_gateway) -> None:  # type
     )
     now = int(time.time())
     forged = jwt.encode(
-        {"sub": "mallory", "exp": now + 600, "models": "*"}, "not-the-secret-but-long-enough-for-hs256", algorithm="HS256"
+        {"sub": "mallory", "exp": now + 600, "models": "*"},
+        "not-the-secret-but-long-enough-for-hs256",
+        algorithm="HS256",
     )
-    expired = jwt.encode({"sub": "alice", "exp": now - 600, "models": "*"}, JWT_SECRET, algorithm="HS256")
-    none_alg = jwt.encode({"sub": "mallory", "exp": now + 600, "models": "*"}, None, algorithm="none")
+    expired = jwt.encode(
+        {"sub": "alice", "exp": now - 600, "models": "*"}, JWT_SECRET, algorithm="HS256"
+    )
+    none_alg = jwt.encode(
+        {"sub": "mallory", "exp": now + 600, "models": "*"}, None, algorithm="none"
+    )
     wrong_key = str(created["api_key"])[:-4] + "AAAA"
     bad_credentials = {
         "none": {},
@@ -107,7 +122,9 @@ def test_no_route_serves_without_valid_credentials(sec_gateway) -> None:  # type
             for label, headers in cases.items():
                 try:
                     response = client.request(method, _fill(path), headers=headers, json={})
-                except httpx.LocalProtocolError:  # httpx refuses to send the control character itself
+                except (
+                    httpx.LocalProtocolError
+                ):  # httpx refuses to send the control character itself
                     continue
                 checked += 1
                 # a control character in a header is refused by the HTTP parser itself (400)
@@ -193,7 +210,9 @@ def test_secrets_never_appear_in_logs(rel_triton, sec_gateway) -> None:  # type:
     headers, created = create_key(sec_gateway, name="log-check")
     key = str(created["api_key"])
     token = jwt.encode(
-        {"sub": "carol", "exp": int(time.time()) + 600, "models": "*"}, JWT_SECRET, algorithm="HS256"
+        {"sub": "carol", "exp": int(time.time()) + 600, "models": "*"},
+        JWT_SECRET,
+        algorithm="HS256",
     )
     wrong = key[:-6] + "ZZZZZZ"
     url = sec_gateway.url + "/v2/models/tiny_linear/infer"
@@ -201,9 +220,15 @@ def test_secrets_never_appear_in_logs(rel_triton, sec_gateway) -> None:  # type:
         statuses = [
             client.post(url, json=tiny_request(), headers=headers).status_code,
             client.post(url, json=tiny_request(), headers={"X-API-Key": key}).status_code,
-            client.post(url, json=tiny_request(), headers={"Authorization": f"Bearer {token}"}).status_code,
-            client.post(url, json=tiny_request(), headers={"Authorization": f"Bearer {wrong}"}).status_code,
-            client.get(sec_gateway.url + "/admin/keys", headers={"X-Admin-Token": ADMIN_TOKEN}).status_code,
+            client.post(
+                url, json=tiny_request(), headers={"Authorization": f"Bearer {token}"}
+            ).status_code,
+            client.post(
+                url, json=tiny_request(), headers={"Authorization": f"Bearer {wrong}"}
+            ).status_code,
+            client.get(
+                sec_gateway.url + "/admin/keys", headers={"X-Admin-Token": ADMIN_TOKEN}
+            ).status_code,
             client.get(
                 sec_gateway.url + "/admin/keys", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}
             ).status_code,
@@ -291,6 +316,8 @@ def test_chunked_oversized_body_is_413_before_it_ends(sec_gateway) -> None:  # t
             if select.select([sock], [], [], 0.02)[0]:
                 break
         status = _read_status(sock)
-    print(f"\n[limits] chunked body, limit {LIMIT}: '{status}' after {sent} bytes sent (never finished)")
+    print(
+        f"\n[limits] chunked body, limit {LIMIT}: '{status}' after {sent} bytes sent (never finished)"
+    )
     assert status.split()[1] == "413", status
     assert sent < 16 * LIMIT, "the gateway kept reading a body over the limit"

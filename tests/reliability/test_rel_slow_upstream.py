@@ -30,7 +30,11 @@ SLOW_CLIENTS = 8
 SLOW_DELAY_MS = 2500
 PHASE_S = 5.0
 TINY = json.dumps(
-    {"inputs": [{"name": "input", "shape": [1, 4], "datatype": "FP32", "data": [1.0, 2.0, 3.0, 4.0]}]}
+    {
+        "inputs": [
+            {"name": "input", "shape": [1, 4], "datatype": "FP32", "data": [1.0, 2.0, 3.0, 4.0]}
+        ]
+    }
 ).encode()
 SLOW = json.dumps(
     {"inputs": [{"name": "DELAY_MS", "shape": [1], "datatype": "INT32", "data": [SLOW_DELAY_MS]}]}
@@ -47,7 +51,9 @@ async def _sample_gauge(url: str, stop: asyncio.Event, seen: list[float]) -> Non
             await asyncio.sleep(0.05)
 
 
-def test_slow_upstream_504_bounded_in_flight_and_other_models_unaffected(rel_triton, gateways) -> None:  # type: ignore[no-untyped-def]
+def test_slow_upstream_504_bounded_in_flight_and_other_models_unaffected(
+    rel_triton, gateways
+) -> None:  # type: ignore[no-untyped-def]
     gateway = gateways(
         rel_triton.http_url,
         upstream_timeout_s=UPSTREAM_TIMEOUT_S,
@@ -56,10 +62,18 @@ def test_slow_upstream_504_bounded_in_flight_and_other_models_unaffected(rel_tri
     )
     headers, _ = create_key(gateway)
     json_body = {"Content-Type": "application/json"}
-    tiny = HttpTarget(url=gateway.url + "/v2/models/tiny_linear/infer", requests=((TINY, json_body),),
-                      headers=headers, timeout_s=15)
-    slow = HttpTarget(url=gateway.url + "/v2/models/slow_echo/infer", requests=((SLOW, json_body),),
-                      headers=headers, timeout_s=15)
+    tiny = HttpTarget(
+        url=gateway.url + "/v2/models/tiny_linear/infer",
+        requests=((TINY, json_body),),
+        headers=headers,
+        timeout_s=15,
+    )
+    slow = HttpTarget(
+        url=gateway.url + "/v2/models/slow_echo/infer",
+        requests=((SLOW, json_body),),
+        headers=headers,
+        timeout_s=15,
+    )
 
     async def scenario() -> tuple[Samples, Samples, Samples, list[float]]:
         baseline = await closed_loop(tiny, concurrency=2, warmup_s=0.5, duration_s=PHASE_S)
@@ -67,7 +81,9 @@ def test_slow_upstream_504_bounded_in_flight_and_other_models_unaffected(rel_tri
         gauge: list[float] = []
         sampler = asyncio.create_task(_sample_gauge(gateway.url + "/metrics", stop, gauge))
         slowed, during = await asyncio.gather(
-            closed_loop(slow, concurrency=SLOW_CLIENTS, duration_s=PHASE_S, honour_retry_after=True),
+            closed_loop(
+                slow, concurrency=SLOW_CLIENTS, duration_s=PHASE_S, honour_retry_after=True
+            ),
             closed_loop(tiny, concurrency=2, duration_s=PHASE_S),
         )
         stop.set()
@@ -94,7 +110,9 @@ def test_slow_upstream_504_bounded_in_flight_and_other_models_unaffected(rel_tri
     assert set(slowed.statuses()) <= {429, 504}, f"slow_echo answered {slowed.describe()}"
     assert timed_out and shed, "expected both timeouts (504) and in-flight refusals (429)"
     assert min(timed_out) >= UPSTREAM_TIMEOUT_S * 1000 * 0.95, "a 504 came before the timeout"
-    assert max(timed_out) <= UPSTREAM_TIMEOUT_S * 1000 + 2000, "a timed-out call hung well past the timeout"
+    assert max(timed_out) <= UPSTREAM_TIMEOUT_S * 1000 + 2000, (
+        "a timed-out call hung well past the timeout"
+    )
     assert max(gauge) <= IN_FLIGHT, f"in-flight bound broken: {max(gauge)} > {IN_FLIGHT}"
     assert set(baseline.statuses()) | set(during.statuses()) == {200}, (
         "the fast model failed while the slow one stalled"

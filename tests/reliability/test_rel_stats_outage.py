@@ -66,18 +66,24 @@ def test_usage_and_stats_survive_a_store_outage(rel_triton, gateways, redis_serv
 
         def counted() -> bool:
             response = client.get("/v1/usage")
-            return response.status_code == 200 and sum(r["requests"] for r in response.json()["data"]) == 7
+            return (
+                response.status_code == 200
+                and sum(r["requests"] for r in response.json()["data"]) == 7
+            )
 
         _wait(counted, "the usage of the outage never reached Redis")
-        _wait(lambda: client.get("/v1/stats").json()["complete"] is True, "stats never read Redis again")
+        _wait(
+            lambda: client.get("/v1/stats").json()["complete"] is True,
+            "stats never read Redis again",
+        )
     assert "Traceback" not in gateway.log()
 
 
 async def test_a_flush_redis_applied_but_never_answered_is_not_counted_twice(redis_server) -> None:  # type: ignore[no-untyped-def]
     """A hung Redis buffers the flush it was sent and applies it when it resumes, after the meter saw
     a timeout; the meter's retry must then not add the same counts again."""
-    from gateway.usage import RequestUsage, UsageMeter, UsageStoreError
-    from gateway.usage_store import RedisUsageStore
+    from gateway.tenancy.usage import RequestUsage, UsageMeter, UsageStoreError
+    from gateway.tenancy.usage_store import RedisUsageStore
 
     store = RedisUsageStore(redis_server.url, timeout_s=0.25)
     meter = UsageMeter(store)

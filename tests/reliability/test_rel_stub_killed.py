@@ -36,9 +36,16 @@ from tests.support.tiny_repo import SLOW_MODEL, TINY_MODEL, build_tiny_repositor
 pytestmark = pytest.mark.integration
 
 JSON = {"Content-Type": "application/json"}
-SLOW_BODY = json.dumps({"inputs": [{"name": "DELAY_MS", "shape": [1], "datatype": "INT32", "data": [1]}]}).encode()
-TINY_BODY = json.dumps({"inputs": [{"name": "input", "shape": [1, 4], "datatype": "FP32",
-                                    "data": [1.0, 2.0, 3.0, 4.0]}]}).encode()
+SLOW_BODY = json.dumps(
+    {"inputs": [{"name": "DELAY_MS", "shape": [1], "datatype": "INT32", "data": [1]}]}
+).encode()
+TINY_BODY = json.dumps(
+    {
+        "inputs": [
+            {"name": "input", "shape": [1, 4], "datatype": "FP32", "data": [1.0, 2.0, 3.0, 4.0]}
+        ]
+    }
+).encode()
 RECOVERY_WINDOW_S = 30.0  # the issue's promise: the model answers again within 30 s
 STEADY_REQUESTS = 8  # in a row after recovery: every instance is a fresh one
 HOG_MODEL = "memory_hog"
@@ -90,8 +97,13 @@ def _slow_ok(status: int, payload: bytes) -> bool | None:
     return None if status != 200 else json.loads(payload)["outputs"][0]["data"] == [1]
 
 
-async def _poll(url: str, headers: dict[str, str], body: bytes, log: list[tuple[float, int, str | None]],
-                stop: asyncio.Event) -> None:
+async def _poll(
+    url: str,
+    headers: dict[str, str],
+    body: bytes,
+    log: list[tuple[float, int, str | None]],
+    stop: asyncio.Event,
+) -> None:
     """POST ``body`` to ``url`` one at a time until ``stop``; log ``(sent, status, Retry-After)``."""
     async with httpx.AsyncClient(timeout=20) as client:
         while not stop.is_set():
@@ -109,14 +121,16 @@ def _healed(log: list[tuple[float, int, str | None]], after: float) -> bool:
     statuses = [status for sent, status, _ in log if sent > after]
     if 503 not in statuses:
         return False
-    tail = statuses[statuses.index(503):]
+    tail = statuses[statuses.index(503) :]
     return len(tail) > STEADY_REQUESTS and all(s == 200 for s in tail[-STEADY_REQUESTS:])
 
 
 def _metric(gateway_url: str, name: str, labels: str) -> float:
-    text = httpx.get(gateway_url + "/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}, timeout=10).text
+    text = httpx.get(
+        gateway_url + "/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}, timeout=10
+    ).text
     prefix = f"{name}{{{labels}}} "
-    return sum(float(line[len(prefix):]) for line in text.splitlines() if line.startswith(prefix))
+    return sum(float(line[len(prefix) :]) for line in text.splitlines() if line.startswith(prefix))
 
 
 def test_a_killed_stub_is_replaced_while_the_breaker_answers_503(healing_triton, gateways) -> None:  # type: ignore[no-untyped-def]
@@ -126,15 +140,32 @@ def test_a_killed_stub_is_replaced_while_the_breaker_answers_503(healing_triton,
     (victim, *_) = [s for s in stub_processes(healing_triton.pid) if s.model == SLOW_MODEL]
     assert (SHM_DIR / victim.region).exists()
 
-    async def scenario() -> tuple[list[Sample], list[Sample], list[tuple[float, int, str | None]], float]:
+    async def scenario() -> tuple[
+        list[Sample], list[Sample], list[tuple[float, int, str | None]], float
+    ]:
         stop = asyncio.Event()
-        slow = HttpTarget(url=slow_url, requests=((SLOW_BODY, JSON),), headers=headers, check=_slow_ok, timeout_s=20)
-        tiny = HttpTarget(url=gateway.url + f"/v2/models/{TINY_MODEL}/infer", requests=((TINY_BODY, JSON),),
-                          headers=headers, timeout_s=20)
-        loads = [asyncio.create_task(closed_loop(t, concurrency=2, duration_s=120, stop=stop)) for t in (slow, tiny)]
+        slow = HttpTarget(
+            url=slow_url,
+            requests=((SLOW_BODY, JSON),),
+            headers=headers,
+            check=_slow_ok,
+            timeout_s=20,
+        )
+        tiny = HttpTarget(
+            url=gateway.url + f"/v2/models/{TINY_MODEL}/infer",
+            requests=((TINY_BODY, JSON),),
+            headers=headers,
+            timeout_s=20,
+        )
+        loads = [
+            asyncio.create_task(closed_loop(t, concurrency=2, duration_s=120, stop=stop))
+            for t in (slow, tiny)
+        ]
         polled: list[tuple[float, int, str | None]] = []
         poller = asyncio.create_task(_poll(slow_url, headers, SLOW_BODY, polled, stop))
-        while sum(1 for _, status, _ in polled if status == 200) < 3:  # traffic flows before the kill
+        while (
+            sum(1 for _, status, _ in polled if status == 200) < 3
+        ):  # traffic flows before the kill
             assert len(polled) < 200, f"slow_echo never answered before the kill: {polled[-3:]}"
             await asyncio.sleep(0.05)
         t_kill = time.monotonic()
@@ -152,24 +183,33 @@ def test_a_killed_stub_is_replaced_while_the_breaker_answers_503(healing_triton,
     print(f"[stub-kill] tiny_linear load: {Samples.of(tiny_samples).describe()}")
     print(f"[stub-kill] polled after the kill: {[s for s, _ in after]}")
 
-    assert _healed(polled, t_kill), f"slow_echo did not answer steadily again within {RECOVERY_WINDOW_S:.0f} s: {after}"
+    assert _healed(polled, t_kill), (
+        f"slow_echo did not answer steadily again within {RECOVERY_WINDOW_S:.0f} s: {after}"
+    )
     unavailable = [s for s in slow_samples if s.status == 503] + [s for s in after if s[0] == 503]
     assert unavailable, "no 503 while the model was being healed"
     assert all(s.retry_after for s in slow_samples if s.status == 503), "a 503 without Retry-After"
     assert all(retry for status, retry in after if status == 503), "a 503 without Retry-After"
-    others = [s for s in slow_samples if s.status not in (200, 503)] + [s for s in after if s[0] not in (200, 503)]
+    others = [s for s in slow_samples if s.status not in (200, 503)] + [
+        s for s in after if s[0] not in (200, 503)
+    ]
     assert not others, f"slow_echo answered other than 200/503: {others[:5]}"
     assert not [s for s in slow_samples if s.correct is False], "a wrong slow_echo answer"
     assert tiny_samples and all(s.status == 200 for s in tiny_samples), (
         f"tiny_linear failed while slow_echo was healed: {Samples.of(tiny_samples).describe()}"
     )
-    assert _metric(gateway.url, "gateway_model_reloads_total", f'model="{SLOW_MODEL}",outcome="ok"') >= 1
+    assert (
+        _metric(gateway.url, "gateway_model_reloads_total", f'model="{SLOW_MODEL}",outcome="ok"')
+        >= 1
+    )
     assert _metric(gateway.url, "gateway_model_breaker_open", f'model="{SLOW_MODEL}"') == 0
     assert victim.pid not in {s.pid for s in stub_processes(healing_triton.pid)}
     deadline = time.monotonic() + 10  # the supervisor's watch looks every 0.2 s
     while (SHM_DIR / victim.region).exists() and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not (SHM_DIR / victim.region).exists(), "the dead stub's shared memory was left in /dev/shm"
+    assert not (SHM_DIR / victim.region).exists(), (
+        "the dead stub's shared memory was left in /dev/shm"
+    )
     live = {s.region for s in stub_processes(healing_triton.pid)}
     assert all((SHM_DIR / region).exists() for region in live), "a live stub lost its shared memory"
 
@@ -193,6 +233,11 @@ def test_a_stub_over_its_memory_limit_dies_alone_and_is_healed(healing_triton, g
             time.sleep(0.1)
     assert statuses[-3:] == [200, 200, 200], f"memory_hog was not healed: {statuses}"
     assert hog.pid not in {s.pid for s in stub_processes(healing_triton.pid)}
-    assert others_before <= {s.pid for s in stub_processes(healing_triton.pid)}, "another model's stub died too"
+    assert others_before <= {s.pid for s in stub_processes(healing_triton.pid)}, (
+        "another model's stub died too"
+    )
     log = Path(gateway.log_path).read_text()
-    assert f"model '{HOG_MODEL}': circuit breaker open" in log and f"model '{HOG_MODEL}': circuit breaker closed" in log
+    assert (
+        f"model '{HOG_MODEL}': circuit breaker open" in log
+        and f"model '{HOG_MODEL}': circuit breaker closed" in log
+    )

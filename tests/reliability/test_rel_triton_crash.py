@@ -31,13 +31,17 @@ from tests.support.tiny_repo import TINY_BIAS, TINY_WEIGHT
 pytestmark = pytest.mark.integration
 
 X = [1.0, 2.0, 3.0, 4.0]
-BODY = json.dumps({"inputs": [{"name": "input", "shape": [1, 4], "datatype": "FP32", "data": X}]}).encode()
+BODY = json.dumps(
+    {"inputs": [{"name": "input", "shape": [1, 4], "datatype": "FP32", "data": X}]}
+).encode()
 EXPECTED = (np.array(X, dtype=np.float32) @ TINY_WEIGHT + TINY_BIAS).tolist()
 CONCURRENCY = 4
 BEFORE_KILL_S = 2.0
 AFTER_RECOVERY_S = 2.0
 TRITON_BACK_TIMEOUT_S = 40.0
-UPSTREAM_TIMEOUT_S = 10.0  # a 503 must come well before this: the gateway fails fast, it does not wait
+UPSTREAM_TIMEOUT_S = (
+    10.0  # a 503 must come well before this: the gateway fails fast, it does not wait
+)
 RECOVERY_WINDOW_S = 30.0  # how long the test watches for the gateway to serve again
 JSON = {"Content-Type": "application/json"}
 
@@ -49,7 +53,9 @@ def _check(status: int, payload: bytes) -> bool | None:
     return bool(np.allclose(outputs[0]["data"], EXPECTED, atol=1e-5))
 
 
-async def _poll(url: str, log: list[tuple[float, int]], stop: asyncio.Event, every_s: float = 0.05) -> None:
+async def _poll(
+    url: str, log: list[tuple[float, int]], stop: asyncio.Event, every_s: float = 0.05
+) -> None:
     """GET ``url`` until ``stop``; log ``(time sent, status)`` (0: no answer).
 
     The time a poll was sent, not answered: a 200 sent before the kill can be read after it (it waited
@@ -72,7 +78,9 @@ def _first(log: list[tuple[float, int]], after: float, want: int) -> float | Non
 
 
 def test_triton_killed_mid_load_fast_503_then_recovery(rel_triton, gateways) -> None:  # type: ignore[no-untyped-def]
-    gateway = gateways(rel_triton.http_url, log_level="warning", upstream_timeout_s=UPSTREAM_TIMEOUT_S)
+    gateway = gateways(
+        rel_triton.http_url, log_level="warning", upstream_timeout_s=UPSTREAM_TIMEOUT_S
+    )
     headers, _ = create_key(gateway)
     url = gateway.url + "/v2/models/tiny_linear/infer"
 
@@ -82,11 +90,17 @@ def test_triton_killed_mid_load_fast_503_then_recovery(rel_triton, gateways) -> 
         stop = asyncio.Event()
         ready_log: list[tuple[float, int]] = []
         triton_log: list[tuple[float, int]] = []
-        target = HttpTarget(url=url, requests=((BODY, JSON),), headers=headers, check=_check, timeout_s=15)
-        load = asyncio.create_task(closed_loop(target, concurrency=CONCURRENCY, duration_s=120, stop=stop))
+        target = HttpTarget(
+            url=url, requests=((BODY, JSON),), headers=headers, check=_check, timeout_s=15
+        )
+        load = asyncio.create_task(
+            closed_loop(target, concurrency=CONCURRENCY, duration_s=120, stop=stop)
+        )
         pollers = [
             asyncio.create_task(_poll(gateway.url + "/readyz", ready_log, stop)),
-            asyncio.create_task(_poll(f"http://{rel_triton.http_url}/v2/health/ready", triton_log, stop)),
+            asyncio.create_task(
+                _poll(f"http://{rel_triton.http_url}/v2/health/ready", triton_log, stop)
+            ),
         ]
         await asyncio.sleep(BEFORE_KILL_S)
         pid = rel_triton.pid
@@ -98,7 +112,9 @@ def test_triton_killed_mid_load_fast_503_then_recovery(rel_triton, gateways) -> 
             )
             await asyncio.sleep(0.02)
         # Wait for the state asserted on (readiness back), not a fixed time; then a little traffic.
-        while _first(ready_log, t_back, 200) is None and time.monotonic() - t_back < RECOVERY_WINDOW_S:
+        while (
+            _first(ready_log, t_back, 200) is None and time.monotonic() - t_back < RECOVERY_WINDOW_S
+        ):
             await asyncio.sleep(0.05)
         await asyncio.sleep(AFTER_RECOVERY_S)
         stop.set()
@@ -125,7 +141,11 @@ def test_triton_killed_mid_load_fast_503_then_recovery(rel_triton, gateways) -> 
     print(f"\n[triton-kill] {Samples.of(samples).describe()}; supervisor restarts={restarts}")
     print(
         f"[triton-kill] 503s={len(unavailable)} latency "
-        + (f"p50={lat_503.p50:.1f} p99={lat_503.p99:.1f} max={lat_503.max:.1f} ms " if lat_503 else "- ")
+        + (
+            f"p50={lat_503.p50:.1f} p99={lat_503.p99:.1f} max={lat_503.max:.1f} ms "
+            if lat_503
+            else "- "
+        )
         + f"(max counted from the kill {max(after_kill_503, default=float('nan')):.1f} ms, "
         f"upstream timeout {UPSTREAM_TIMEOUT_S * 1000:.0f} ms); "
         f"other statuses={len(others)} wrong answers={len(wrong)}"

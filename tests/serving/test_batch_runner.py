@@ -9,10 +9,18 @@ from __future__ import annotations
 import pytest
 import torch
 
-from serving.backends.pytorch.batch_runner import BatchRunner, InputSpec, capture_sizes, host_cat, host_copy
+from serving.backends.pytorch.batch_runner import (
+    BatchRunner,
+    InputSpec,
+    capture_sizes,
+    host_cat,
+    host_copy,
+)
 
 CUDA = torch.cuda.is_available()
-needs_cuda = pytest.mark.skipif(not CUDA, reason="needs an NVIDIA GPU with CUDA (torch.cuda.is_available() is False)")
+needs_cuda = pytest.mark.skipif(
+    not CUDA, reason="needs an NVIDIA GPU with CUDA (torch.cuda.is_available() is False)"
+)
 
 
 class _Net(torch.nn.Module):
@@ -26,9 +34,13 @@ class _Net(torch.nn.Module):
         return (self.head(torch.relu(self.conv(x)).mean(dim=(2, 3))),)
 
 
-def _runner(device: str, graphs: bool, sizes: tuple[int, ...] = (1, 2, 4, 8)) -> tuple[BatchRunner, _Net]:
+def _runner(
+    device: str, graphs: bool, sizes: tuple[int, ...] = (1, 2, 4, 8)
+) -> tuple[BatchRunner, _Net]:
     net = _Net().to(device).eval()
-    return BatchRunner(net, [InputSpec((3, 8, 8), torch.float32)], torch.device(device), sizes, cuda_graphs=graphs), net
+    return BatchRunner(
+        net, [InputSpec((3, 8, 8), torch.float32)], torch.device(device), sizes, cuda_graphs=graphs
+    ), net
 
 
 def test_capture_sizes_cover_every_batch_up_to_the_maximum() -> None:
@@ -76,7 +88,12 @@ def test_host_cat_and_copy_equal_torch_for_every_layout() -> None:
 @pytest.mark.parametrize("graphs", [True, False])
 def test_gpu_host_and_device_parts_padded_batches_equal_eager(graphs: bool) -> None:
     runner, net = _runner("cuda", graphs=graphs)
-    for sizes in ((1,), (2, 1), (3, 2, 1), (1, 1, 1, 1, 1)):  # 1, 3 (padded to 4), 6 (to 8), 5 (to 8)
+    for sizes in (
+        (1,),
+        (2, 1),
+        (3, 2, 1),
+        (1, 1, 1, 1, 1),
+    ):  # 1, 3 (padded to 4), 6 (to 8), 5 (to 8)
         parts = [[torch.randn(k, 3, 8, 8)] for k in sizes]
         parts[0] = [parts[0][0].cuda()]  # one request arrived in GPU memory (CUDA shared memory)
         (out,) = runner.to_host(runner.run_parts(parts))

@@ -32,7 +32,10 @@ TABLE = np.array([10.0, 20.0, 30.0, 40.0], dtype=np.float32)
 #: rows per batch: the models wait (up to 5 s) for this many before running
 BATCH = 4
 #: (model, input, output) per backend
-MODELS = {"onnxruntime": ("gather_onnx", "IDX", "OUT"), "pytorch": ("gather_torch", "INPUT__0", "OUTPUT__0")}
+MODELS = {
+    "onnxruntime": ("gather_onnx", "IDX", "OUT"),
+    "pytorch": ("gather_torch", "INPUT__0", "OUTPUT__0"),
+}
 #: the same models with a ragged input (``allow_ragged_batch``), grouped by length edges (onnxruntime) or
 #: by the cheapest split (pytorch)
 RAGGED = {backend: (f"{model}_ragged", inp, out) for backend, (model, inp, out) in MODELS.items()}
@@ -50,7 +53,9 @@ class _Lookup(torch.nn.Module):
 
 
 def _config(name: str, platform: str, inp: str, out: str, filename: str) -> mc.ModelConfig:
-    config = mc.ModelConfig(name=name, platform=platform, max_batch_size=8, default_model_filename=filename)
+    config = mc.ModelConfig(
+        name=name, platform=platform, max_batch_size=8, default_model_filename=filename
+    )
     config.input.add(name=inp, data_type=mc.TYPE_INT64, dims=[-1])
     config.output.add(name=out, data_type=mc.TYPE_FP32, dims=[-1])
     config.instance_group.add(count=1, kind=mc.ModelInstanceGroup.KIND_CPU)
@@ -64,7 +69,8 @@ def _write_repository(root: Path) -> Path:
     name, inp, out = MODELS["onnxruntime"]
     (root / name / "1").mkdir(parents=True)
     graph = helper.make_graph(
-        [helper.make_node("Gather", ["TABLE", inp], [out], axis=0)], name,
+        [helper.make_node("Gather", ["TABLE", inp], [out], axis=0)],
+        name,
         [helper.make_tensor_value_info(inp, TensorProto.INT64, ["N", "L"])],
         [helper.make_tensor_value_info(out, TensorProto.FLOAT, ["N", "L"])],
         initializer=[numpy_helper.from_array(TABLE, "TABLE")],
@@ -72,20 +78,29 @@ def _write_repository(root: Path) -> Path:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, str(root / name / "1" / "model.onnx"))
-    write_config(_config(name, "onnxruntime_onnx", inp, out, "model.onnx"), root / name / "config.pbtxt")
+    write_config(
+        _config(name, "onnxruntime_onnx", inp, out, "model.onnx"), root / name / "config.pbtxt"
+    )
 
     name, inp, out = MODELS["pytorch"]
     (root / name / "1").mkdir(parents=True)
     torch.jit.script(_Lookup()).save(str(root / name / "1" / "model.pt"))
-    write_config(_config(name, "pytorch_libtorch", inp, out, "model.pt"), root / name / "config.pbtxt")
+    write_config(
+        _config(name, "pytorch_libtorch", inp, out, "model.pt"), root / name / "config.pbtxt"
+    )
 
     for backend, (name, inp, out) in RAGGED.items():
         plain = MODELS[backend][0]
         filename = "model.onnx" if backend == "onnxruntime" else "model.pt"
         (root / name / "1").mkdir(parents=True)
         (root / name / "1" / filename).write_bytes((root / plain / "1" / filename).read_bytes())
-        config = _config(name, "onnxruntime_onnx" if backend == "onnxruntime" else "pytorch_libtorch", inp, out,
-                         filename)
+        config = _config(
+            name,
+            "onnxruntime_onnx" if backend == "onnxruntime" else "pytorch_libtorch",
+            inp,
+            out,
+            filename,
+        )
         config.input[0].allow_ragged_batch = True
         if backend == "onnxruntime":  # fixed length edges: lengths <= 2 and > 2 run apart
             config.parameters["ragged_length_buckets"].string_value = "2"
@@ -103,7 +118,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
         yield triton
 
 
-def _send_together(url: str, backend: str, batches: list[np.ndarray], ragged: bool = False) -> list[np.ndarray | str]:
+def _send_together(
+    url: str, backend: str, batches: list[np.ndarray], ragged: bool = False
+) -> list[np.ndarray | str]:
     """Each array as its own request, all at once; each answer's output, or its error message."""
     model, inp, out = (RAGGED if ragged else MODELS)[backend]
 
@@ -158,12 +175,16 @@ def test_a_good_batch_runs_once_and_is_split_back(server: TritonServer, backend:
 
 
 def test_the_onnxruntime_backend_logs_its_execution_provider(server: TritonServer) -> None:
-    assert any("model 'gather_onnx': instance kind CPU: execution providers CPUExecutionProvider" in line
-               for line in server.iter_log())
+    assert any(
+        "model 'gather_onnx': instance kind CPU: execution providers CPUExecutionProvider" in line
+        for line in server.iter_log()
+    )
 
 
 @pytest.mark.parametrize("backend", sorted(MODELS))
-def test_ragged_requests_of_different_lengths_share_one_execution(server: TritonServer, backend: str) -> None:
+def test_ragged_requests_of_different_lengths_share_one_execution(
+    server: TritonServer, backend: str
+) -> None:
     """With ``allow_ragged_batch`` the batcher merges requests of three lengths; the core pads each length
     group to its longest, and every request gets its own length back, with its own values."""
     model = RAGGED[backend][0]
@@ -179,4 +200,3 @@ def test_ragged_requests_of_different_lengths_share_one_execution(server: Triton
         change = wait_for_counts(client, model, before, requests=len(requests))
         assert change.inferences == sum(len(r) for r in requests)
         assert change.executions == 1, "requests of different lengths ran in one execution"
-

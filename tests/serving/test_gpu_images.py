@@ -31,14 +31,20 @@ P = Preprocessing()
 
 def _png(width: int, height: int) -> bytes:
     def chunk(kind: bytes, body: bytes) -> bytes:
-        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+        return (
+            struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+        )
 
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+    return b"\x89PNG\r\n\x1a\n" + chunk(
+        b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    )
 
 
 def test_default_limits_are_the_platforms() -> None:
     limits = DEFAULT_LIMITS.image_decode
-    assert DecodeLimits() == DecodeLimits(limits.max_source_pixels, limits.max_aspect_ratio, limits.max_resized_pixels)
+    assert DecodeLimits() == DecodeLimits(
+        limits.max_source_pixels, limits.max_aspect_ratio, limits.max_resized_pixels
+    )
 
 
 def test_jpeg_header_is_read_without_decoding() -> None:
@@ -47,17 +53,25 @@ def test_jpeg_header_is_read_without_decoding() -> None:
     for data in jpeg_images()[:4]:
         header = read_header(memoryview(data), P)
         with Image.open(io.BytesIO(data)) as image:
-            assert (header.format, header.width, header.height, header.gpu) == ("jpeg", image.width, image.height, True)
+            assert (header.format, header.width, header.height, header.gpu) == (
+                "jpeg",
+                image.width,
+                image.height,
+                True,
+            )
 
 
-@pytest.mark.parametrize(("data", "words"), [
-    (b"plain text, not an image", "not a decodable image"),
-    (_png(8000, 1), "aspect ratio"),
-    (_png(30_000, 30_000), "larger than"),
-    (_png(0, 10), "no pixels"),
-    (b"\xff\xd8\xff\xe0\x00\x01", "corrupt JPEG"),
-    (b"\xff\xd8\xff\xda\x00\x08" + b"\x00" * 8, "no frame header"),
-])
+@pytest.mark.parametrize(
+    ("data", "words"),
+    [
+        (b"plain text, not an image", "not a decodable image"),
+        (_png(8000, 1), "aspect ratio"),
+        (_png(30_000, 30_000), "larger than"),
+        (_png(0, 10), "no pixels"),
+        (b"\xff\xd8\xff\xe0\x00\x01", "corrupt JPEG"),
+        (b"\xff\xd8\xff\xda\x00\x08" + b"\x00" * 8, "no frame header"),
+    ],
+)
 def test_bad_headers_are_refused(data: bytes, words: str) -> None:
     with pytest.raises(ImageError, match=words):
         read_header(memoryview(data), P)
@@ -77,8 +91,11 @@ def test_host_bytes_is_a_view_of_the_tensor() -> None:
 
 def test_pixels_match_the_cpu_preprocessing() -> None:
     images = jpeg_images()
-    decoded = decode([torch.frombuffer(bytearray(d), dtype=torch.uint8) for d in images],
-                     [read_header(memoryview(d), P) for d in images], torch.device("cpu"))
+    decoded = decode(
+        [torch.frombuffer(bytearray(d), dtype=torch.uint8) for d in images],
+        [read_header(memoryview(d), P) for d in images],
+        torch.device("cpu"),
+    )
     assert decoded.errors == [None] * len(images)
     out = torch.zeros(len(images), 3, P.size, P.size)
     preprocess_into(decoded.images, out, P)  # type: ignore[arg-type]
@@ -94,7 +111,9 @@ def test_gpu_decode_matches_the_cpu_preprocessing_closely() -> None:
     images = jpeg_images()
     good = bytearray(images[0])
     encoded = [torch.frombuffer(bytearray(d), dtype=torch.uint8) for d in images]
-    encoded.append(torch.frombuffer(good[: len(good) // 4] + b"\x00" * 16, dtype=torch.uint8))  # truncated
+    encoded.append(
+        torch.frombuffer(good[: len(good) // 4] + b"\x00" * 16, dtype=torch.uint8)
+    )  # truncated
     headers = [read_header(host_bytes(e), P) for e in encoded]
     decoded = decode(encoded, headers, torch.device("cuda"))
     assert all(e is None for e in decoded.errors[:-1])

@@ -16,8 +16,10 @@ from serving.gpu_images import Preprocessing, decode, host_bytes, preprocess_int
 from serving.gpu_overlap import BatchResult, OverlappedPipeline, TopK
 
 P = Preprocessing()
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
-                                reason="needs an NVIDIA GPU with CUDA (torch.cuda.is_available() is False)")
+needs_cuda = pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="needs an NVIDIA GPU with CUDA (torch.cuda.is_available() is False)",
+)
 
 
 class _Tiny(torch.nn.Module):
@@ -41,24 +43,32 @@ def _encoded(data: list[bytes]) -> list[torch.Tensor]:
     return [torch.frombuffer(bytearray(d), dtype=torch.uint8) for d in data]
 
 
-def _serial(model: TopK, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def _serial(
+    model: TopK, device: torch.device, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Top-5 of every sample photo with the steps one after another, the whole set as one batch."""
     encoded = _encoded(list(jpeg_images()))
     images = decode(encoded, [read_header(host_bytes(e), P) for e in encoded], device).images
     runner = BatchRunner(model, [InputSpec((3, P.size, P.size), dtype)], device, (len(encoded),))
     with torch.inference_mode():
-        scores, ids = runner.to_host(runner.run(len(images), lambda rows: preprocess_into(images, rows[0], P)))  # type: ignore[arg-type]
+        scores, ids = runner.to_host(
+            runner.run(len(images), lambda rows: preprocess_into(images, rows[0], P))
+        )  # type: ignore[arg-type]
     return scores.clone(), ids.clone()
 
 
-def _overlapped(model: TopK, device: torch.device, dtype: torch.dtype, batch: int) -> list[BatchResult]:
+def _overlapped(
+    model: TopK, device: torch.device, dtype: torch.dtype, batch: int
+) -> list[BatchResult]:
     encoded = _encoded(list(jpeg_images()))
-    batches = [encoded[i:i + batch] for i in range(0, len(encoded), batch)]
+    batches = [encoded[i : i + batch] for i in range(0, len(encoded), batch)]
     with OverlappedPipeline(model, P, device, (batch,), dtype=dtype) as pipeline:
         return list(pipeline.map(batches))
 
 
-def _check_same_top5(results: list[BatchResult], scores: torch.Tensor, ids: torch.Tensor, tolerance: float) -> None:
+def _check_same_top5(
+    results: list[BatchResult], scores: torch.Tensor, ids: torch.Tensor, tolerance: float
+) -> None:
     assert [r.index for r in results] == list(range(len(results)))
     assert all(e is None for r in results for e in r.errors)
     got_scores = torch.cat([r.outputs[0] for r in results])
@@ -92,7 +102,9 @@ def test_bad_images_fail_alone() -> None:
 
 def test_stopping_early_leaves_no_thread_behind() -> None:
     encoded = _encoded(list(jpeg_images()[:2]))
-    pipeline = OverlappedPipeline(TopK(_Tiny().eval()), P, torch.device("cpu"), (2,), dtype=torch.float32)
+    pipeline = OverlappedPipeline(
+        TopK(_Tiny().eval()), P, torch.device("cpu"), (2,), dtype=torch.float32
+    )
     results = pipeline.map([encoded] * 10)
     assert next(results).index == 0
     results.close()
@@ -104,7 +116,9 @@ def test_stopping_early_leaves_no_thread_behind() -> None:
 
 def test_a_batch_larger_than_prepared_is_refused() -> None:
     encoded = _encoded(list(jpeg_images()[:3]))
-    with OverlappedPipeline(TopK(_Tiny().eval()), P, torch.device("cpu"), (2,), dtype=torch.float32) as pipeline:
+    with OverlappedPipeline(
+        TopK(_Tiny().eval()), P, torch.device("cpu"), (2,), dtype=torch.float32
+    ) as pipeline:
         with pytest.raises(ValueError, match="outside 1..2"):
             list(pipeline.map([encoded]))
 
@@ -124,7 +138,14 @@ def test_gpu_same_top5_as_the_serial_path() -> None:
 def test_gpu_bad_files_fail_alone() -> None:
     device = torch.device("cuda")
     good = list(jpeg_images()[:3])
-    encoded = _encoded([good[0], good[1][: len(good[1]) // 3] + b"\x00" * 16, b"\xff\xd8\xff\xe0\x00\x02" + b"\x00" * 64, good[2]])
+    encoded = _encoded(
+        [
+            good[0],
+            good[1][: len(good[1]) // 3] + b"\x00" * 16,
+            b"\xff\xd8\xff\xe0\x00\x02" + b"\x00" * 64,
+            good[2],
+        ]
+    )
     with OverlappedPipeline(TopK(_Tiny().to(device).half().eval()), P, device, (4,)) as pipeline:
         (result,) = pipeline.map([encoded])
     assert result.errors[0] is None and result.errors[3] is None and result.errors[2] is not None

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.integration
 CAT_CLASSES = set(range(281, 286))  # tabby, tiger cat, Persian, Siamese, Egyptian cat
 CUP_CLASSES = {504, 550, 967, 968}  # coffee mug, espresso maker, espresso, cup
 EXPECTED = {"chelsea": CAT_CLASSES, "coffee": CUP_CLASSES}
-LIBRARY_WORDS = ("PIL", "Traceback", ".py", "File \"", "cannot identify", "Errno", "stub")
+LIBRARY_WORDS = ("PIL", "Traceback", ".py", 'File "', "cannot identify", "Errno", "stub")
 
 
 def _peak_rss_kib(pid: int) -> int:
@@ -41,29 +41,45 @@ def _peak_rss_kib(pid: int) -> int:
 def _preprocess_stubs(triton_pid: int) -> list[int]:
     import psutil
 
-    return [p.pid for p in psutil.Process(triton_pid).children(recursive=True)
-            if any("image_preprocess" in part for part in p.cmdline())]
+    return [
+        p.pid
+        for p in psutil.Process(triton_pid).children(recursive=True)
+        if any("image_preprocess" in part for part in p.cmdline())
+    ]
 
 
-PIPELINE_ENTRIES = ("image_classifier", "image_preprocess", "efficientnet_lite0", "image_postprocess")
+PIPELINE_ENTRIES = (
+    "image_classifier",
+    "image_preprocess",
+    "efficientnet_lite0",
+    "image_postprocess",
+)
 
 
 @pytest.fixture(scope="module")
-def pipeline_triton(model_repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
+def pipeline_triton(
+    model_repository: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TritonServer]:
     """The pipeline's built entries; the preprocessing batches requests that arrive within a second.
     With its own short delay, two instances keep up with a burst of small images on an idle machine
     and each would run alone."""
-    repository = copy_entries(model_repository, tmp_path_factory.mktemp("image-limits"), PIPELINE_ENTRIES)
+    repository = copy_entries(
+        model_repository, tmp_path_factory.mktemp("image-limits"), PIPELINE_ENTRIES
+    )
     path = repository / "image_preprocess" / "config.pbtxt"
     config = read_config(path)
     config.dynamic_batching.max_queue_delay_microseconds = 1_000_000
     write_config(config, path)
-    with TritonServer(repository, models=list(PIPELINE_ENTRIES), ports=TritonPorts.free()) as server:
+    with TritonServer(
+        repository, models=list(PIPELINE_ENTRIES), ports=TritonPorts.free()
+    ) as server:
         yield server
 
 
 def test_every_bad_image_fails_alone_beside_good_ones(pipeline_triton: TritonServer) -> None:
-    with http.InferenceServerClient(pipeline_triton.http_url, concurrency=24, network_timeout=120.0) as client:
+    with http.InferenceServerClient(
+        pipeline_triton.http_url, concurrency=24, network_timeout=120.0
+    ) as client:
         _check_bad_images_fail_alone(pipeline_triton, client)
 
 
@@ -73,7 +89,10 @@ def _check_bad_images_fail_alone(triton: TritonServer, client: http.InferenceSer
     assert stubs, "no preprocessing stub process found"
     before = counts(client, "image_preprocess")
 
-    good = [(f"{name} jpeg", name, encode(photo(name), "JPEG", quality=92)) for name in ("chelsea", "coffee")]
+    good = [
+        (f"{name} jpeg", name, encode(photo(name), "JPEG", quality=92))
+        for name in ("chelsea", "coffee")
+    ]
     good += [(label, source, make()) for label, (source, make) in AWKWARD.items()]
     bad = [(label, words, make()) for label, (make, words) in HOSTILE.items()]
     payloads = [p for _, _, p in good] + [p for _, _, p in bad] + [p for _, _, p in good]
@@ -95,7 +114,9 @@ def _check_bad_images_fail_alone(triton: TritonServer, client: http.InferenceSer
         if label:
             assert isinstance(outcome, list), f"{label}: {outcome}"
             assert outcome[0] in EXPECTED[source], f"{label}: top-5 {outcome}"
-    for (label, words, _), outcome in zip(bad, outcomes[len(good):len(good) + len(bad)], strict=True):
+    for (label, words, _), outcome in zip(
+        bad, outcomes[len(good) : len(good) + len(bad)], strict=True
+    ):
         assert isinstance(outcome, str), f"{label} was accepted: {outcome}"
         assert words in outcome, f"{label}: {outcome}"
         assert not [w for w in LIBRARY_WORDS if w in outcome], f"{label}: {outcome}"

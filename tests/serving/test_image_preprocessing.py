@@ -62,7 +62,9 @@ def test_exif_orientation_is_applied() -> None:
 
 
 def test_parameters_round_trip() -> None:
-    spec = Preprocessing(size=200, resize=230, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
+    spec = Preprocessing(
+        size=200, resize=230, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225)
+    )
     limits = DecodeLimits(max_source_pixels=10, max_aspect_ratio=2.5, max_resized_pixels=20)
     assert Preprocessing.from_parameters(spec.parameters()) == spec
     assert DecodeLimits.from_parameters(limits.parameters()) == limits

@@ -41,13 +41,15 @@ def test_a_model_that_fails_to_load_is_reported(model_repository: Path, tmp_path
     for version in broken.iterdir():
         if version.is_dir():
             (version / "model.onnx").write_bytes(b"this is not an onnx file")
-    server = TritonServer(tmp_path / "repo", models=["efficientnet_lite0"], ports=TritonPorts.free())
+    server = TritonServer(
+        tmp_path / "repo", models=["efficientnet_lite0"], ports=TritonPorts.free()
+    )
     with pytest.raises(TritonStartError, match="efficientnet_lite0"):
         server.start()
     assert not server.running()
 
 
-_PROBE = '''
+_PROBE = """
 import json, ssl, sys
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -58,7 +60,7 @@ class TritonPythonModel:
         facts = json.dumps({"version": sys.version.split()[0], "numpy": np.__file__, "ssl": ssl.OPENSSL_VERSION})
         return [pb_utils.InferenceResponse([pb_utils.Tensor("FACTS", np.array([facts.encode()], dtype=object))])
                 for _ in requests]
-'''
+"""
 
 
 @pytest.mark.integration
@@ -77,11 +79,21 @@ def test_python_models_run_on_this_interpreter_and_environment(tmp_path: Path, m
     entry = tmp_path / "repo" / "probe"
     (entry / "1").mkdir(parents=True)
     (entry / "1" / "model.py").write_text(_PROBE)
-    write_config(model_config("probe", backend="python", inputs=[TensorSpec("X", "float32", (1,))],
-                              outputs=[TensorSpec("FACTS", "bytes", (1,))], batching=BatchingPolicy(0), warmup=False),
-                 entry / "config.pbtxt")
+    write_config(
+        model_config(
+            "probe",
+            backend="python",
+            inputs=[TensorSpec("X", "float32", (1,))],
+            outputs=[TensorSpec("FACTS", "bytes", (1,))],
+            batching=BatchingPolicy(0),
+            warmup=False,
+        ),
+        entry / "config.pbtxt",
+    )
     venv_bin = str(Path(sys.executable).parent)
-    monkeypatch.setenv("PATH", os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if p != venv_bin))
+    monkeypatch.setenv(
+        "PATH", os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if p != venv_bin)
+    )
     with TritonServer(tmp_path / "repo", models=["probe"], ports=TritonPorts.free()) as server:
         tensor = http.InferInput("X", [1], "FP32")
         tensor.set_data_from_numpy(np.zeros(1, np.float32))

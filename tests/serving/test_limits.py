@@ -35,7 +35,10 @@ def test_embedding_requests_split_into_whole_encoder_batches() -> None:
 def test_queue_limits_are_checked() -> None:
     q = DEFAULT_LIMITS.queue
     assert len(q.levels) == q.priority_levels
-    assert all(p.max_queue_size > 0 and p.default_timeout_us > 0 and p.allow_timeout_override for p in q.levels)
+    assert all(
+        p.max_queue_size > 0 and p.default_timeout_us > 0 and p.allow_timeout_override
+        for p in q.levels
+    )
     with pytest.raises(ValueError, match="priority levels"):
         QueueLimits(priority_levels=2, default_priority_level=1, levels=(QueuePolicy(8),))
     with pytest.raises(ValueError, match="default_priority_level"):

@@ -10,17 +10,27 @@ def _as_triton_json(params: dict[str, str]) -> dict[str, object]:
 
 
 def test_card_round_trips_through_config_parameters() -> None:
-    card = ModelCard("m", task=Task.EMBEDDINGS, created=1764690000, dimensions=768, matryoshka=(256, 64))
+    card = ModelCard(
+        "m", task=Task.EMBEDDINGS, created=1764690000, dimensions=768, matryoshka=(256, 64)
+    )
     back = ModelCard.from_config(_as_triton_json(card.parameters()))
-    assert back == ModelCard("m", task=Task.EMBEDDINGS, created=1764690000, dimensions=768, matryoshka=(64, 256))
-    assert back.allows_dimensions(768) and back.allows_dimensions(64) and not back.allows_dimensions(100)
+    assert back == ModelCard(
+        "m", task=Task.EMBEDDINGS, created=1764690000, dimensions=768, matryoshka=(64, 256)
+    )
+    assert (
+        back.allows_dimensions(768)
+        and back.allows_dimensions(64)
+        and not back.allows_dimensions(100)
+    )
 
 
 def test_internal_steps_and_hand_written_entries() -> None:
     assert ModelCard.from_config(_as_triton_json(internal_parameters())).internal
     plain = ModelCard.from_config({"name": "tiny_linear"})
     assert plain == ModelCard("tiny_linear") and not plain.internal and plain.task is None
-    odd = ModelCard.from_config(_as_triton_json({"task": "chat", "created": "soon", "embedding_dimensions": "-3"}))
+    odd = ModelCard.from_config(
+        _as_triton_json({"task": "chat", "created": "soon", "embedding_dimensions": "-3"})
+    )
     assert odd.task is None and odd.created == 0 and odd.dimensions == 0
 
 

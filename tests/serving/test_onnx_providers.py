@@ -53,7 +53,10 @@ def test_gpu_host_entries_get_gpu_instances_and_the_tensorrt_accelerator() -> No
 def test_a_gpu_instance_asks_for_tensorrt_then_cuda_with_one_profile_for_every_batch() -> None:
     spec = EfficientNetLite0()
     config = _as_triton_hands_it(onnx_entry_config(spec, "m", "fp16", gpu=True))
-    assert tensorrt_request(config) == {"precision_mode": "FP16", "max_workspace_size_bytes": str(1 << 30)}
+    assert tensorrt_request(config) == {
+        "precision_mode": "FP16",
+        "max_workspace_size_bytes": str(1 << 30),
+    }
     inputs = [_Input("input", (3, 224, 224))]
     providers = execution_providers(config, inputs, "GPU", 1, GPU_RUNTIME)
     assert [p[0] if isinstance(p, tuple) else p for p in providers] == GPU_RUNTIME
@@ -70,13 +73,17 @@ def test_without_tensorrt_or_cuda_the_instance_falls_back() -> None:
     inputs = [_Input("input", (3, 224, 224))]
     cuda_only = execution_providers(config, inputs, "GPU", 0, GPU_RUNTIME[1:])
     assert cuda_only == [("CUDAExecutionProvider", {"device_id": "0"}), "CPUExecutionProvider"]
-    assert execution_providers(config, inputs, "GPU", 0, ["CPUExecutionProvider"]) == ["CPUExecutionProvider"]
+    assert execution_providers(config, inputs, "GPU", 0, ["CPUExecutionProvider"]) == [
+        "CPUExecutionProvider"
+    ]
     assert execution_providers(config, inputs, "CPU", 0, GPU_RUNTIME) == ["CPUExecutionProvider"]
 
 
 def _parameter(config: dict) -> Callable[[str, str], str]:
     """``BatchingModel.parameter`` on ``config`` (``batching_core`` needs pb_utils, so it is not imported)."""
-    return lambda key, default: config.get("parameters", {}).get(key, {}).get("string_value") or default
+    return lambda key, default: (
+        config.get("parameters", {}).get(key, {}).get("string_value") or default
+    )
 
 
 def test_idle_intra_op_threads_sleep_unless_the_config_asks_for_spinning() -> None:
@@ -85,7 +92,10 @@ def test_idle_intra_op_threads_sleep_unless_the_config_asks_for_spinning() -> No
     config = _as_triton_hands_it(onnx_entry_config(EfficientNetLite0(), "m", "fp32", gpu=False))
     options = session_options(_parameter(config))
     assert options.get_session_config_entry(SPINNING) == "0"
-    assert (options.intra_op_num_threads, options.inter_op_num_threads) == (0, 1)  # the entry's parameters
+    assert (options.intra_op_num_threads, options.inter_op_num_threads) == (
+        0,
+        1,
+    )  # the entry's parameters
     assert session_options(lambda key, default: default).get_session_config_entry(SPINNING) == "0"
     config["parameters"]["allow_spinning"] = {"string_value": "1"}
     assert session_options(_parameter(config)).get_session_config_entry(SPINNING) == "1"
@@ -95,7 +105,9 @@ def test_int8_kernels_saturate_on_x86_without_vnni() -> None:
     from serving.backends.onnxruntime.ort_providers import int8_kernels_saturate
 
     assert int8_kernels_saturate("x86_64", {"avx2", "fma"})  # AVX2 only: VPMADDUBSW sums into int16
-    assert int8_kernels_saturate("x86_64", {"avx2", "avx512f", "avx512bw"})  # AVX-512 without VNNI: the same
+    assert int8_kernels_saturate(
+        "x86_64", {"avx2", "avx512f", "avx512bw"}
+    )  # AVX-512 without VNNI: the same
     assert not int8_kernels_saturate("x86_64", {"avx2", "avx512_vnni"})
     assert not int8_kernels_saturate("x86_64", {"avx2", "avx_vnni"})
     assert int8_kernels_saturate("x86_64", set())  # features unknown: take the safe path
@@ -116,19 +128,29 @@ def test_saturating_hosts_run_qdq_graphs_as_float_math() -> None:
     # products sums past int16 (2 * 255 * 127 > 32767) in a VPMADDUBSW kernel.
     weights = np.full((64, 4), 127, dtype=np.int8)
     graph = helper.make_graph(
-        [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
-         helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
-         helper.make_node("DequantizeLinear", ["w", "ws"], ["wd"]),
-         helper.make_node("MatMul", ["xd", "wd"], ["y"])],
-        "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+        [
+            helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+            helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+            helper.make_node("DequantizeLinear", ["w", "ws"], ["wd"]),
+            helper.make_node("MatMul", ["xd", "wd"], ["y"]),
+        ],
+        "qdq",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
-        [numpy_helper.from_array(np.array(1.0, np.float32), "xs"), numpy_helper.from_array(np.array(0, np.uint8), "xz"),
-         numpy_helper.from_array(weights, "w"), numpy_helper.from_array(np.array(1.0, np.float32), "ws")])
+        [
+            numpy_helper.from_array(np.array(1.0, np.float32), "xs"),
+            numpy_helper.from_array(np.array(0, np.uint8), "xz"),
+            numpy_helper.from_array(weights, "w"),
+            numpy_helper.from_array(np.array(1.0, np.float32), "ws"),
+        ],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     options = ort.SessionOptions()
     options.add_session_config_entry(DISABLE_QDQ_FUSION, "1")
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
     x = np.full((1, 64), 255.0, dtype=np.float32)
     np.testing.assert_array_equal(session.run(None, {"x": x})[0], x @ weights.astype(np.float32))
     onnx.checker.check_model(model)

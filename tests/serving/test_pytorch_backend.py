@@ -40,7 +40,9 @@ def reference() -> tuple[np.ndarray, np.ndarray]:
 def test_entry_uses_libtorch_platform_and_names(torchscript_triton: TritonServer) -> None:
     config = read_config(Path(torchscript_triton.repository) / MODEL / "config.pbtxt")
     assert config.platform == "pytorch_libtorch" and config.default_model_filename == "model.pt"
-    assert [i.name for i in config.input] == ["INPUT__0"] and [o.name for o in config.output] == ["OUTPUT__0"]
+    assert [i.name for i in config.input] == ["INPUT__0"] and [o.name for o in config.output] == [
+        "OUTPUT__0"
+    ]
 
 
 def test_an_unchanged_flavour_is_not_rebuilt(torchscript_triton: TritonServer) -> None:
@@ -50,7 +52,9 @@ def test_an_unchanged_flavour_is_not_rebuilt(torchscript_triton: TritonServer) -
     assert [p.name for p in (repository / MODEL).iterdir() if p.is_dir()] == ["1"]
 
 
-def test_matches_pytorch_module(torchscript_triton: TritonServer, reference: tuple[np.ndarray, np.ndarray]) -> None:
+def test_matches_pytorch_module(
+    torchscript_triton: TritonServer, reference: tuple[np.ndarray, np.ndarray]
+) -> None:
     images, expected = reference
     config = read_config(Path(torchscript_triton.repository) / MODEL / "config.pbtxt")
     got = infer_in_batches(torchscript_triton.http_url, images, config.max_batch_size)
@@ -67,16 +71,24 @@ def test_concurrent_requests_are_batched_and_split_back(
     config = read_config(Path(torchscript_triton.repository) / MODEL / "config.pbtxt")
     in_flight = min(len(images), config.dynamic_batching.default_queue_policy.max_queue_size)
     with ThreadPoolExecutor(max_workers=in_flight) as pool:
-        answers = list(pool.map(lambda i: infer(torchscript_triton.http_url, images[i:i + 1]), range(len(images))))
+        answers = list(
+            pool.map(
+                lambda i: infer(torchscript_triton.http_url, images[i : i + 1]), range(len(images))
+            )
+        )
     for i, got in enumerate(answers):
         np.testing.assert_allclose(got[0], expected[i], atol=1e-4, rtol=1e-4)
 
 
-def test_bad_request_fails_alone(torchscript_triton: TritonServer, reference: tuple[np.ndarray, np.ndarray]) -> None:
+def test_bad_request_fails_alone(
+    torchscript_triton: TritonServer, reference: tuple[np.ndarray, np.ndarray]
+) -> None:
     images, expected = reference
     with ThreadPoolExecutor(max_workers=4) as pool:
         bad_future = pool.submit(infer_wrong_shape, torchscript_triton.http_url)
-        good = [pool.submit(infer, torchscript_triton.http_url, images[i:i + 1]) for i in range(3)]
+        good = [
+            pool.submit(infer, torchscript_triton.http_url, images[i : i + 1]) for i in range(3)
+        ]
         message = bad_future.result()
         for i, future in enumerate(good):
             np.testing.assert_allclose(future.result()[0], expected[i], atol=1e-4, rtol=1e-4)

@@ -34,7 +34,9 @@ def gpu_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServe
     if not cuda_available():
         pytest.skip("needs an NVIDIA GPU with CUDA (torch.cuda.is_available() is False here)")
     repository = tmp_path_factory.mktemp("torchscript-gpu")
-    build_torchscript(repository, "efficientnet_lite0", TorchScriptOptions(gpu=True, batching=POLICY))
+    build_torchscript(
+        repository, "efficientnet_lite0", TorchScriptOptions(gpu=True, batching=POLICY)
+    )
     with TritonServer(repository, models=[MODEL], ports=TritonPorts.free()) as server:
         yield server
 
@@ -44,7 +46,9 @@ def reference() -> tuple[np.ndarray, np.ndarray]:
     return sample_reference("efficientnet_lite0")
 
 
-def test_matches_pytorch_in_fp16(gpu_triton: TritonServer, reference: tuple[np.ndarray, np.ndarray]) -> None:
+def test_matches_pytorch_in_fp16(
+    gpu_triton: TritonServer, reference: tuple[np.ndarray, np.ndarray]
+) -> None:
     images, expected = reference
     got = infer_in_batches(gpu_triton.http_url, images, POLICY.max_batch_size)
     assert got.shape == expected.shape
@@ -56,25 +60,31 @@ def test_concurrent_requests_are_batched_padded_and_split_back(
     gpu_triton: TritonServer, reference: tuple[np.ndarray, np.ndarray]
 ) -> None:
     images, expected = reference
-    rows = [i % len(images) for i in range(45)]  # 45 requests: batches of odd sizes, padded to captured ones
+    rows = [
+        i % len(images) for i in range(45)
+    ]  # 45 requests: batches of odd sizes, padded to captured ones
     with ThreadPoolExecutor(max_workers=45) as pool:
-        answers = list(pool.map(lambda i: infer(gpu_triton.http_url, images[i:i + 1]), rows))
+        answers = list(pool.map(lambda i: infer(gpu_triton.http_url, images[i : i + 1]), rows))
     for i, got in zip(rows, answers, strict=True):
         assert got[0].argmax() == expected[i].argmax()
         assert np.abs(got[0] - expected[i]).max() < FP16_ATOL
 
 
-def test_bad_request_fails_alone(gpu_triton: TritonServer, reference: tuple[np.ndarray, np.ndarray]) -> None:
+def test_bad_request_fails_alone(
+    gpu_triton: TritonServer, reference: tuple[np.ndarray, np.ndarray]
+) -> None:
     images, expected = reference
     with ThreadPoolExecutor(max_workers=4) as pool:
         message = pool.submit(infer_wrong_shape, gpu_triton.http_url)
-        good = [pool.submit(infer, gpu_triton.http_url, images[i:i + 1]) for i in range(3)]
+        good = [pool.submit(infer, gpu_triton.http_url, images[i : i + 1]) for i in range(3)]
         assert "INPUT__0" in message.result() or "shape" in message.result()
         for i, future in enumerate(good):
             assert future.result()[0].argmax() == expected[i].argmax()
 
 
-def test_cuda_shared_memory_input_matches_the_http_body(gpu_triton: TritonServer, reference: tuple[np.ndarray, np.ndarray]) -> None:
+def test_cuda_shared_memory_input_matches_the_http_body(
+    gpu_triton: TritonServer, reference: tuple[np.ndarray, np.ndarray]
+) -> None:
     import tritonclient.utils.cuda_shared_memory as cudashm
 
     images, _ = reference
@@ -83,7 +93,9 @@ def test_cuda_shared_memory_input_matches_the_http_body(gpu_triton: TritonServer
         region = cudashm.create_shared_memory_region("test-input", batch.nbytes, 0)
         try:
             cudashm.set_shared_memory_region(region, [batch])
-            client.register_cuda_shared_memory("test-input", cudashm.get_raw_handle(region), 0, batch.nbytes)
+            client.register_cuda_shared_memory(
+                "test-input", cudashm.get_raw_handle(region), 0, batch.nbytes
+            )
             tensor = http.InferInput("INPUT__0", list(batch.shape), "FP32")
             tensor.set_shared_memory("test-input", batch.nbytes)
             from_shm = client.infer(MODEL, [tensor]).as_numpy("OUTPUT__0")

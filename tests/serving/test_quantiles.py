@@ -88,14 +88,25 @@ def test_merge_of_an_empty_sketch_changes_nothing() -> None:
 def test_serialisation_round_trip_is_exact() -> None:
     sketch = LatencySketch.of(_latencies(3000, seed=3))
     again = LatencySketch.from_bytes(sketch.to_bytes())
-    assert (again.count, again.sum, again.min, again.max) == (sketch.count, sketch.sum, sketch.min, sketch.max)
+    assert (again.count, again.sum, again.min, again.max) == (
+        sketch.count,
+        sketch.sum,
+        sketch.min,
+        sketch.max,
+    )
     assert [again.quantile(q) for q in _QS] == [sketch.quantile(q) for q in _QS]
     assert len(sketch.to_bytes()) < 16_000  # a few KB, whatever the count
 
 
 @pytest.mark.parametrize(
     "data",
-    [b"", b"\x01", b"\x01" + bytes(60), bytes(57) + b"\xff\xff\xff", LatencySketch.of([0.5]).to_bytes()[:-3]],
+    [
+        b"",
+        b"\x01",
+        b"\x01" + bytes(60),
+        bytes(57) + b"\xff\xff\xff",
+        LatencySketch.of([0.5]).to_bytes()[:-3],
+    ],
 )
 def test_garbage_bytes_are_refused(data: bytes) -> None:
     with pytest.raises(ValueError):

@@ -102,7 +102,9 @@ def test_concurrent_requests_are_batched(triton, client) -> None:
     change = wait_for_counts(client, model, before, requests=64)
     inferences, executions = change.inferences, change.executions
     assert inferences == 64
-    assert executions < inferences, f"{executions} executions for {inferences} inferences: no batching"
+    assert executions < inferences, (
+        f"{executions} executions for {inferences} inferences: no batching"
+    )
     # The same shows in Triton's Prometheus metrics, which is what a dashboard reads.
     assert _metric(triton.metrics_url, "nv_inference_exec_count", model) < _metric(
         triton.metrics_url, "nv_inference_count", model
@@ -124,7 +126,9 @@ def test_one_bad_image_in_a_batch_fails_only_its_request(client) -> None:
     pending = []
     for i in range(8):
         tensor = http.InferInput("IMAGE", [1, 1], "BYTES")
-        tensor.set_data_from_numpy(np.array([[b"junk" if i == 3 else _jpeg(data.coffee())]], dtype=object))
+        tensor.set_data_from_numpy(
+            np.array([[b"junk" if i == 3 else _jpeg(data.coffee())]], dtype=object)
+        )
         pending.append(client.async_infer("image_classifier", [tensor]))
     outcomes = []
     for request in pending:
@@ -133,14 +137,21 @@ def test_one_bad_image_in_a_batch_fails_only_its_request(client) -> None:
         except InferenceServerException as exc:
             outcomes.append(str(exc))
     assert "not a decodable image" in str(outcomes[3])
-    assert all(isinstance(o, np.integer) and o in CUP_CLASSES for i, o in enumerate(outcomes) if i != 3)
+    assert all(
+        isinstance(o, np.integer) and o in CUP_CLASSES for i, o in enumerate(outcomes) if i != 3
+    )
 
 
 @pytest.mark.parametrize(
     ("shape", "datatype", "array", "message"),
     [
         ([1, 3, 100, 100], "FP32", np.zeros((1, 3, 100, 100), np.float32), "unexpected shape"),
-        ([1, 3, 224, 224], "INT32", np.zeros((1, 3, 224, 224), np.int32), "data-type is .INT32., but model .efficientnet_lite0. expects .FP32."),
+        (
+            [1, 3, 224, 224],
+            "INT32",
+            np.zeros((1, 3, 224, 224), np.int32),
+            "data-type is .INT32., but model .efficientnet_lite0. expects .FP32.",
+        ),
         ([0, 3, 224, 224], "FP32", np.zeros((0, 3, 224, 224), np.float32), "input 'input'"),
     ],
     ids=["wrong-shape", "wrong-dtype", "empty-batch"],

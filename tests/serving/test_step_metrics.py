@@ -59,8 +59,12 @@ def test_steps_are_summed_and_handed_over_once_per_interval() -> None:
     for labels, value in pb.sent:
         assert labels["model"] == "pipeline" and labels["version"] == "1"
         sent[labels.get("step", labels["family"])] = value
-    assert sent == {"decode": 0.75, "respond": 0.5, "python_model_executions_total": 4.0,
-                    "python_model_items_total": 14.0}
+    assert sent == {
+        "decode": 0.75,
+        "respond": 0.5,
+        "python_model_executions_total": 4.0,
+        "python_model_items_total": 14.0,
+    }
     pb.sent.clear()
     steps.flush()  # nothing new: zero increments are not sent
     assert pb.sent == []
@@ -89,5 +93,3 @@ def test_without_custom_metrics_the_model_runs_untimed() -> None:
         pass
     steps.executed(1)
     steps.flush()
-
-

@@ -25,7 +25,9 @@ from tests.support.tiny_repo import SLOW_MODEL, TINY_MODEL, build_tiny_repositor
 
 @pytest.mark.integration
 def test_stubs_are_found_and_their_shared_memory_goes_at_shutdown(tmp_path: Path) -> None:
-    server = TritonServer(build_tiny_repository(tmp_path / "repo"), ports=TritonPorts.free()).start()
+    server = TritonServer(
+        build_tiny_repository(tmp_path / "repo"), ports=TritonPorts.free()
+    ).start()
     try:
         assert server.pid is not None
         stubs = stub_processes(server.pid)
@@ -34,7 +36,9 @@ def test_stubs_are_found_and_their_shared_memory_goes_at_shutdown(tmp_path: Path
         assert StubWatch(server.pid, default_limit_mb=0).poll() == []  # all alive: nothing removed
     finally:
         server.stop()
-    assert not [s.region for s in stubs if (SHM_DIR / s.region).exists()], "Triton's stubs left /dev/shm regions"
+    assert not [s.region for s in stubs if (SHM_DIR / s.region).exists()], (
+        "Triton's stubs left /dev/shm regions"
+    )
 
 
 def test_the_limit_comes_from_the_model_config_then_the_environment(tmp_path: Path) -> None:
@@ -51,4 +55,6 @@ def test_the_limit_comes_from_the_model_config_then_the_environment(tmp_path: Pa
 
 
 def test_only_stub_region_names_are_ever_removed() -> None:
-    assert remove_regions({"../etc/passwd", "not_triton", "triton_gone_region_does_not_exist"}) == []
+    assert (
+        remove_regions({"../etc/passwd", "not_triton", "triton_gone_region_does_not_exist"}) == []
+    )

@@ -1,4 +1,4 @@
-"""Reading the gateway's error answers in the shape each API defines (see ``gateway/problems.py``).
+"""Reading the gateway's error answers in the shape each API defines (see ``gateway/http/problems.py``).
 
 ``/v2/*`` answers ``{"error": "..."}`` (KServe v2), ``/v1/models``, ``/v1/embeddings`` and
 ``/v1/images/*`` answer ``{"error": {"message", "type", "param", "code"}}`` (OpenAI), every other path
@@ -50,8 +50,12 @@ def api_error(response: httpx.Response, status: int) -> ApiError:
     body = response.json()
     if shape == "problem":
         assert content_type.startswith("application/problem+json"), content_type
-        assert {"type", "title", "status", "detail", "instance"} <= set(body) and body["status"] == status
-        return ApiError(shape, body["detail"], body.get("field"), str(body["type"]).rsplit(":", 1)[-1])
+        assert {"type", "title", "status", "detail", "instance"} <= set(body) and body[
+            "status"
+        ] == status
+        return ApiError(
+            shape, body["detail"], body.get("field"), str(body["type"]).rsplit(":", 1)[-1]
+        )
     assert content_type.startswith("application/json"), content_type
     if shape == "kserve":
         assert set(body) == {"error"} and isinstance(body["error"], str) and body["error"], body

@@ -86,7 +86,9 @@ class CallbackReceiver:
         """The requests received, once there are at least ``count`` (fails after ``timeout_s``)."""
         with self._arrived:
             if not self._arrived.wait_for(lambda: len(self.received) >= count, timeout_s):
-                raise AssertionError(f"{len(self.received)} callbacks arrived within {timeout_s} s, expected {count}")
+                raise AssertionError(
+                    f"{len(self.received)} callbacks arrived within {timeout_s} s, expected {count}"
+                )
             return list(self.received)
 
     def stop(self) -> None:

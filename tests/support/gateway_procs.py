@@ -7,15 +7,16 @@ processes the same way.
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 
-from gateway.secret_policy import generate_secret
+from gateway.tenancy.secret_policy import generate_secret
+from serving.gateway_process import GatewayLaunch, start_gateway_process
 from serving.ports import reserve_port
-from serving.processes import ManagedProcess, child_env, python_module
+from serving.processes import ManagedProcess, child_env
+from serving.redis_process import RedisProcess, start_redis
 
 __all__ = [
     "ADMIN_TOKEN",
@@ -32,7 +33,7 @@ __all__ = [
 
 ROOT = Path(__file__).resolve().parents[2]
 #: fresh for each test session: the gateway refuses placeholder secrets, and a test must not lean on a
-#: known one (gateway/secret_policy.py)
+#: known one (gateway/tenancy/secret_policy.py)
 ADMIN_TOKEN = generate_secret()
 METRICS_TOKEN = generate_secret()
 #: what Prometheus sends to /metrics
@@ -68,7 +69,9 @@ class GatewayProcess:
         """``host:port`` of its KServe v2 gRPC entry (started with ``grpc_port=...``)."""
         port = int(self.env.get("GATEWAY_GRPC_PORT", "0"))
         if not port:
-            raise RuntimeError("this gateway was started without a gRPC entry (pass grpc_port=reserve_port())")
+            raise RuntimeError(
+                "this gateway was started without a gRPC entry (pass grpc_port=reserve_port())"
+            )
         return f"127.0.0.1:{port}"
 
     def client(self, **kwargs: object) -> httpx.Client:
@@ -104,81 +107,44 @@ def start_gateway(workdir: Path, triton_http_url: str, **settings: object) -> Ga
     }
     values.update(settings)
     env = child_env(
-        {f"GATEWAY_{key.upper()}": json.dumps(value) if isinstance(value, dict | list) else str(value)
-         for key, value in values.items()}
+        {
+            f"GATEWAY_{key.upper()}": json.dumps(value)
+            if isinstance(value, dict | list)
+            else str(value)
+            for key, value in values.items()
+        }
     )
-    process = ManagedProcess(python_module("gateway"), name="gateway", log_path=workdir / f"gateway-{port}.log",
-                             env=env, cwd=ROOT).start()
-    process.wait_http(f"http://127.0.0.1:{port}/healthz", _START_TIMEOUT_S)
+    process = start_gateway_process(
+        GatewayLaunch(
+            port,
+            env,
+            log_path=workdir / f"gateway-{port}.log",
+            ready_timeout_s=_START_TIMEOUT_S,
+            cwd=ROOT,
+        )
+    )
     return GatewayProcess(url=f"http://127.0.0.1:{port}", env=env, process=process)
-
-
-@dataclass
-class RedisProcess:
-    """A real ``redis-server`` on 127.0.0.1; can be stopped and started on its port.
-
-    ``persistent`` keeps an append-only file in ``workdir`` (as the deployment's Redis does), so a
-    restart keeps the API keys and canary weights the gateways store there; without it a restart
-    comes back empty.
-    """
-
-    workdir: Path
-    port: int = field(default_factory=reserve_port)
-    persistent: bool = False
-    process: ManagedProcess | None = field(default=None, repr=False)
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self, timeout_s: float = 10.0) -> RedisProcess:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            raise RuntimeError(
-                "redis-server is not installed: run `./run test` (it installs it) or `apt-get install redis-server`"
-            )
-        command = [binary, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
-                   "--appendonly", "yes" if self.persistent else "no", "--appendfsync", "always",
-                   "--dir", str(self.workdir)]
-        self.process = ManagedProcess(command, name="redis-server").start()
-        import redis
-
-        client = redis.Redis.from_url(self.url, socket_timeout=0.5)
-
-        def answers() -> bool:
-            try:
-                return bool(client.ping())
-            except redis.RedisError:
-                return False
-
-        try:
-            self.process.wait_until(answers, timeout_s, what="answering PING")
-        finally:
-            client.close()
-        return self
-
-    def stop(self) -> None:
-        process, self.process = self.process, None
-        if process is not None:
-            process.stop()
-
-
-def start_redis(workdir: Path) -> RedisProcess:
-    """Start a real redis-server on a reserved port and wait until it answers PING."""
-    return RedisProcess(workdir).start()
 
 
 def tiny_request(rows: int = 1) -> dict[str, object]:
     """A KServe v2 JSON body for ``tiny_linear``."""
     return {
         "inputs": [
-            {"name": "input", "shape": [rows, 4], "datatype": "FP32", "data": [1.0, 2.0, 3.0, 4.0] * rows}
+            {
+                "name": "input",
+                "shape": [rows, 4],
+                "datatype": "FP32",
+                "data": [1.0, 2.0, 3.0, 4.0] * rows,
+            }
         ]
     }
 
 
 def create_key(
-    gateway: GatewayProcess, tier: str = "unlimited", scopes: list[str] | None = None, name: str = "test"
+    gateway: GatewayProcess,
+    tier: str = "unlimited",
+    scopes: list[str] | None = None,
+    name: str = "test",
 ) -> tuple[dict[str, str], dict[str, object]]:
     """Create an API key through the admin API; returns ``(auth headers, created key document)``."""
     response = httpx.post(

@@ -29,8 +29,9 @@ def cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def build_gpu_repository(root: Path, gpu: bool, max_batch_size: int | None = None,
-                         pipeline_chunk: int | None = None) -> Path:
+def build_gpu_repository(
+    root: Path, gpu: bool, max_batch_size: int | None = None, pipeline_chunk: int | None = None
+) -> Path:
     """Publish the classifier and the pipeline into ``root``; ``gpu=False`` makes both CPU entries;
     ``pipeline_chunk`` sets the pipeline's chunk size (small ones make every batch several chunks)."""
     build_torchscript(root, "efficientnet_lite0", TorchScriptOptions(gpu=gpu, precision="fp16"))

@@ -103,7 +103,11 @@ def _admin_cases() -> Iterator[Hostile]:
             f"{f}/traffic-{label}",
             f,
             HttpAttempt(
-                "PUT", path, raw_body(body), {"Content-Type": "application/json"}, credential="admin"
+                "PUT",
+                path,
+                raw_body(body),
+                {"Content-Type": "application/json"},
+                credential="admin",
             ),
             frozenset(expect),
             ("version", "weight"),
@@ -160,7 +164,11 @@ def _admin_cases() -> Iterator[Hostile]:
         INTERNALS,
     )
     yield Hostile(
-        f"{f}/client-key-on-admin", f, HttpAttempt("GET", "/admin/keys"), frozenset({401, 403}), ("admin",)
+        f"{f}/client-key-on-admin",
+        f,
+        HttpAttempt("GET", "/admin/keys"),
+        frozenset({401, 403}),
+        ("admin",),
     )
 
 
@@ -215,7 +223,9 @@ def flood_names(count: int) -> list[str]:
 def _flood_cases() -> Iterator[Hostile]:
     f = "unknown-model-flood"
     body = raw_body(
-        json.dumps({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1.0]}]}).encode()
+        json.dumps(
+            {"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1.0]}]}
+        ).encode()
     )
     routes = (
         lambda n: HttpAttempt("POST", f"/v2/models/{n}/infer", body),

@@ -45,7 +45,9 @@ __all__ = [
 ]
 
 #: owners of cases whose fix belongs to another part of the platform (see ``Hostile.owner``)
-SERVING = "serving: image decode limits (aspect ratio, resize target, source pixels) in image_preprocess"
+SERVING = (
+    "serving: image decode limits (aspect ratio, resize target, source pixels) in image_preprocess"
+)
 TENANCY_NAMES = "tenancy: unknown and reserved model names refused before any state"
 TENANCY_LIMITS = "tenancy: request limits from serving.limits enforced by the gateway"
 TENANCY_ADMIN = "tenancy: admin inputs validated (traffic weights, versions, key scopes)"

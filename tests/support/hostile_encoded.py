@@ -40,7 +40,11 @@ def binary_cases(model: str, name: str, datatype: str, dims: list[int]) -> Itera
             "Inference-Header-Content-Length",
         ),
         ("header-length-zero", binary_body(header, tail, 0), "Inference-Header-Content-Length"),
-        ("header-length-negative", binary_body(header, tail, -5), "Inference-Header-Content-Length"),
+        (
+            "header-length-negative",
+            binary_body(header, tail, -5),
+            "Inference-Header-Content-Length",
+        ),
         (
             "header-length-hex",
             binary_body(header, tail, hex(len(encoded))),
@@ -48,23 +52,35 @@ def binary_cases(model: str, name: str, datatype: str, dims: list[int]) -> Itera
         ),
         ("header-length-into-tail", binary_body(header, tail, len(encoded) + 2), "JSON"),
         ("header-length-short", binary_body(header, tail, len(encoded) - 3), "JSON"),
-        ("header-length-huge", binary_body(header, tail, 10**30), "Inference-Header-Content-Length"),
+        (
+            "header-length-huge",
+            binary_body(header, tail, 10**30),
+            "Inference-Header-Content-Length",
+        ),
         (
             "size-negative",
-            binary_body({"inputs": [{**header["inputs"][0], "parameters": {"binary_data_size": -4}}]}, tail),
+            binary_body(
+                {"inputs": [{**header["inputs"][0], "parameters": {"binary_data_size": -4}}]}, tail
+            ),
             "binary_data_size",
         ),
         (
             "size-float",
             binary_body(
-                {"inputs": [{**header["inputs"][0], "parameters": {"binary_data_size": float(size)}}]}, tail
+                {
+                    "inputs": [
+                        {**header["inputs"][0], "parameters": {"binary_data_size": float(size)}}
+                    ]
+                },
+                tail,
             ),
             "binary_data_size",
         ),
         (
             "size-2^63",
             binary_body(
-                {"inputs": [{**header["inputs"][0], "parameters": {"binary_data_size": 2**63}}]}, tail
+                {"inputs": [{**header["inputs"][0], "parameters": {"binary_data_size": 2**63}}]},
+                tail,
             ),
             "binary_data_size",
         ),
@@ -72,7 +88,14 @@ def binary_cases(model: str, name: str, datatype: str, dims: list[int]) -> Itera
         (
             "unknown-input-parameter",
             binary_body(
-                {"inputs": [{**header["inputs"][0], "parameters": {"binary_data_size": size, "offset": 3}}]},
+                {
+                    "inputs": [
+                        {
+                            **header["inputs"][0],
+                            "parameters": {"binary_data_size": size, "offset": 3},
+                        }
+                    ]
+                },
                 tail,
             ),
             "parameter",
@@ -80,7 +103,11 @@ def binary_cases(model: str, name: str, datatype: str, dims: list[int]) -> Itera
     ]
     if datatype == "BYTES":
         cases += [
-            ("bytes-length-past-end", binary_body(header, struct.pack("<I", 2**32 - 1) + b"hello"), "BYTES"),
+            (
+                "bytes-length-past-end",
+                binary_body(header, struct.pack("<I", 2**32 - 1) + b"hello"),
+                "BYTES",
+            ),
             (
                 "bytes-two-elements",
                 binary_body(header, struct.pack("<I", 0) + struct.pack("<I", 1) + b"h" + b"\0" * 0),
@@ -93,7 +120,11 @@ def binary_cases(model: str, name: str, datatype: str, dims: list[int]) -> Itera
             (
                 "fp32-odd-size",
                 binary_body(
-                    {"inputs": [{**header["inputs"][0], "parameters": {"binary_data_size": size - 2}}]},
+                    {
+                        "inputs": [
+                            {**header["inputs"][0], "parameters": {"binary_data_size": size - 2}}
+                        ]
+                    },
                     tail[:-2],
                 ),
                 "needs",
@@ -185,7 +216,15 @@ def compression_cases(model: str, name: str, datatype: str, dims: list[int]) -> 
     yield bad_request(
         "plain-said-gzip", f, model, raw_body(good), "gzip", headers={"Content-Encoding": "gzip"}
     )
-    for encoding in ("br", "zstd", "compress", "x-gzip", "gzip, gzip", "identity, gzip", "gzip;q=1"):
+    for encoding in (
+        "br",
+        "zstd",
+        "compress",
+        "x-gzip",
+        "gzip, gzip",
+        "identity, gzip",
+        "gzip;q=1",
+    ):
         yield bad_request(
             f"encoding-{encoding}",
             f,

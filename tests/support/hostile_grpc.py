@@ -28,7 +28,9 @@ def _infer(
     parameters: dict[str, pb.InferParameter] | None = None,
 ) -> Callable[[], pb.ModelInferRequest]:
     def build() -> pb.ModelInferRequest:
-        request = pb.ModelInferRequest(model_name=model, inputs=list(inputs), raw_input_contents=raw or [])
+        request = pb.ModelInferRequest(
+            model_name=model, inputs=list(inputs), raw_input_contents=raw or []
+        )
         for key, value in (parameters or {}).items():
             request.parameters[key].CopyFrom(value)
         return request
@@ -70,7 +72,9 @@ def grpc_cases() -> Iterator[Hostile]:
         ),
         (
             "raw-too-long",
-            _infer("efficientnet_lite0", _tensor("input", "FP32", pixels), raw=[b"\0" * (fp32 + 4)]),
+            _infer(
+                "efficientnet_lite0", _tensor("input", "FP32", pixels), raw=[b"\0" * (fp32 + 4)]
+            ),
             (400,),
             ("needs", "bytes"),
         ),
@@ -88,7 +92,11 @@ def grpc_cases() -> Iterator[Hostile]:
         ),
         (
             "shape-negative",
-            _infer("efficientnet_lite0", _tensor("input", "FP32", [-1, 3, 224, 224]), raw=[b"\0" * fp32]),
+            _infer(
+                "efficientnet_lite0",
+                _tensor("input", "FP32", [-1, 3, 224, 224]),
+                raw=[b"\0" * fp32],
+            ),
             (400,),
             ("shape",),
         ),
@@ -127,7 +135,9 @@ def grpc_cases() -> Iterator[Hostile]:
             "typed-count-mismatch",
             _infer(
                 "efficientnet_lite0",
-                _tensor("input", "FP32", pixels, contents=pb.InferTensorContents(fp32_contents=[1.0])),
+                _tensor(
+                    "input", "FP32", pixels, contents=pb.InferTensorContents(fp32_contents=[1.0])
+                ),
             ),
             (400,),
             ("elements", "needs", "data"),
@@ -136,7 +146,9 @@ def grpc_cases() -> Iterator[Hostile]:
             "typed-and-raw",
             _infer(
                 "text_embedding",
-                _tensor("TEXT", "BYTES", [1, 1], contents=pb.InferTensorContents(bytes_contents=[b"x"])),
+                _tensor(
+                    "TEXT", "BYTES", [1, 1], contents=pb.InferTensorContents(bytes_contents=[b"x"])
+                ),
                 raw=[text],
             ),
             (400,),
@@ -197,11 +209,18 @@ def grpc_cases() -> Iterator[Hostile]:
             (404,),
             ("made_up_model_grpc",),
         ),
-        ("model-empty", _infer("", _tensor("TEXT", "BYTES", [1, 1]), raw=[text]), (400, 404), ("model",)),
+        (
+            "model-empty",
+            _infer("", _tensor("TEXT", "BYTES", [1, 1]), raw=[text]),
+            (400, 404),
+            ("model",),
+        ),
         (
             "message-over-cap",
             _infer(
-                "efficientnet_lite0", _tensor("input", "FP32", [8, 3, 224, 224]), raw=[b"\0" * (8 * fp32)]
+                "efficientnet_lite0",
+                _tensor("input", "FP32", [8, 3, 224, 224]),
+                raw=[b"\0" * (8 * fp32)],
             ),
             (400, 413),
             (),
@@ -210,13 +229,22 @@ def grpc_cases() -> Iterator[Hostile]:
     for label, request, expect, mentions in cases:
         yield _case(label, GrpcAttempt(infer, request), expect, *mentions)
     for method, message in (
-        ("RepositoryModelUnload", lambda: pb.RepositoryModelUnloadRequest(model_name="efficientnet_lite0")),
-        ("RepositoryModelLoad", lambda: pb.RepositoryModelLoadRequest(model_name="efficientnet_lite0")),
+        (
+            "RepositoryModelUnload",
+            lambda: pb.RepositoryModelUnloadRequest(model_name="efficientnet_lite0"),
+        ),
+        (
+            "RepositoryModelLoad",
+            lambda: pb.RepositoryModelLoadRequest(model_name="efficientnet_lite0"),
+        ),
         (
             "SystemSharedMemoryRegister",
             lambda: pb.SystemSharedMemoryRegisterRequest(name="r", key="/k", byte_size=1 << 40),
         ),
-        ("CudaSharedMemoryRegister", lambda: pb.CudaSharedMemoryRegisterRequest(name="r", byte_size=1 << 40)),
+        (
+            "CudaSharedMemoryRegister",
+            lambda: pb.CudaSharedMemoryRegisterRequest(name="r", byte_size=1 << 40),
+        ),
         ("TraceSetting", lambda: pb.TraceSettingRequest()),
         ("LogSettings", lambda: pb.LogSettingsRequest()),
     ):
@@ -229,12 +257,18 @@ def grpc_cases() -> Iterator[Hostile]:
             "operator",
         )
     # Triton's statistics are an operator's read: an API key is refused, naming the admin credential.
-    yield _case("statistics-with-a-key", GrpcAttempt("ModelStatistics", lambda: pb.ModelStatisticsRequest(name="")),
-                (403,), "admin credential")
+    yield _case(
+        "statistics-with-a-key",
+        GrpcAttempt("ModelStatistics", lambda: pb.ModelStatisticsRequest(name="")),
+        (403,),
+        "admin credential",
+    )
     yield _case(
         "no-credential",
         GrpcAttempt(
-            infer, _infer("text_embedding", _tensor("TEXT", "BYTES", [1, 1]), raw=[text]), credential="none"
+            infer,
+            _infer("text_embedding", _tensor("TEXT", "BYTES", [1, 1]), raw=[text]),
+            credential="none",
         ),
         (401,),
         "credential",

@@ -23,8 +23,8 @@ import numpy as np
 import psutil
 from tritonclient.grpc import service_pb2_grpc
 
-from gateway.grpc_entry import GRPC_STATUS
-from gateway.kserve import InferRequest, InputTensor, encode_rest
+from gateway.protocol.kserve import InferRequest, InputTensor, encode_rest
+from gateway.routes.kserve_grpc import GRPC_STATUS
 from serving.launcher import TritonServer
 from tests.support.gateway_procs import ADMIN_TOKEN, GatewayProcess, create_key
 from tests.support.hostile_corpus import GrpcAttempt, Hostile, HttpAttempt, RawAttempt
@@ -94,7 +94,9 @@ class Harness:
         # The hostile gateway closes idle connections after 1 s. A client that kept one as long
         # could send on it just as the gateway closes it (a reset, seen once in a full suite): this
         # one drops idle connections after half that.
-        self.client = httpx.Client(base_url=gateway.url, timeout=60, limits=httpx.Limits(keepalive_expiry=0.5))
+        self.client = httpx.Client(
+            base_url=gateway.url, timeout=60, limits=httpx.Limits(keepalive_expiry=0.5)
+        )
         self.grpc_channel = grpc.insecure_channel(f"127.0.0.1:{grpc_port}")
         self.grpc_stub = service_pb2_grpc.GRPCInferenceServiceStub(self.grpc_channel)
         self.tally = Tally()
@@ -104,7 +106,10 @@ class Harness:
         self.triton_started = self.triton_process.create_time()
         assert gateway.process.pid is not None
         self.gateway_process = psutil.Process(gateway.process.pid)
-        self.credentials: dict[str, dict[str, str]] = {"none": {}, "admin": {"X-Admin-Token": ADMIN_TOKEN}}
+        self.credentials: dict[str, dict[str, str]] = {
+            "none": {},
+            "admin": {"X-Admin-Token": ADMIN_TOKEN},
+        }
         self.credentials["client"], client = create_key(gateway, tier="unlimited", name="hostile")
         self.credentials["other"], _ = create_key(gateway, tier="unlimited", name="other-tenant")
         self.placeholders = {"{other_key_id}": str(client["key_id"])}
@@ -201,18 +206,26 @@ class Harness:
         if answer.status >= 500:
             self.tally.server_errors.append(f"{case.id} -> {answer.status}: {answer.text[:200]}")
         if answer.status not in case.expect:
-            problems.append(f"status {answer.status}, expected {sorted(case.expect)}: {answer.text[:300]}")
+            problems.append(
+                f"status {answer.status}, expected {sorted(case.expect)}: {answer.text[:300]}"
+            )
         if 400 <= answer.status < 500 and answer.content_type == "grpc":
-            if case.mentions and not any(word.lower() in answer.text.lower() for word in case.mentions):
+            if case.mentions and not any(
+                word.lower() in answer.text.lower() for word in case.mentions
+            ):
                 problems.append(
                     f"the answer does not name the problem ({case.mentions}): {answer.text[:200]}"
                 )
         elif 400 <= answer.status < 500:
             document = answer.document()
             if not answer.content_type.startswith("application/problem+json") or document is None:
-                problems.append(f"a {answer.status} that is not a problem document: {answer.text[:200]}")
+                problems.append(
+                    f"a {answer.status} that is not a problem document: {answer.text[:200]}"
+                )
             elif case.mentions:
-                said = " ".join(str(document.get(k, "")) for k in ("detail", "field", "title")).lower()
+                said = " ".join(
+                    str(document.get(k, "")) for k in ("detail", "field", "title")
+                ).lower()
                 if not any(word.lower() in said for word in case.mentions):
                     problems.append(
                         f"the answer does not name the problem ({case.mentions}): {document.get('detail')}"
@@ -228,14 +241,25 @@ class Harness:
 
     def _watched(self) -> list[psutil.Process]:
         """The gateway, Triton and Triton's children (the Python backend stubs)."""
-        return [self.gateway_process, self.triton_process, *self.triton_process.children(recursive=True)]
+        return [
+            self.gateway_process,
+            self.triton_process,
+            *self.triton_process.children(recursive=True),
+        ]
 
     def same_triton(self) -> bool:
         try:
-            alive = self.triton_process.is_running() and self.triton_process.status() != psutil.STATUS_ZOMBIE
+            alive = (
+                self.triton_process.is_running()
+                and self.triton_process.status() != psutil.STATUS_ZOMBIE
+            )
         except psutil.NoSuchProcess:
             alive = False
-        return alive and self.triton.running() and self.triton_process.create_time() == self.triton_started
+        return (
+            alive
+            and self.triton.running()
+            and self.triton_process.create_time() == self.triton_started
+        )
 
     def check_models(self) -> list[str]:
         """A good request for every public model, through the gateway; what failed."""
@@ -303,7 +327,9 @@ class Harness:
         problems = []
         if not self.same_triton():
             self.tally.restarts += 1
-            problems.append(f"Triton is gone or restarted after {case.id}:\n{self.triton.log_tail(30)}")
+            problems.append(
+                f"Triton is gone or restarted after {case.id}:\n{self.triton.log_tail(30)}"
+            )
             return problems
         if not self.gateway.process.running():
             problems.append(f"the gateway exited after {case.id}:\n{self.gateway.log()[-2000:]}")
@@ -334,6 +360,10 @@ def _parse_http(raw: bytes) -> Answer:
     head, _, rest = raw.partition(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
     status = int(lines[0].split()[1])
-    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    headers = {
+        k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])
+    }
     length = int(headers.get("content-length", len(rest)))
-    return Answer(status, headers.get("content-type", ""), rest[:length].decode("utf-8", errors="replace"))
+    return Answer(
+        status, headers.get("content-type", ""), rest[:length].decode("utf-8", errors="replace")
+    )

@@ -34,11 +34,16 @@ _CHANNELS = {0: 1, 2: 3, 4: 2, 6: 4}
 
 def _chunk(kind: bytes, data: bytes) -> bytes:
     return (
-        struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+        struct.pack(">I", len(data))
+        + kind
+        + data
+        + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
     )
 
 
-def png(width: int, height: int, *, color_type: int = 0, bit_depth: int = 8, value: int = 0) -> bytes:
+def png(
+    width: int, height: int, *, color_type: int = 0, bit_depth: int = 8, value: int = 0
+) -> bytes:
     """A valid PNG of ``width`` x ``height`` pixels, all ``value``; rows are compressed one by one."""
     row_bytes = (width * _CHANNELS[color_type] * bit_depth + 7) // 8
     row = b"\x00" + bytes([value]) * row_bytes  # filter type 0, then the pixels

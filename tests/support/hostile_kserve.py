@@ -28,7 +28,11 @@ def _structure_cases(model: str, name: str, datatype: str, dims: list[int]) -> I
     f = "kserve-structure"
     other = "FP32" if datatype == "BYTES" else "BYTES"
     yield bad_request(
-        "datatype-unknown", f, model, json_body({"inputs": [{**good, "datatype": "FLOAT32"}]}), "datatype"
+        "datatype-unknown",
+        f,
+        model,
+        json_body({"inputs": [{**good, "datatype": "FLOAT32"}]}),
+        "datatype",
     )
     yield bad_request(
         "datatype-lowercase",
@@ -38,7 +42,12 @@ def _structure_cases(model: str, name: str, datatype: str, dims: list[int]) -> I
         "datatype",
     )
     yield bad_request(
-        "datatype-other", f, model, json_body({"inputs": [{**good, "datatype": other}]}), name, "data"
+        "datatype-other",
+        f,
+        model,
+        json_body({"inputs": [{**good, "datatype": other}]}),
+        name,
+        "data",
     )
     yield bad_request(
         "shape-negative", f, model, json_body({"inputs": [{**good, "shape": [-1, *dims]}]}), "shape"
@@ -46,7 +55,9 @@ def _structure_cases(model: str, name: str, datatype: str, dims: list[int]) -> I
     yield bad_request(
         "shape-float", f, model, json_body({"inputs": [{**good, "shape": [1.0, *dims]}]}), "shape"
     )
-    yield bad_request("shape-string", f, model, json_body({"inputs": [{**good, "shape": "1"}]}), "shape")
+    yield bad_request(
+        "shape-string", f, model, json_body({"inputs": [{**good, "shape": "1"}]}), "shape"
+    )
     yield bad_request(
         "shape-bool", f, model, json_body({"inputs": [{**good, "shape": [True, *dims]}]}), "shape"
     )
@@ -65,7 +76,9 @@ def _structure_cases(model: str, name: str, datatype: str, dims: list[int]) -> I
     yield bad_request(
         "name-nul", f, model, json_body({"inputs": [{**good, "name": name + "\u0000"}]}), "name"
     )
-    yield bad_request("name-10k", f, model, json_body({"inputs": [{**good, "name": "x" * 10_000}]}), "name")
+    yield bad_request(
+        "name-10k", f, model, json_body({"inputs": [{**good, "name": "x" * 10_000}]}), "name"
+    )
     yield bad_request("name-twice", f, model, json_body({"inputs": [good, good]}), "twice")
     small = {"shape": [1], "data": ["x"] if datatype == "BYTES" else [0.0]}
     yield bad_request(
@@ -83,10 +96,18 @@ def _structure_cases(model: str, name: str, datatype: str, dims: list[int]) -> I
     )
     # KServe's Python client names the model in the body too: another model than the path's is refused.
     yield bad_request(
-        "model-name-not-the-path", f, model, json_body({"inputs": [good], "model_name": "other"}), "model_name"
+        "model-name-not-the-path",
+        f,
+        model,
+        json_body({"inputs": [good], "model_name": "other"}),
+        "model_name",
     )
     yield bad_request(
-        "unknown-input-field", f, model, json_body({"inputs": [{**good, "contents": {}}]}), "contents"
+        "unknown-input-field",
+        f,
+        model,
+        json_body({"inputs": [{**good, "contents": {}}]}),
+        "contents",
     )
     yield bad_request(
         "data-and-binary",
@@ -102,8 +123,12 @@ def _structure_cases(model: str, name: str, datatype: str, dims: list[int]) -> I
         json_body({"inputs": [{k: v for k, v in good.items() if k != "data"}]}),
         "neither",
     )
-    yield bad_request("data-scalar", f, model, json_body({"inputs": [{**good, "data": 1}]}), "array")
-    yield bad_request("data-object", f, model, json_body({"inputs": [{**good, "data": {"a": 1}}]}), "array")
+    yield bad_request(
+        "data-scalar", f, model, json_body({"inputs": [{**good, "data": 1}]}), "array"
+    )
+    yield bad_request(
+        "data-object", f, model, json_body({"inputs": [{**good, "data": {"a": 1}}]}), "array"
+    )
     yield bad_request(
         "data-ragged",
         f,
@@ -112,7 +137,11 @@ def _structure_cases(model: str, name: str, datatype: str, dims: list[int]) -> I
         "mixes",
     )
     yield bad_request(
-        "data-null", f, model, json_body({"inputs": [{**good, "shape": [1, 1], "data": [None]}]}), name
+        "data-null",
+        f,
+        model,
+        json_body({"inputs": [{**good, "shape": [1, 1], "data": [None]}]}),
+        name,
     )
     yield bad_request(
         "shared-memory-input",
@@ -123,7 +152,10 @@ def _structure_cases(model: str, name: str, datatype: str, dims: list[int]) -> I
                 "inputs": [
                     {
                         **{k: v for k, v in good.items() if k != "data"},
-                        "parameters": {"shared_memory_region": "input_data", "shared_memory_byte_size": 16},
+                        "parameters": {
+                            "shared_memory_region": "input_data",
+                            "shared_memory_byte_size": 16,
+                        },
                     }
                 ]
             }
@@ -135,7 +167,10 @@ def _structure_cases(model: str, name: str, datatype: str, dims: list[int]) -> I
         f,
         model,
         json_body(
-            {"inputs": [good], "outputs": [{"name": "x", "parameters": {"shared_memory_region": "out"}}]}
+            {
+                "inputs": [good],
+                "outputs": [{"name": "x", "parameters": {"shared_memory_region": "out"}}],
+            }
         ),
         "shared memory",
     )
@@ -154,7 +189,11 @@ def _structure_cases(model: str, name: str, datatype: str, dims: list[int]) -> I
         "reserved",
     )
     yield bad_request(
-        "param-nested", f, model, json_body({"inputs": [good], "parameters": {"x": {"y": 1}}}), "parameters.x"
+        "param-nested",
+        f,
+        model,
+        json_body({"inputs": [good], "parameters": {"x": {"y": 1}}}),
+        "parameters.x",
     )
     yield bad_request(
         "params-33",
@@ -164,7 +203,11 @@ def _structure_cases(model: str, name: str, datatype: str, dims: list[int]) -> I
         "parameters",
     )
     yield bad_request(
-        "param-huge-int", f, model, json_body({"inputs": [good], "parameters": {"x": 2**64}}), "parameters.x"
+        "param-huge-int",
+        f,
+        model,
+        json_body({"inputs": [good], "parameters": {"x": 2**64}}),
+        "parameters.x",
     )
     yield bad_request("id-object", f, model, json_body({"inputs": [good], "id": {"x": 1}}), "id")
     yield bad_request("id-10k", f, model, json_body({"inputs": [good], "id": "r" * 10_000}), "id")
@@ -179,14 +222,18 @@ def _structure_cases(model: str, name: str, datatype: str, dims: list[int]) -> I
         "output-binary-string",
         f,
         model,
-        json_body({"inputs": [good], "outputs": [{"name": "o", "parameters": {"binary_data": "yes"}}]}),
+        json_body(
+            {"inputs": [good], "outputs": [{"name": "o", "parameters": {"binary_data": "yes"}}]}
+        ),
         "binary_data",
     )
     yield bad_request(
         "classification-huge",
         f,
         model,
-        json_body({"inputs": [good], "outputs": [{"name": "o", "parameters": {"classification": 10**9}}]}),
+        json_body(
+            {"inputs": [good], "outputs": [{"name": "o", "parameters": {"classification": 10**9}}]}
+        ),
         "classification",
     )
     yield bad_request("body-array", f, model, raw_body(b"[]"), "object")
@@ -195,7 +242,11 @@ def _structure_cases(model: str, name: str, datatype: str, dims: list[int]) -> I
         "body-truncated", f, model, raw_body(json.dumps({"inputs": [good]}).encode()[:-7]), "JSON"
     )
     yield bad_request(
-        "body-trailing-garbage", f, model, raw_body(json.dumps({"inputs": [good]}).encode() + b"}{"), "JSON"
+        "body-trailing-garbage",
+        f,
+        model,
+        raw_body(json.dumps({"inputs": [good]}).encode() + b"}{"),
+        "JSON",
     )
 
 
@@ -204,7 +255,11 @@ def _deadline_cases(model: str, name: str, datatype: str, dims: list[int]) -> It
     good = good_input(name, datatype, dims)
     f = "deadlines"
     yield bad_request(
-        "priority-1", f, model, json_body({"inputs": [good], "parameters": {"priority": 1}}), "priority"
+        "priority-1",
+        f,
+        model,
+        json_body({"inputs": [good], "parameters": {"priority": 1}}),
+        "priority",
     )
     yield bad_request(
         "priority-huge",
@@ -214,10 +269,18 @@ def _deadline_cases(model: str, name: str, datatype: str, dims: list[int]) -> It
         "priority",
     )
     yield bad_request(
-        "timeout-negative", f, model, json_body({"inputs": [good], "parameters": {"timeout": -1}}), "timeout"
+        "timeout-negative",
+        f,
+        model,
+        json_body({"inputs": [good], "parameters": {"timeout": -1}}),
+        "timeout",
     )
     yield bad_request(
-        "timeout-2^64", f, model, json_body({"inputs": [good], "parameters": {"timeout": 2**64}}), "timeout"
+        "timeout-2^64",
+        f,
+        model,
+        json_body({"inputs": [good], "parameters": {"timeout": 2**64}}),
+        "timeout",
     )
     yield bad_request(
         "timeout-string",
@@ -231,12 +294,22 @@ def _deadline_cases(model: str, name: str, datatype: str, dims: list[int]) -> It
 def _json_text_cases(model: str, name: str, datatype: str, dims: list[int]) -> Iterator[Hostile]:
     good = json.dumps({"inputs": [good_input(name, datatype, dims)]}).encode()
     dup, utf8, deep = "duplicate-keys", "invalid-utf8-and-escapes", "deep-nesting"
-    huge = json.dumps({"name": name, "shape": [2**31 - 1, 2**31 - 1], "datatype": datatype, "data": []})
-    yield bad_request(
-        "inputs-twice", dup, model, raw_body(good[:-1] + b', "inputs": [' + huge.encode() + b"]}"), "repeats"
+    huge = json.dumps(
+        {"name": name, "shape": [2**31 - 1, 2**31 - 1], "datatype": datatype, "data": []}
     )
     yield bad_request(
-        "inputs-twice-escaped", dup, model, raw_body(good[:-1] + b', "\\u0069nputs": []}'), "repeats"
+        "inputs-twice",
+        dup,
+        model,
+        raw_body(good[:-1] + b', "inputs": [' + huge.encode() + b"]}"),
+        "repeats",
+    )
+    yield bad_request(
+        "inputs-twice-escaped",
+        dup,
+        model,
+        raw_body(good[:-1] + b', "\\u0069nputs": []}'),
+        "repeats",
     )
     yield bad_request(
         "shape-twice",
@@ -260,10 +333,18 @@ def _json_text_cases(model: str, name: str, datatype: str, dims: list[int]) -> I
         "repeats",
     )
     yield bad_request(
-        "parameters-twice", dup, model, raw_body(good[:-1] + b', "parameters": {"a": 1, "a": 2}}'), "repeats"
+        "parameters-twice",
+        dup,
+        model,
+        raw_body(good[:-1] + b', "parameters": {"a": 1, "a": 2}}'),
+        "repeats",
     )
     yield bad_request(
-        "invalid-byte", utf8, model, raw_body(good.replace(b'"name": "', b'"name": "\xff', 1)), "UTF-8"
+        "invalid-byte",
+        utf8,
+        model,
+        raw_body(good.replace(b'"name": "', b'"name": "\xff', 1)),
+        "UTF-8",
     )
     yield bad_request(
         "escape-then-invalid",
@@ -273,7 +354,11 @@ def _json_text_cases(model: str, name: str, datatype: str, dims: list[int]) -> I
         "UTF-8",
     )
     yield bad_request(
-        "overlong-slash", utf8, model, raw_body(good.replace(b'"name": "', b'"name": "\xc0\xaf', 1)), "UTF-8"
+        "overlong-slash",
+        utf8,
+        model,
+        raw_body(good.replace(b'"name": "', b'"name": "\xc0\xaf', 1)),
+        "UTF-8",
     )
     yield bad_request(
         "encoded-surrogate",
@@ -301,9 +386,15 @@ def _json_text_cases(model: str, name: str, datatype: str, dims: list[int]) -> I
     )
     yield bad_request("utf16-body", utf8, model, raw_body(good.decode().encode("utf-16")), "UTF-8")
     yield bad_request(
-        "latin1-body", utf8, model, raw_body(good.replace(b'"name": "', b'"name": "caf\xe9', 1)), "UTF-8"
+        "latin1-body",
+        utf8,
+        model,
+        raw_body(good.replace(b'"name": "', b'"name": "caf\xe9', 1)),
+        "UTF-8",
     )
-    yield bad_request("nan-literal", utf8, model, raw_body(good[:-1] + b', "parameters": {"x": NaN}}'), "NaN")
+    yield bad_request(
+        "nan-literal", utf8, model, raw_body(good[:-1] + b', "parameters": {"x": NaN}}'), "NaN"
+    )
     yield bad_request(
         "infinity-literal",
         utf8,
@@ -331,10 +422,14 @@ def _json_text_cases(model: str, name: str, datatype: str, dims: list[int]) -> I
         "parameters-100k",
         deep,
         model,
-        raw_body(good[:-1] + b', "parameters": ' + b'{"a":' * 100_000 + b"1" + b"}" * 100_000 + b"}"),
+        raw_body(
+            good[:-1] + b', "parameters": ' + b'{"a":' * 100_000 + b"1" + b"}" * 100_000 + b"}"
+        ),
         "levels deep",
     )
-    yield bad_request("unclosed-1m", deep, model, raw_body(b'{"inputs": [' + b"[" * 1_000_000), "levels deep")
+    yield bad_request(
+        "unclosed-1m", deep, model, raw_body(b'{"inputs": [' + b"[" * 1_000_000), "levels deep"
+    )
 
 
 def _shape_cases(model: str, name: str, datatype: str, dims: list[int]) -> Iterator[Hostile]:
@@ -352,7 +447,9 @@ def _shape_cases(model: str, name: str, datatype: str, dims: list[int]) -> Itera
             f"json-{label}",
             f,
             model,
-            json_body({"inputs": [{"name": name, "shape": shape, "datatype": datatype, "data": one}]}),
+            json_body(
+                {"inputs": [{"name": name, "shape": shape, "datatype": datatype, "data": one}]}
+            ),
             "shape",
         )
     yield bad_request(
@@ -372,7 +469,12 @@ def _shape_cases(model: str, name: str, datatype: str, dims: list[int]) -> Itera
     body, headers = binary_body(
         {
             "inputs": [
-                {"name": name, "shape": [2**40], "datatype": datatype, "parameters": {"binary_data_size": 4}}
+                {
+                    "name": name,
+                    "shape": [2**40],
+                    "datatype": datatype,
+                    "parameters": {"binary_data_size": 4},
+                }
             ]
         },
         b"\0" * 4,
@@ -384,7 +486,13 @@ def kserve_cases() -> list[Hostile]:
     """KServe v2 bodies, for each model the hostile gateway serves."""
     cases: list[Hostile] = []
     for target in KSERVE_TARGETS:
-        for family in (_structure_cases, _deadline_cases, _json_text_cases, _shape_cases, binary_cases):
+        for family in (
+            _structure_cases,
+            _deadline_cases,
+            _json_text_cases,
+            _shape_cases,
+            binary_cases,
+        ):
             cases.extend(family(*target))
     # Compression is per request, not per model: one model is enough.
     cases.extend(compression_cases(*KSERVE_TARGETS[2]))

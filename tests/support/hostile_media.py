@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 from PIL import Image
 
-from gateway.kserve import InferRequest, InputTensor, encode_rest
+from gateway.protocol.kserve import InferRequest, InputTensor, encode_rest
 from tests.support.hostile_corpus import (
     INTERNALS,
     SERVING,
@@ -87,7 +87,12 @@ _IMAGES: list[tuple[str, Callable[[], bytes], tuple[int, ...], str | None]] = [
     ("riff-wave", lambda: b"RIFF\x24\x00\x00\x00WAVEfmt " + b"\0" * 64, (400,), None),
     ("png-signature-only", lambda: b"\x89PNG\r\n\x1a\n", (400,), None),
     ("text-file", lambda: b"this is not an image, it is text\n" * 10, (400,), None),
-    ("svg", lambda: b'<svg xmlns="http://www.w3.org/2000/svg" width="99999" height="99999"/>', (400,), None),
+    (
+        "svg",
+        lambda: b'<svg xmlns="http://www.w3.org/2000/svg" width="99999" height="99999"/>',
+        (400,),
+        None,
+    ),
     # Unusual but valid: answered, not refused.
     ("png-1x1", lambda: png(1, 1), (200,), None),
     ("png-1000x60-aspect-16", lambda: png(1000, 60), (200,), None),
@@ -105,7 +110,9 @@ _IMAGES: list[tuple[str, Callable[[], bytes], tuple[int, ...], str | None]] = [
 def image_cases() -> Iterator[Hostile]:
     f = "image-bombs"
 
-    def upload(build: Callable[[], bytes]) -> Callable[[], list[tuple[str, tuple[str, bytes, str]]]]:
+    def upload(
+        build: Callable[[], bytes],
+    ) -> Callable[[], list[tuple[str, tuple[str, bytes, str]]]]:
         return lambda: [("file", ("x", build(), "application/octet-stream"))]
 
     for label, build, expect, owner in _IMAGES:
@@ -163,7 +170,11 @@ def upload_cases() -> Iterator[Hostile]:
         return lambda: [("file", (f"f{i}.jpg", data(), "image/jpeg")) for i in range(n)]
 
     yield Hostile(
-        f"{f}/files-9", f, HttpAttempt("POST", "/v1/classify", files=files(9)), frozenset({400}), ("file",)
+        f"{f}/files-9",
+        f,
+        HttpAttempt("POST", "/v1/classify", files=files(9)),
+        frozenset({400}),
+        ("file",),
     )
     yield Hostile(
         f"{f}/files-2000",
@@ -182,14 +193,18 @@ def upload_cases() -> Iterator[Hostile]:
     yield Hostile(
         f"{f}/file-5MB",
         f,
-        HttpAttempt("POST", "/v1/classify", files=files(1, lambda: b"\xff\xd8\xff" + b"\0" * (5 << 20))),
+        HttpAttempt(
+            "POST", "/v1/classify", files=files(1, lambda: b"\xff\xd8\xff" + b"\0" * (5 << 20))
+        ),
         frozenset({413}),
         ("limit",),
     )
     yield Hostile(
         f"{f}/wrong-field",
         f,
-        HttpAttempt("POST", "/v1/classify", files=lambda: [("image", ("a.jpg", good_jpeg(), "image/jpeg"))]),
+        HttpAttempt(
+            "POST", "/v1/classify", files=lambda: [("image", ("a.jpg", good_jpeg(), "image/jpeg"))]
+        ),
         frozenset({400, 422}),
         ("file",),
     )
@@ -203,7 +218,8 @@ def upload_cases() -> Iterator[Hostile]:
         (
             "fields-5000",
             b"".join(
-                b'--XyZ\r\nContent-Disposition: form-data; name="f%d"\r\n\r\nv\r\n' % i for i in range(5000)
+                b'--XyZ\r\nContent-Disposition: form-data; name="f%d"\r\n\r\nv\r\n' % i
+                for i in range(5000)
             )
             + b"--XyZ--\r\n",
         ),
@@ -225,14 +241,18 @@ def upload_cases() -> Iterator[Hostile]:
     yield Hostile(
         f"{f}/multipart-no-boundary",
         f,
-        HttpAttempt("POST", "/v1/classify", raw_body(b"x"), {"Content-Type": "multipart/form-data"}),
+        HttpAttempt(
+            "POST", "/v1/classify", raw_body(b"x"), {"Content-Type": "multipart/form-data"}
+        ),
         frozenset({400, 422}),
         (),
     )
     yield Hostile(
         f"{f}/json-instead",
         f,
-        HttpAttempt("POST", "/v1/classify", raw_body(b'{"file": "x"}'), {"Content-Type": "application/json"}),
+        HttpAttempt(
+            "POST", "/v1/classify", raw_body(b'{"file": "x"}'), {"Content-Type": "application/json"}
+        ),
         frozenset({400, 422}),
         (),
     )

@@ -26,7 +26,11 @@ def protocol_cases() -> list[Hostile]:
             f"{f}/header-64MB",
             f,
             RawAttempt(
-                lambda: b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (64 << 20) + b"\r\n\r\n"
+                lambda: (
+                    b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: "
+                    + b"a" * (64 << 20)
+                    + b"\r\n\r\n"
+                )
             ),
             frozenset({431}),
             ("bytes",),
@@ -47,7 +51,9 @@ def protocol_cases() -> list[Hostile]:
         Hostile(
             f"{f}/url-1MB",
             f,
-            RawAttempt(_request(b"GET /v2/models/" + b"m" * (1 << 20) + b" HTTP/1.1\r\nHost: x\r\n\r\n")),
+            RawAttempt(
+                _request(b"GET /v2/models/" + b"m" * (1 << 20) + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+            ),
             frozenset({431}),
             ("bytes",),
         ),
@@ -81,13 +87,19 @@ def protocol_cases() -> list[Hostile]:
             f"{f}/cookies-30k",
             f,
             RawAttempt(
-                _request(b"GET /healthz HTTP/1.1\r\nHost: x\r\nCookie: " + b"a=b; " * 7000 + b"\r\n\r\n")
+                _request(
+                    b"GET /healthz HTTP/1.1\r\nHost: x\r\nCookie: " + b"a=b; " * 7000 + b"\r\n\r\n"
+                )
             ),
             frozenset({431}),
             ("bytes",),
         ),
         Hostile(
-            f"{f}/silent-connection", f, RawAttempt(_request(b"")), frozenset({408}), ("did not arrive",)
+            f"{f}/silent-connection",
+            f,
+            RawAttempt(_request(b"")),
+            frozenset({408}),
+            ("did not arrive",),
         ),
         Hostile(
             f"{f}/half-request-line",
@@ -120,7 +132,11 @@ def protocol_cases() -> list[Hostile]:
     ]
     p = "http-protocol"
     for label, data, mention in (
-        ("garbage-request-line", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03 hello\r\n\r\n", "invalid"),
+        (
+            "garbage-request-line",
+            b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03 hello\r\n\r\n",
+            "invalid",
+        ),
         ("bad-method", b"G\x00T /healthz HTTP/1.1\r\nHost: x\r\n\r\n", "invalid"),
         ("nul-in-header", b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: a\x00b\r\n\r\n", "invalid"),
         ("space-before-colon", b"GET /healthz HTTP/1.1\r\nHost : x\r\n\r\n", "invalid"),
@@ -153,7 +169,9 @@ def protocol_cases() -> list[Hostile]:
         ),
         ("lf-only-lines", b"GET /healthz HTTP/1.1\nHost: x\n\n", "invalid"),
     ):
-        cases.append(Hostile(f"{p}/{label}", p, RawAttempt(raw_body(data)), frozenset({400}), (mention,)))
+        cases.append(
+            Hostile(f"{p}/{label}", p, RawAttempt(raw_body(data)), frozenset({400}), (mention,))
+        )
     # llhttp reads an HTTP/0.9 request line: it must still meet authentication.
     cases.append(
         Hostile(
@@ -171,7 +189,8 @@ def protocol_cases() -> list[Hostile]:
             RawAttempt(
                 _request(
                     infer + b"Transfer-Encoding: chunked\r\n\r\n",
-                    b"".join(b"10000\r\n" + b" " * 0x10000 + b"\r\n" for _ in range(80)) + b"0\r\n\r\n",
+                    b"".join(b"10000\r\n" + b" " * 0x10000 + b"\r\n" for _ in range(80))
+                    + b"0\r\n\r\n",
                 )
             ),
             frozenset({413}),

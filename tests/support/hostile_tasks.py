@@ -47,7 +47,9 @@ def embedding_cases() -> Iterator[Hostile]:
         yield Hostile(
             f"{f}/{label}",
             f,
-            HttpAttempt("POST", "/v1/embeddings", json_body({"model": "text_embedding", "input": value})),
+            HttpAttempt(
+                "POST", "/v1/embeddings", json_body({"model": "text_embedding", "input": value})
+            ),
             frozenset(expect),
             ("input", "limit"),
             owner,
@@ -118,7 +120,9 @@ def embedding_cases() -> Iterator[Hostile]:
         yield Hostile(
             f"{f}/{label}",
             f,
-            HttpAttempt("POST", "/v1/embeddings", raw_body(body), {"Content-Type": "application/json"}),
+            HttpAttempt(
+                "POST", "/v1/embeddings", raw_body(body), {"Content-Type": "application/json"}
+            ),
             frozenset(expect),
             (mention,),
             owner,
@@ -136,7 +140,9 @@ def embedding_cases() -> Iterator[Hostile]:
         yield Hostile(
             f"{f}/{label}",
             f,
-            HttpAttempt("POST", "/v1/embeddings", json_body({"model": "text_embedding", "input": value})),
+            HttpAttempt(
+                "POST", "/v1/embeddings", json_body({"model": "text_embedding", "input": value})
+            ),
             frozenset({200}),
             (),
             owner,
@@ -161,10 +167,20 @@ def generation_cases() -> Iterator[Hostile]:
         ("size-zero", json_bytes({**base, "size": "0x0"}), "size", None),
         ("size-three-dims", json_bytes({**base, "size": "64x64x64"}), "size", None),
         ("guidance-1e308", json_bytes({**base, "guidance_scale": 1e308}), "guidance", None),
-        ("guidance-nan", b'{"prompt": "a fox", "size": "64x64", "guidance_scale": NaN}', "guidance", None),
+        (
+            "guidance-nan",
+            b'{"prompt": "a fox", "size": "64x64", "guidance_scale": NaN}',
+            "guidance",
+            None,
+        ),
         ("prompt-1MB", json_bytes({**base, "prompt": "p" * (1 << 20)}), "prompt", None),
         ("prompt-empty", json_bytes({**base, "prompt": ""}), "prompt", None),
-        ("prompt-surrogate", b'{"prompt": "a \\ud800 fox", "size": "64x64"}', "prompt", TENANCY_LIMITS),
+        (
+            "prompt-surrogate",
+            b'{"prompt": "a \\ud800 fox", "size": "64x64"}',
+            "prompt",
+            TENANCY_LIMITS,
+        ),
         ("n-1000", json_bytes({**base, "n": 1000}), "n", None),
         (
             "negative-prompt-1MB",
@@ -178,7 +194,10 @@ def generation_cases() -> Iterator[Hostile]:
             f"{f}/{label}",
             f,
             HttpAttempt(
-                "POST", "/v1/images/generations", raw_body(body), {"Content-Type": "application/json"}
+                "POST",
+                "/v1/images/generations",
+                raw_body(body),
+                {"Content-Type": "application/json"},
             ),
             frozenset({400, 422}),
             (mention,),

@@ -30,18 +30,28 @@ def encode(image: Image.Image, fmt: str = "PNG", **options: object) -> bytes:
 
 def png_header_only(width: int, height: int) -> bytes:
     """A PNG that declares ``width`` x ``height`` but carries almost no data (a decompression bomb's header)."""
+
     def chunk(kind: bytes, body: bytes) -> bytes:
-        return len(body).to_bytes(4, "big") + kind + body + zlib.crc32(kind + body).to_bytes(4, "big")
+        return (
+            len(body).to_bytes(4, "big") + kind + body + zlib.crc32(kind + body).to_bytes(4, "big")
+        )
 
     header = width.to_bytes(4, "big") + height.to_bytes(4, "big") + bytes([8, 0, 0, 0, 0])
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0" * 16)) + chunk(b"IEND", b"")
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(b"\0" * 16))
+        + chunk(b"IEND", b"")
+    )
 
 
 def _exif_rotated(name: str) -> bytes:
     """The photograph stored on its side with EXIF orientation 6 (rotate 90 degrees clockwise to view)."""
     exif = Image.Exif()
     exif[0x0112] = 6
-    return encode(photo(name).transpose(Image.Transpose.ROTATE_90), "JPEG", quality=92, exif=exif.tobytes())
+    return encode(
+        photo(name).transpose(Image.Transpose.ROTATE_90), "JPEG", quality=92, exif=exif.tobytes()
+    )
 
 
 def _sixteen_bit(name: str) -> bytes:
@@ -62,7 +72,10 @@ HOSTILE: dict[str, tuple[Callable[[], bytes], str]] = {
 #: unusual but valid encodings of a real photograph: (photo name, bytes)
 AWKWARD: dict[str, tuple[str, Callable[[], bytes]]] = {
     "cmyk jpeg": ("chelsea", lambda: encode(photo("chelsea").convert("CMYK"), "JPEG", quality=95)),
-    "palette png": ("coffee", lambda: encode(photo("coffee").convert("P", palette=Image.Palette.ADAPTIVE))),
+    "palette png": (
+        "coffee",
+        lambda: encode(photo("coffee").convert("P", palette=Image.Palette.ADAPTIVE)),
+    ),
     "16-bit grey png": ("chelsea", lambda: _sixteen_bit("chelsea")),
     "rgba png": ("coffee", lambda: encode(photo("coffee").convert("RGBA"))),
     "exif-rotated jpeg": ("chelsea", lambda: _exif_rotated("chelsea")),

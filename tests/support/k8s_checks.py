@@ -114,9 +114,13 @@ def check_probes(docs: list[dict[str, Any]]) -> list[str]:
                         errors.append(f"{name_of(w)}: container {c['name']} has no {probe}")
                 live, ready = c.get("livenessProbe"), c.get("readinessProbe")
                 if live and ready and _probe_action(live) == _probe_action(ready):
-                    errors.append(f"{name_of(w)}: container {c['name']}'s liveness and readiness probes ask the same")
+                    errors.append(
+                        f"{name_of(w)}: container {c['name']}'s liveness and readiness probes ask the same"
+                    )
                 if live and "httpGet" in live and "startupProbe" not in c:
-                    errors.append(f"{name_of(w)}: container {c['name']} has an HTTP livenessProbe but no startupProbe")
+                    errors.append(
+                        f"{name_of(w)}: container {c['name']} has an HTTP livenessProbe but no startupProbe"
+                    )
             else:
                 for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
                     if probe in c:
@@ -138,11 +142,17 @@ def check_resources(docs: list[dict[str, Any]]) -> list[str]:
                     errors.append(f"{where} has no {r} request")
                 if r not in limits:
                     errors.append(f"{where} has no {r} limit")
-                if r in requests and r in limits and quantity(r, requests[r]) > quantity(r, limits[r]):
+                if (
+                    r in requests
+                    and r in limits
+                    and quantity(r, requests[r]) > quantity(r, limits[r])
+                ):
                     errors.append(f"{where}: {r} request {requests[r]} over limit {limits[r]}")
             for r in set(requests) | set(limits):
                 if "/" in r and requests.get(r) != limits.get(r):
-                    errors.append(f"{where}: {r} request {requests.get(r)} != limit {limits.get(r)}")
+                    errors.append(
+                        f"{where}: {r} request {requests.get(r)} != limit {limits.get(r)}"
+                    )
     return errors
 
 
@@ -153,7 +163,9 @@ def check_exposure(docs: list[dict[str, Any]]) -> list[str]:
     for doc in docs:
         if doc["kind"] == "Service":
             spec = doc["spec"]
-            public = spec.get("type", "ClusterIP") in ("LoadBalancer", "NodePort") or spec.get("externalIPs")
+            public = spec.get("type", "ClusterIP") in ("LoadBalancer", "NodePort") or spec.get(
+                "externalIPs"
+            )
             if doc["metadata"]["name"] not in PUBLIC_SERVICES:
                 if public or spec.get("type") == "ExternalName":
                     errors.append(f"{name_of(doc)} is exposed (type {spec.get('type')})")
@@ -175,7 +187,9 @@ def check_exposure(docs: list[dict[str, Any]]) -> list[str]:
         for _, c in containers(w):
             for p in c.get("ports", []):
                 if "hostPort" in p:
-                    errors.append(f"{name_of(w)}: container {c['name']} binds hostPort {p['hostPort']}")
+                    errors.append(
+                        f"{name_of(w)}: container {c['name']} binds hostPort {p['hostPort']}"
+                    )
     triton = [d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == "triton"]
     if not triton or triton[0]["spec"].get("type", "ClusterIP") != "ClusterIP":
         errors.append("Service/triton must exist and be ClusterIP")
@@ -183,8 +197,12 @@ def check_exposure(docs: list[dict[str, Any]]) -> list[str]:
 
 
 def _policies_for(docs: list[dict[str, Any]], labels: dict[str, str]) -> list[dict[str, Any]]:
-    return [d for d in docs if d["kind"] == "NetworkPolicy"
-            and (d["spec"]["podSelector"] == {} or selects(d["spec"]["podSelector"], labels))]
+    return [
+        d
+        for d in docs
+        if d["kind"] == "NetworkPolicy"
+        and (d["spec"]["podSelector"] == {} or selects(d["spec"]["podSelector"], labels))
+    ]
 
 
 def _rule_ports(rule: dict[str, Any]) -> set[int] | None:
@@ -198,15 +216,27 @@ def check_network_policy(docs: list[dict[str, Any]]) -> list[str]:
     """Ingress is denied by default; Triton's inference ports open only to gateway pods, its metrics
     port only to the monitoring namespace; Redis only to gateway pods."""
     errors = []
-    deny = [d for d in docs if d["kind"] == "NetworkPolicy" and d["spec"]["podSelector"] == {}
-            and "Ingress" in d["spec"].get("policyTypes", []) and not d["spec"].get("ingress")]
+    deny = [
+        d
+        for d in docs
+        if d["kind"] == "NetworkPolicy"
+        and d["spec"]["podSelector"] == {}
+        and "Ingress" in d["spec"].get("policyTypes", [])
+        and not d["spec"].get("ingress")
+    ]
     if not deny:
-        errors.append("no default-deny ingress NetworkPolicy (podSelector {} with no ingress rules)")
+        errors.append(
+            "no default-deny ingress NetworkPolicy (podSelector {} with no ingress rules)"
+        )
 
     gateway_peer = {"podSelector": {"matchLabels": GATEWAY_LABELS}}
     monitoring_peer = {"namespaceSelector": {"matchLabels": MONITORING_NAMESPACE}}
     for target, labels, allowed in (
-        ("triton", TRITON_LABELS, [(gateway_peer, {8000, 8001}), (monitoring_peer, {TRITON_METRICS_PORT})]),
+        (
+            "triton",
+            TRITON_LABELS,
+            [(gateway_peer, {8000, 8001}), (monitoring_peer, {TRITON_METRICS_PORT})],
+        ),
         ("redis", REDIS_LABELS, [(gateway_peer, {6379})]),
     ):
         policies = _policies_for(docs, labels)
@@ -226,7 +256,9 @@ def check_network_policy(docs: list[dict[str, Any]]) -> list[str]:
                     if not ok:
                         errors.append(f"{name_of(policy)} lets {peer} reach {target}")
                     elif ports is None or not ports <= ok[0]:
-                        errors.append(f"{name_of(policy)} lets {peer} reach {target} on ports {ports or 'all'}")
+                        errors.append(
+                            f"{name_of(policy)} lets {peer} reach {target} on ports {ports or 'all'}"
+                        )
         if not opened:
             errors.append(f"no NetworkPolicy lets anything reach {target} (the gateway needs it)")
     return errors
@@ -277,12 +309,20 @@ def check_selectors(docs: list[dict[str, Any]]) -> list[str]:
         if len(hits) != 1:
             errors.append(f"{name_of(svc)} selects {len(hits)} workloads, expected 1")
             continue
-        port_names = {p.get("name") for _, c in containers(hits[0], init=False) for p in c.get("ports", [])}
-        port_numbers = {p["containerPort"] for _, c in containers(hits[0], init=False) for p in c.get("ports", [])}
+        port_names = {
+            p.get("name") for _, c in containers(hits[0], init=False) for p in c.get("ports", [])
+        }
+        port_numbers = {
+            p["containerPort"]
+            for _, c in containers(hits[0], init=False)
+            for p in c.get("ports", [])
+        }
         for port in svc["spec"]["ports"]:
             target = port.get("targetPort", port["port"])
             if target not in port_names | port_numbers:
-                errors.append(f"{name_of(svc)}: targetPort {target!r} is no container port of {name_of(hits[0])}")
+                errors.append(
+                    f"{name_of(svc)}: targetPort {target!r} is no container port of {name_of(hits[0])}"
+                )
 
     for pdb in (d for d in docs if d["kind"] == "PodDisruptionBudget"):
         hits = [w for w in ws if selects(pdb["spec"]["selector"], pod_labels(w))]
@@ -296,18 +336,25 @@ def check_selectors(docs: list[dict[str, Any]]) -> list[str]:
         ref = doc["spec"]["scaleTargetRef"]
         target = by_name.get(ref["name"])
         if target is None or ref.get("kind", "Deployment") != target["kind"]:
-            errors.append(f"{name_of(doc)} targets {ref.get('kind')}/{ref['name']}, which does not exist")
+            errors.append(
+                f"{name_of(doc)} targets {ref.get('kind')}/{ref['name']}, which does not exist"
+            )
             continue
         scaled.setdefault(ref["name"], []).append(name_of(doc))
         if "replicas" in target["spec"]:
             errors.append(f"{name_of(target)} sets replicas although {name_of(doc)} owns the count")
         if doc["kind"] == "HorizontalPodAutoscaler":
             for metric in doc["spec"].get("metrics", []):
-                if metric["type"] == "Resource" and metric["resource"]["target"]["type"] == "Utilization":
+                if (
+                    metric["type"] == "Resource"
+                    and metric["resource"]["target"]["type"] == "Utilization"
+                ):
                     resource = metric["resource"]["name"]
                     for _, c in containers(target, init=False):
                         if resource not in c.get("resources", {}).get("requests", {}):
-                            errors.append(f"{name_of(doc)}: {resource} utilisation needs a request on {c['name']}")
+                            errors.append(
+                                f"{name_of(doc)}: {resource} utilisation needs a request on {c['name']}"
+                            )
             if doc["spec"].get("minReplicas", 1) > doc["spec"]["maxReplicas"]:
                 errors.append(f"{name_of(doc)}: minReplicas over maxReplicas")
         elif doc["spec"].get("minReplicaCount", 0) > doc["spec"].get("maxReplicaCount", 100):
@@ -317,14 +364,21 @@ def check_selectors(docs: list[dict[str, Any]]) -> list[str]:
             errors.append(f"Deployment/{workload} has several autoscalers: {scalers}")
 
     for sm in (d for d in docs if d["kind"] == "ServiceMonitor"):
-        svcs = [d for d in docs if d["kind"] == "Service" and selects(sm["spec"]["selector"], d["metadata"].get("labels", {}))]
+        svcs = [
+            d
+            for d in docs
+            if d["kind"] == "Service"
+            and selects(sm["spec"]["selector"], d["metadata"].get("labels", {}))
+        ]
         if len(svcs) != 1:
             errors.append(f"{name_of(sm)} selects {len(svcs)} Services, expected 1")
             continue
         names = {p.get("name") for p in svcs[0]["spec"]["ports"]}
         for ep in sm["spec"]["endpoints"]:
             if ep["port"] not in names:
-                errors.append(f"{name_of(sm)}: port {ep['port']!r} is not a named port of {name_of(svcs[0])}")
+                errors.append(
+                    f"{name_of(sm)}: port {ep['port']!r} is not a named port of {name_of(svcs[0])}"
+                )
 
     for np in (d for d in docs if d["kind"] == "NetworkPolicy" and d["spec"]["podSelector"] != {}):
         if not any(selects(np["spec"]["podSelector"], pod_labels(w)) for w in ws):
@@ -347,12 +401,18 @@ def check_references(docs: list[dict[str, Any]]) -> list[str]:
         volumes = {v["name"]: v for v in spec.get("volumes", [])}
         claims = {t["metadata"]["name"] for t in w["spec"].get("volumeClaimTemplates", [])}
         for v in volumes.values():
-            if "persistentVolumeClaim" in v and ("PersistentVolumeClaim", v["persistentVolumeClaim"]["claimName"]) not in present:
+            if (
+                "persistentVolumeClaim" in v
+                and ("PersistentVolumeClaim", v["persistentVolumeClaim"]["claimName"])
+                not in present
+            ):
                 errors.append(f"{name_of(w)}: volume {v['name']} claims a PVC that does not exist")
             if "secret" in v and ("Secret", v["secret"]["secretName"]) not in present:
                 errors.append(f"{name_of(w)}: volume {v['name']} uses a Secret that does not exist")
             if "configMap" in v and ("ConfigMap", v["configMap"]["name"]) not in present:
-                errors.append(f"{name_of(w)}: volume {v['name']} uses a ConfigMap that does not exist")
+                errors.append(
+                    f"{name_of(w)}: volume {v['name']} uses a ConfigMap that does not exist"
+                )
         for _, c in containers(w):
             where = f"{name_of(w)}: container {c['name']}"
             for mount in c.get("volumeMounts", []):
@@ -360,10 +420,19 @@ def check_references(docs: list[dict[str, Any]]) -> list[str]:
                     errors.append(f"{where} mounts unknown volume {mount['name']!r}")
             for env in c.get("env", []):
                 source = env.get("valueFrom", {})
-                for ref_kind, kind in (("configMapKeyRef", "ConfigMap"), ("secretKeyRef", "Secret")):
+                for ref_kind, kind in (
+                    ("configMapKeyRef", "ConfigMap"),
+                    ("secretKeyRef", "Secret"),
+                ):
                     ref = source.get(ref_kind)
-                    if ref and not ref.get("optional") and not has_key(kind, ref["name"], ref["key"]):
-                        errors.append(f"{where}: env {env['name']} needs {kind}/{ref['name']} key {ref['key']}")
+                    if (
+                        ref
+                        and not ref.get("optional")
+                        and not has_key(kind, ref["name"], ref["key"])
+                    ):
+                        errors.append(
+                            f"{where}: env {env['name']} needs {kind}/{ref['name']} key {ref['key']}"
+                        )
             for env_from in c.get("envFrom", []):
                 for ref_kind, kind in (("configMapRef", "ConfigMap"), ("secretRef", "Secret")):
                     ref = env_from.get(ref_kind)
@@ -378,8 +447,13 @@ def check_namespace(docs: list[dict[str, Any]]) -> list[str]:
     if not any(d["kind"] == "Namespace" and d["metadata"]["name"] == NAMESPACE for d in docs):
         errors.append(f"Namespace/{NAMESPACE} is not rendered")
     for doc in docs:
-        if doc["kind"] not in CLUSTER_SCOPED_KINDS and doc["metadata"].get("namespace") != NAMESPACE:
-            errors.append(f"{name_of(doc)} is in namespace {doc['metadata'].get('namespace')!r}, not {NAMESPACE!r}")
+        if (
+            doc["kind"] not in CLUSTER_SCOPED_KINDS
+            and doc["metadata"].get("namespace") != NAMESPACE
+        ):
+            errors.append(
+                f"{name_of(doc)} is in namespace {doc['metadata'].get('namespace')!r}, not {NAMESPACE!r}"
+            )
     return errors
 
 

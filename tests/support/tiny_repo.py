@@ -30,7 +30,15 @@ from tritonclient.grpc import model_config_pb2 as mc
 from builders.triton_config import apply_queue_policy
 from serving.limits import DEFAULT_LIMITS
 
-__all__ = ["TINY_MODEL", "SLOW_MODEL", "TINY_WEIGHT", "TINY_BIAS", "build_tiny_repository", "release_slow", "slow_executions"]
+__all__ = [
+    "TINY_MODEL",
+    "SLOW_MODEL",
+    "TINY_WEIGHT",
+    "TINY_BIAS",
+    "build_tiny_repository",
+    "release_slow",
+    "slow_executions",
+]
 
 TINY_MODEL = "tiny_linear"
 SLOW_MODEL = "slow_echo"
@@ -82,7 +90,10 @@ def _tiny_onnx(path: Path) -> None:
         "tiny_linear",
         [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 4])],
         [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["N", 2])],
-        initializer=[numpy_helper.from_array(TINY_WEIGHT, "W"), numpy_helper.from_array(TINY_BIAS, "B")],
+        initializer=[
+            numpy_helper.from_array(TINY_WEIGHT, "W"),
+            numpy_helper.from_array(TINY_BIAS, "B"),
+        ],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
@@ -106,7 +117,9 @@ def build_tiny_repository(root: Path) -> Path:
     config.input.add(name="input", data_type=mc.TYPE_FP32, dims=[4])
     config.output.add(name="output", data_type=mc.TYPE_FP32, dims=[2])
     # As the builders configure a model (serving.limits.QueueLimits.default_instances says why).
-    config.instance_group.add(count=DEFAULT_LIMITS.queue.default_instances, kind=mc.ModelInstanceGroup.KIND_CPU)
+    config.instance_group.add(
+        count=DEFAULT_LIMITS.queue.default_instances, kind=mc.ModelInstanceGroup.KIND_CPU
+    )
     config.dynamic_batching.max_queue_delay_microseconds = 100
     for key in ("intra_op_thread_count", "inter_op_thread_count"):
         config.parameters[key].string_value = "1"

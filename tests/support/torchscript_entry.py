@@ -25,7 +25,9 @@ def infer(url: str, batch: np.ndarray) -> np.ndarray:
 def infer_in_batches(url: str, images: np.ndarray, max_batch_size: int) -> np.ndarray:
     """The entry's logits for every image, sent ``max_batch_size`` at a time (Triton refuses larger
     requests; the sample set holds more photographs than one batch)."""
-    return np.concatenate([infer(url, images[i : i + max_batch_size]) for i in range(0, len(images), max_batch_size)])
+    return np.concatenate(
+        [infer(url, images[i : i + max_batch_size]) for i in range(0, len(images), max_batch_size)]
+    )
 
 
 def infer_wrong_shape(url: str) -> str:

@@ -26,19 +26,29 @@ class Counts:
         return self.successes + self.failures
 
     def __sub__(self, other: Counts) -> Counts:
-        return Counts(self.inferences - other.inferences, self.executions - other.executions,
-                      self.successes - other.successes, self.failures - other.failures)
+        return Counts(
+            self.inferences - other.inferences,
+            self.executions - other.executions,
+            self.successes - other.successes,
+            self.failures - other.failures,
+        )
 
 
 def counts(client: Any, model: str) -> Counts:
     """The model's counters now (``client``: a ``tritonclient.http`` client)."""
     stats = client.get_inference_statistics(model)["model_stats"][0]
     inference = stats["inference_stats"]
-    return Counts(int(stats["inference_count"]), int(stats["execution_count"]),
-                  int(inference["success"]["count"]), int(inference["fail"]["count"]))
+    return Counts(
+        int(stats["inference_count"]),
+        int(stats["execution_count"]),
+        int(inference["success"]["count"]),
+        int(inference["fail"]["count"]),
+    )
 
 
-def wait_for_counts(client: Any, model: str, before: Counts, requests: int, timeout_s: float = 30.0) -> Counts:
+def wait_for_counts(
+    client: Any, model: str, before: Counts, requests: int, timeout_s: float = 30.0
+) -> Counts:
     """The change since ``before`` once Triton has recorded ``requests`` more requests (or the deadline)."""
     deadline = time.monotonic() + timeout_s
     while True:

@@ -12,7 +12,14 @@ from builders.errors import MissingInputError
 from builders.report import file_sha256
 from builders.spec import WeightsInfo
 
-__all__ = ["CHECKPOINT_ENV", "COMPONENTS", "PIPELINE", "RANDOM_MARKER", "Checkpoint", "checkpoint_from"]
+__all__ = [
+    "CHECKPOINT_ENV",
+    "COMPONENTS",
+    "PIPELINE",
+    "RANDOM_MARKER",
+    "Checkpoint",
+    "checkpoint_from",
+]
 
 CHECKPOINT_ENV = "SD_CHECKPOINT"
 PIPELINE = "stable_diffusion"
@@ -33,7 +40,11 @@ _WEIGHT_SUFFIXES = (".safetensors", ".bin")
 
 
 def _weight_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.suffix in _WEIGHT_SUFFIXES) if folder.is_dir() else []
+    return (
+        sorted(p for p in folder.iterdir() if p.suffix in _WEIGHT_SUFFIXES)
+        if folder.is_dir()
+        else []
+    )
 
 
 class Checkpoint:
@@ -48,12 +59,18 @@ class Checkpoint:
         if not self.path.exists():
             raise MissingInputError(f"stable_diffusion checkpoint folder not found: {self.path}")
         if not self.path.is_dir():
-            raise MissingInputError(f"stable_diffusion checkpoint must be a diffusers folder, not a file: {self.path}")
+            raise MissingInputError(
+                f"stable_diffusion checkpoint must be a diffusers folder, not a file: {self.path}"
+            )
         missing = [name for name in _REQUIRED if not (self.path / name).is_file()]
-        missing += [f"{sub}/*.safetensors" for sub in COMPONENTS if not _weight_files(self.path / sub)]
+        missing += [
+            f"{sub}/*.safetensors" for sub in COMPONENTS if not _weight_files(self.path / sub)
+        ]
         tokenizer = self.path / "tokenizer"
-        if not ((tokenizer / "tokenizer.json").is_file() or
-                ((tokenizer / "vocab.json").is_file() and (tokenizer / "merges.txt").is_file())):
+        if not (
+            (tokenizer / "tokenizer.json").is_file()
+            or ((tokenizer / "vocab.json").is_file() and (tokenizer / "merges.txt").is_file())
+        ):
             missing.append("tokenizer/vocab.json+merges.txt (or tokenizer.json)")
         if missing:
             raise MissingInputError(
@@ -75,16 +92,28 @@ class Checkpoint:
         first = files[0]
         if self.random_init is not None:
             preset, seed = self.random_init.get("preset", "tiny"), self.random_init.get("seed")
-            return WeightsInfo(source="random-init", pretrained=False, path=str(self.path), sha256=file_sha256(first),
-                               note=f"{preset} random-init Stable Diffusion checkpoint (seed {seed}); images mean nothing")
-        return WeightsInfo(source=f"file:{self.path}", pretrained=True, path=str(self.path / component / first.name),
-                           sha256=file_sha256(first))
+            return WeightsInfo(
+                source="random-init",
+                pretrained=False,
+                path=str(self.path),
+                sha256=file_sha256(first),
+                note=f"{preset} random-init Stable Diffusion checkpoint (seed {seed}); images mean nothing",
+            )
+        return WeightsInfo(
+            source=f"file:{self.path}",
+            pretrained=True,
+            path=str(self.path / component / first.name),
+            sha256=file_sha256(first),
+        )
 
     def files(self, component: str) -> list[Path]:
         """Files whose content makes ``component`` what it is (config, weights, vocabulary)."""
         folder = self.path / component
-        return sorted(p for p in folder.iterdir()
-                      if p.is_file() and p.suffix in (".json", ".txt", *_WEIGHT_SUFFIXES))
+        return sorted(
+            p
+            for p in folder.iterdir()
+            if p.is_file() and p.suffix in (".json", ".txt", *_WEIGHT_SUFFIXES)
+        )
 
     @property
     def vae_scale_factor(self) -> int:
@@ -111,7 +140,9 @@ class Checkpoint:
 
     @property
     def max_text_length(self) -> int:
-        tokenizer = json.loads((self.path / "tokenizer" / "tokenizer_config.json").read_text(encoding="utf-8"))
+        tokenizer = json.loads(
+            (self.path / "tokenizer" / "tokenizer_config.json").read_text(encoding="utf-8")
+        )
         length = int(tokenizer.get("model_max_length") or 0)
         if not 0 < length <= 10_000:  # transformers writes a huge sentinel for "no limit"
             length = int(self.config("text_encoder").get("max_position_embeddings", 77))

@@ -22,8 +22,17 @@ from builders.spec import BatchingPolicy, ModelSpec, TensorSpec, Tolerance
 from serving.limits import DEFAULT_LIMITS
 from serving.model_card import internal_parameters
 
-__all__ = ["SAMPLE_PROMPTS", "TEXT_ENCODER", "UNET", "VAE_DECODER", "SDTextEncoder", "SDUNet", "SDVAEDecoder",
-           "load_text_encoder", "tokenize"]
+__all__ = [
+    "SAMPLE_PROMPTS",
+    "TEXT_ENCODER",
+    "UNET",
+    "VAE_DECODER",
+    "SDTextEncoder",
+    "SDUNet",
+    "SDVAEDecoder",
+    "load_text_encoder",
+    "tokenize",
+]
 
 TEXT_ENCODER, UNET, VAE_DECODER = "sd_text_encoder", "sd_unet", "sd_vae_decoder"
 #: requests the pipeline runs in one loop; with classifier-free guidance the UNet sees twice as many rows
@@ -59,7 +68,9 @@ class _SDComponent(ModelSpec):
 
     def evaluation(self) -> Evaluation:
         # The samples are drawn from a fixed seed (and real prompts): pixel / PSNR parity with production.
-        return Evaluation(metric=OutputParity(output=self.outputs[0].name), inputs=self.sample_inputs())
+        return Evaluation(
+            metric=OutputParity(output=self.outputs[0].name), inputs=self.sample_inputs()
+        )
 
 
 def _wrap(model: object, kind: str):  # type: ignore[no-untyped-def]
@@ -78,8 +89,12 @@ def _wrap(model: object, kind: str):  # type: ignore[no-untyped-def]
             if kind == "unet":
                 sample, timestep, context = tensors
                 # Triton hands the batched timestep as [N, 1]; the UNet wants one per sample, [N].
-                return self.model(sample, timestep.reshape(-1), encoder_hidden_states=context,  # type: ignore[operator]
-                                  return_dict=False)[0]
+                return self.model(
+                    sample,
+                    timestep.reshape(-1),
+                    encoder_hidden_states=context,  # type: ignore[operator]
+                    return_dict=False,
+                )[0]
             return self.model.decode(tensors[0], return_dict=False)[0]  # type: ignore[attr-defined]
 
     return Wrapped().eval()
@@ -89,9 +104,16 @@ def tokenize(checkpoint: Checkpoint, prompts: tuple[str, ...]) -> np.ndarray:
     """Token ids [len(prompts), 77] as diffusers' pipeline makes them (padded to the maximum length)."""
     from transformers import CLIPTokenizer
 
-    tokenizer = CLIPTokenizer.from_pretrained(str(checkpoint.path / "tokenizer"), local_files_only=True)
-    ids = tokenizer(list(prompts), padding="max_length", max_length=checkpoint.max_text_length, truncation=True,
-                    return_tensors="np").input_ids
+    tokenizer = CLIPTokenizer.from_pretrained(
+        str(checkpoint.path / "tokenizer"), local_files_only=True
+    )
+    ids = tokenizer(
+        list(prompts),
+        padding="max_length",
+        max_length=checkpoint.max_text_length,
+        truncation=True,
+        return_tensors="np",
+    ).input_ids
     return ids.astype(np.int64)
 
 
@@ -100,8 +122,12 @@ def load_text_encoder(checkpoint: Checkpoint, attention: str = "eager", dtype: o
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import CLIPTextModel
 
-    return CLIPTextModel.from_pretrained(str(checkpoint.path / "text_encoder"), local_files_only=True,
-                                         attn_implementation=attention, dtype=dtype).eval()
+    return CLIPTextModel.from_pretrained(
+        str(checkpoint.path / "text_encoder"),
+        local_files_only=True,
+        attn_implementation=attention,
+        dtype=dtype,
+    ).eval()
 
 
 class SDTextEncoder(_SDComponent):
@@ -119,7 +145,9 @@ class SDTextEncoder(_SDComponent):
         self.outputs = (TensorSpec("last_hidden_state", "float32", (length, hidden)),)
 
     def load(self):  # type: ignore[no-untyped-def]
-        return _wrap(load_text_encoder(self.checkpoint), "text_encoder"), self.checkpoint.weights_info("text_encoder")
+        return _wrap(
+            load_text_encoder(self.checkpoint), "text_encoder"
+        ), self.checkpoint.weights_info("text_encoder")
 
     def sample_inputs(self) -> dict[str, np.ndarray]:
         return {"input_ids": tokenize(self.checkpoint, SAMPLE_PROMPTS)}
@@ -153,8 +181,9 @@ class SDUNet(_SDComponent):
     def load(self):  # type: ignore[no-untyped-def]
         from diffusers import UNet2DConditionModel
 
-        model = UNet2DConditionModel.from_pretrained(str(self.checkpoint.path), subfolder="unet",
-                                                     local_files_only=True).eval()
+        model = UNet2DConditionModel.from_pretrained(
+            str(self.checkpoint.path), subfolder="unet", local_files_only=True
+        ).eval()
         return _wrap(model, "unet"), self.checkpoint.weights_info("unet")
 
     def sample_inputs(self) -> dict[str, np.ndarray]:
@@ -163,21 +192,30 @@ class SDUNet(_SDComponent):
         # Real conditioning: the text encoder's embeddings of real prompts, on seeded noise latents.
         encoder = load_text_encoder(self.checkpoint)
         with torch.inference_mode():
-            context = encoder(torch.from_numpy(tokenize(self.checkpoint, SAMPLE_PROMPTS[:2]))).last_hidden_state.numpy()
+            context = encoder(
+                torch.from_numpy(tokenize(self.checkpoint, SAMPLE_PROMPTS[:2]))
+            ).last_hidden_state.numpy()
         side = int(self.checkpoint.config("unet").get("sample_size") or 64)
         if side % self.checkpoint.unet_down_factor == 0:
             # Trace where the up-blocks must resize to their skip connections, so the graph is exact
             # for latent sizes the down-sampling does not divide (see Checkpoint.size_multiple).
             side += 1
-        sample = self._rng().standard_normal((2, self.inputs[0].dims[0], side, side)).astype(np.float32)
-        return {"sample": sample, "timestep": np.array([[981.0], [1.0]], dtype=np.float32),
-                "encoder_hidden_states": context.astype(np.float32)}
+        sample = (
+            self._rng().standard_normal((2, self.inputs[0].dims[0], side, side)).astype(np.float32)
+        )
+        return {
+            "sample": sample,
+            "timestep": np.array([[981.0], [1.0]], dtype=np.float32),
+            "encoder_hidden_states": context.astype(np.float32),
+        }
 
 
 class SDVAEDecoder(_SDComponent):
     name = VAE_DECODER
     component = "vae"
-    description = "Stable Diffusion VAE decoder, latents -> image in [-1, 1] (local diffusers checkpoint)"
+    description = (
+        "Stable Diffusion VAE decoder, latents -> image in [-1, 1] (local diffusers checkpoint)"
+    )
     tolerance = Tolerance(max_abs_error=2e-3, min_cosine=0.9999)
     batching = BatchingPolicy(max_batch_size=_PIPELINE_BATCH, max_queue_delay_us=1000)
 
@@ -190,14 +228,16 @@ class SDVAEDecoder(_SDComponent):
     def load(self):  # type: ignore[no-untyped-def]
         from diffusers import AutoencoderKL
 
-        model = AutoencoderKL.from_pretrained(str(self.checkpoint.path), subfolder="vae", local_files_only=True).eval()
+        model = AutoencoderKL.from_pretrained(
+            str(self.checkpoint.path), subfolder="vae", local_files_only=True
+        ).eval()
         return _wrap(model, "vae"), self.checkpoint.weights_info("vae")
 
     def sample_inputs(self) -> dict[str, np.ndarray]:
         vae = self.checkpoint.config("vae")
         side = int(self.checkpoint.config("unet").get("sample_size") or 64)
         # What the pipeline hands the decoder: unit-variance latents divided by the scaling factor.
-        latents = self._rng().standard_normal((2, self.inputs[0].dims[0], side, side)) / float(vae.get("scaling_factor", 0.18215))
+        latents = self._rng().standard_normal((2, self.inputs[0].dims[0], side, side)) / float(
+            vae.get("scaling_factor", 0.18215)
+        )
         return {"latents": latents.astype(np.float32)}
-
-

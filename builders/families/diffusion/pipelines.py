@@ -29,9 +29,13 @@ __all__ = ["FP16_PIPELINE", "TORCH_PIPELINE", "pipeline_spec", "torch_pipeline_s
 FP16_PIPELINE = "stable_diffusion_fp16"
 TORCH_PIPELINE = "stable_diffusion_torch"
 _MODELS = Path(__file__).resolve().parents[2] / "python_models"
-_MODEL_FILES = {"model.py": "diffusion_pipeline.py", "diffusion_loop.py": "diffusion_loop.py",
-                "diffusion_networks.py": "diffusion_networks.py", "diffusion_request.py": "diffusion_request.py",
-                "diffusion_runtime.py": "diffusion_runtime.py"}
+_MODEL_FILES = {
+    "model.py": "diffusion_pipeline.py",
+    "diffusion_loop.py": "diffusion_loop.py",
+    "diffusion_networks.py": "diffusion_networks.py",
+    "diffusion_request.py": "diffusion_request.py",
+    "diffusion_runtime.py": "diffusion_runtime.py",
+}
 #: how long the dynamic batcher holds a request for others to join its loop: a generation takes
 #: seconds, clients that send together arrive within milliseconds of each other
 QUEUE_DELAY_US = 10_000
@@ -48,14 +52,23 @@ _INPUTS = (
 )
 
 
-def generation_limits(checkpoint: Checkpoint, limits: ImageGenerationLimits = DEFAULT_LIMITS.image_generation) -> GenerationLimits:
+def generation_limits(
+    checkpoint: Checkpoint, limits: ImageGenerationLimits = DEFAULT_LIMITS.image_generation
+) -> GenerationLimits:
     """The platform's limits as the pipeline model checks them, sized for this checkpoint."""
     return GenerationLimits(
-        min_steps=limits.min_steps, max_steps=limits.max_steps, default_steps=limits.default_steps,
-        min_side=limits.min_side, max_side=limits.max_side,
-        side_multiple=max(limits.side_multiple, checkpoint.size_multiple), default_side=checkpoint.native_size,
-        max_seed=limits.max_seed, min_guidance=limits.min_guidance, max_guidance=limits.max_guidance,
-        default_guidance=limits.default_guidance, max_prompt_bytes=limits.max_prompt_bytes,
+        min_steps=limits.min_steps,
+        max_steps=limits.max_steps,
+        default_steps=limits.default_steps,
+        min_side=limits.min_side,
+        max_side=limits.max_side,
+        side_multiple=max(limits.side_multiple, checkpoint.size_multiple),
+        default_side=checkpoint.native_size,
+        max_seed=limits.max_seed,
+        min_guidance=limits.min_guidance,
+        max_guidance=limits.max_guidance,
+        default_guidance=limits.default_guidance,
+        max_prompt_bytes=limits.max_prompt_bytes,
         schedulers=tuple(limits.schedulers),
     )
 
@@ -66,25 +79,33 @@ def _check_schedulers(checkpoint: Checkpoint, classes: dict[str, str]) -> None:
     try:
         Schedulers(str(checkpoint.path / "scheduler" / "scheduler_config.json"), classes)
     except ValueError as exc:
-        raise BuildError(f"stable_diffusion: the checkpoint {checkpoint.path}'s scheduler config cannot be used: {exc}") from exc
+        raise BuildError(
+            f"stable_diffusion: the checkpoint {checkpoint.path}'s scheduler config cannot be used: {exc}"
+        ) from exc
 
 
-def _entry(name: str, checkpoint: Checkpoint, runtime_parameters: dict[str, str], gpu: bool) -> tuple:
+def _entry(
+    name: str, checkpoint: Checkpoint, runtime_parameters: dict[str, str], gpu: bool
+) -> tuple:
     """Config and files shared by every pipeline entry."""
     limits = DEFAULT_LIMITS.image_generation
     classes = dict(limits.schedulers)
     _check_schedulers(checkpoint, classes)
     unet, vae = checkpoint.config("unet"), checkpoint.config("vae")
     config = model_config(
-        name, backend="python",
+        name,
+        backend="python",
         inputs=[t for t, _ in _INPUTS],
         outputs=[TensorSpec("IMAGE", "uint8", (-1, -1, 3))],
         # One pipeline: a second would hold a second copy of the networks (the torch runtime's are
         # in process, several GB for SD 1.5) and split concurrent requests that one loop batches. The
         # batcher's missed wake-up with one instance (triton_config.model_config) costs at most
         # 500 ms, against generations of seconds; the networks it calls keep two instances.
-        batching=BatchingPolicy(max_batch_size=limits.pipeline_batch, max_queue_delay_us=QUEUE_DELAY_US,
-                                instance_count=1),
+        batching=BatchingPolicy(
+            max_batch_size=limits.pipeline_batch,
+            max_queue_delay_us=QUEUE_DELAY_US,
+            instance_count=1,
+        ),
         parameters={
             **runtime_parameters,
             "latent_channels": str(unet["in_channels"]),
@@ -101,13 +122,19 @@ def _entry(name: str, checkpoint: Checkpoint, runtime_parameters: dict[str, str]
     for message, (_, optional) in zip(config.input, _INPUTS, strict=True):
         message.optional = optional
     files = {dest: _MODELS / source for dest, source in _MODEL_FILES.items()}
-    files["scheduler/scheduler_config.json"] = checkpoint.path / "scheduler" / "scheduler_config.json"
+    files["scheduler/scheduler_config.json"] = (
+        checkpoint.path / "scheduler" / "scheduler_config.json"
+    )
     for path in sorted((checkpoint.path / "tokenizer").iterdir()):
         if path.is_file():
             files[f"tokenizer/{path.name}"] = path
     if checkpoint.random_init is not None:
         files[RANDOM_MARKER] = checkpoint.path / RANDOM_MARKER
-    origin = f"{checkpoint.random_init['preset']} random-init checkpoint" if checkpoint.random_init else str(checkpoint.path)
+    origin = (
+        f"{checkpoint.random_init['preset']} random-init checkpoint"
+        if checkpoint.random_init
+        else str(checkpoint.path)
+    )
     return config, files, origin
 
 
@@ -118,14 +145,26 @@ def pipeline_spec(checkpoint: Checkpoint, unet: str = UNET, name: str = PIPELINE
     Raises:
         BuildError: the checkpoint's scheduler config cannot be used by diffusers' schedulers.
     """
-    parameters = {"runtime": "triton", "text_encoder_model": TEXT_ENCODER, "unet_model": unet,
-                  "vae_decoder_model": VAE_DECODER}
+    parameters = {
+        "runtime": "triton",
+        "text_encoder_model": TEXT_ENCODER,
+        "unet_model": unet,
+        "vae_decoder_model": VAE_DECODER,
+    }
     config, files, origin = _entry(name, checkpoint, parameters, gpu=False)
-    return AssetSpec(name, "python", f"text -> image: the scheduler loop over Triton ({unet}; {origin})",
-                     config, files=files, requires=(TEXT_ENCODER, UNET, VAE_DECODER))
+    return AssetSpec(
+        name,
+        "python",
+        f"text -> image: the scheduler loop over Triton ({unet}; {origin})",
+        config,
+        files=files,
+        requires=(TEXT_ENCODER, UNET, VAE_DECODER),
+    )
 
 
-def torch_pipeline_spec(checkpoint: Checkpoint, *, gpu: bool, precision: str | None = None) -> AssetSpec:
+def torch_pipeline_spec(
+    checkpoint: Checkpoint, *, gpu: bool, precision: str | None = None
+) -> AssetSpec:
     """``stable_diffusion_torch``: the networks in the pipeline model's process, FP16 on a GPU.
 
     Args:
@@ -134,11 +173,21 @@ def torch_pipeline_spec(checkpoint: Checkpoint, *, gpu: bool, precision: str | N
         precision: overrides FP16 on GPU / FP32 on CPU.
     """
     precision = precision or ("fp16" if gpu else "fp32")
-    config, files, origin = _entry(TORCH_PIPELINE, checkpoint, {"runtime": "torch", "precision": precision}, gpu=gpu)
+    config, files, origin = _entry(
+        TORCH_PIPELINE, checkpoint, {"runtime": "torch", "precision": precision}, gpu=gpu
+    )
     sources = tuple(p for component in COMPONENTS for p in checkpoint.files(component))
-    sources += (Path(__file__).with_name("torch_flavour.py"), Path(__file__).with_name("networks.py"))
-    return AssetSpec(TORCH_PIPELINE, "python",
-                     f"text -> image: the networks in process with torch, {precision.upper()} "
-                     f"({'GPU' if gpu else 'CPU'}; {origin})",
-                     config, files=files, produce=produce_weights(checkpoint, precision, "cuda" if gpu else "cpu"),
-                     sources=sources)
+    sources += (
+        Path(__file__).with_name("torch_flavour.py"),
+        Path(__file__).with_name("networks.py"),
+    )
+    return AssetSpec(
+        TORCH_PIPELINE,
+        "python",
+        f"text -> image: the networks in process with torch, {precision.upper()} "
+        f"({'GPU' if gpu else 'CPU'}; {origin})",
+        config,
+        files=files,
+        produce=produce_weights(checkpoint, precision, "cuda" if gpu else "cpu"),
+        sources=sources,
+    )

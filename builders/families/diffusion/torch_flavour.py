@@ -22,7 +22,12 @@ import numpy as np
 
 from builders.errors import ParityError
 from builders.families.diffusion.checkpoint import COMPONENTS, Checkpoint
-from builders.families.diffusion.networks import SDTextEncoder, SDUNet, SDVAEDecoder, load_text_encoder
+from builders.families.diffusion.networks import (
+    SDTextEncoder,
+    SDUNet,
+    SDVAEDecoder,
+    load_text_encoder,
+)
 from builders.parity import compare
 from builders.spec import ProducedFiles, Tolerance
 
@@ -31,10 +36,15 @@ __all__ = ["PRECISIONS", "TOLERANCES", "produce_weights"]
 PRECISIONS = ("fp32", "fp16")
 #: FP16 vs the FP32 module, gated on cosine: random-init checkpoints have no meaningful output
 #: scale, so absolute errors are recorded but not gated (FP32 must match exactly)
-TOLERANCES = {"fp16": Tolerance(max_abs_error=float("inf"), min_cosine=0.999),
-              "fp32": Tolerance(max_abs_error=0.0, min_cosine=0.999999)}
+TOLERANCES = {
+    "fp16": Tolerance(max_abs_error=float("inf"), min_cosine=0.999),
+    "fp32": Tolerance(max_abs_error=0.0, min_cosine=0.999999),
+}
 _SPECS: dict[str, type[SDTextEncoder | SDUNet | SDVAEDecoder]] = {
-    "text_encoder": SDTextEncoder, "unet": SDUNet, "vae": SDVAEDecoder}
+    "text_encoder": SDTextEncoder,
+    "unet": SDUNet,
+    "vae": SDVAEDecoder,
+}
 
 
 def _load(checkpoint: Checkpoint, component: str, dtype: Any) -> Any:
@@ -45,12 +55,19 @@ def _load(checkpoint: Checkpoint, component: str, dtype: Any) -> Any:
         # PyTorch's fused attention, as the pipeline serves it (the ONNX export traces eager attention).
         return load_text_encoder(checkpoint, attention="sdpa", dtype=dtype)
     cls = UNet2DConditionModel if component == "unet" else AutoencoderKL
-    return cls.from_pretrained(str(checkpoint.path), subfolder=component, dtype=dtype,
-                               local_files_only=True).eval()
+    return cls.from_pretrained(
+        str(checkpoint.path), subfolder=component, dtype=dtype, local_files_only=True
+    ).eval()
 
 
-def _outputs(model: Any, component: str, feeds: dict[str, np.ndarray], names: list[str], device: Any,
-             dtype: Any) -> np.ndarray:
+def _outputs(
+    model: Any,
+    component: str,
+    feeds: dict[str, np.ndarray],
+    names: list[str],
+    device: Any,
+    dtype: Any,
+) -> np.ndarray:
     import torch
 
     tensors = [torch.from_numpy(feeds[n]).to(device) for n in names]
@@ -59,13 +76,20 @@ def _outputs(model: Any, component: str, feeds: dict[str, np.ndarray], names: li
         if component == "text_encoder":
             out = model(tensors[0]).last_hidden_state
         elif component == "unet":
-            out = model(tensors[0], tensors[1].reshape(-1), encoder_hidden_states=tensors[2], return_dict=False)[0]
+            out = model(
+                tensors[0],
+                tensors[1].reshape(-1),
+                encoder_hidden_states=tensors[2],
+                return_dict=False,
+            )[0]
         else:
             out = model.decode(tensors[0], return_dict=False)[0]
     return out.float().cpu().numpy()  # type: ignore[no-any-return]
 
 
-def produce_weights(checkpoint: Checkpoint, precision: str, device: str) -> Callable[[Path, Callable[[str], None]], ProducedFiles]:
+def produce_weights(
+    checkpoint: Checkpoint, precision: str, device: str
+) -> Callable[[Path, Callable[[str], None]], ProducedFiles]:
     """The ``produce`` step of ``stable_diffusion_torch``: converted, checked, saved weights.
 
     Args:
@@ -79,7 +103,9 @@ def produce_weights(checkpoint: Checkpoint, precision: str, device: str) -> Call
         import torch
 
         dtype = torch.float16 if precision == "fp16" else torch.float32
-        made = ProducedFiles(files={}, precision=precision, weights=checkpoint.weights_info("unet").__dict__)
+        made = ProducedFiles(
+            files={}, precision=precision, weights=checkpoint.weights_info("unet").__dict__
+        )
         tolerance = TOLERANCES[precision]
         for component in COMPONENTS:
             status(f"stable_diffusion_torch: {component} to {precision.upper()} on {device}")
@@ -87,28 +113,42 @@ def produce_weights(checkpoint: Checkpoint, precision: str, device: str) -> Call
             spec = _SPECS[component](checkpoint)
             feeds = spec.sample_inputs()
             names = [t.name for t in spec.inputs]
-            reference = _outputs(_load(checkpoint, component, torch.float32).to(device), component, feeds, names,
-                                 device, torch.float32)
+            reference = _outputs(
+                _load(checkpoint, component, torch.float32).to(device),
+                component,
+                feeds,
+                names,
+                device,
+                torch.float32,
+            )
             model = _load(checkpoint, component, dtype).to(device)
             candidate = _outputs(model, component, feeds, names, device, dtype)
             parity = compare(reference, candidate)
             failures = parity.failures(tolerance)
             if failures:
-                raise ParityError(f"stable_diffusion_torch: {component} in {precision.upper()} is outside its "
-                                  f"tolerance vs FP32: {'; '.join(failures)}")
+                raise ParityError(
+                    f"stable_diffusion_torch: {component} in {precision.upper()} is outside its "
+                    f"tolerance vs FP32: {'; '.join(failures)}"
+                )
             gated = tolerance.max_abs_error if math.isfinite(tolerance.max_abs_error) else None
-            made.parity[component] = {**parity.as_dict(),
-                                      "tolerance": {"min_cosine": tolerance.min_cosine, "max_abs_error": gated}}
+            made.parity[component] = {
+                **parity.as_dict(),
+                "tolerance": {"min_cosine": tolerance.min_cosine, "max_abs_error": gated},
+            }
             target = workdir / component
             model.to("cpu").save_pretrained(str(target))
-            made.files.update({f"{component}/{p.name}": p for p in sorted(target.iterdir()) if p.is_file()})
+            made.files.update(
+                {f"{component}/{p.name}": p for p in sorted(target.iterdir()) if p.is_file()}
+            )
             made.timings_s[component] = time.perf_counter() - started
             del model
             if device.startswith("cuda"):
                 torch.cuda.empty_cache()
-        made.notes.append(f"text encoder, UNet and VAE in {precision.upper()} for the pipeline model's own process; "
-                          f"each checked against its FP32 module on {device} with the ONNX entries' sample inputs "
-                          f"(min cosine {tolerance.min_cosine})")
+        made.notes.append(
+            f"text encoder, UNet and VAE in {precision.upper()} for the pipeline model's own process; "
+            f"each checked against its FP32 module on {device} with the ONNX entries' sample inputs "
+            f"(min cosine {tolerance.min_cosine})"
+        )
         if checkpoint.random_init is not None:
             made.notes.append(f"weights: {checkpoint.weights_info('unet').note}")
         return made

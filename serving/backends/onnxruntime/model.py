@@ -42,7 +42,12 @@ if TYPE_CHECKING:
     )
 else:  # Triton imports this file with its folder (holding copies of both modules) on sys.path
     from batching_core import BatchingModel
-    from ort_providers import avoid_saturating_int8, execution_providers, session_options, tensorrt_request
+    from ort_providers import (
+        avoid_saturating_int8,
+        execution_providers,
+        session_options,
+        tensorrt_request,
+    )
 
 
 class TritonPythonModel(BatchingModel):
@@ -55,23 +60,37 @@ class TritonPythonModel(BatchingModel):
         path = os.path.join(args["model_repository"], args["model_version"], filename)
         options = session_options(self.parameter)  # threads, and idle threads that sleep (not spin)
         if avoid_saturating_int8(options):
-            self.log("info", "this CPU has no VNNI: INT8 (Q/DQ) graphs run as float math, since onnxruntime's "
-                             "fused INT8 kernels saturate here")
+            self.log(
+                "info",
+                "this CPU has no VNNI: INT8 (Q/DQ) graphs run as float math, since onnxruntime's "
+                "fused INT8 kernels saturate here",
+            )
         kind = args.get("model_instance_kind", "CPU")
         available = ort.get_available_providers()
-        providers = execution_providers(self.config, self.inputs, kind, int(args.get("model_instance_device_id") or 0),
-                                        available)
+        providers = execution_providers(
+            self.config,
+            self.inputs,
+            kind,
+            int(args.get("model_instance_device_id") or 0),
+            available,
+        )
         self.session = ort.InferenceSession(path, sess_options=options, providers=providers)
         self.input_names = [t.name for t in self.inputs]
         self.output_names = [t.name for t in self.outputs]
         got = self.session.get_providers()
         self.log("info", f"instance kind {kind}: execution providers {', '.join(got)}")
         if kind.upper() == "GPU" and "CUDAExecutionProvider" not in got:
-            self.log("warn", "KIND_GPU instance is running on the CPU: this onnxruntime has no usable CUDA "
-                             f"provider (available: {', '.join(available)}); install the 'gpu' extra "
-                             "(onnxruntime-gpu) with a matching CUDA runtime")
+            self.log(
+                "warn",
+                "KIND_GPU instance is running on the CPU: this onnxruntime has no usable CUDA "
+                f"provider (available: {', '.join(available)}); install the 'gpu' extra "
+                "(onnxruntime-gpu) with a matching CUDA runtime",
+            )
         elif tensorrt_request(self.config) is not None and "TensorrtExecutionProvider" not in got:
-            self.log("warn", "the config asks for the TensorRT accelerator, which this onnxruntime cannot use")
+            self.log(
+                "warn",
+                "the config asks for the TensorRT accelerator, which this onnxruntime cannot use",
+            )
 
     def run(self, inputs: list[Any]) -> Sequence[Any]:
         return self.session.run(self.output_names, dict(zip(self.input_names, inputs, strict=True)))

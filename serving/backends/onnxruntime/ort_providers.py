@@ -17,8 +17,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import onnxruntime
 
-__all__ = ["Provider", "avoid_saturating_int8", "execution_providers", "int8_kernels_saturate",
-           "session_options", "tensorrt_request"]
+__all__ = [
+    "Provider",
+    "avoid_saturating_int8",
+    "execution_providers",
+    "int8_kernels_saturate",
+    "session_options",
+    "tensorrt_request",
+]
 
 #: onnxruntime's session option that runs a Q/DQ graph as float math instead of fused INT8 kernels
 DISABLE_QDQ_FUSION = "session.disable_quant_qdq"
@@ -52,37 +58,52 @@ def _profile(inputs: Sequence[_Tensor], batch: int) -> str:
     return ",".join(f"{t.name}:" + "x".join(str(d) for d in (batch, *t.dims)) for t in inputs)
 
 
-def execution_providers(config: Mapping[str, Any], inputs: Sequence[_Tensor], kind: str, device_id: int,
-                        available: Sequence[str]) -> list[Provider]:
+def execution_providers(
+    config: Mapping[str, Any],
+    inputs: Sequence[_Tensor],
+    kind: str,
+    device_id: int,
+    available: Sequence[str],
+) -> list[Provider]:
     """The providers to ask onnxruntime for, best first; the CPU provider always ends the list."""
     if kind.upper() != "GPU" or "CUDAExecutionProvider" not in available:
         return ["CPUExecutionProvider"]
     providers: list[Provider] = []
     tensorrt = tensorrt_request(config)
     if tensorrt is not None and "TensorrtExecutionProvider" in available:
-        options = {"device_id": str(device_id),
-                   "trt_fp16_enable": str(tensorrt.get("precision_mode", "FP32").upper() == "FP16"),
-                   "trt_engine_cache_enable": tensorrt.get("trt_engine_cache_enable", "false"),
-                   "trt_engine_cache_path": tensorrt.get("trt_engine_cache_path", "")}
+        options = {
+            "device_id": str(device_id),
+            "trt_fp16_enable": str(tensorrt.get("precision_mode", "FP32").upper() == "FP16"),
+            "trt_engine_cache_enable": tensorrt.get("trt_engine_cache_enable", "false"),
+            "trt_engine_cache_path": tensorrt.get("trt_engine_cache_path", ""),
+        }
         if "max_workspace_size_bytes" in tensorrt:
             options["trt_max_workspace_size"] = tensorrt["max_workspace_size_bytes"]
         max_batch = int(config.get("max_batch_size", 0))
         if max_batch > 0 and all(-1 not in t.dims for t in inputs):
             # One profile for every batch size the dynamic batcher can form: without it the provider
             # builds a new engine for each new batch size, under traffic.
-            preferred = config.get("dynamic_batching", {}).get("preferred_batch_size") or [max_batch]
-            options.update(trt_profile_min_shapes=_profile(inputs, 1),
-                           trt_profile_opt_shapes=_profile(inputs, min(max(int(b) for b in preferred), max_batch)),
-                           trt_profile_max_shapes=_profile(inputs, max_batch))
-        providers.append(("TensorrtExecutionProvider", {k: v for k, v in options.items() if v != ""}))
+            preferred = config.get("dynamic_batching", {}).get("preferred_batch_size") or [
+                max_batch
+            ]
+            options.update(
+                trt_profile_min_shapes=_profile(inputs, 1),
+                trt_profile_opt_shapes=_profile(
+                    inputs, min(max(int(b) for b in preferred), max_batch)
+                ),
+                trt_profile_max_shapes=_profile(inputs, max_batch),
+            )
+        providers.append(
+            ("TensorrtExecutionProvider", {k: v for k, v in options.items() if v != ""})
+        )
     providers.append(("CUDAExecutionProvider", {"device_id": str(device_id)}))
     providers.append("CPUExecutionProvider")
     return providers
 
 
-
-
-def int8_kernels_saturate(machine: str | None = None, cpu_flags: Iterable[str] | None = None) -> bool:
+def int8_kernels_saturate(
+    machine: str | None = None, cpu_flags: Iterable[str] | None = None
+) -> bool:
     """Whether onnxruntime's fused INT8 CPU kernels can give wrong answers on this host.
 
     On x86-64 without VNNI, onnxruntime multiplies u8 activations by s8 weights with VPMADDUBSW, which

@@ -54,12 +54,32 @@ __all__ = [
 ]
 
 #: sizes a batch is padded up to: dense where padding would waste most, about 1/8 apart above 16
-DEFAULT_CAPTURE_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 24, 32, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256)
+DEFAULT_CAPTURE_SIZES: tuple[int, ...] = (
+    1,
+    2,
+    4,
+    8,
+    16,
+    24,
+    32,
+    48,
+    64,
+    80,
+    96,
+    112,
+    128,
+    160,
+    192,
+    224,
+    256,
+)
 
 Forward = Callable[..., Sequence[torch.Tensor]]
 
 
-def capture_sizes(max_batch: int, preferred: Sequence[int] = (), sizes: Sequence[int] = DEFAULT_CAPTURE_SIZES) -> tuple[int, ...]:
+def capture_sizes(
+    max_batch: int, preferred: Sequence[int] = (), sizes: Sequence[int] = DEFAULT_CAPTURE_SIZES
+) -> tuple[int, ...]:
     """The batch sizes to prepare for: ``sizes`` and the preferred sizes up to ``max_batch``, and
     ``max_batch`` itself (Triton can form any batch up to it, server#8141)."""
     if max_batch < 1:
@@ -73,8 +93,14 @@ def host_copy(dst: torch.Tensor, src: torch.Tensor) -> None:
     """``dst[...] = src`` for host tensors as one single-threaded ``memcpy`` (see the module's
     docstring for why not ``copy_``); any other pair (device memory, strides, dtype or shape that
     differ) falls back to ``copy_``."""
-    if (dst.is_cuda or src.is_cuda or dst.dtype != src.dtype or dst.shape != src.shape
-            or not dst.is_contiguous() or not src.is_contiguous()):
+    if (
+        dst.is_cuda
+        or src.is_cuda
+        or dst.dtype != src.dtype
+        or dst.shape != src.shape
+        or not dst.is_contiguous()
+        or not src.is_contiguous()
+    ):
         dst.copy_(src)
         return
     nbytes = src.numel() * src.element_size()
@@ -178,8 +204,15 @@ class TorchModule:
     process: a Triton Python stub is not a Python executable that Inductor's worker pool can start.
     """
 
-    def __init__(self, path: str, device: torch.device, compute_dtype: torch.dtype, channels_last: bool,
-                 output_dtypes: list[torch.dtype], compile_threads: int = 0) -> None:
+    def __init__(
+        self,
+        path: str,
+        device: torch.device,
+        compute_dtype: torch.dtype,
+        channels_last: bool,
+        output_dtypes: list[torch.dtype],
+        compile_threads: int = 0,
+    ) -> None:
         self.device, self.compute_dtype, self.channels_last = device, compute_dtype, channels_last
         self.output_dtypes = output_dtypes
         self.kind = module_kind(path)
@@ -212,7 +245,10 @@ class TorchModule:
         for n in sizes:
             # Made outside inference mode, like the tensors requests bring: Dynamo guards on the
             # difference and would compile again for them.
-            zeros = [torch.zeros((n, *spec.shape), dtype=spec.dtype, device=self.device) for spec in inputs]
+            zeros = [
+                torch.zeros((n, *spec.shape), dtype=spec.dtype, device=self.device)
+                for spec in inputs
+            ]
             with torch.inference_mode():
                 self(*zeros)
 
@@ -236,7 +272,9 @@ class TorchModule:
         elif isinstance(result, dict):
             result = tuple(result.values())
         if len(result) != len(self.output_dtypes):
-            raise RuntimeError(f"the module returned {len(result)} tensors; the config declares {len(self.output_dtypes)}")
+            raise RuntimeError(
+                f"the module returned {len(result)} tensors; the config declares {len(self.output_dtypes)}"
+            )
         return tuple(t.to(d) for t, d in zip(result, self.output_dtypes, strict=True))
 
 
@@ -255,10 +293,18 @@ class BatchRunner:
             eagerly at the padded size (still one shape per size, so nothing is re-tuned).
     """
 
-    def __init__(self, forward: Forward, inputs: Sequence[InputSpec], device: torch.device,
-                 batch_sizes: Sequence[int], cuda_graphs: bool = True) -> None:
+    def __init__(
+        self,
+        forward: Forward,
+        inputs: Sequence[InputSpec],
+        device: torch.device,
+        batch_sizes: Sequence[int],
+        cuda_graphs: bool = True,
+    ) -> None:
         if not batch_sizes or sorted(batch_sizes) != list(batch_sizes) or batch_sizes[0] < 1:
-            raise ValueError(f"batch_sizes must be ascending positive sizes, got {list(batch_sizes)}")
+            raise ValueError(
+                f"batch_sizes must be ascending positive sizes, got {list(batch_sizes)}"
+            )
         self.forward = forward
         self.inputs = list(inputs)
         self.device = device
@@ -268,13 +314,20 @@ class BatchRunner:
         self.cuda_graphs = cuda_graphs and self.cuda
         self.capture_error = ""  # why CUDA graphs were given up, if they were
         self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, ...]]] = {}
-        self._static = [torch.zeros((self.max_batch, *i.shape), dtype=i.dtype, device=device) for i in self.inputs]
+        self._static = [
+            torch.zeros((self.max_batch, *i.shape), dtype=i.dtype, device=device)
+            for i in self.inputs
+        ]
         if not self.cuda:
             self.stream = None
             return
         self.stream = torch.cuda.Stream(device)
-        self._staging = [torch.zeros((self.max_batch, *i.shape), dtype=i.dtype).pin_memory() for i in self.inputs]
-        self._staged = torch.cuda.Event()  # the last staging->device copy; staging is reused after it
+        self._staging = [
+            torch.zeros((self.max_batch, *i.shape), dtype=i.dtype).pin_memory() for i in self.inputs
+        ]
+        self._staged = (
+            torch.cuda.Event()
+        )  # the last staging->device copy; staging is reused after it
         self._staged.record(self.stream)
         self._prepare()
 
@@ -335,7 +388,9 @@ class BatchRunner:
             with torch.inference_mode():
                 fill([x[:n] for x in self._static])
                 return list(self.forward(*(x[:n] for x in self._static)))
-        self.stream.wait_stream(torch.cuda.current_stream(self.device))  # inputs made on the default stream
+        self.stream.wait_stream(
+            torch.cuda.current_stream(self.device)
+        )  # inputs made on the default stream
         with torch.inference_mode(), torch.cuda.stream(self.stream):
             fill([x[:n] for x in self._static])
             if self.cuda_graphs:
@@ -345,7 +400,12 @@ class BatchRunner:
                 outputs = tuple(self.forward(*(x[:size] for x in self._static)))
         return [o[:n] for o in outputs]
 
-    def _gather(self, parts: Sequence[Sequence[torch.Tensor]], sizes: Sequence[int], rows: list[torch.Tensor]) -> None:
+    def _gather(
+        self,
+        parts: Sequence[Sequence[torch.Tensor]],
+        sizes: Sequence[int],
+        rows: list[torch.Tensor],
+    ) -> None:
         assert self.stream is not None
         offsets = [0]
         for k in sizes:

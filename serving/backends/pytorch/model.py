@@ -62,8 +62,21 @@ else:  # Triton imports this file with its folder (holding these modules) on sys
     from batch_runner import BatchRunner, InputSpec, TorchModule, capture_sizes, cpu_share, host_cat
     from batching_core import BatchingModel, TensorConfig
 
-_TORCH_DTYPES = {name: getattr(torch, name) for name in
-                 ("float32", "float16", "float64", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool")}
+_TORCH_DTYPES = {
+    name: getattr(torch, name)
+    for name in (
+        "float32",
+        "float16",
+        "float64",
+        "bfloat16",
+        "int64",
+        "int32",
+        "int16",
+        "int8",
+        "uint8",
+        "bool",
+    )
+}
 
 
 def _suffix_index(tensor: TensorConfig) -> int | None:
@@ -88,7 +101,12 @@ class TritonPythonModel(BatchingModel):
         return tensors
 
     def flag(self, key: str, default: bool) -> bool:
-        return self.parameter(key, "true" if default else "false").strip().lower() in ("1", "true", "yes", "on")
+        return self.parameter(key, "true" if default else "false").strip().lower() in (
+            "1",
+            "true",
+            "yes",
+            "on",
+        )
 
     def load(self, args: dict[str, str]) -> None:
         filename = self.config.get("default_model_filename") or "model.pt"
@@ -98,7 +116,9 @@ class TritonPythonModel(BatchingModel):
         gpu_kind = args.get("model_instance_kind", "CPU").upper() == "GPU"
         if wanted == "cuda" and not torch.cuda.is_available():
             raise pb_utils.TritonModelException("parameter device=cuda, but CUDA is not available")
-        use_cuda = torch.cuda.is_available() and (wanted == "cuda" or (wanted == "auto" and gpu_kind))
+        use_cuda = torch.cuda.is_available() and (
+            wanted == "cuda" or (wanted == "auto" and gpu_kind)
+        )
         if use_cuda:
             self.device = torch.device("cuda", int(args.get("model_instance_device_id", "0") or 0))
             torch.cuda.set_device(self.device)
@@ -119,28 +139,56 @@ class TritonPythonModel(BatchingModel):
 
         precision = self.parameter("precision", "fp16" if use_cuda else "fp32").lower()
         if precision not in ("fp16", "fp32"):
-            raise pb_utils.TritonModelException(f"parameter precision={precision!r}: expected fp16 or fp32")
+            raise pb_utils.TritonModelException(
+                f"parameter precision={precision!r}: expected fp16 or fp32"
+            )
         # FP16 only where it is fast: CPU half-precision convolutions are slow or missing.
         compute_dtype = torch.float16 if precision == "fp16" and use_cuda else torch.float32
         self.output_memory = self.parameter("output_memory", "cpu").lower()
         if self.output_memory not in ("cpu", "gpu"):
-            raise pb_utils.TritonModelException(f"parameter output_memory={self.output_memory!r}: expected cpu or gpu")
-        self.model = TorchModule(path, self.device, compute_dtype, use_cuda and self.flag("channels_last", True),
-                                 [_TORCH_DTYPES[t.dtype.name] for t in self.outputs], compile_threads=1)
+            raise pb_utils.TritonModelException(
+                f"parameter output_memory={self.output_memory!r}: expected cpu or gpu"
+            )
+        self.model = TorchModule(
+            path,
+            self.device,
+            compute_dtype,
+            use_cuda and self.flag("channels_last", True),
+            [_TORCH_DTYPES[t.dtype.name] for t in self.outputs],
+            compile_threads=1,
+        )
 
         self.runner: BatchRunner | None = None
         max_batch = int(self.config.get("max_batch_size", 0))
         if self.batched and all(-1 not in t.dims for t in self.inputs):
             listed = [int(s) for s in self.parameter("batch_sizes", "").split(",") if s.strip()]
-            preferred = [int(s) for s in self.config.get("dynamic_batching", {}).get("preferred_batch_size", [])]
-            sizes = capture_sizes(max_batch, sizes=listed) if listed else capture_sizes(max_batch, preferred)
+            preferred = [
+                int(s)
+                for s in self.config.get("dynamic_batching", {}).get("preferred_batch_size", [])
+            ]
+            sizes = (
+                capture_sizes(max_batch, sizes=listed)
+                if listed
+                else capture_sizes(max_batch, preferred)
+            )
             specs = [InputSpec(t.dims, _TORCH_DTYPES[t.dtype.name]) for t in self.inputs]
-            self.runner = BatchRunner(self.model, specs, self.device, sizes if use_cuda else (max_batch,),
-                                      cuda_graphs=use_cuda and self.flag("cuda_graphs", True))
+            self.runner = BatchRunner(
+                self.model,
+                specs,
+                self.device,
+                sizes if use_cuda else (max_batch,),
+                cuda_graphs=use_cuda and self.flag("cuda_graphs", True),
+            )
             if self.runner.capture_error:
-                self.log("warn", f"CUDA graph capture failed, running eagerly: {self.runner.capture_error}")
+                self.log(
+                    "warn",
+                    f"CUDA graph capture failed, running eagerly: {self.runner.capture_error}",
+                )
             if use_cuda:
-                self.log("info", f"{'CUDA graphs' if self.runner.cuda_graphs else 'eager'} at batch sizes {list(sizes)}")
+                self.log(
+                    "info",
+                    f"{'CUDA graphs' if self.runner.cuda_graphs else 'eager'} at batch sizes {list(sizes)}",
+                )
             else:  # the CPU runs exact batches: compile for all of them now
                 self.model.warm(specs, sizes)
 
@@ -156,11 +204,16 @@ class TritonPythonModel(BatchingModel):
         """A ragged input (a torch tensor, on the host or the GPU) zero-padded along axis 1 to ``length``."""
         if array.shape[1] == length:
             return array
-        widths = [0, 0] * (array.dim() - 2) + [0, length - array.shape[1]]  # last axis first, as F.pad takes them
+        widths = [0, 0] * (array.dim() - 2) + [
+            0,
+            length - array.shape[1],
+        ]  # last axis first, as F.pad takes them
         return torch.nn.functional.pad(array, widths)
 
     def to_tensor(self, spec: TensorConfig, value: Any) -> Any:
-        return pb_utils.Tensor.from_dlpack(spec.name, torch.utils.dlpack.to_dlpack(value.contiguous()))
+        return pb_utils.Tensor.from_dlpack(
+            spec.name, torch.utils.dlpack.to_dlpack(value.contiguous())
+        )
 
     def run(self, inputs: list[Any]) -> Sequence[Any]:
         # One request: its tensors; a merged batch: per input, the requests' tensors (see _Parts).
@@ -173,8 +226,12 @@ class TritonPythonModel(BatchingModel):
             return self.runner.to_host(outputs)
         # Dynamic non-batch axes (or no batching): one eager run on the merged batch.
         with torch.inference_mode():
-            tensors = [host_cat([p[i] for p in parts]) if not any(p[i].is_cuda for p in parts)
-                       else torch.cat([p[i].to(self.device) for p in parts]) for i in range(len(self.inputs))]
+            tensors = [
+                host_cat([p[i] for p in parts])
+                if not any(p[i].is_cuda for p in parts)
+                else torch.cat([p[i].to(self.device) for p in parts])
+                for i in range(len(self.inputs))
+            ]
             outputs = list(self.model(*(t.to(self.device, non_blocking=True) for t in tensors)))
         if self.device.type == "cuda" and self.output_memory == "cpu":
             outputs = [o.to("cpu") for o in outputs]

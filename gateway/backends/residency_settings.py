@@ -1,0 +1,104 @@
+"""Settings of model residency (load on demand, evict under a memory budget), part of
+:class:`gateway.settings.GatewaySettings`; see :mod:`gateway.backends.residency` for what they govern.
+
+Each field is the environment variable ``GATEWAY_<FIELD>``. Residency is off while
+``residency_budget_bytes`` is 0: every model stays as Triton loaded it, as before.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from gateway.backends.catalog import model_name_problem
+from serving.readiness import parse_model_list
+
+__all__ = [
+    "DEFAULT_RESIDENCY_ESTIMATE_BYTES",
+    "DEFAULT_RESIDENCY_MAX_PENDING_LOADS",
+    "ResidencySettings",
+]
+
+DEFAULT_RESIDENCY_ESTIMATE_BYTES = 512 * 1024 * 1024
+DEFAULT_RESIDENCY_MAX_PENDING_LOADS = 16
+DEFAULT_RESIDENCY_LOAD_TIMEOUT_S = 300.0
+DEFAULT_RESIDENCY_FAILURE_BACKOFF_S = 5.0
+
+
+class ResidencySettings(BaseSettings):
+    """The ``residency_*`` fields."""
+
+    model_config = SettingsConfigDict(env_prefix="GATEWAY_", extra="ignore", frozen=True)
+
+    residency_budget_bytes: int = Field(
+        0,
+        ge=0,
+        description="memory the models of one Triton instance may take together; 0: residency off "
+        "(every model stays as Triton loaded it)",
+    )
+    residency_memory: Literal["process", "gpu"] = Field(
+        "process",
+        description="what the budget measures: 'process' (RSS of the tritonserver process tree, "
+        "CPU, same host) or 'gpu' (Triton's nv_gpu_memory_used_bytes)",
+    )
+    residency_triton_pid: int = Field(
+        0,
+        ge=0,
+        description="pid of tritonserver for the 'process' meter; 0: the tritonserver process whose "
+        "command line names triton_http_url's port",
+    )
+    residency_metrics_url: str = Field(
+        "",
+        description="Triton's metrics URL for the 'gpu' meter (default: http://<triton host>:8002/metrics)",
+    )
+    residency_pinned: Annotated[tuple[str, ...], NoDecode] = Field(
+        (), description="models never evicted (comma-separated in the environment)"
+    )
+    residency_pin_loaded_at_start: bool = Field(
+        True,
+        description="pin the models Triton had loaded when the gateway started (the default set)",
+    )
+    residency_repository: Path | None = Field(
+        None,
+        description="the model repository, read for estimates (size on disk x 1.25) of unmeasured models",
+    )
+    residency_default_estimate_bytes: int = Field(
+        DEFAULT_RESIDENCY_ESTIMATE_BYTES,
+        ge=1,
+        description="the charge of an unmeasured model whose files cannot be read",
+    )
+    residency_footprints_path: Path | None = Field(
+        None,
+        description="JSON file measured footprints are kept in (default: model_footprints.json next to "
+        "the key store)",
+    )
+    residency_max_pending_loads: int = Field(
+        DEFAULT_RESIDENCY_MAX_PENDING_LOADS,
+        ge=1,
+        description="model loads queued at most; more cold requests get 429",
+    )
+    residency_load_timeout_s: float = Field(
+        DEFAULT_RESIDENCY_LOAD_TIMEOUT_S, gt=0, description="the deadline of one load or unload"
+    )
+    residency_failure_backoff_s: float = Field(
+        DEFAULT_RESIDENCY_FAILURE_BACKOFF_S,
+        gt=0,
+        description="wait after a failed load before the model is tried again (doubles per failure, at most 300 s)",
+    )
+
+    @field_validator("residency_pinned", mode="before")
+    @classmethod
+    def _pinned_list(cls, value: object) -> object:
+        return tuple(parse_model_list(value)) if isinstance(value, str) else value
+
+    @field_validator("residency_pinned")
+    @classmethod
+    def _pinned_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for name in value:
+            problem = model_name_problem(name)
+            if problem:
+                raise ValueError(problem)
+        return tuple(dict.fromkeys(value))

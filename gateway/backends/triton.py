@@ -1,0 +1,481 @@
+"""Talking to Triton: a small interface and its real implementation on ``tritonclient.http.aio``.
+
+The service layer only sees :class:`InferenceBackend`; tests of the service can hand it a fake,
+integration tests always use :class:`TritonHttpBackend` against a real server.
+
+Every tritonclient / aiohttp / timeout error is translated here into :mod:`gateway.errors`
+(``raise ... from exc``), so nothing above this module knows which client library is used:
+
+- connection refused / reset / DNS -> :class:`UpstreamUnavailable` (503, fast: no retry loop)
+- the per-request deadline passed, here or in Triton's queue -> :class:`UpstreamTimeout` (504)
+- the model's queue is full ("Exceeds maximum queue size") -> :class:`Overloaded` (429, Retry-After)
+- "unknown model" / "no available versions" -> :class:`ModelNotFound` (404)
+- any other 4xx from Triton -> :class:`InferenceInputError` (400, the input named)
+- 5xx from Triton -> :class:`UpstreamError` (502), or :class:`ModelNotReady` when it says so
+- "Stub process '<instance>' is not healthy" (a Python stub died) -> :class:`ModelUnhealthy` (503,
+  naming the model of that instance, which may be a step of the pipeline called)
+
+Triton's own words go to the log in full; a client sees only :func:`safe_message` of them (no
+traceback, file path, memory address or request id; one line), or for a 5xx a message of ours,
+since a model's crash says nothing the client can act on and may say much about the server.
+
+Deadlines travel: every inference carries what is left of the gateway's deadline as Triton's
+``timeout`` request parameter (microseconds) and the caller's tier as its ``priority``, so a request
+the gateway stopped waiting for is rejected from Triton's queue (the model configs' queue policies
+allow the override) instead of running for nobody.
+
+KServe v2 requests arrive already checked (:class:`gateway.protocol.kserve.InferRequest`) and are sent as
+:func:`gateway.protocol.kserve.encode_rest` encodes them, never as the client's bytes. tritonclient has no
+public call for an already-encoded body, so that one path uses an aiohttp session of its own
+(aiohttp is what tritonclient's aio client runs on). Both are connection pools.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+from urllib.parse import quote
+
+import aiohttp
+import numpy as np
+import tritonclient.http.aio as triton_aio
+from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+
+from gateway.errors import (
+    GatewayError,
+    InferenceInputError,
+    ModelNotFound,
+    ModelNotReady,
+    ModelUnhealthy,
+    Overloaded,
+    UpstreamError,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
+from gateway.protocol.kserve import InferRequest, encode_rest
+
+__all__ = [
+    "RELOAD_PARAMETER",
+    "InferenceBackend",
+    "RawResponse",
+    "Tensor",
+    "TritonHttpBackend",
+    "safe_message",
+    "timeout_us",
+    "reload_config",
+    "translate_error",
+]
+
+log = logging.getLogger(__name__)
+
+# Headers of Triton's answer that describe its body; passed back to the client with it.
+_RESPONSE_HEADERS = ("content-type", "inference-header-content-length", "content-encoding")
+_INPUT_NAME = re.compile(r"input '([^']+)'")
+_MAX_MESSAGE_CHARS = 400
+# The Python backend's answer once a stub process is gone; instances are named <model>_<group>_<index>.
+_STUB_UNHEALTHY = re.compile(r"Stub process '(?P<model>[^']+?)_\d+_\d+' is not healthy")
+# What a Triton or Python-backend message may carry that a client must not see.
+_REQUEST_ID = re.compile(r"^\s*\[request id: [^\]]*\]\s*")
+_TRACEBACK = re.compile(r"(\n\s*At:\s*\n|Traceback \(most recent call last\)).*", re.DOTALL)
+_OBJECT_REPR = re.compile(r"<[^<>]* at 0x[0-9a-fA-F]+>")
+_ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{6,}\b")
+# Two or more segments, not glued to a word ("JPEG/PNG" is text, "/opt/x/model.py" a path).
+_PATH = re.compile(r"(?<![\w/\\])(?:[A-Za-z]:)?(?:[\\/](?=[\w.@+~-]*\w)[\w.@+~-]+){2,}[\\/]?")
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A named input tensor; the Triton datatype follows the array's dtype (object -> BYTES)."""
+
+    name: str
+    data: np.ndarray
+
+
+@dataclass(frozen=True)
+class RawResponse:
+    """Triton's answer to a passthrough request: body bytes plus the headers that describe them."""
+
+    body: bytes
+    headers: dict[str, str]
+
+
+class InferenceBackend(Protocol):
+    """What the service layer needs from an inference server."""
+
+    async def infer(
+        self,
+        model: str,
+        inputs: Sequence[Tensor],
+        outputs: Sequence[str] | None = None,
+        *,
+        timeout_s: float,
+        version: str = "",
+        priority: int = 0,
+    ) -> dict[str, np.ndarray]: ...
+
+    async def infer_v2(
+        self,
+        model: str,
+        request: InferRequest,
+        *,
+        timeout_s: float,
+        version: str = "",
+        accept_encoding: str = "identity",
+    ) -> RawResponse: ...
+
+    async def model_metadata(
+        self, model: str, *, timeout_s: float, version: str = ""
+    ) -> dict[str, Any]: ...
+
+    async def model_config(
+        self, model: str, *, timeout_s: float, version: str = ""
+    ) -> dict[str, Any]: ...
+
+    async def model_ready(self, model: str, *, timeout_s: float, version: str = "") -> bool: ...
+
+    async def server_metadata(self, *, timeout_s: float) -> dict[str, Any]: ...
+
+    async def server_ready(self, *, timeout_s: float) -> bool: ...
+
+    async def repository_index(self, *, timeout_s: float) -> list[dict[str, Any]]: ...
+
+    async def statistics(
+        self, *, timeout_s: float, model: str = "", version: str = ""
+    ) -> list[dict[str, Any]]: ...
+
+    async def reload_model(self, model: str, *, timeout_s: float) -> None:
+        """Reload ``model`` through Triton's repository API with fresh instances (:func:`reload_config`)."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+def _model_missing(message: str) -> bool:
+    text = message.lower()
+    return "unknown model" in text or "no available versions" in text
+
+
+def safe_message(message: str) -> str:
+    """Triton's message cut to what a client may read: its first line, without the request id,
+    a Python traceback, file paths, object reprs or memory addresses, at most 400 characters."""
+    text = _TRACEBACK.sub("", _REQUEST_ID.sub("", message))
+    text = _PATH.sub("<path>", _ADDRESS.sub("<address>", _OBJECT_REPR.sub("<object>", text)))
+    text = " ".join(text.split())
+    return text if len(text) <= _MAX_MESSAGE_CHARS else text[: _MAX_MESSAGE_CHARS - 3] + "..."
+
+
+def translate_error(exc: BaseException, model: str | None = None) -> GatewayError:
+    """Map a client-library exception to the gateway's hierarchy.
+
+    Args:
+        exc: what tritonclient, aiohttp or asyncio raised.
+        model: the model being called, for messages.
+
+    Returns:
+        The :class:`GatewayError` to raise (``from exc``).
+    """
+    if isinstance(exc, GatewayError):
+        return exc
+    if isinstance(exc, TimeoutError | asyncio.TimeoutError | aiohttp.ServerTimeoutError):
+        return UpstreamTimeout(
+            f"Triton did not answer{f' for model {model!r}' if model else ''} in time"
+        )
+    if isinstance(exc, aiohttp.ClientConnectionError | ConnectionError | OSError):
+        log.warning("Triton is unreachable: %r", exc)
+        return UpstreamUnavailable("Triton is unreachable", retry_after_s=1)
+    if isinstance(exc, InferenceServerException):
+        return _from_status(exc.status(), exc.message() or str(exc), model)
+    log.error(
+        "unexpected error talking to Triton%s: %r", f" (model {model!r})" if model else "", exc
+    )
+    return UpstreamError("unexpected error talking to Triton; it is in the gateway's log")
+
+
+def _request_unparseable(message: str) -> bool:
+    # Triton's HTTP front end answers a body it cannot parse (bad JSON, a wrong field type) with a
+    # 500, though the fault is the client's: "failed to parse the request JSON buffer: ...",
+    # "Unable to parse 'inputs': ...", "failed to get request params.: ...".
+    return message.lower().startswith(
+        ("failed to parse", "unable to parse", "failed to get request params")
+    )
+
+
+def _from_status(status: str | int | None, message: str, model: str | None) -> GatewayError:
+    code = int(status) if status and str(status).isdigit() else 0
+    client_fault = 400 <= code < 500 or _request_unparseable(message)
+    # The full message stays in the log (it names files and libraries, which is what an operator needs).
+    log.log(
+        logging.INFO if client_fault else logging.WARNING,
+        "Triton answered %s for model %r: %s",
+        status,
+        model,
+        message,
+    )
+    safe = safe_message(message)
+    if _model_missing(message) and model:
+        return ModelNotFound(model, f"model '{model}' is not served by Triton ({safe})")
+    # The queue policy's answers (both UNAVAILABLE in Triton): the deadline passed while queued,
+    # or the bounded queue is full. Neither is the model being down.
+    if "request timeout expired" in message.lower():
+        return UpstreamTimeout(
+            f"the deadline passed while the request waited in Triton's queue{f' for {model!r}' if model else ''}"
+        )
+    if "exceeds maximum queue size" in message.lower():
+        return Overloaded(
+            f"Triton's queue{f' for model {model!r}' if model else ''} is full; retry shortly",
+            retry_after_s=1,
+        )
+    stub = _STUB_UNHEALTHY.search(message)
+    if stub:
+        return ModelUnhealthy(
+            f"model '{model}' lost a worker process; it is being reloaded, retry shortly",
+            failed_model=stub.group("model"),
+            retry_after_s=1,
+        )
+    if code == 503 or "not ready" in message.lower():
+        return ModelNotReady(f"model '{model}' is not ready", retry_after_s=1)
+    if client_fault:
+        match = _INPUT_NAME.search(safe)
+        return InferenceInputError(safe, field=f"inputs.{match.group(1)}" if match else None)
+    return UpstreamError(
+        f"model '{model}' failed while running this request; the error is in the gateway's log "
+        "(quote the X-Request-ID header)"
+        if model
+        else "Triton failed; the error is in the gateway's log"
+    )
+
+
+def _triton_dtype(array: np.ndarray) -> str:
+    return (
+        "BYTES"
+        if array.dtype == np.object_ or array.dtype.kind in "SU"
+        else np_to_triton_dtype(array.dtype)
+    )
+
+
+class TritonHttpBackend:
+    """The real backend: Triton over HTTP with pooled aio connections.
+
+    Args:
+        url: ``host:port`` of Triton's HTTP endpoint.
+        pool_size: most concurrent connections to Triton.
+    """
+
+    def __init__(self, url: str, pool_size: int = 64) -> None:
+        self.url = url
+        self._client = triton_aio.InferenceServerClient(url, conn_limit=pool_size)
+        self._raw = aiohttp.ClientSession(
+            base_url=f"http://{url}",
+            connector=aiohttp.TCPConnector(limit=pool_size),
+            auto_decompress=False,
+        )
+
+    async def infer(
+        self,
+        model: str,
+        inputs: Sequence[Tensor],
+        outputs: Sequence[str] | None = None,
+        *,
+        timeout_s: float,
+        version: str = "",
+        priority: int = 0,
+    ) -> dict[str, np.ndarray]:
+        """Run ``model`` on ``inputs`` (binary tensors both ways).
+
+        Args:
+            model: the Triton model name.
+            inputs: named arrays; shapes must include the batch axis where the model batches.
+            outputs: names to return; every output when ``None``.
+            timeout_s: the whole call's deadline; Triton gets it as the request timeout too.
+            version: the model version to run ('' lets Triton's version policy choose).
+            priority: Triton's request priority (1 first; 0 = the model's default level).
+
+        Returns:
+            Output name -> array.
+
+        Raises:
+            GatewayError: translated as the module docstring says.
+        """
+        infer_inputs = []
+        for tensor in inputs:
+            item = triton_aio.InferInput(
+                tensor.name, list(tensor.data.shape), _triton_dtype(tensor.data)
+            )
+            item.set_data_from_numpy(tensor.data, binary_data=True)
+            infer_inputs.append(item)
+        requested = (
+            [triton_aio.InferRequestedOutput(n, binary_data=True) for n in outputs]
+            if outputs
+            else None
+        )
+        try:
+            async with asyncio.timeout(timeout_s):
+                result = await self._client.infer(
+                    model,
+                    infer_inputs,
+                    model_version=version,
+                    outputs=requested,
+                    priority=priority,
+                    timeout=timeout_us(timeout_s),
+                )
+        except Exception as exc:
+            raise translate_error(exc, model) from exc
+        response = result.get_response()
+        return {o["name"]: result.as_numpy(o["name"]) for o in response.get("outputs", [])}
+
+    async def infer_v2(
+        self,
+        model: str,
+        request: InferRequest,
+        *,
+        timeout_s: float,
+        version: str = "",
+        accept_encoding: str = "identity",
+    ) -> RawResponse:
+        """Send a checked KServe v2 request to ``model`` (re-encoded) and return Triton's answer as is.
+
+        Args:
+            model: the Triton model name.
+            request: the checked request.
+            timeout_s: the whole call's deadline.
+            version: the model version ('' lets Triton's version policy choose).
+            accept_encoding: ``gzip``, ``deflate`` or ``identity``: how Triton may compress its answer.
+
+        Raises:
+            GatewayError: translated as the module docstring says.
+        """
+        body, headers = encode_rest(request)
+        # aiohttp would ask for gzip on its own; let Triton compress only when the client asked.
+        headers["Accept-Encoding"] = accept_encoding
+        try:
+            async with asyncio.timeout(timeout_s):
+                async with self._raw.post(
+                    _infer_path(model, version), data=body, headers=headers
+                ) as resp:
+                    payload = await resp.read()
+                    if resp.status != 200:
+                        raise _from_status(resp.status, _error_message(payload), model)
+                    out = {k: v for k, v in resp.headers.items() if k.lower() in _RESPONSE_HEADERS}
+        except GatewayError:
+            raise
+        except Exception as exc:
+            raise translate_error(exc, model) from exc
+        return RawResponse(payload, out)
+
+    async def model_metadata(
+        self, model: str, *, timeout_s: float, version: str = ""
+    ) -> dict[str, Any]:
+        """Triton's KServe v2 metadata of ``model`` (of ``version``, when given)."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                return dict(await self._client.get_model_metadata(model, model_version=version))
+        except Exception as exc:
+            raise translate_error(exc, model) from exc
+
+    async def model_config(
+        self, model: str, *, timeout_s: float, version: str = ""
+    ) -> dict[str, Any]:
+        """Triton's configuration of ``model`` as JSON (the model configuration extension)."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                return dict(await self._client.get_model_config(model, model_version=version))
+        except Exception as exc:
+            raise translate_error(exc, model) from exc
+
+    async def model_ready(self, model: str, *, timeout_s: float, version: str = "") -> bool:
+        try:
+            async with asyncio.timeout(timeout_s):
+                return bool(await self._client.is_model_ready(model, model_version=version))
+        except Exception as exc:
+            raise translate_error(exc, model) from exc
+
+    async def server_metadata(self, *, timeout_s: float) -> dict[str, Any]:
+        """Triton's server metadata: name, version, extensions."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                return dict(await self._client.get_server_metadata())
+        except Exception as exc:
+            raise translate_error(exc) from exc
+
+    async def server_ready(self, *, timeout_s: float) -> bool:
+        """Whether Triton says it is ready; ``False`` (never an error) when it cannot be reached."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                return bool(await self._client.is_server_ready())
+        except Exception:  # a probe: unreachable, slow or broken all mean "not ready"
+            return False
+
+    async def repository_index(self, *, timeout_s: float) -> list[dict[str, Any]]:
+        try:
+            async with asyncio.timeout(timeout_s):
+                return list(await self._client.get_model_repository_index())
+        except Exception as exc:
+            raise translate_error(exc) from exc
+
+    async def statistics(
+        self, *, timeout_s: float, model: str = "", version: str = ""
+    ) -> list[dict[str, Any]]:
+        """Triton's statistics extension (cumulative counters) for every loaded model, or for ``model``
+        (its ``version``, when given)."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                stats = await self._client.get_inference_statistics(
+                    model_name=model, model_version=version
+                )
+        except Exception as exc:
+            raise translate_error(exc, model or None) from exc
+        return list(stats.get("model_stats", []))
+
+    async def reload_model(self, model: str, *, timeout_s: float) -> None:
+        try:
+            async with asyncio.timeout(timeout_s):
+                config = await self._client.get_model_config(model)
+                await self._client.load_model(model, config=reload_config(config))
+        except Exception as exc:
+            raise translate_error(exc, model) from exc
+
+    async def close(self) -> None:
+        await self._client.close()
+        await self._raw.close()
+
+
+#: the config parameter a reload stamps (Unix time in ns); it only makes the reload a real one
+RELOAD_PARAMETER = "reloaded_at_ns"
+
+
+def reload_config(config: dict[str, Any]) -> str:
+    """The load request's ``config`` that replaces every instance of a loaded model.
+
+    Triton treats a load of an unchanged, loaded model as a no-op, and a load whose config differs
+    only in its instance groups as an in-place update that keeps the existing instances: either
+    leaves a dead stub in place. A changed parameter makes it load the model anew.
+    """
+    stamped = dict(config)
+    stamped["parameters"] = {
+        **(config.get("parameters") or {}),
+        RELOAD_PARAMETER: {"string_value": str(time.time_ns())},
+    }
+    return json.dumps(stamped)
+
+
+def timeout_us(timeout_s: float) -> int:
+    """Triton's ``timeout`` request parameter for a deadline ``timeout_s`` away (at least 1 us)."""
+    return max(1, int(timeout_s * 1_000_000))
+
+
+def _infer_path(model: str, version: str) -> str:
+    path = f"/v2/models/{quote(model, safe='')}"
+    return f"{path}/versions/{quote(version, safe='')}/infer" if version else f"{path}/infer"
+
+
+def _error_message(payload: bytes) -> str:
+    try:
+        return str(json.loads(payload).get("error", "")) or payload.decode(errors="replace")[:500]
+    except (ValueError, AttributeError):
+        return payload.decode(errors="replace")[:500]

@@ -1,0 +1,11 @@
+"""The wire: the uvicorn server, plain ASGI middleware, connection and body limits, compressed
+bodies, and problem+json rendering of errors.
+
+The first room a request passes: :mod:`gateway.http.limits` (uvicorn's protocol), then the
+middleware of :mod:`gateway.http.middleware` and :mod:`gateway.http.compression`.
+"""
+
+from __future__ import annotations
+
+# its modules, each imported by name: nothing is re-exported
+__all__ = ["compression", "limits", "middleware", "problems", "server", "validation_report"]

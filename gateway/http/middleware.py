@@ -1,0 +1,372 @@
+"""Plain ASGI middleware, composed in one list by the app factory (outermost first):
+
+1. :class:`ContextMiddleware`   request id, timing, RateLimit and Server-Timing headers, latency and
+                                usage recording, access log
+2. :class:`BodyLimitMiddleware` 413 on a too-large Content-Length, or as soon as a streamed body
+                                passes the limit (the body is never read whole); the caller's
+                                tier may have a lower cap (``TierLimit.max_body_bytes``), applied
+                                from the first read of the body, before any parse
+3. :class:`AuthMiddleware`      401/403 before any body is read (client, admin or metrics
+                                credential by path); the principal goes on the context; 429 for a
+                                key whose refused requests used up its tokens
+                                (:class:`gateway.tenancy.admission.RefusalCharge`, charged by 1.)
+4. :class:`gateway.http.compression.DecompressionMiddleware`  gzip/deflate bodies decoded under the same
+                                cap (413 past it), other codings 415
+
+Errors raised here never reach FastAPI's handlers, so each middleware answers with the shared
+:class:`gateway.http.problems.ProblemRenderer`, which uses the app's one status table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from typing import Any
+
+from gateway.errors import GatewayError, PayloadTooLarge
+from gateway.http.problems import ProblemRenderer
+from gateway.observe.stats import LatencyTracker
+from gateway.tenancy.admission import RefusalCharge
+from gateway.tenancy.auth import Authenticator
+from gateway.tenancy.context import CONTEXT_KEY, RequestContext
+from gateway.tenancy.usage import UsageMeter
+
+__all__ = ["AuthMiddleware", "BodyLimitMiddleware", "ContextMiddleware", "DisconnectMiddleware"]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+access_log = logging.getLogger("gateway.access")
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+
+
+class ContextMiddleware:
+    """Creates the request's :class:`RequestContext` and turns it into headers and statistics.
+
+    An authenticated request's answer carries a ``Server-Timing`` header with its stages
+    (:mod:`gateway.observe.timing`) unless ``server_timing`` is off; anonymous callers never get one.
+
+    Args:
+        app: the next ASGI app.
+        tracker: where admitted requests' latencies go.
+        meter: where admitted requests' usage goes (per key, model and day).
+        server_timing: whether to send the ``Server-Timing`` header.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        tracker: LatencyTracker,
+        meter: UsageMeter | None = None,
+        server_timing: bool = True,
+        refusals: RefusalCharge | None = None,
+    ) -> None:
+        self.app = app
+        self.tracker = tracker
+        self.meter = meter
+        self.server_timing = server_timing
+        self.refusals = refusals
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = uuid.uuid4().hex[:16]
+        ctx = RequestContext(request_id=request_id)
+        scope[CONTEXT_KEY] = ctx
+        status = 500
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                headers = list(message.get("headers", []))
+                headers.append((b"x-request-id", request_id.encode()))
+                if ctx.rate is not None and not any(
+                    k.lower() == b"ratelimit-limit" for k, _ in headers
+                ):
+                    headers.extend(
+                        (k.lower().encode(), v.encode()) for k, v in ctx.rate.headers().items()
+                    )
+                if self.server_timing and ctx.principal is not None:
+                    total_s = time.perf_counter() - ctx.started
+                    headers.append((b"server-timing", ctx.stages.header(total_s).encode()))
+                message["headers"] = headers
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                await send(message)
+                self._finish(scope, ctx, status)
+                if self.refusals is not None:
+                    await self._charge(ctx, status)
+                return
+            await send(message)
+
+        await self.app(scope, receive, send_wrapper)
+
+    async def _charge(self, ctx: RequestContext, status: int) -> None:
+        assert self.refusals is not None
+        try:
+            await self.refusals.charge(ctx, status)
+        except GatewayError as exc:  # the limiter is down: the answer is sent, nothing to refuse
+            access_log.debug("refused request of %s not charged: %s", ctx.request_id, exc)
+
+    def _finish(self, scope: Scope, ctx: RequestContext, status: int) -> None:
+        elapsed = time.perf_counter() - ctx.started
+        client = ctx.principal.client_id if ctx.principal else "-"
+        if ctx.admitted and ctx.model is not None:
+            self.tracker.record(ctx.model, client, status, elapsed, ctx.stages.seconds)
+            if self.meter is not None:
+                self.meter.record(client, ctx.model, status, ctx.usage, ctx.stages.get("upstream"))
+        if access_log.isEnabledFor(logging.INFO):
+            # Only public ids here: never the Authorization header, a key or a token.
+            access_log.info(
+                "%s %s %s %d %.2fms client=%s model=%s",
+                ctx.request_id,
+                scope.get("method"),
+                scope.get("path"),
+                status,
+                elapsed * 1000,
+                client,
+                ctx.model or "-",
+            )
+
+
+class BodyLimitMiddleware:
+    """Refuses bodies over ``max_bytes`` without reading them whole.
+
+    A declared ``Content-Length`` over the limit is answered at once. Otherwise the received chunks
+    are counted; when they pass the limit the app's receive call raises, and whatever response the
+    app then tries to send is replaced by the 413 problem.
+
+    Args:
+        app: the next ASGI app.
+        max_bytes: the limit.
+        renderer: the problem renderer.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_bytes: int,
+        renderer: ProblemRenderer,
+        tier_max_bytes: Callable[[str], int | None] | None = None,
+    ) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+        self.renderer = renderer
+        self.tier_max_bytes = tier_max_bytes
+
+    def _limit(self, ctx: RequestContext | None) -> tuple[int, str]:
+        """The cap for this request: the caller's tier's once authentication has named it."""
+        principal = ctx.principal if ctx is not None else None
+        if principal is None or self.tier_max_bytes is None:
+            return self.max_bytes, ""
+        tier = self.tier_max_bytes(principal.tier)
+        if tier is None or tier >= self.max_bytes:
+            return self.max_bytes, ""
+        return tier, f" of tier '{principal.tier}'"
+
+    def _error(self, limit: tuple[int, str] | None = None) -> PayloadTooLarge:
+        max_bytes, whose = limit or (self.max_bytes, "")
+        return PayloadTooLarge(
+            f"request body is larger than the limit{whose} of {max_bytes} bytes", field="body"
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = _headers(scope).get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await self.renderer.answer(scope, send, self._error())
+            return
+        received = 0
+        tripped = False
+        started = False
+        ctx: RequestContext | None = scope.get(CONTEXT_KEY)
+        limit: tuple[int, str] | None = None
+
+        async def limited_receive() -> Message:
+            nonlocal received, tripped, limit
+            if limit is None:
+                # The first read comes after authentication: the tier's cap is known, and a declared
+                # length over it is refused before a byte of the body is taken.
+                limit = self._limit(ctx)
+                if declared is not None and declared.isdigit() and int(declared) > limit[0]:
+                    tripped = True
+                    raise self._error(limit)
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit[0]:
+                    tripped = True
+                    raise self._error(limit)
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal started
+            if tripped:
+                return  # the app's own answer to the failed read is replaced by our 413
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, guarded_send)
+        except PayloadTooLarge:
+            if started and not tripped:
+                raise
+        if tripped:
+            await self.renderer.answer(scope, send, self._error(limit))
+
+
+class AuthMiddleware:
+    """Authenticates protected paths before the app (and before any body is read).
+
+    Args:
+        app: the next ASGI app.
+        authenticator: checks credentials.
+        renderer: the problem renderer.
+        public: exact paths anyone may call (health, docs, metrics).
+        public_prefixes: path prefixes anyone may call.
+        admin_prefix: paths that need the admin credential instead of a client one.
+        metrics_paths: exact paths that need the metrics (or admin) credential.
+        signed_paths: paths that, with a ``signature`` in the query and no ``Authorization``, pass
+            without a credential: their route checks the signature (signed image URLs).
+        refusals: refuses (429) a key whose refused requests used up its tokens, before its body.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        authenticator: Authenticator,
+        renderer: ProblemRenderer,
+        public: Iterable[str],
+        public_prefixes: Iterable[str] = (),
+        admin_prefix: str = "/admin/",
+        metrics_paths: Iterable[str] = (),
+        signed_paths: re.Pattern[str] | None = None,
+        refusals: RefusalCharge | None = None,
+    ) -> None:
+        self.app = app
+        self.refusals = refusals
+        self.authenticator = authenticator
+        self.renderer = renderer
+        self.public = frozenset(public)
+        self.public_prefixes = tuple(public_prefixes)
+        self.admin_prefix = admin_prefix
+        self.metrics_paths = frozenset(metrics_paths)
+        self.signed_paths = signed_paths
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope.get("path", "")
+        if scope["type"] != "http" or path in self.public or path.startswith(self.public_prefixes):
+            await self.app(scope, receive, send)
+            return
+        ctx: RequestContext | None = scope.get(CONTEXT_KEY)
+        headers = _headers(scope)
+        if (
+            self.signed_paths is not None
+            and self.signed_paths.fullmatch(path)
+            and b"signature=" in scope.get("query_string", b"")
+            and "authorization" not in headers
+        ):
+            await self.app(scope, receive, send)  # no principal: the route checks the signature
+            return
+        try:
+            if path.startswith(self.admin_prefix):
+                principal = self.authenticator.check_admin(headers)
+            elif path in self.metrics_paths:
+                principal = self.authenticator.check_metrics(headers)
+            elif ctx is None:
+                principal = await self.authenticator.authenticate(headers)
+            else:
+                with ctx.stages.stage("auth"):
+                    principal = await self.authenticator.authenticate(headers)
+        except GatewayError as exc:
+            await self.renderer.answer(scope, send, exc)
+            return
+        if ctx is not None:
+            ctx.principal = principal
+        refused = self.refusals.refusal(principal) if self.refusals is not None else None
+        if refused is not None:
+            if ctx is not None:
+                ctx.charged = True  # this 429 is the limit speaking
+            await self.renderer.answer(scope, send, refused)
+            return
+        await self.app(scope, receive, send)
+
+
+class DisconnectMiddleware:
+    """Cancels the work of a request whose client went away before its answer.
+
+    Without it the handler keeps waiting for Triton, holding its admission slots (the model's
+    in-flight share and the key's concurrency) until Triton answers a client that is gone. Once the
+    app has read the whole body, the connection is watched; a disconnect before the response has
+    ended cancels the handler, which closes its request to Triton and releases its slots. Generation
+    jobs run outside request handlers and are not touched.
+
+    Args:
+        app: the next ASGI app.
+        methods: the methods watched (those that carry a body to work on).
+    """
+
+    def __init__(self, app: ASGIApp, methods: Iterable[str] = ("POST", "PUT")) -> None:
+        self.app = app
+        self.methods = frozenset(methods)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("method") not in self.methods:
+            await self.app(scope, receive, send)
+            return
+        body_read = asyncio.Event()
+        answered = False
+
+        async def tracked_receive() -> Message:
+            message = await receive()
+            if message["type"] == "http.disconnect" or not message.get("more_body", False):
+                body_read.set()
+            return message
+
+        async def tracked_send(message: Message) -> None:
+            nonlocal answered
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                answered = True
+            await send(message)
+
+        async def gone() -> None:
+            await body_read.wait()
+            # After the body, the server's receive() returns only when the client disconnects or the
+            # response has ended; anything else is waited past.
+            while (await receive())["type"] != "http.disconnect":
+                pass
+
+        work = asyncio.ensure_future(self.app(scope, tracked_receive, tracked_send))
+        watcher = asyncio.ensure_future(gone())
+        try:
+            await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            if not work.done() and not answered:
+                ctx: RequestContext | None = scope.get(CONTEXT_KEY)
+                access_log.info(
+                    "%s client disconnected; its request is cancelled",
+                    ctx.request_id if ctx else "-",
+                )
+                work.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await work
+                return
+            await work
+        finally:
+            watcher.cancel()
+            if not work.done():
+                work.cancel()

@@ -1,0 +1,8 @@
+"""What the gateway measures: latency sketches and their shared stores, Prometheus metrics, the
+per-stage timing of a request and the learned pace of image generations.
+"""
+
+from __future__ import annotations
+
+# its modules, each imported by name: nothing is re-exported
+__all__ = ["generation_pace", "latency", "redis_series", "stats", "stats_store", "timing"]
