@@ -7,6 +7,9 @@
 #   loadtest/gpu_bench.sh run OUT_DIR [..] # THERE: python -m loadtest.bench.gpu --out OUT_DIR [...]
 #   loadtest/gpu_bench.sh scaling OUT_DIR [..]  # THERE: the gateway scaling table (python -m loadtest.scaling:
 #                                          # direct Triton vs the gateway with 1 and --workers N processes)
+#   loadtest/gpu_bench.sh multimodel OUT_DIR [..]  # THERE: issue 26's benchmark on the GPU (python -m
+#                                          # loadtest.multimodel --device gpu: 20 TorchScript KIND_GPU variants,
+#                                          # a budget of 5, 60 s measured per phase, 5 s warm-up; about 4-5 minutes)
 #   loadtest/gpu_bench.sh all OUT_DIR      # THERE: everything below in one budget (about 5.5 minutes on one
 #                                          # H200 with 16 cores), each step under its own time limit:
 #       1. gpu-tests   the tests marked gpu (not the compiled flavour's; ALL_TEST_FILES: only those files) -> gpu_tests.txt
@@ -324,13 +327,20 @@ case "$verb" in
             --workers 8 --processes 4 --concurrency 1 8 32 --duration-s 10 --rounds 2 --out "$out" "$@" \
             2>&1 | tee "$out/scaling.txt"
         ;;
+    multimodel)
+        out=${1:?usage: loadtest/gpu_bench.sh multimodel OUT_DIR [python -m loadtest.multimodel args]}
+        shift || true
+        setup && describe "$out"
+        "$PY" -m loadtest.multimodel --device gpu --models 20 --budget-models 5 --duration 60 --warmup 5 \
+            --out "$out" "$@" 2>&1 | tee "$out/multimodel.txt"
+        ;;
     all)
         out=${1:?usage: loadtest/gpu_bench.sh all OUT_DIR}
         mkdir -p "$out"
         run_all "$out"
         ;;
     *)
-        sed -n '2,42p' "$0"
+        sed -n '2,45p' "$0"
         exit 2
         ;;
 esac

@@ -75,6 +75,7 @@ class MultiModelSettings:
     zipf_s: float = 1.1
     hidden: int = 256
     seed: int = 0
+    device: str = "cpu"
     out_dir: Path = Path("multimodel-results")
 
 
@@ -227,17 +228,37 @@ def _ms(values: np.ndarray, q: float) -> float:
 
 def run_multimodel(settings: MultiModelSettings) -> dict[str, Any]:
     """Run both phases; write the JSON documents and the plot to ``settings.out_dir``."""
-    from gateway.backends.residency_memory import ProcessTreeMeter
+    from gateway.backends.residency_memory import GpuMetricsMeter, MemoryMeter, ProcessTreeMeter
     from gateway.backends.residency_triton import TritonRepository
+    from loadtest.multimodel_gpu import build_torchscript_variants, require_cuda
 
+    device = require_cuda() if settings.device == "gpu" else "cpu"
     settings.out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="multimodel-") as tmp:
         root = Path(tmp)
-        names = build_variants(root / "repository", settings)
+        if settings.device == "gpu":
+            names = build_torchscript_variants(
+                root / "repository",
+                models=settings.models,
+                seed=settings.seed,
+                features=FEATURES,
+                classes=CLASSES,
+            )
+        else:
+            names = build_variants(root / "repository", settings)
         sequence = zipf_sequence(names, settings.zipf_s, 50_000, settings.seed)
-        with TritonServer(root / "repository", models=[], ports=TritonPorts.free()) as triton:
+        with TritonServer(
+            root / "repository",
+            models=[],
+            ports=TritonPorts.free(),
+            gpu_metrics=settings.device == "gpu",
+        ) as triton:
             assert triton.pid is not None
-            meter = ProcessTreeMeter(triton.pid)
+            meter: MemoryMeter = (
+                GpuMetricsMeter(triton.metrics_url)
+                if settings.device == "gpu"
+                else ProcessTreeMeter(triton.pid)
+            )
 
             async def calibrate() -> tuple[int, int]:
                 repository = TritonRepository(triton.http_url, 300)
@@ -245,6 +266,11 @@ def run_multimodel(settings: MultiModelSettings) -> dict[str, Any]:
                     before = await meter.used_bytes()
                     await repository.load(names[0])
                     footprint = await meter.used_bytes() - before
+                    if footprint <= 0:
+                        raise SystemExit(
+                            f"the {settings.device} meter saw no memory taken by {names[0]!r} "
+                            f"(before {before} bytes): without a footprint there is no budget"
+                        )
                     await repository.unload(names[0])
                     return await meter.used_bytes(), footprint
                 finally:
@@ -258,6 +284,11 @@ def run_multimodel(settings: MultiModelSettings) -> dict[str, Any]:
                 "GATEWAY_RESIDENCY_DEFAULT_ESTIMATE_BYTES": str(footprint),
                 "GATEWAY_RESIDENCY_FOOTPRINTS_PATH": str(root / "footprints.json"),
             }
+            if settings.device == "gpu":
+                env |= {
+                    "GATEWAY_RESIDENCY_MEMORY": "gpu",
+                    "GATEWAY_RESIDENCY_METRICS_URL": triton.metrics_url,
+                }
             with gateway(triton.http_url, root / "on-demand", env) as (url, key):
                 on_demand, memory = asyncio.run(_drive(url, key, sequence, settings, meter))
 
@@ -280,6 +311,7 @@ def run_multimodel(settings: MultiModelSettings) -> dict[str, Any]:
         baseline=baseline,
         budget=budget,
         footprint=footprint,
+        device=device,
     )
 
 
@@ -292,6 +324,7 @@ def _report(
     baseline: int,
     budget: int,
     footprint: int,
+    device: str = "cpu",
 ) -> dict[str, Any]:
     ok = on_demand.status == 200
     hits = on_demand.latency_s[ok & (on_demand.correct == 1)]
@@ -299,7 +332,7 @@ def _report(
     every = all_loaded.latency_s[all_loaded.status == 200]
     over = max((used - baseline - budget for _, used in memory), default=0)
     figures = {
-        "device": "cpu",
+        "device": device,
         "models": settings.models,
         "budget_models": settings.budget_models,
         "hit_rate": float(hits.size / max(1, hits.size + cold.size)),
@@ -436,6 +469,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--zipf-s", type=float, default=d.zipf_s, help="Zipf exponent of the traffic"
     )
     parser.add_argument("--seed", type=int, default=d.seed, help="weights and traffic seed")
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "gpu"),
+        default=d.device,
+        help="cpu: ONNX variants, process-tree meter; gpu: TorchScript KIND_GPU variants, Triton's GPU meter",
+    )
     parser.add_argument("--out", type=Path, default=d.out_dir, help="folder for the results")
     return parser
 
@@ -453,6 +492,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         warmup_s=args.warmup,
         zipf_s=args.zipf_s,
         seed=args.seed,
+        device=args.device,
         out_dir=args.out,
     )
     detail = run_multimodel(settings)

@@ -109,6 +109,8 @@ class TritonServer:
             one by default. The Python stub takes its environment from the first ``python3`` on
             PATH and ignores PYTHONPATH, so this is how models get another environment (e.g. numpy
             1.x, which the 2.51 stub needs for string tensors, beside a GPU host's numpy 2).
+        gpu_metrics: publish ``nv_gpu_*`` metrics (DCGM, bundled with the wheel), refreshed every
+            100 ms rather than Triton's 2 s, so a memory reading just after a load sees the load.
     """
 
     repository: Path
@@ -118,6 +120,7 @@ class TritonServer:
     startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S
     log_verbose: int = 0
     python: str | None = None
+    gpu_metrics: bool = False
     _process: ManagedProcess | None = field(default=None, init=False, repr=False)
     _workdir: tempfile.TemporaryDirectory[str] | None = field(default=None, init=False, repr=False)
 
@@ -154,7 +157,8 @@ class TritonServer:
             f"--metrics-address={self.host}",
             f"--metrics-port={self.ports.metrics}",
             "--allow-metrics=true",
-            "--allow-gpu-metrics=false",
+            f"--allow-gpu-metrics={'true' if self.gpu_metrics else 'false'}",
+            *(["--metrics-interval-ms=100"] if self.gpu_metrics else []),
             "--strict-readiness=true",
             "--exit-on-error=true",
             f"--log-verbose={self.log_verbose}",

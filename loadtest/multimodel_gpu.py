@@ -1,0 +1,92 @@
+"""The multimodel benchmark's GPU variants: TorchScript classifiers big enough to weigh on a card.
+
+Each variant is an MLP of ``FEATURES -> hidden -> hidden -> CLASSES`` with random weights from
+``seed + index`` (no model hub), saved as TorchScript and written as a ``pytorch_libtorch`` entry
+with a KIND_GPU instance through the builders' config writer, the same path as the ONNX variants.
+At the default width (4,096) the weights are about 70 MB; with the Python backend's stub and its
+CUDA context a loaded variant takes a few hundred MB of GPU memory, a clear step on the meter.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["GPU_HIDDEN", "build_torchscript_variants", "require_cuda"]
+
+GPU_HIDDEN = 4096
+
+
+def require_cuda() -> str:
+    """The name of CUDA device 0.
+
+    Returns:
+        What ``torch.cuda.get_device_name`` says, for the report's ``device``.
+
+    Raises:
+        SystemExit: torch is missing or sees no CUDA device (``--device gpu`` cannot run here).
+    """
+    try:
+        import torch
+    except ImportError as exc:  # pragma: no cover - the dev venv has torch
+        raise SystemExit(f"--device gpu needs torch with CUDA: {exc}") from exc
+    if not torch.cuda.is_available():
+        raise SystemExit(
+            "--device gpu needs a CUDA device, and torch sees none here "
+            f"(torch {torch.__version__}); run it on the GPU host (loadtest/gpu_bench.sh)"
+        )
+    return str(torch.cuda.get_device_name(0))
+
+
+def build_torchscript_variants(
+    root: Path, *, models: int, seed: int, features: int, classes: int, hidden: int = GPU_HIDDEN
+) -> list[str]:
+    """Write ``models`` TorchScript classifier variants into ``root`` as KIND_GPU entries.
+
+    Args:
+        root: the model repository to write into.
+        models: how many variants.
+        seed: weights of variant ``i`` come from ``seed + i``.
+        features: input width.
+        classes: output width.
+        hidden: width of the two hidden layers.
+
+    Returns:
+        The variants' names, in order.
+    """
+    import torch
+
+    from builders.spec import BatchingPolicy, TensorSpec
+    from builders.triton_config import model_config, write_config
+    from loadtest.multimodel import variant
+
+    names = []
+    for index in range(models):
+        generator = torch.Generator().manual_seed(seed + index)
+        layers = [
+            torch.nn.Linear(features, hidden),
+            torch.nn.ReLU(),
+            torch.nn.Linear(hidden, hidden),
+            torch.nn.ReLU(),
+            torch.nn.Linear(hidden, classes),
+        ]
+        with torch.no_grad():
+            for layer in layers:
+                if isinstance(layer, torch.nn.Linear):
+                    layer.weight.normal_(0.0, 0.02, generator=generator)
+                    layer.bias.zero_()
+        module = torch.jit.script(torch.nn.Sequential(*layers).eval())
+        name = variant(index)
+        (root / name / "1").mkdir(parents=True, exist_ok=True)
+        torch.jit.save(module, str(root / name / "1" / "model.pt"))
+        config = model_config(
+            name,
+            platform="pytorch_libtorch",
+            inputs=[TensorSpec("input", "float32", (features,))],
+            outputs=[TensorSpec("logits", "float32", (classes,))],
+            batching=BatchingPolicy(max_batch_size=8, max_queue_delay_us=100, instance_count=1),
+            gpu=True,
+            warmup=False,
+        )
+        write_config(config, root / name / "config.pbtxt")
+        names.append(name)
+    return names
