@@ -239,7 +239,7 @@ def run_multimodel(settings: MultiModelSettings) -> dict[str, Any]:
         if settings.device == "gpu":
             names = build_torchscript_variants(
                 root / "repository",
-                models=settings.models,
+                [variant(index) for index in range(settings.models)],
                 seed=settings.seed,
                 features=FEATURES,
                 classes=CLASSES,

@@ -9,6 +9,7 @@ CUDA context a loaded variant takes a few hundred MB of GPU memory, a clear step
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 __all__ = ["GPU_HIDDEN", "build_torchscript_variants", "require_cuda"]
@@ -38,14 +39,20 @@ def require_cuda() -> str:
 
 
 def build_torchscript_variants(
-    root: Path, *, models: int, seed: int, features: int, classes: int, hidden: int = GPU_HIDDEN
+    root: Path,
+    names: Sequence[str],
+    *,
+    seed: int,
+    features: int,
+    classes: int,
+    hidden: int = GPU_HIDDEN,
 ) -> list[str]:
-    """Write ``models`` TorchScript classifier variants into ``root`` as KIND_GPU entries.
+    """Write a TorchScript classifier variant per name into ``root`` as KIND_GPU entries.
 
     Args:
         root: the model repository to write into.
-        models: how many variants.
-        seed: weights of variant ``i`` come from ``seed + i``.
+        names: the variants' entry names.
+        seed: weights of the ``i``-th variant come from ``seed + i``.
         features: input width.
         classes: output width.
         hidden: width of the two hidden layers.
@@ -57,10 +64,8 @@ def build_torchscript_variants(
 
     from builders.spec import BatchingPolicy, TensorSpec
     from builders.triton_config import model_config, write_config
-    from loadtest.multimodel import variant
 
-    names = []
-    for index in range(models):
+    for index, name in enumerate(names):
         generator = torch.Generator().manual_seed(seed + index)
         layers = [
             torch.nn.Linear(features, hidden),
@@ -75,7 +80,6 @@ def build_torchscript_variants(
                     layer.weight.normal_(0.0, 0.02, generator=generator)
                     layer.bias.zero_()
         module = torch.jit.script(torch.nn.Sequential(*layers).eval())
-        name = variant(index)
         (root / name / "1").mkdir(parents=True, exist_ok=True)
         torch.jit.save(module, str(root / name / "1" / "model.pt"))
         config = model_config(
@@ -88,5 +92,4 @@ def build_torchscript_variants(
             warmup=False,
         )
         write_config(config, root / name / "config.pbtxt")
-        names.append(name)
-    return names
+    return list(names)

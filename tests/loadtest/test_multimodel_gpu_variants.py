@@ -17,7 +17,12 @@ from loadtest.multimodel_gpu import build_torchscript_variants
 
 def test_variants_are_gpu_torchscript_entries_with_their_own_weights(tmp_path: Path) -> None:
     names = build_torchscript_variants(
-        tmp_path, models=2, seed=5, features=FEATURES, classes=CLASSES, hidden=32
+        tmp_path,
+        ["classifier_v00", "classifier_v01"],
+        seed=5,
+        features=FEATURES,
+        classes=CLASSES,
+        hidden=32,
     )
     assert names == ["classifier_v00", "classifier_v01"]
     outputs = []
