@@ -330,6 +330,9 @@ case "$verb" in
     multimodel)
         out=${1:?usage: loadtest/gpu_bench.sh multimodel OUT_DIR [python -m loadtest.multimodel args]}
         shift || true
+        # Its own imports only: the multimodel run needs no EfficientNet wheels (17 MB of the carried 60),
+        # so a call carrying .whl/ without them still fits the transfer limit.
+        IMPORTS='import fastapi, uvicorn, httptools, jwt, pydantic_settings, tritonclient.http, pytriton, torch, matplotlib, aiohttp, gateway.app, loadtest.multimodel'
         setup && describe "$out"
         "$PY" -m loadtest.multimodel --device gpu --models 20 --budget-models 5 --duration 60 --warmup 5 \
             --out "$out" "$@" 2>&1 | tee "$out/multimodel.txt"

@@ -44,9 +44,10 @@ from loadtest.loadgen import HttpTarget, LoadSpec, Target, run
 from loadtest.loadgen.hostile import DisconnectTarget, IdleConnectionTarget, PacedTarget
 from loadtest.qos import MODEL, QosSettings, prepare_repository
 from serving.console import make_console, print_table
+from serving.gateway_process import GatewayLaunch, start_gateway_process
 from serving.launcher import TritonPorts, TritonServer
 from serving.ports import reserve_port
-from serving.processes import ManagedProcess, child_env, python_module
+from serving.processes import child_env
 
 __all__ = [
     "DEFAULT_SETTINGS",
@@ -135,32 +136,17 @@ def platform(workdir: Path, settings: IsolationSettings) -> Iterator[Stack]:
     secrets = load_or_create_secrets(workdir / "state", environ={})
     with TritonServer(repository, ports=TritonPorts.free()) as triton:
         port = reserve_port()
-        command = python_module(
-            "gateway",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--triton-url",
-            triton.http_url,
-            "--keys-db",
-            str(keys_db),
-            "--log-level",
-            "warning",
-        )
         env = child_env({**secrets, "GATEWAY_LOG_LEVEL": "warning"})
-        with ManagedProcess(
-            command, name="gateway", log_path=workdir / "gateway.log", env=env
-        ) as gateway:
-            gateway.wait_http(f"http://127.0.0.1:{port}/healthz", 120)
+        launch = GatewayLaunch.local(
+            port, triton.http_url, keys_db, env=env, log_path=workdir / "gateway.log"
+        )
+        with start_gateway_process(launch) as gateway:
             assert gateway.pid is not None
 
             def new_key(name: str, tier: str) -> str:
                 return store.create(name, ["*"], tier)[1]
 
-            yield Stack(
-                f"http://127.0.0.1:{port}", gateway.pid, new_key, secrets["GATEWAY_METRICS_TOKEN"]
-            )
+            yield Stack(launch.url, gateway.pid, new_key, secrets["GATEWAY_METRICS_TOKEN"])
 
 
 class Scenario(NamedTuple):

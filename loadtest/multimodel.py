@@ -158,22 +158,8 @@ def gateway(triton_http_url: str, workdir: Path, env: dict[str, str]) -> Iterato
             **env,
         }
     )
-    launch = GatewayLaunch(
-        port,
-        full_env,
-        args=(
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--triton-url",
-            triton_http_url,
-            "--keys-db",
-            str(keys_db),
-            "--log-level",
-            "warning",
-        ),
-        log_path=workdir / "gateway.log",
+    launch = GatewayLaunch.local(
+        port, triton_http_url, keys_db, env=full_env, log_path=workdir / "gateway.log"
     )
     with start_gateway_process(launch):
         yield launch.url, key

@@ -138,22 +138,8 @@ def gateway(
             "GATEWAY_ADMIN_TOKEN": generate_secret(),  # unused here, but the gateway refuses to serve without one
         }
     )
-    launch = GatewayLaunch(
-        port,
-        env,
-        args=(
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--triton-url",
-            triton_http_url,
-            "--keys-db",
-            str(keys_db),
-            "--log-level",
-            "warning",
-        ),
-        log_path=workdir / "gateway.log",
+    launch = GatewayLaunch.local(
+        port, triton_http_url, keys_db, env=env, log_path=workdir / "gateway.log"
     )
     with start_gateway_process(launch):
         yield launch.url, keys

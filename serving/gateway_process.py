@@ -45,6 +45,47 @@ class GatewayLaunch:
     inherit_output: bool = False
     host: str = "127.0.0.1"
 
+    @classmethod
+    def local(
+        cls,
+        port: int,
+        triton_url: str,
+        keys_db: Path,
+        *,
+        env: Mapping[str, str] | None = None,
+        log_path: Path | None = None,
+        args: tuple[str, ...] = (),
+    ) -> GatewayLaunch:
+        """A gateway on loopback in front of ``triton_url`` with the keys in ``keys_db``, logging
+        warnings only (the benchmarks' gateway: what they measure is not slowed by access logs).
+
+        Args:
+            port: its HTTP port.
+            triton_url: Triton's HTTP endpoint (``host:port`` or a URL).
+            keys_db: the SQLite key store it reads.
+            env: its whole environment, as for the constructor.
+            log_path: where its output goes.
+            args: more arguments after the standard ones (``--workers 4``).
+        """
+        return cls(
+            port,
+            env,
+            args=(
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--triton-url",
+                triton_url,
+                "--keys-db",
+                str(keys_db),
+                "--log-level",
+                "warning",
+                *args,
+            ),
+            log_path=log_path,
+        )
+
     @property
     def url(self) -> str:
         """``http://host:port``."""

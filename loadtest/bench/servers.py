@@ -119,27 +119,19 @@ def gateway_server(triton_http_url: str, workdir: Path, workers: int = 1) -> Ite
             "GATEWAY_ADMIN_TOKEN": secrets.token_urlsafe(32),
         }
         keys_db = workdir / "gateway_keys.sqlite3"
-        options: list[str] = ["--keys-db", str(keys_db)]
+        options: tuple[str, ...] = ()
         if workers > 1:
             extra["GATEWAY_REDIS_URL"] = stack.enter_context(redis_server(workdir))
-            options += ["--workers", str(workers)]
+            options = ("--workers", str(workers))
         _, key = _create_key(keys_db, extra.get("GATEWAY_REDIS_URL"))
         port = reserve_port()
-        launch = GatewayLaunch(
+        launch = GatewayLaunch.local(
             port,
-            child_env(extra),
+            triton_http_url,
+            keys_db,
+            env=child_env(extra),
             log_path=workdir / "gateway.log",
-            args=(
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--triton-url",
-                triton_http_url,
-                *options,
-                "--log-level",
-                "warning",
-            ),
+            args=options,
         )
         stack.enter_context(start_gateway_process(launch))
         yield BenchGateway(f"http://127.0.0.1:{port}", key, extra["GATEWAY_METRICS_TOKEN"])
