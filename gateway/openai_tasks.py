@@ -23,13 +23,10 @@ service's; what a model is and allows comes from its card
 from __future__ import annotations
 
 import asyncio
-import io
-import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import asdict, dataclass, fields, replace
-from typing import Any
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -42,7 +39,16 @@ from gateway.errors import (
     ModelNotFound,
     UpstreamTimeout,
 )
-from gateway.observe.generation_pace import GenerationPace, generation_work
+from gateway.observe.generation_pace import GenerationPace
+from gateway.openai_inputs import (
+    ImageRequest,
+    check_dimensions,
+    check_text,
+    encode_image,
+    image_requests,
+    image_work,
+    token_row,
+)
 from gateway.service import InferenceService
 from gateway.tenancy.admission import Ticket
 from gateway.tenancy.context import RequestContext
@@ -50,14 +56,7 @@ from serving.limits import DEFAULT_LIMITS, RequestLimits
 from serving.model_card import ModelCard, Task
 from serving.token_ids import token_row_of
 
-__all__ = ["IMAGE_FORMATS", "Embeddings", "ImageRequest", "OpenAITasks", "PublicModel"]
-
-#: output_format -> (Pillow format, media type)
-IMAGE_FORMATS = {
-    "png": ("PNG", "image/png"),
-    "jpeg": ("JPEG", "image/jpeg"),
-    "webp": ("WEBP", "image/webp"),
-}
+__all__ = ["Embeddings", "OpenAITasks", "PublicModel"]
 
 
 @dataclass(frozen=True)
@@ -70,44 +69,6 @@ class PublicModel:
     #: with residency on (:mod:`gateway.backends.residency`): its state and footprint
     state: str | None = None
     footprint_bytes: int | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class ImageRequest:
-    """One image-generation request, as the synchronous route and the job store hand it over.
-
-    Attributes:
-        prompt, negative_prompt: the texts (checked against the limits by the tasks).
-        model: the public model name; ``None`` is the configured diffusion model.
-        n: images, image ``k`` with seed ``seed + k``.
-        width, height: pixels; ``None``: the model's own side (its card's).
-        output_format: ``png``, ``jpeg`` or ``webp``.
-        steps: denoising steps; ``None``: the model's own default (its card's).
-        guidance: the classifier-free guidance scale.
-        seed: the seed of the first image.
-        scheduler: ``default`` (the checkpoint's own) or a name of ``serving.limits``' schedulers.
-    """
-
-    prompt: str
-    model: str | None = None
-    n: int = 1
-    width: int | None = None
-    height: int | None = None
-    output_format: str = "png"
-    negative_prompt: str = ""
-    steps: int | None = None
-    guidance: float = DEFAULT_LIMITS.image_generation.default_guidance
-    seed: int = 0
-    scheduler: str = "default"
-
-    def to_json(self) -> dict[str, Any]:
-        """A JSON-able dict (what a job stores)."""
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ImageRequest:
-        """The request a job stored; fields it lacks take their defaults, unknown ones are ignored."""
-        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
 
 @dataclass(frozen=True)
@@ -224,14 +185,14 @@ class OpenAITasks:
             )
         if all(isinstance(item, str) for item in inputs):
             encoded = [
-                _text(item, index, limits.max_text_chars, limits.max_text_bytes)  # type: ignore[arg-type]
+                check_text(item, index, limits.max_text_chars, limits.max_text_bytes)  # type: ignore[arg-type]
                 for index, item in enumerate(inputs)
             ]
             return [
                 Tensor("TEXT", np.array([[t] for t in encoded[i : i + size]], dtype=np.object_))
                 for i in range(0, len(encoded), size)
             ]
-        rows = [_token_row(item, index, limits.max_token_ids) for index, item in enumerate(inputs)]  # type: ignore[arg-type]
+        rows = [token_row(item, index, limits.max_token_ids) for index, item in enumerate(inputs)]  # type: ignore[arg-type]
         tensors = []
         for start in range(0, len(rows), size):
             chunk = rows[start : start + size]
@@ -263,7 +224,7 @@ class OpenAITasks:
         settings = self.service.settings
         triton_model, card = await self._card(ctx, model, Task.EMBEDDINGS, settings.embedding_model)
         if dimensions is not None:
-            _check_dimensions(dimensions, card.dimensions, model)
+            check_dimensions(dimensions, card.dimensions, model)
         size = await self.cards.max_batch_size(triton_model) or self.limits.embeddings.batch_size
         chunks = self._tensors(inputs, size)
         # The tokenizer's own count; entries built before TOKENS existed report none (usage 0 then).
@@ -295,7 +256,7 @@ class OpenAITasks:
         tokens = int(sum(int(o["TOKENS"].sum()) for o in outputs)) if counted else 0
         ctx.usage.inputs, ctx.usage.tokens = len(vectors), tokens
         if dimensions is not None and dimensions != vectors.shape[1]:
-            _check_dimensions(
+            check_dimensions(
                 dimensions, vectors.shape[1], model
             )  # a card that did not say its length
             vectors = vectors[:, :dimensions]
@@ -363,79 +324,6 @@ class OpenAITasks:
 
     # -- images ------------------------------------------------------------------------------
 
-    def _image_requests(self, request: ImageRequest) -> list[list[Tensor]]:
-        """``request`` checked against the limits, as one Triton request per image.
-
-        Raises:
-            BadRequest: a parameter out of range (the field is named).
-        """
-        limits = self.limits.image_generation
-        n, seed = request.n, request.seed
-        # Unresolved (None) sides and steps are checked as the platform's defaults; resolve_image fills them.
-        width = limits.default_side if request.width is None else request.width
-        height = limits.default_side if request.height is None else request.height
-        steps = limits.default_steps if request.steps is None else request.steps
-        if not request.prompt.strip():
-            raise BadRequest("prompt must not be empty", field="prompt")
-        if not 1 <= n <= limits.max_images:
-            raise BadRequest(f"n must be between 1 and {limits.max_images}", field="n")
-        for name, side in (("width", width), ("height", height)):
-            problem = limits.side_problem(name, side)
-            if problem is not None:
-                raise BadRequest(problem, field="size")
-        if not limits.min_steps <= steps <= limits.max_steps:
-            raise BadRequest(
-                f"steps must be between {limits.min_steps} and {limits.max_steps}", field="steps"
-            )
-        guidance = request.guidance
-        if not (math.isfinite(guidance) and limits.min_guidance <= guidance <= limits.max_guidance):
-            raise BadRequest(
-                f"guidance_scale must be between {limits.min_guidance:g} and {limits.max_guidance:g}",
-                field="guidance_scale",
-            )
-        if not limits.min_seed <= seed <= limits.max_seed - (n - 1):
-            raise BadRequest(
-                f"seed must be between {limits.min_seed} and {limits.max_seed - (n - 1)}",
-                field="seed",
-            )
-        scheduler_problem = limits.scheduler_problem(request.scheduler)
-        if scheduler_problem is not None:
-            raise BadRequest(scheduler_problem, field="scheduler")
-        if request.output_format not in IMAGE_FORMATS:
-            raise BadRequest(
-                f"output_format must be one of {', '.join(IMAGE_FORMATS)}", field="output_format"
-            )
-        texts = {
-            name: _text(
-                value,
-                0,
-                limits.max_prompt_chars,
-                limits.max_prompt_bytes,
-                field=name,
-                empty_ok=True,
-            )
-            for name, value in (
-                ("prompt", request.prompt),
-                ("negative_prompt", request.negative_prompt),
-            )
-        }
-        # One request per image, each of batch 1 ([1, 1] per input) and always with every input: the
-        # pipeline's dynamic batcher merges concurrent requests (these n and other clients') into one
-        # denoising loop, and it merges only requests that send the same inputs.
-        return [
-            [
-                Tensor("PROMPT", np.array([[texts["prompt"]]], dtype=np.object_)),
-                Tensor("NEGATIVE_PROMPT", np.array([[texts["negative_prompt"]]], dtype=np.object_)),
-                Tensor("STEPS", np.array([[steps]], dtype=np.int32)),
-                Tensor("GUIDANCE", np.array([[guidance]], dtype=np.float32)),
-                Tensor("HEIGHT", np.array([[height]], dtype=np.int32)),
-                Tensor("WIDTH", np.array([[width]], dtype=np.int32)),
-                Tensor("SEED", np.array([[seed + k]], dtype=np.int64)),
-                Tensor("SCHEDULER", np.array([[request.scheduler.encode()]], dtype=np.object_)),
-            ]
-            for k in range(n)
-        ]
-
     async def image_model(self, ctx: RequestContext, request: ImageRequest) -> str:
         """The Triton model ``request`` runs on, after checking the request and the caller's scope.
 
@@ -459,7 +347,9 @@ class OpenAITasks:
             PermissionDenied: the model is out of the caller's scope.
             ModelNotFound: no such model, or not an image-generation model.
         """
-        self._image_requests(request)  # what the caller named, before anything is looked up
+        image_requests(
+            request, self.limits.image_generation
+        )  # what the caller named, before anything is looked up
         default = self.service.settings.image_generation_model
         triton_model, card = await self._card(
             ctx, request.model or default, Task.IMAGE_GENERATION, default
@@ -472,7 +362,7 @@ class OpenAITasks:
             height=request.height or side,
             steps=request.steps or card.image_steps or limits.default_steps,
         )
-        self._image_requests(resolved)
+        image_requests(resolved, self.limits.image_generation)
         return triton_model, resolved
 
     async def generate_images(self, ctx: RequestContext, request: ImageRequest) -> list[bytes]:
@@ -505,7 +395,7 @@ class OpenAITasks:
     def runs_long(self, triton_model: str, request: ImageRequest) -> bool:
         """Whether ``request`` (resolved) is estimated to take longer than ``image_async_after_s``
         (:mod:`gateway.observe.generation_pace`); ``False`` while there is no estimate yet."""
-        estimate = self.pace.estimate_s(triton_model, _work(request))
+        estimate = self.pace.estimate_s(triton_model, image_work(request))
         return estimate is not None and estimate > self.service.settings.image_async_after_s
 
     async def _images(
@@ -514,94 +404,19 @@ class OpenAITasks:
         request: ImageRequest,
         admission: AbstractAsyncContextManager[Ticket],
     ) -> list[bytes]:
-        requests = self._image_requests(request)
+        requests = image_requests(request, self.limits.image_generation)
         started = time.monotonic()
         try:
             outputs = await self._run(ctx, requests, ["IMAGE"], admission)
         except UpstreamTimeout:
             if ctx.model is not None:  # the time it had is a lower bound of the time it needs
-                self.pace.observe(ctx.model, _work(request), time.monotonic() - started)
+                self.pace.observe(ctx.model, image_work(request), time.monotonic() - started)
             raise
         if ctx.model is not None:
-            self.pace.observe(ctx.model, _work(request), time.monotonic() - started)
+            self.pace.observe(ctx.model, image_work(request), time.monotonic() - started)
         ctx.usage.images = request.n
         # Encoding is CPU work: keep it off the event loop. IMAGE is [1, height, width, 3].
         return [
-            await asyncio.to_thread(_encode_image, o["IMAGE"][0], request.output_format)
+            await asyncio.to_thread(encode_image, o["IMAGE"][0], request.output_format)
             for o in outputs
         ]
-
-
-def _work(request: ImageRequest) -> float:
-    limits = DEFAULT_LIMITS.image_generation
-    side = limits.default_side
-    return generation_work(
-        request.n,
-        request.steps or limits.default_steps,
-        request.width or side,
-        request.height or side,
-    )
-
-
-def _text(
-    value: str,
-    index: int,
-    max_chars: int,
-    max_bytes: int,
-    *,
-    field: str = "",
-    empty_ok: bool = False,
-) -> bytes:
-    where = field or f"input.{index}"
-    shown = field or f"input[{index}]"
-    if not value and not empty_ok:
-        raise BadRequest(f"{shown} is empty", field=where)
-    if len(value) > max_chars:
-        raise BadRequest(f"{shown} is {len(value)} characters; at most {max_chars}", field=where)
-    try:
-        data = value.encode("utf-8")
-    except UnicodeEncodeError as exc:  # a lone surrogate ("\ud800") is not Unicode text
-        raise BadRequest(
-            f"{shown} is not valid Unicode text (a lone surrogate at character {exc.start})",
-            field=where,
-        ) from exc
-    if len(data) > max_bytes:
-        raise BadRequest(f"{shown} is {len(data)} UTF-8 bytes; at most {max_bytes}", field=where)
-    return data
-
-
-def _check_dimensions(dimensions: int, length: int, model: str) -> None:
-    """Refuse ``dimensions`` outside 1..``length`` (``length`` 0: the card does not say; checked later)."""
-    if dimensions < 1 or (length and dimensions > length):
-        raise BadRequest(
-            f"dimensions={dimensions} is not available for model '{model}': it returns "
-            f"{length or 'fixed-length'}-dimensional vectors; ask for 1 to {length or 'that many'}",
-            field="dimensions",
-        )
-
-
-def _token_row(ids: Sequence[int], index: int, max_ids: int) -> list[int]:
-    if isinstance(ids, str) or not ids:
-        raise BadRequest(
-            f"input[{index}] must be a non-empty array of token ids (or every item a string)",
-            field=f"input.{index}",
-        )
-    if len(ids) > max_ids:
-        raise BadRequest(
-            f"input[{index}] holds {len(ids)} token ids; at most {max_ids}", field=f"input.{index}"
-        )
-    if any(type(i) is not int or i < 0 or i > 2**62 for i in ids):
-        raise BadRequest(
-            f"input[{index}] must hold non-negative integer token ids", field=f"input.{index}"
-        )
-    return list(ids)
-
-
-def _encode_image(image: np.ndarray, output_format: str) -> bytes:
-    from PIL import Image
-
-    buffer = io.BytesIO()
-    Image.fromarray(np.asarray(image, dtype=np.uint8)).save(
-        buffer, format=IMAGE_FORMATS[output_format][0]
-    )
-    return buffer.getvalue()

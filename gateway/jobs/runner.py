@@ -41,7 +41,8 @@ from gateway.http.problems import ProblemRenderer
 from gateway.jobs.callbacks import CallbackSender
 from gateway.jobs.service import job_document
 from gateway.jobs.store import CallbackState, Job, JobError, JobStatus, JobStore, Outcome
-from gateway.openai_tasks import IMAGE_FORMATS, ImageRequest, OpenAITasks
+from gateway.openai_inputs import IMAGE_FORMATS, ImageRequest
+from gateway.openai_tasks import OpenAITasks
 from gateway.settings import GatewaySettings
 from gateway.tenancy.context import Principal, RequestContext
 from gateway.tenancy.usage import UsageMeter

@@ -25,7 +25,8 @@ from typing import Any
 from gateway.errors import JobNotFinished, NotFound
 from gateway.jobs.callbacks import CallbackPolicy
 from gateway.jobs.store import Job, JobStatus, JobStore, looks_like_job_id, new_job_id
-from gateway.openai_tasks import ImageRequest, OpenAITasks
+from gateway.openai_inputs import ImageRequest
+from gateway.openai_tasks import OpenAITasks
 from gateway.tenancy.context import Principal, RequestContext
 from serving.limits import DEFAULT_LIMITS, JobLimits
 

@@ -20,7 +20,7 @@ from pydantic import (
     field_validator,
 )
 
-from gateway.openai_tasks import ImageRequest
+from gateway.openai_inputs import ImageRequest
 from gateway.protocol.errors import (
     INFERENCE_ERRORS,
     KSERVE_ERRORS,

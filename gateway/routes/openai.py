@@ -21,7 +21,8 @@ from gateway.jobs.image_store import ImageStore
 from gateway.jobs.image_urls import ImageUrlSigner
 from gateway.jobs.protocol import ImageJob
 from gateway.jobs.service import ImageJobs
-from gateway.openai_tasks import IMAGE_FORMATS, OpenAITasks
+from gateway.openai_inputs import IMAGE_FORMATS
+from gateway.openai_tasks import OpenAITasks
 from gateway.protocol.rest import (
     OPENAI_ERRORS,
     EmbeddingData,
