@@ -44,6 +44,7 @@ from serving.triton_clients import triton_client
 __all__ = [
     "PathConfig",
     "Row",
+    "ScalingSettings",
     "bench_key",
     "gateway_process",
     "main",
@@ -273,33 +274,48 @@ def _rows(model: str, results: dict[PathConfig, LoadResult], concurrency: int) -
     return rows
 
 
-def run_scaling(
-    repository: Path,
-    model: str,
-    workers: int,
-    concurrencies: Sequence[int],
-    duration_s: float,
-    rounds: int = 2,
-    warmup_s: float = 0.5,
-    processes: int = 1,
-    transports: Sequence[str] = ("http", "grpc"),
-    warm_s: float = 1.0,
-) -> list[Row]:
+@dataclass(frozen=True)
+class ScalingSettings:
+    """What :func:`run_scaling` measures.
+
+    Attributes:
+        model: the image model (e.g. ``efficientnet_lite0``); the tiny model is measured beside it.
+        workers: N, the larger worker count (1 is always measured).
+        concurrencies: the concurrencies measured, each on every path.
+        duration_s: measured seconds per path, model and concurrency, split over ``rounds``.
+        rounds: alternating rounds over the paths (drift in the machine spreads over all of them).
+        warmup_s: unmeasured seconds at the start of each measured run.
+        processes: load-generator processes.
+        transports: how the gateway reaches Triton (``http``, ``grpc``).
+        warm_s: each path is driven this long at the largest concurrency first (unmeasured), so
+            every worker and connection is up before the rounds.
+    """
+
+    model: str
+    workers: int
+    concurrencies: Sequence[int]
+    duration_s: float
+    rounds: int = 2
+    warmup_s: float = 0.5
+    processes: int = 1
+    transports: Sequence[str] = ("http", "grpc")
+    warm_s: float = 1.0
+
+
+def run_scaling(repository: Path, settings: ScalingSettings) -> list[Row]:
     """Start everything, measure every path at every concurrency for both models, stop everything.
 
     Args:
-        repository: a built model repository holding ``model``.
-        model: the image model (e.g. ``efficientnet_lite0``).
-        workers: N, the larger worker count (1 is always measured).
-        duration_s: measured seconds per path, model and concurrency, split over ``rounds``.
-        warm_s: each path is driven this long at the largest concurrency first (unmeasured), so
-            every worker and connection is up before the rounds.
+        repository: a built model repository holding ``settings.model``.
+        settings: what to measure.
 
     Returns:
         One :class:`Row` per (model, concurrency, path).
     """
+    model, workers, concurrencies = settings.model, settings.workers, settings.concurrencies
+    rounds, processes = settings.rounds, settings.processes
     counts = sorted({1, workers})
-    paths = [PathConfig(0)] + [PathConfig(w, t) for w in counts for t in transports]
+    paths = [PathConfig(0)] + [PathConfig(w, t) for w in counts for t in settings.transports]
     console = make_console()
     rows: list[Row] = []
     with (
@@ -327,7 +343,7 @@ def run_scaling(
                     warm = LoadSpec(
                         target=target,
                         concurrency=max(concurrencies),  # type: ignore[arg-type]
-                        duration_s=warm_s,
+                        duration_s=settings.warm_s,
                         warmup_s=0.0,
                     )
                     run([warm], processes)
@@ -342,8 +358,8 @@ def run_scaling(
                             spec = LoadSpec(
                                 target=targets[path],
                                 concurrency=concurrency,  # type: ignore[arg-type]
-                                duration_s=duration_s / rounds,
-                                warmup_s=warmup_s,
+                                duration_s=settings.duration_s / rounds,
+                                warmup_s=settings.warmup_s,
                             )
                             runs[path].extend(run([spec], processes))
                             bar.advance(task)
@@ -484,14 +500,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     before = machine_load()
     rows = run_scaling(
         args.repository,
-        args.model,
-        args.workers,
-        args.concurrency,
-        args.duration_s,
-        args.rounds,
-        args.warmup_s,
-        args.processes,
-        args.transports,
+        ScalingSettings(
+            model=args.model,
+            workers=args.workers,
+            concurrencies=args.concurrency,
+            duration_s=args.duration_s,
+            rounds=args.rounds,
+            warmup_s=args.warmup_s,
+            processes=args.processes,
+            transports=args.transports,
+        ),
     )
     machine = {**before, "load_average_after": [round(v, 2) for v in os.getloadavg()]}
     settings = (

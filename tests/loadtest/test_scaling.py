@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from loadtest.propagation import measure
-from loadtest.scaling import TINY_MODEL, report_table, run_scaling, save_plot
+from loadtest.scaling import TINY_MODEL, ScalingSettings, report_table, run_scaling, save_plot
 from tests.support.tiny_repo import TINY_MODEL as TINY_LINEAR
 from tests.support.tiny_repo import build_tiny_repository
 
@@ -19,14 +19,16 @@ def test_every_path_answers_for_both_models(tmp_path: Path) -> None:
     repository = build_tiny_repository(tmp_path / "repository")
     rows = run_scaling(
         repository,
-        TINY_LINEAR,
-        workers=2,
-        concurrencies=[2],
-        duration_s=1.0,
-        rounds=1,
-        warmup_s=0.2,
-        transports=["grpc"],
-        warm_s=0.3,
+        ScalingSettings(
+            model=TINY_LINEAR,
+            workers=2,
+            concurrencies=[2],
+            duration_s=1.0,
+            rounds=1,
+            warmup_s=0.2,
+            transports=["grpc"],
+            warm_s=0.3,
+        ),
     )
     assert [(r.model, r.path) for r in rows] == [
         (model, path)
