@@ -32,7 +32,7 @@ from loadtest.loadgen import (
 from loadtest.loadgen.capacity import measure_capacity
 from serving.triton_clients import triton_client
 
-__all__ = ["OverheadResult", "main", "run_overhead"]
+__all__ = ["OverheadResult", "OverheadSettings", "main", "run_overhead"]
 
 DEFAULT_ROUNDS = 4
 DEFAULT_WARMUP_S = 1.0
@@ -89,18 +89,33 @@ def zero_inputs(triton_url: str, model: str) -> dict[str, np.ndarray]:
     return inputs
 
 
+@dataclass(frozen=True)
+class OverheadSettings:
+    """How :func:`run_overhead` drives both paths.
+
+    Attributes:
+        concurrency: requests in flight on each path.
+        duration_s: measured time, split evenly between the paths over ``rounds`` ABBA rounds.
+        rounds: ABBA alternations (drift in the machine spreads over both paths).
+        processes: load-generator processes.
+        inputs: one request's tensors; zeros of the model's input shapes when ``None``.
+        binary: KServe v2 binary tensors (``False``: JSON).
+    """
+
+    concurrency: int = 8
+    duration_s: float = 20.0
+    rounds: int = DEFAULT_ROUNDS
+    processes: int = 1
+    inputs: Mapping[str, np.ndarray] | None = None
+    binary: bool = True
+
+
 def run_overhead(
     triton_url: str,
     gateway_url: str,
     api_key: str,
     model: str,
-    *,
-    concurrency: int = 8,
-    duration_s: float = 20.0,
-    rounds: int = DEFAULT_ROUNDS,
-    processes: int = 1,
-    inputs: Mapping[str, np.ndarray] | None = None,
-    binary: bool = True,
+    settings: OverheadSettings = OverheadSettings(),
 ) -> OverheadResult:
     """Measure what the gateway adds over direct Triton, in one run.
 
@@ -108,10 +123,12 @@ def run_overhead(
         triton_url: Triton's HTTP ``host:port`` (explicit model control: the capacity twin is loaded).
         gateway_url: the gateway's base URL (``http://host:port``).
         api_key: a key whose tier will not rate-limit the run.
-        duration_s: measured time, split evenly between the paths over ``rounds`` ABBA rounds.
-        inputs: one request's tensors; zeros of the model's input shapes when ``None``.
-        binary: KServe v2 binary tensors (``False``: JSON).
+        model: the model both paths call.
+        settings: how the paths are driven.
     """
+    inputs, binary = settings.inputs, settings.binary
+    concurrency, duration_s = settings.concurrency, settings.duration_s
+    rounds, processes = settings.rounds, settings.processes
     request = dict(inputs) if inputs is not None else zero_inputs(triton_url, model)
     direct = TritonTarget(
         url=triton_url, model=model, inputs=(request,), binary=binary, name="direct"
@@ -234,12 +251,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.gateway_url,
         args.api_key,
         args.model,
-        concurrency=args.concurrency,
-        duration_s=args.duration_s,
-        rounds=args.rounds,
-        processes=args.processes,
-        inputs=inputs,
-        binary=not args.json_tensors,
+        OverheadSettings(
+            concurrency=args.concurrency,
+            duration_s=args.duration_s,
+            rounds=args.rounds,
+            processes=args.processes,
+            inputs=inputs,
+            binary=not args.json_tensors,
+        ),
     )
     print_result(result)
     if args.json_out:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from loadtest.bench import ALL_CONFIGS, BenchSettings, build_parser, run_bench, settings_from_args
-from loadtest.bench.gateway_overhead import run_overhead
+from loadtest.bench.gateway_overhead import OverheadSettings, run_overhead
 from loadtest.bench.settings import JPEG_CONFIGS
 from serving.launcher import TritonServer
 
@@ -109,9 +109,7 @@ def test_gateway_overhead_on_the_load_generator(
         gateway["url"],
         gateway["key"],
         "efficientnet_lite0",
-        concurrency=2,
-        duration_s=1.0,
-        rounds=1,
+        OverheadSettings(concurrency=2, duration_s=1.0, rounds=1),
     )
     assert result.direct.requests > 0 and result.gateway.requests > 0
     assert result.direct.errors == 0 and result.gateway.errors == 0, result.gateway.error_summary()
