@@ -38,6 +38,7 @@ from gateway.backends.model_cards import ModelCards
 from gateway.backends.residency import ResidencyManager
 from gateway.backends.residency_setup import build_residency
 from gateway.backends.triton import InferenceBackend
+from gateway.http.body_bytes import InFlightBytesMiddleware
 from gateway.http.compression import DecompressionMiddleware
 from gateway.http.middleware import (
     AuthMiddleware,
@@ -74,6 +75,7 @@ from gateway.settings import GatewaySettings
 from gateway.tenancy.admission import RefusalCharge
 from gateway.tenancy.auth import Authenticator
 from gateway.tenancy.context import CONTEXT_KEY
+from gateway.tenancy.inflight_bytes import InFlightBytes
 from gateway.tenancy.key_stores import open_key_store
 from gateway.tenancy.keys import KeyStore
 from gateway.tenancy.ratelimit import RateLimiter
@@ -338,6 +340,14 @@ def _middleware(
             metrics_paths=METRICS_PATHS,
             signed_paths=SIGNED_PATHS,
             refusals=refusals,
+        ),
+        # Inside auth (the key's tier is known), outside decompression (the bytes the client sent).
+        Middleware(
+            InFlightBytesMiddleware,
+            ledger=InFlightBytes(),
+            bound=lambda tier: settings.tier_limit(tier).max_inflight_bytes,
+            renderer=renderer,
+            retry_after_s=settings.retry_after_s,
         ),
         # Inside auth: nothing is decompressed for a caller without credentials.
         Middleware(DecompressionMiddleware, max_bytes=settings.max_body_bytes, renderer=renderer),

@@ -8,4 +8,12 @@ middleware of :mod:`gateway.http.middleware` and :mod:`gateway.http.compression`
 from __future__ import annotations
 
 # its modules, each imported by name: nothing is re-exported
-__all__ = ["compression", "limits", "middleware", "problems", "server", "validation_report"]
+__all__ = [
+    "body_bytes",
+    "compression",
+    "limits",
+    "middleware",
+    "problems",
+    "server",
+    "validation_report",
+]
