@@ -56,6 +56,7 @@ from gateway.jobs.store import JobStore
 from gateway.observe.stats import LatencyTracker
 from gateway.observe.timing import watch_event_loop
 from gateway.openai_tasks import OpenAITasks
+from gateway.protocol.kserve import ParsePool
 from gateway.routes import (
     admin,
     classify,
@@ -384,7 +385,14 @@ async def _start(
     tracker, meter = parts.tracker, parts.meter
     app.state.backend = backend
     app.state.limiter = limiter
-    app.state.service = InferenceService(settings, backend, limiter, tracker, parts.traffic)
+    parse_pool = None
+    if settings.parse_workers:
+        parse_pool = ParsePool(settings.parse_workers, settings.retry_after_s)
+        parse_pool.start()
+    app.state.parse_pool = parse_pool
+    app.state.service = InferenceService(
+        settings, backend, limiter, tracker, parts.traffic, parse_pool=parse_pool
+    )
     residency = build_residency(
         settings, settings.triton_http_url, settings.keys_db, tracker.registry
     )
@@ -460,6 +468,8 @@ async def _stop(app: FastAPI, parts: _Parts, running: _Running) -> None:
     await app.state.images.close()
     await app.state.service.catalog.close()
     await app.state.service.healer.close()
+    if app.state.parse_pool is not None:
+        app.state.parse_pool.close()
     if running.residency is not None:
         await running.residency.close()
     await running.backend.close()
