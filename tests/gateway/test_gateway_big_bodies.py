@@ -24,11 +24,12 @@ PADDING = 3 * 1024 * 1024  # whitespace: valid JSON the parser reads through, as
 
 @pytest.fixture(scope="module")
 def big(gateway_factory, tiny_triton):  # type: ignore[no-untyped-def]
-    return gateway_factory(tiny_triton.http_url, parse_workers=1)
+    return gateway_factory(tiny_triton.http_url, parse_workers=1, workers=1)
 
 
 def _parse_workers(gateway) -> list[psutil.Process]:  # type: ignore[no-untyped-def]
-    children = psutil.Process(gateway.process.pid).children(recursive=True)
+    # One gateway process (workers=1) serves: its parse processes are its own spawned children.
+    children = psutil.Process(gateway.process.pid).children()
     return [c for c in children if "multiprocessing.spawn" in " ".join(c.cmdline())]
 
 
