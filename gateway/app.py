@@ -38,6 +38,7 @@ from gateway.backends.model_cards import ModelCards
 from gateway.backends.residency import ResidencyManager
 from gateway.backends.residency_setup import build_residency
 from gateway.backends.triton import InferenceBackend
+from gateway.http.body_bytes import InFlightBytesMiddleware
 from gateway.http.compression import DecompressionMiddleware
 from gateway.http.middleware import (
     AuthMiddleware,
@@ -55,6 +56,7 @@ from gateway.jobs.store import JobStore
 from gateway.observe.stats import LatencyTracker
 from gateway.observe.timing import watch_event_loop
 from gateway.openai_tasks import OpenAITasks
+from gateway.protocol.kserve import ParsePool
 from gateway.routes import (
     admin,
     classify,
@@ -74,6 +76,7 @@ from gateway.settings import GatewaySettings
 from gateway.tenancy.admission import RefusalCharge
 from gateway.tenancy.auth import Authenticator
 from gateway.tenancy.context import CONTEXT_KEY
+from gateway.tenancy.inflight_bytes import InFlightBytes
 from gateway.tenancy.key_stores import open_key_store
 from gateway.tenancy.keys import KeyStore
 from gateway.tenancy.ratelimit import RateLimiter
@@ -339,6 +342,14 @@ def _middleware(
             signed_paths=SIGNED_PATHS,
             refusals=refusals,
         ),
+        # Inside auth (the key's tier is known), outside decompression (the bytes the client sent).
+        Middleware(
+            InFlightBytesMiddleware,
+            ledger=InFlightBytes(),
+            bound=lambda tier: settings.tier_limit(tier).max_inflight_bytes,
+            renderer=renderer,
+            retry_after_s=settings.retry_after_s,
+        ),
         # Inside auth: nothing is decompressed for a caller without credentials.
         Middleware(DecompressionMiddleware, max_bytes=settings.max_body_bytes, renderer=renderer),
     ]
@@ -374,7 +385,14 @@ async def _start(
     tracker, meter = parts.tracker, parts.meter
     app.state.backend = backend
     app.state.limiter = limiter
-    app.state.service = InferenceService(settings, backend, limiter, tracker, parts.traffic)
+    parse_pool = None
+    if settings.parse_workers:
+        parse_pool = ParsePool(settings.parse_workers, settings.retry_after_s)
+        parse_pool.start()
+    app.state.parse_pool = parse_pool
+    app.state.service = InferenceService(
+        settings, backend, limiter, tracker, parts.traffic, parse_pool=parse_pool
+    )
     residency = build_residency(
         settings, settings.triton_http_url, settings.keys_db, tracker.registry
     )
@@ -450,6 +468,8 @@ async def _stop(app: FastAPI, parts: _Parts, running: _Running) -> None:
     await app.state.images.close()
     await app.state.service.catalog.close()
     await app.state.service.healer.close()
+    if app.state.parse_pool is not None:
+        app.state.parse_pool.close()
     if running.residency is not None:
         await running.residency.close()
     await running.backend.close()

@@ -24,7 +24,7 @@ from gateway.backends.readiness import ReadinessProbe
 from gateway.backends.triton import InferenceBackend, RawResponse, Tensor, timeout_us
 from gateway.errors import BadRequest, Conflict, ModelNotFound, PermissionDenied
 from gateway.observe.stats import LatencyTracker
-from gateway.protocol.kserve import GrpcBody, InferRequest, ParseLimits, RestBody
+from gateway.protocol.kserve import GrpcBody, InferRequest, ParseLimits, ParsePool, RestBody
 from gateway.settings import GatewaySettings
 from gateway.tenancy.admission import AdmissionControl, Ticket
 from gateway.tenancy.context import RequestContext
@@ -47,8 +47,10 @@ SERVED_EXTENSIONS = frozenset(
 _IMAGE_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF87a", b"GIF89a", b"BM", b"RIFF")
 
 #: KServe v2 requests whose checking costs up to this many bytes of JSON (``work_bytes``; 0.2-0.6 ms
-#: by content) are checked on the event loop, costlier ones in a worker thread, so that one big
-#: request does not hold every other request up (``python -m loadtest.parse_bench`` prints each
+#: by content) are checked on the event loop, costlier ones in a worker thread, and from
+#: ``parse_process_min_bytes`` in a parse process (:class:`gateway.protocol.kserve.ParsePool`: JSON
+#: decoding holds the GIL, so a thread would still stop the loop), so that one big request does not
+#: hold every other request up (``python -m loadtest.parse_bench`` prints each
 #: shape's weight and cost). Not every large body is costly: a 600 KB image tensor in binary is
 #: checked in 50 us, while a hop to a thread and back costs a busy event loop far more (the parse
 #: stage of 35-135 KB JPEGs took 1.4 ms through a thread at concurrency 8 on 2 cores, 0.09 ms on
@@ -76,6 +78,8 @@ class InferenceService:
         traffic: per-model version weights (canary routing); unpinned when ``None``.
         catalog: the known model names (default: read from ``backend``'s repository index).
         limits: the request limits (default: :data:`serving.limits.DEFAULT_LIMITS`).
+        parse_pool: the processes that parse REST bodies of ``parse_process_min_bytes`` and more
+            (the app's; ``None``: a thread parses them).
     """
 
     def __init__(
@@ -87,6 +91,7 @@ class InferenceService:
         traffic: TrafficSplit | None = None,
         catalog: ModelCatalog | None = None,
         limits: RequestLimits = DEFAULT_LIMITS,
+        parse_pool: ParsePool | None = None,
     ) -> None:
         self.settings = settings
         self.backend = backend
@@ -118,6 +123,7 @@ class InferenceService:
             timeout_s=settings.ready_timeout_s,
         )
         self._parse_limits = ParseLimits()
+        self.parse_pool = parse_pool
 
     def resolve(self, model: str) -> str:
         """The Triton model behind a public name (aliases from the settings; no lookup)."""
@@ -204,8 +210,17 @@ class InferenceService:
                 return await (call if version else self.routed(ticket.model, route, call))
 
     async def _parse(self, body: RestBody | GrpcBody) -> InferRequest:
-        if body.work_bytes <= PARSE_INLINE_WORK:
+        work = body.work_bytes
+        if work <= PARSE_INLINE_WORK:
             return body.parse(self._parse_limits)
+        if (
+            self.parse_pool is not None
+            and isinstance(body, RestBody)
+            and work >= self.settings.parse_process_min_bytes
+        ):
+            # A thread would still hold the GIL (JSON decoding is C code that keeps it): a worker
+            # process parses it and the event loop only copies the body out and the arrays back.
+            return await self.parse_pool.parse(body.body, body.header_length, self._parse_limits)
         return await asyncio.to_thread(body.parse, self._parse_limits)
 
     async def _known(self, ctx: RequestContext, model: str, version: str) -> tuple[str, str]:

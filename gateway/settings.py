@@ -68,6 +68,10 @@ DEFAULT_WORKERS = 0  # 0: automatic, see GatewaySettings.worker_count
 DEFAULT_KEYS_DB = Path("gateway_keys.sqlite3")
 DEFAULT_ADMIN_TOKEN = ""  # empty: the admin API is switched off
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+#: worker processes per gateway process that parse big KServe v2 REST bodies (gateway.protocol.kserve.ParsePool)
+DEFAULT_PARSE_WORKERS = 2
+#: the smallest parse (RestBody.work_bytes) sent to a worker process: ~2.5 ms of JSON on 2 cores
+DEFAULT_PARSE_PROCESS_MIN_BYTES = 64 * 1024
 DEFAULT_MAX_IN_FLIGHT_PER_MODEL = 64
 # Connection limits (gateway/http/limits.py). 32 KiB of headers holds a large JWT many times over.
 DEFAULT_MAX_HEADER_BYTES = 32 * 1024
@@ -217,6 +221,17 @@ class GatewaySettings(JobSettings, ResidencySettings):
         description="send authenticated callers a Server-Timing header with the gateway's stages",
     )
     max_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, ge=1)
+    parse_workers: int = Field(
+        DEFAULT_PARSE_WORKERS,
+        ge=0,
+        le=64,
+        description="processes that parse big KServe v2 REST bodies off the serving process; 0: a thread",
+    )
+    parse_process_min_bytes: int = Field(
+        DEFAULT_PARSE_PROCESS_MIN_BYTES,
+        ge=0,
+        description="bodies whose parse weighs at least this many bytes of JSON go to a parse process",
+    )
     max_header_bytes: int = Field(
         DEFAULT_MAX_HEADER_BYTES, ge=1024, description="request line plus headers"
     )

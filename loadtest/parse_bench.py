@@ -4,22 +4,34 @@ Every KServe v2 request is parsed (``gateway.protocol.kserve.parse_rest``) and r
 (``encode_rest``) instead of being forwarded as received; this prints what that costs, in process,
 for bodies as ``tritonclient.http`` builds them, beside what the gateway weighs each body at before
 parsing it (``RestBody.work_bytes``) and where it therefore checks it: on the event loop up to
-``gateway.service.PARSE_INLINE_WORK``, in a worker thread above.
+``gateway.service.PARSE_INLINE_WORK``, in a worker thread above, in a parse process from
+``GATEWAY_PARSE_PROCESS_MIN_BYTES`` (by default).
 
-    python -m loadtest.parse_bench [--repeat 20]
+A second table times big JSON bodies (2 and 15 MiB of FP32 values, the free tier's cap and about the
+gateway's) three ways: parsed on the event loop, in a thread (``asyncio.to_thread``: the GIL is still
+held by the JSON decoder) and in the gateway's parse process (:class:`gateway.protocol.kserve.ParsePool`),
+each with the lag a 1 ms ticker on the same event loop saw meanwhile (the largest of each run: the
+median and the worst over the runs): what every other request of the process waits. An idle row
+(the ticker alone beside a 50 ms sleep) is the machine's own noise.
+
+    python -m loadtest.parse_bench [--repeat 20] [--big-repeat 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import functools
+import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import numpy as np
 import tritonclient.http as http
 
-from gateway.protocol.kserve import RestBody, encode_rest, parse_rest
+from gateway.protocol.kserve import ParseLimits, ParsePool, RestBody, encode_rest, parse_rest
 from gateway.service import PARSE_INLINE_WORK
+from gateway.settings import DEFAULT_PARSE_PROCESS_MIN_BYTES
 
 __all__ = ["main"]
 
@@ -56,6 +68,71 @@ def _shapes() -> dict[str, tuple[bytes, str | None]]:
     }
 
 
+def _big_json(mib: float) -> bytes:
+    """A KServe v2 JSON body of about ``mib`` MiB of FP32 values, as ``tritonclient.http`` builds it."""
+    rng = np.random.default_rng(1)
+    sample, _ = _body(rng.random(10_000, dtype=np.float32), "FP32", False)
+    values = int(mib * 1024 * 1024 / (len(sample) / 10_000))
+    body, _ = _body(rng.random(values, dtype=np.float32), "FP32", False)
+    return body
+
+
+async def _lagged(work: Callable[[], Awaitable[object]]) -> tuple[float, float]:
+    """Wall ms of ``work`` and the largest lag (ms) a 1 ms ticker on the same loop saw meanwhile."""
+    worst = 0.0
+    done = False
+
+    async def ticker() -> None:
+        nonlocal worst
+        while not done:
+            before = time.perf_counter()
+            await asyncio.sleep(0.001)
+            worst = max(worst, time.perf_counter() - before - 0.001)
+
+    ticking = asyncio.ensure_future(ticker())
+    await asyncio.sleep(0.01)  # the ticker is running before the work starts
+    started = time.perf_counter()
+    await work()
+    wall = time.perf_counter() - started
+    done = True
+    await ticking
+    return wall * 1000, worst * 1000
+
+
+async def _big_table(repeat: int) -> None:
+    limits = ParseLimits()
+    pool = ParsePool(1)
+    pool.start()
+    try:
+        await pool.parse(_big_json(0.01), None, limits)  # the worker's start is not a parse's cost
+
+        async def inline(body: bytes) -> object:
+            return parse_rest(body, None, limits)
+
+        ways: dict[str, Callable[[bytes], Awaitable[object]]] = {
+            "(idle 50 ms)": lambda body: asyncio.sleep(0.05),  # the machine's own noise
+            "event loop": inline,
+            "thread": lambda body: asyncio.to_thread(parse_rest, body, None, limits),
+            "process": lambda body: pool.parse(body, None, limits),
+        }
+        print()
+        print(
+            f"{'JSON body':12} {'MiB':>6} {'parsed in':>12} {'wall ms':>9} {'loop lag ms':>12} {'worst':>7}"
+        )
+        for mib in (2, 15):
+            body = _big_json(mib)
+            for where, way in ways.items():
+                runs = [await _lagged(functools.partial(way, body)) for _ in range(repeat)]
+                wall = statistics.median(r[0] for r in runs)
+                lags = [r[1] for r in runs]
+                print(
+                    f"{'FP32 values':12} {len(body) / 2**20:>6.1f} {where:>12} {wall:>9.1f} "
+                    f"{statistics.median(lags):>12.1f} {max(lags):>7.1f}"
+                )
+    finally:
+        pool.close()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m loadtest.parse_bench", description=__doc__.split("\n\n")[0]
@@ -63,13 +140,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--repeat", type=int, default=20, help="timed repetitions per shape (mean reported)"
     )
+    parser.add_argument(
+        "--big-repeat", type=int, default=3, help="timed repetitions per big body and way (0: none)"
+    )
     args = parser.parse_args(argv)
     print(
         f"{'request':34} {'body bytes':>11} {'work bytes':>11} {'checked on':>11} {'parse ms':>9} {'encode ms':>10}"
     )
     for name, (body, header_length) in _shapes().items():
         work = RestBody(body, header_length).work_bytes
-        where = "event loop" if work <= PARSE_INLINE_WORK else "a thread"
+        where = (
+            "event loop"
+            if work <= PARSE_INLINE_WORK
+            else "a thread"
+            if work < DEFAULT_PARSE_PROCESS_MIN_BYTES
+            else "a process"
+        )
         parse_rest(body, header_length)  # warm
         started = time.perf_counter()
         for _ in range(args.repeat):
@@ -82,6 +168,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(
             f"{name:34} {len(body):>11,} {work:>11,} {where:>11} {parsed * 1000:>9.2f} {encoded * 1000:>10.2f}"
         )
+    if args.big_repeat > 0:
+        asyncio.run(_big_table(args.big_repeat))
     return 0
 
 

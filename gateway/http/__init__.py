@@ -2,10 +2,19 @@
 bodies, and problem+json rendering of errors.
 
 The first room a request passes: :mod:`gateway.http.limits` (uvicorn's protocol), then the
-middleware of :mod:`gateway.http.middleware` and :mod:`gateway.http.compression`.
+middleware of :mod:`gateway.http.middleware`, :mod:`gateway.http.body_bytes` (a key's body bytes in
+flight) and :mod:`gateway.http.compression`.
 """
 
 from __future__ import annotations
 
 # its modules, each imported by name: nothing is re-exported
-__all__ = ["compression", "limits", "middleware", "problems", "server", "validation_report"]
+__all__ = [
+    "body_bytes",
+    "compression",
+    "limits",
+    "middleware",
+    "problems",
+    "server",
+    "validation_report",
+]

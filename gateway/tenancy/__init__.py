@@ -11,6 +11,7 @@ __all__ = [
     "admission",
     "auth",
     "context",
+    "inflight_bytes",
     "key_protocol",
     "key_stores",
     "keys",

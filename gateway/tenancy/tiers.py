@@ -45,6 +45,10 @@ class TierLimit(BaseModel):
         max_body_bytes: the largest request body (before decoding) this tier may send, counted while
             it is read, before any parse (413); ``None``: the gateway's ``max_body_bytes``. A body's
             parse runs in the process that serves every tenant, so the lower tiers get less.
+        max_inflight_bytes: the body bytes one key may have in flight at once (bodies being received
+            plus requests being served), counted as they are read, before any parse (429 past it;
+            413 for one body larger than it), as :mod:`gateway.tenancy.inflight_bytes` counts them
+            per gateway process; ``None``: no such bound.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -59,6 +63,7 @@ class TierLimit(BaseModel):
     in_flight_share: float = Field(1.0, gt=0, le=1, allow_inf_nan=False)
     max_concurrent: int | None = Field(None, ge=1)
     max_body_bytes: int | None = Field(None, ge=1)
+    max_inflight_bytes: int | None = Field(None, ge=1)
 
     @model_validator(mode="after")
     def _rates_complete(self) -> TierLimit:
@@ -96,6 +101,7 @@ DEFAULT_TIER_LIMITS: dict[str, TierLimit] = {
         in_flight_share=0.5,
         max_concurrent=4,
         max_body_bytes=2 * 1024 * 1024,
+        max_inflight_bytes=4 * 1024 * 1024,
     ),
     "standard": TierLimit(
         per_minute=100, burst=20, key_per_minute=300, key_burst=50, priority=2, in_flight_share=0.8

@@ -373,6 +373,7 @@ def test_public_api_of_the_request_package() -> None:
         "InputTensor",
         "ParameterValue",
         "ParseLimits",
+        "ParsePool",
         "RequestedOutput",
         "RestBody",
         "element_size",

@@ -13,6 +13,7 @@ Public API::
     encode_rest(request) -> (body, headers)                     # to Triton over REST
     RestBody(body, header_length).parse(limits)                 # a received body, parsed later
     GrpcBody(message).parse(limits)                             # a received gRPC request, parsed later
+    ParsePool(workers).parse(body, header_length, limits)       # parse_rest in a worker process
     InferRequest, InputTensor, RequestedOutput, ParseLimits, DATATYPES, element_size
 """
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.protocol.kserve._grpc import GrpcBody, parse_grpc, response_from_rest
+from gateway.protocol.kserve._parse_pool import ParsePool
 from gateway.protocol.kserve._rest import (
     DEFAULT_MAX_DIMS,
     DEFAULT_MAX_JSON_DEPTH,
@@ -51,6 +53,7 @@ __all__ = [
     "InputTensor",
     "ParameterValue",
     "ParseLimits",
+    "ParsePool",
     "RequestedOutput",
     "RestBody",
     "element_size",
