@@ -51,6 +51,16 @@ def _headers(scope: Scope) -> dict[str, str]:
     return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
 
 
+def _header(scope: Scope, name: bytes) -> str | None:
+    """The value :func:`_headers` would hold for ``name`` (lower case; the last one sent), without
+    building the whole dict (the hot path wants one header here)."""
+    value = None
+    for key, raw in scope.get("headers", ()):
+        if key.lower() == name:
+            value = raw
+    return None if value is None else value.decode("latin-1")
+
+
 class ContextMiddleware:
     """Creates the request's :class:`RequestContext` and turns it into headers and statistics.
 
@@ -186,7 +196,7 @@ class BodyLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = _headers(scope).get("content-length")
+        declared = _header(scope, b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
             await self.renderer.answer(scope, send, self._error())
             return
