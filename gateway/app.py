@@ -228,6 +228,9 @@ def create_app(
             settings, parts, backend_factory or build_backend, limiter_factory or build_limiter
         ),
         middleware=_middleware(settings, parts, refusals),
+        # FastAPI's native OpenTelemetry asks the global providers on every request whether it is
+        # on; only opentelemetry-api is installed (no SDK), so it never is. Off: the question goes.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.settings = settings
     app.state.tracker = parts.tracker

@@ -20,7 +20,6 @@ Errors raised here never reach FastAPI's handlers, so each middleware answers wi
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import re
 import time
@@ -339,13 +338,31 @@ class DisconnectMiddleware:
         if scope["type"] != "http" or scope.get("method") not in self.methods:
             await self.app(scope, receive, send)
             return
-        body_read = asyncio.Event()
+        # The app runs in this task and a watcher task, started once the body has been read, cancels
+        # this task when the client goes: one task per request instead of two plus asyncio.wait.
+        task = asyncio.current_task()
+        assert task is not None
+        watcher: asyncio.Task[None] | None = None
         answered = False
+        gone = False
+
+        async def watch() -> None:
+            nonlocal gone
+            # After the body, the server's receive() returns only when the client disconnects or the
+            # response has ended; anything else is waited past.
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            if not answered:
+                gone = True
+                task.cancel()
 
         async def tracked_receive() -> Message:
+            nonlocal watcher
             message = await receive()
-            if message["type"] == "http.disconnect" or not message.get("more_body", False):
-                body_read.set()
+            if watcher is None and (
+                message["type"] == "http.disconnect" or not message.get("more_body", False)
+            ):
+                watcher = asyncio.ensure_future(watch())
             return message
 
         async def tracked_send(message: Message) -> None:
@@ -354,29 +371,19 @@ class DisconnectMiddleware:
                 answered = True
             await send(message)
 
-        async def gone() -> None:
-            await body_read.wait()
-            # After the body, the server's receive() returns only when the client disconnects or the
-            # response has ended; anything else is waited past.
-            while (await receive())["type"] != "http.disconnect":
-                pass
-
-        work = asyncio.ensure_future(self.app(scope, tracked_receive, tracked_send))
-        watcher = asyncio.ensure_future(gone())
         try:
-            await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
-            if not work.done() and not answered:
-                ctx: RequestContext | None = scope.get(CONTEXT_KEY)
-                access_log.info(
-                    "%s client disconnected; its request is cancelled",
-                    ctx.request_id if ctx else "-",
-                )
-                work.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await work
-                return
-            await work
+            await self.app(scope, tracked_receive, tracked_send)
+        except asyncio.CancelledError:
+            if not gone or task.uncancel() > 0:
+                raise  # cancelled from outside (shutdown), not (only) by our watcher
+            ctx: RequestContext | None = scope.get(CONTEXT_KEY)
+            access_log.info(
+                "%s client disconnected; its request is cancelled",
+                ctx.request_id if ctx else "-",
+            )
+        else:
+            if gone:
+                task.uncancel()  # the app swallowed our cancellation; it must not outlive it
         finally:
-            watcher.cancel()
-            if not work.done():
-                work.cancel()
+            if watcher is not None:
+                watcher.cancel()
