@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
@@ -91,7 +91,8 @@ class ContextMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        request_id = uuid.uuid4().hex[:16]
+        # 16 random hex digits, as uuid4().hex[:16] gave, without building a UUID per request.
+        request_id = os.urandom(8).hex()
         ctx = RequestContext(request_id=request_id)
         scope[CONTEXT_KEY] = ctx
         status = 500
@@ -115,7 +116,9 @@ class ContextMiddleware:
             elif message["type"] == "http.response.body" and not message.get("more_body", False):
                 await send(message)
                 self._finish(scope, ctx, status)
-                if self.refusals is not None:
+                # Only a 4xx that took no token is ever charged (RefusalCharge.charge): the answers
+                # of the hot path skip the call.
+                if self.refusals is not None and 400 <= status < 500 and not ctx.charged:
                     await self._charge(ctx, status)
                 return
             await send(message)
