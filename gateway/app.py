@@ -231,6 +231,9 @@ def create_app(
             settings, parts, backend_factory or build_backend, limiter_factory or build_limiter
         ),
         middleware=_middleware(settings, parts, refusals),
+        # FastAPI's native OpenTelemetry asks the global providers on every request whether it is
+        # on; only opentelemetry-api is installed (no SDK), so it never is. Off: the question goes.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.settings = settings
     app.state.tracker = parts.tracker
@@ -259,6 +262,9 @@ def create_app(
         traffic_routes,
     ):
         app.include_router(module.router)
+    # First of all: the inference path as a plain route (see kserve.hot_routes: FastAPI's matching
+    # and dependency solving cost more CPU than the rest of the request's routing).
+    app.router.routes[0:0] = kserve.hot_routes()
     document_security(app, PUBLIC_PATHS, METRICS_PATHS)
     return app
 

@@ -121,9 +121,13 @@ class Stack(NamedTuple):
 
 
 @contextlib.contextmanager
-def platform(workdir: Path, settings: IsolationSettings) -> Iterator[Stack]:
+def platform(
+    workdir: Path, settings: IsolationSettings, profile_to: Path | None = None
+) -> Iterator[Stack]:
     """Triton with the benchmark's model and the gateway as ``inferctl up`` starts it (default tiers,
-    generated secrets, no development switch); yields the :class:`Stack`."""
+    generated secrets, no development switch); yields the :class:`Stack`. With ``profile_to``, the
+    gateway runs under cProfile (:mod:`loadtest._profiled_gateway`), which writes its statistics
+    there when the gateway stops (:mod:`loadtest.gateway_profile`)."""
     from gateway.tenancy.keys_sqlite import SqliteKeyStore
     from inferctl.up_secrets import load_or_create_secrets
 
@@ -136,9 +140,16 @@ def platform(workdir: Path, settings: IsolationSettings) -> Iterator[Stack]:
     secrets = load_or_create_secrets(workdir / "state", environ={})
     with TritonServer(repository, ports=TritonPorts.free()) as triton:
         port = reserve_port()
+        # A profiled run wraps the gateway's entry (loadtest.gateway_profile): same arguments.
+        entry = (
+            ("gateway",) if profile_to is None else ("loadtest._profiled_gateway", str(profile_to))
+        )
         env = child_env({**secrets, "GATEWAY_LOG_LEVEL": "warning"})
-        launch = GatewayLaunch.local(
-            port, triton.http_url, keys_db, env=env, log_path=workdir / "gateway.log"
+        launch = replace(
+            GatewayLaunch.local(
+                port, triton.http_url, keys_db, env=env, log_path=workdir / "gateway.log"
+            ),
+            entry=entry,
         )
         with start_gateway_process(launch) as gateway:
             assert gateway.pid is not None
@@ -253,13 +264,13 @@ class CpuMeter:
 
         self._process = psutil.Process(pid)
         self._interval_s = interval_s
-        self._samples: list[tuple[float, float]] = []
+        self._samples: list[tuple[float, float, float]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, name="gateway-cpu", daemon=True)
 
-    def _now(self) -> tuple[float, float]:
+    def _now(self) -> tuple[float, float, float]:
         times = self._process.cpu_times()
-        return time.monotonic(), float(times.user + times.system)
+        return time.monotonic(), float(times.user), float(times.system)
 
     def _sample(self) -> None:
         while not self._stop.wait(self._interval_s):
@@ -277,9 +288,17 @@ class CpuMeter:
 
     def between(self, start: float, end: float) -> float:
         """CPU seconds spent from ``start`` to ``end`` (monotonic), interpolated between samples."""
-        times = [t for t, _ in self._samples]
-        cpus = [c for _, c in self._samples]
-        return float(np.interp(end, times, cpus) - np.interp(start, times, cpus))
+        user, system = self.split(start, end)
+        return user + system
+
+    def split(self, start: float, end: float) -> tuple[float, float]:
+        """User and system CPU seconds spent from ``start`` to ``end``, interpolated between samples."""
+        times = [t for t, _, _ in self._samples]
+        spent = []
+        for column in (1, 2):
+            cpus = [sample[column] for sample in self._samples]
+            spent.append(float(np.interp(end, times, cpus) - np.interp(start, times, cpus)))
+        return spent[0], spent[1]
 
 
 def _protected_spec(

@@ -33,6 +33,8 @@ class GatewayLaunch:
         cwd: its working directory.
         inherit_output: write to this process's terminal instead (``inferctl up``).
         host: the address ``/healthz`` is read on.
+        entry: what ``python -m`` runs before ``args``: the gateway, or a wrapper of it taking
+            its own arguments first (a profiler's).
     """
 
     port: int
@@ -44,6 +46,7 @@ class GatewayLaunch:
     cwd: Path | None = None
     inherit_output: bool = False
     host: str = "127.0.0.1"
+    entry: tuple[str, ...] = ("gateway",)
 
     @classmethod
     def local(
@@ -94,7 +97,7 @@ class GatewayLaunch:
     def process(self) -> ManagedProcess:
         """The process, not started yet."""
         return ManagedProcess(
-            python_module("gateway", *self.args),
+            python_module(*self.entry, *self.args),
             name=self.name,
             log_path=self.log_path,
             env=self.env,

@@ -20,11 +20,10 @@ Errors raised here never reach FastAPI's handlers, so each middleware answers wi
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
+import os
 import re
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
@@ -49,6 +48,16 @@ access_log = logging.getLogger("gateway.access")
 
 def _headers(scope: Scope) -> dict[str, str]:
     return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    """The value :func:`_headers` would hold for ``name`` (lower case; the last one sent), without
+    building the whole dict (the hot path wants one header here)."""
+    value = None
+    for key, raw in scope.get("headers", ()):
+        if key.lower() == name:
+            value = raw
+    return None if value is None else value.decode("latin-1")
 
 
 class ContextMiddleware:
@@ -82,7 +91,8 @@ class ContextMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        request_id = uuid.uuid4().hex[:16]
+        # 16 random hex digits, as uuid4().hex[:16] gave, without building a UUID per request.
+        request_id = os.urandom(8).hex()
         ctx = RequestContext(request_id=request_id)
         scope[CONTEXT_KEY] = ctx
         status = 500
@@ -106,7 +116,9 @@ class ContextMiddleware:
             elif message["type"] == "http.response.body" and not message.get("more_body", False):
                 await send(message)
                 self._finish(scope, ctx, status)
-                if self.refusals is not None:
+                # Only a 4xx that took no token is ever charged (RefusalCharge.charge): the answers
+                # of the hot path skip the call.
+                if self.refusals is not None and 400 <= status < 500 and not ctx.charged:
                     await self._charge(ctx, status)
                 return
             await send(message)
@@ -186,7 +198,7 @@ class BodyLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = _headers(scope).get("content-length")
+        declared = _header(scope, b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
             await self.renderer.answer(scope, send, self._error())
             return
@@ -329,13 +341,31 @@ class DisconnectMiddleware:
         if scope["type"] != "http" or scope.get("method") not in self.methods:
             await self.app(scope, receive, send)
             return
-        body_read = asyncio.Event()
+        # The app runs in this task and a watcher task, started once the body has been read, cancels
+        # this task when the client goes: one task per request instead of two plus asyncio.wait.
+        task = asyncio.current_task()
+        assert task is not None
+        watcher: asyncio.Task[None] | None = None
         answered = False
+        gone = False
+
+        async def watch() -> None:
+            nonlocal gone
+            # After the body, the server's receive() returns only when the client disconnects or the
+            # response has ended; anything else is waited past.
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            if not answered:
+                gone = True
+                task.cancel()
 
         async def tracked_receive() -> Message:
+            nonlocal watcher
             message = await receive()
-            if message["type"] == "http.disconnect" or not message.get("more_body", False):
-                body_read.set()
+            if watcher is None and (
+                message["type"] == "http.disconnect" or not message.get("more_body", False)
+            ):
+                watcher = asyncio.ensure_future(watch())
             return message
 
         async def tracked_send(message: Message) -> None:
@@ -344,29 +374,19 @@ class DisconnectMiddleware:
                 answered = True
             await send(message)
 
-        async def gone() -> None:
-            await body_read.wait()
-            # After the body, the server's receive() returns only when the client disconnects or the
-            # response has ended; anything else is waited past.
-            while (await receive())["type"] != "http.disconnect":
-                pass
-
-        work = asyncio.ensure_future(self.app(scope, tracked_receive, tracked_send))
-        watcher = asyncio.ensure_future(gone())
         try:
-            await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
-            if not work.done() and not answered:
-                ctx: RequestContext | None = scope.get(CONTEXT_KEY)
-                access_log.info(
-                    "%s client disconnected; its request is cancelled",
-                    ctx.request_id if ctx else "-",
-                )
-                work.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await work
-                return
-            await work
+            await self.app(scope, tracked_receive, tracked_send)
+        except asyncio.CancelledError:
+            if not gone or task.uncancel() > 0:
+                raise  # cancelled from outside (shutdown), not (only) by our watcher
+            ctx: RequestContext | None = scope.get(CONTEXT_KEY)
+            access_log.info(
+                "%s client disconnected; its request is cancelled",
+                ctx.request_id if ctx else "-",
+            )
+        else:
+            if gone:
+                task.uncancel()  # the app swallowed our cancellation; it must not outlive it
         finally:
-            watcher.cancel()
-            if not work.done():
-                work.cancel()
+            if watcher is not None:
+                watcher.cancel()

@@ -29,9 +29,11 @@ from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 from gateway.observe.latency import OTHER_CLIENT, LatencyWindows, Series, merge_entries
@@ -243,6 +245,10 @@ class LatencyTracker:
             multiprocess_mode="livemostrecent",
         )
         self.multiprocess_dir = os.environ.get(MULTIPROCESS_ENV) or None
+        # Labelled children by (metric, label values): ``labels()`` costs a lock, a tuple of
+        # str() calls and checks on every call, several times per request; a dict lookup does not.
+        # Bounded as the label values are (admitted models, statuses, stages, capped clients).
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
 
     # -- Prometheus exposition -----------------------------------------------------------------
 
@@ -301,16 +307,24 @@ class LatencyTracker:
             seconds: wall time in the gateway.
             stages: the seconds of each stage it went through (:mod:`gateway.observe.timing`).
         """
-        self.request_seconds.labels(model, str(status)).observe(seconds)
+        self.labelled(self.request_seconds, model, str(status)).observe(seconds)
         for stage, stage_seconds in (stages or {}).items():
-            self.stage_seconds.labels(model, stage).observe(stage_seconds)
-        self.client_seconds.labels(self.client_label(client)).observe(seconds)
+            self.labelled(self.stage_seconds, model, stage).observe(stage_seconds)
+        self.labelled(self.client_seconds, self.client_label(client)).observe(seconds)
         if status < 400:
             # Quantiles describe served requests; errors are counted by status in Prometheus.
             self.windows.record(model, client, seconds)
 
+    def labelled(self, metric: MetricWrapperBase, *values: str) -> Any:
+        """``metric.labels(*values)``, cached (the hot path asks for the same few children)."""
+        key = (id(metric), values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*values)
+        return child
+
     def reject(self, reason: str) -> None:
-        self.rejections.labels(reason).inc()
+        self.labelled(self.rejections, reason).inc()
 
     # -- sharing across processes -------------------------------------------------------------
 

@@ -310,7 +310,7 @@ class AdmissionControl:
             )
         self._key_in_flight[client] = mine + 1
         self._in_flight[model] = running + 1
-        self.tracker.in_flight.labels(model).inc()
+        self.tracker.labelled(self.tracker.in_flight, model).inc()
         ctx.model = model
         ctx.admitted = True
         ticket = Ticket(
@@ -343,7 +343,7 @@ class AdmissionControl:
                 self._key_in_flight[client] = left
             else:
                 del self._key_in_flight[client]
-            self.tracker.in_flight.labels(model).dec()
+            self.tracker.labelled(self.tracker.in_flight, model).dec()
 
 
 #: answers that cost no token afterwards: 401 has no key to charge, 429 was the limit speaking

@@ -1,0 +1,47 @@
+"""Smoke test of the gateway CPU profile: a tiny run of each path end to end (real Triton, the real
+gateway as the isolation benchmark starts it, once plain and once under cProfile) prints the CPU
+figure and the costliest functions. Its timings are printed, never asserted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from loadtest.gateway_profile import main
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.parametrize("path", ["admitted", "refused"])
+def test_gateway_profile_prints_the_cpu_figure_and_the_costliest_functions(
+    path: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    profile = tmp_path / "gateway.prof"
+    code = main(
+        [
+            "--path",
+            path,
+            "--duration",
+            "1",
+            "--warmup",
+            "0.5",
+            "--top",
+            "5",
+            "--profile",
+            str(profile),
+        ]
+    )
+    assert code == 0
+    out = capsys.readouterr().out
+    plain, profiled, served, header, *rows = out.strip().splitlines()
+    assert plain.startswith(f"{path}: gateway CPU ") and "ms per request" in plain
+    assert profiled.startswith(f"under cProfile: {path}: gateway CPU ")
+    # Refused means 429: the free key's bucket empties within its first requests.
+    assert ("429:" in plain.split("statuses ")[1]) == (path == "refused")
+    assert served.endswith("requests served (warm-up included)")
+    assert header.split()[-1] == "function"
+    assert len(rows) == 5
+    # The gateway wrote its statistics on a clean stop (SIGTERM), and the request path is in them.
+    assert profile.stat().st_size > 0
+    assert "on_headers_complete" in Path(profile).read_bytes().decode("latin-1")
