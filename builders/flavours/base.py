@@ -1,6 +1,6 @@
 """What a flavour is: the steps every way of serving a PyTorch model implements, and what they pass.
 
-    spec -> load -> export -> verify -> entry -> variants -> publish   (walked by builders.flavours.walk)
+    spec -> load -> export -> verify -> entry -> variants -> publish   (builders.flavours.walk)
 
 A flavour turns a :class:`~builders.spec.ModelSpec` into a Triton repository entry: the ONNX entry
 (with its FP16/INT8 variants and their TensorRT engines), the TorchScript entry, or a compiled one.
@@ -64,7 +64,7 @@ class Loaded:
     """The spec's module and the ground truth every artifact of it is checked against.
 
     Attributes:
-        module: the PyTorch module in eval mode (a flavour's ``load`` may have moved or converted it).
+        module: the PyTorch module in eval mode (a flavour's ``load`` may have converted it).
         weights: where its weights came from.
         feeds: the spec's real sample inputs (parity data and INT8 calibration set).
         reference: the module's outputs on ``feeds``, computed before any conversion.
@@ -100,7 +100,7 @@ ArtifactT = TypeVar("ArtifactT", bound=Artifact)
 
 
 class Flavour(Protocol[ArtifactT]):
-    """One way of serving a model; :func:`builders.flavours.walk.build_model` walks its steps in order."""
+    """One way of serving a model; :func:`builders.flavours.walk.build_model` walks its steps."""
 
     @property
     def exporting(self) -> str:
@@ -112,13 +112,13 @@ class Flavour(Protocol[ArtifactT]):
         ...
 
     def digest(self, spec: ModelSpec) -> str | None:
-        """The entry's input hash; None: the entry is built every time (nothing says it is current)."""
+        """The entry's input hash; None: it is built every time (nothing says it is current)."""
         ...
 
     def current_variants(
         self, spec: ModelSpec, digest: str, run: BuildRun
     ) -> list[BuildReport] | None:
-        """The reports of the current variants the entry needs ([]: none wanted), None: one is stale."""
+        """The reports of the variants the entry needs ([]: none wanted); None: one is stale."""
         ...
 
     def load(self, spec: ModelSpec) -> Loaded:
@@ -133,7 +133,9 @@ class Flavour(Protocol[ArtifactT]):
         """
         ...
 
-    def verify(self, spec: ModelSpec, loaded: Loaded, artifact: ArtifactT) -> dict[str, ParityResult]:
+    def verify(
+        self, spec: ModelSpec, loaded: Loaded, artifact: ArtifactT
+    ) -> dict[str, ParityResult]:
         """The artifact's parity with ``loaded.reference``, per output.
 
         Raises:
@@ -206,7 +208,7 @@ def parity_failures(parity: Mapping[str, ParityResult], tolerance: Tolerance) ->
 
 
 def positional(tensors: Sequence[TensorSpec], prefix: str) -> list[TensorSpec]:
-    """``tensors`` renamed ``<prefix>__0``, ``<prefix>__1`` ...: libtorch's positional convention."""
+    """``tensors`` renamed ``<prefix>__0``, ``<prefix>__1`` ... (libtorch's positional names)."""
     return [replace(t, name=f"{prefix}__{i}") for i, t in enumerate(tensors)]
 
 

@@ -111,7 +111,8 @@ class CompiledFlavour:
             )
         if self.device == "cuda" and not torch.cuda.is_available():
             raise BuildError(
-                f"the {self.kind} flavour for cuda is compiled on the GPU it serves on, and no CUDA device is visible here"
+                f"the {self.kind} flavour for cuda is compiled on the GPU it serves on, "
+                "and no CUDA device is visible here"
             )
 
     @property

@@ -1,7 +1,7 @@
 """The ONNX flavour: ``<model>`` (``onnxruntime_onnx``), its precision variants and their engines.
 
     spec -> export_onnx -> parity vs PyTorch -> <model> (model.onnx)
-                        -> builders.variants: <model>_fp16 / <model>_int8 -> <model>_trt_<p> (TensorRT)
+                        -> builders.variants: <model>_fp16 / _int8 -> <model>_trt_<p> (TensorRT)
 
 TensorRT is this flavour's last step, not a flavour of its own: an engine is built from a verified
 precision variant's ONNX (:mod:`builders.engine_entries`), so its entries come out of

@@ -237,7 +237,11 @@ class TorchScriptFlavour:
                 f"outputs {[t.name for t in outputs]}; "
                 f"parity vs the eager module on {len(loaded.reference[0])} real samples"
             ]
-            + ([f"the graph pins device {sorted(pinned)}: load it on that device"] if pinned else []),
+            + (
+                [f"the graph pins device {sorted(pinned)}: load it on that device"]
+                if pinned
+                else []
+            ),
         )
         return Publication(report, config, artifact.files)
 

@@ -44,9 +44,7 @@ def build_model(
     """
     name = flavour.entry_name(spec)
     digest = digest if digest is not None else flavour.digest(spec)
-    previous = (
-        None if run.force or digest is None else current_report(run.repository, name, digest)
-    )
+    previous = None if run.force or digest is None else current_report(run.repository, name, digest)
     if previous is not None:
         current = flavour.current_variants(spec, digest or "", run)
         if current is not None:
