@@ -1,38 +1,29 @@
-"""The TorchScript flavour of a PyTorch model: a ``pytorch_libtorch`` entry ``<model>_torchscript``.
+"""``<model>_torchscript``: a registry model built as the TorchScript flavour.
 
-    spec -> torch.jit.trace -> parity vs the eager module -> <model>_torchscript (model.pt)
+    build_torchscript(Path("model_repository"), "efficientnet_lite0", TorchScriptOptions(gpu=True))
 
-Built like every artifact: its inputs are hashed (the spec's files, this module, the serving options),
-an unchanged entry is not rebuilt, the trace is checked against the eager module on the spec's real
-sample inputs, and a build report lies beside ``model.pt``. Tensor names follow libtorch's positional
-convention (``INPUT__0`` ..., ``OUTPUT__0`` ...), which both the NGC container's native libtorch
-backend and the Python-based ``pytorch`` backend (``serving/backends/pytorch``) accept as they are.
-
-A trace records the device it ran on wherever the model names one (transformers' attention masks
-call ``torch.arange(..., device=mask.device)``): such a graph, traced on the CPU, would build its
-masks on the CPU beside CUDA activations. An entry served on CUDA whose CPU trace pins a device is
-traced again on the GPU (its build must then run on a GPU host); one that pins none is traced on the
-CPU and runs anywhere.
+The steps (trace, parity vs the eager module, the ``pytorch_libtorch`` entry) are
+:class:`builders.flavours.torchscript.TorchScriptFlavour`'s, walked by
+:func:`builders.flavours.walk.build_model` like every flavour's.
 """
 
 from __future__ import annotations
 
-import hashlib
-import tempfile
-import time
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
 from pathlib import Path
 
-from builders import repository as repo
-from builders.errors import BuildError, ParityError
-from builders.export import torch_reference
-from builders.parity import compare
-from builders.pipeline import inputs_hash
+from builders.errors import BuildError
+from builders.flavours.base import BuildRun
+from builders.flavours.torchscript import (
+    TorchScriptFlavour,
+    TorchScriptOptions,
+    pinned_devices,
+    torchscript_name,
+    trace_for_device,
+)
+from builders.flavours.walk import build_model
 from builders.registry import get_spec
-from builders.report import BuildReport, file_sha256
-from builders.spec import BatchingPolicy, ModelSpec, TensorSpec
-from builders.triton_config import model_config
+from builders.report import BuildReport
+from builders.spec import ModelSpec
 
 __all__ = [
     "TorchScriptOptions",
@@ -42,96 +33,13 @@ __all__ = [
     "trace_for_device",
 ]
 
-
-def torchscript_name(source: str) -> str:
-    return f"{source}_torchscript"
-
-
-@dataclass(frozen=True)
-class TorchScriptOptions:
-    """How the entry is served.
-
-    Attributes:
-        gpu: instance group ``KIND_GPU`` (FP16 on CUDA in our backend) instead of ``KIND_CPU``.
-        precision: ``fp16`` or ``fp32``: what the backend computes in on a GPU (CPU is always FP32).
-        device: the backend's ``device`` parameter: ``auto`` follows the instance kind, ``cuda`` runs
-            a ``KIND_CPU`` instance on the GPU. On the embedded server use ``gpu=False,
-            device="cuda"``: its Python backend answered ``KIND_GPU`` instances with empty output
-            buffers on the H200 box (``binary_data_size: 0``), while a CPU instance that computes on
-            CUDA itself returns correct tensors. The NGC native backend reads only the instance kind.
-            A ``KIND_GPU`` entry also lets inputs that arrive in GPU memory (CUDA shared memory) stay
-            there (``FORCE_CPU_ONLY_INPUT_TENSORS: no``).
-        name: the entry's name; ``<source>_torchscript`` by default.
-        batching: the entry's dynamic batching; the spec's when ``None`` (a GPU takes larger batches).
-    """
-
-    gpu: bool = False
-    precision: str = "fp16"
-    device: str = "auto"
-    name: str | None = None
-    batching: BatchingPolicy | None = None
-
-    def __post_init__(self) -> None:
-        if self.precision not in ("fp16", "fp32"):
-            raise BuildError(f"TorchScript precision must be fp16 or fp32, not {self.precision!r}")
-        if self.device not in ("auto", "cpu", "cuda"):
-            raise BuildError(f"TorchScript device must be auto, cpu or cuda, not {self.device!r}")
-
-
-def _positional(tensors: Sequence[TensorSpec], prefix: str) -> list[TensorSpec]:
-    return [replace(t, name=f"{prefix}__{i}") for i, t in enumerate(tensors)]
-
-
-def pinned_devices(traced: object) -> set[str]:
-    """The devices a traced module's graph names as constants (``{"cpu"}``, ``{"cuda:0"}``, or none)."""
-    graph = traced.inlined_graph  # type: ignore[attr-defined]
-    return {
-        str(node.output().toIValue())
-        for node in graph.nodes()
-        if node.kind() == "prim::Constant" and node.output().type().kind() == "DeviceObjType"
-    }
-
-
-def _runs_on_cuda(options: TorchScriptOptions) -> bool:
-    return options.device == "cuda" or (options.device == "auto" and options.gpu)
-
-
-def trace_for_device(
-    module: object, args: tuple[object, ...], options: TorchScriptOptions, name: str
-) -> tuple[object, tuple[object, ...]]:
-    """The traced module and the inputs it takes (on the CUDA device when its graph must run there)."""
-    import torch
-
-    with torch.no_grad():
-        traced = torch.jit.trace(module, args, check_trace=False)
-    pinned = pinned_devices(traced)
-    if not pinned or not _runs_on_cuda(options):
-        return traced, args
-    if not torch.cuda.is_available():
-        raise BuildError(
-            f"{name}: the trace pins device {sorted(pinned)} (the model creates tensors on its input's "
-            "device), so an entry served on CUDA must be traced on a GPU, and none is visible here"
-        )
-    device = torch.device("cuda")
-    module.to(device)  # type: ignore[attr-defined]
-    args = tuple(a.to(device) for a in args)  # type: ignore[attr-defined]
-    with torch.no_grad():
-        traced = torch.jit.trace(module, args, check_trace=False)
-    return traced, args
-
-
-def _hash(spec: ModelSpec, options: TorchScriptOptions) -> str:
-    digest = hashlib.sha256()
-    for part in (inputs_hash(spec), file_sha256(Path(__file__)), repr(options)):
-        digest.update(part.encode())
-        digest.update(b"\0")
-    return digest.hexdigest()
+_DEFAULT_OPTIONS = TorchScriptOptions()
 
 
 def build_torchscript(
     repository: Path,
     source: str,
-    options: TorchScriptOptions = TorchScriptOptions(),
+    options: TorchScriptOptions = _DEFAULT_OPTIONS,
     *,
     force: bool = False,
 ) -> BuildReport:
@@ -148,78 +56,8 @@ def build_torchscript(
         BuildError: ``source`` is not a PyTorch model.
         ParityError: the traced module disagrees with the eager one beyond the spec's tolerance.
     """
-    import torch
-
     spec = get_spec(source)
     if not isinstance(spec, ModelSpec):
         raise BuildError(f"{source} is not a PyTorch model, so it has no TorchScript flavour")
-    name = options.name or torchscript_name(source)
-    digest = _hash(spec, options)
-    previous = repo.latest_report(repository, name)
-    if not force and previous is not None and previous.inputs_hash == digest:
-        previous.skipped = True
-        return previous
-
-    started = time.perf_counter()
-    module, weights = spec.load()
-    feeds = spec.sample_inputs()
-    reference = torch_reference(module, spec, feeds)
-    # Not frozen: freezing folds weights into graph constants, which ``.half()`` in the backend
-    # could then no longer convert.
-    traced, args = trace_for_device(
-        module, tuple(torch.from_numpy(feeds[t.name]) for t in spec.inputs), options, name
-    )
-    with torch.no_grad():
-        out = traced(*args)  # type: ignore[operator]
-    outs = out if isinstance(out, tuple | list) else (out,)
-    candidate = [o.detach().cpu().numpy() for o in outs]
-    parity = {
-        o.name: compare(ref, cand, classes=o.name == spec.class_output)
-        for o, ref, cand in zip(spec.outputs, reference, candidate, strict=True)
-    }
-    failures = [
-        f"{n}: {p}" for n, result in parity.items() for p in result.failures(spec.tolerance)
-    ]
-    if failures:
-        raise ParityError(f"{name}: TorchScript trace is outside tolerance: " + "; ".join(failures))
-
-    inputs, outputs = _positional(spec.inputs, "INPUT"), _positional(spec.outputs, "OUTPUT")
-    config = model_config(
-        name,
-        platform="pytorch_libtorch",
-        inputs=inputs,
-        outputs=outputs,
-        batching=options.batching or spec.batching,
-        parameters={
-            "precision": options.precision,
-            "intra_op_thread_count": "0",
-            "device": options.device,
-            **({"FORCE_CPU_ONLY_INPUT_TENSORS": "no"} if options.gpu else {}),
-        },
-        gpu=options.gpu,
-    )
-    config.default_model_filename = "model.pt"
-    report = BuildReport(
-        model=name,
-        family=spec.family,
-        version=(repo.latest_version(repository, name) or 0) + 1,
-        precision=options.precision if options.gpu or options.device == "cuda" else "fp32",
-        inputs_hash=digest,
-        weights=weights.__dict__,
-        timings_s={"trace": time.perf_counter() - started},
-        parity={n: r.as_dict() for n, r in parity.items()},
-        notes=[
-            f"TorchScript trace of {source}; inputs {[t.name for t in inputs]}, outputs {[t.name for t in outputs]}; "
-            f"parity vs the eager module on {len(reference[0])} real samples"
-        ]
-        + (
-            [f"the graph pins device {sorted(pinned)}: load it on that device"]
-            if (pinned := pinned_devices(traced))
-            else []
-        ),
-    )
-    with tempfile.TemporaryDirectory(prefix=f"build-{name}-") as tmp:
-        path = Path(tmp) / "model.pt"
-        torch.jit.save(traced, str(path))
-        repo.publish(repository, config, {"model.pt": path}, report)
-    return report
+    flavour = TorchScriptFlavour(options, source)
+    return build_model(spec, flavour, BuildRun(repository, force=force))[0]
