@@ -30,6 +30,7 @@ __all__ = [
     "BuildRun",
     "Flavour",
     "Loaded",
+    "WithoutVariants",
     "compare_outputs",
     "load_reference",
     "next_version",
@@ -215,3 +216,25 @@ def positional(tensors: Sequence[TensorSpec], prefix: str) -> list[TensorSpec]:
 def next_version(repository: Path, name: str) -> int:
     """The version a new build of ``name`` is published as."""
     return (repo.latest_version(repository, name) or 0) + 1
+
+
+class WithoutVariants:
+    """For a flavour that publishes its one entry and derives nothing from it (no precision
+    variants, no engines): the two variant steps of :class:`Flavour`, empty."""
+
+    def current_variants(
+        self, spec: ModelSpec, digest: str, run: BuildRun
+    ) -> list[BuildReport] | None:
+        return []
+
+    def variants(
+        self,
+        spec: ModelSpec,
+        loaded: Loaded,
+        parent: BuildReport,
+        artifact: Artifact | None,
+        digest: str,
+        workdir: Path,
+        run: BuildRun,
+    ) -> list[Publication]:
+        return []

@@ -21,6 +21,7 @@ from builders.flavours.base import (
     Artifact,
     BuildRun,
     Loaded,
+    WithoutVariants,
     load_reference,
     next_version,
     positional,
@@ -71,7 +72,7 @@ class CompiledArtifact(Artifact):
 
 
 @dataclass(frozen=True)
-class CompiledFlavour:
+class CompiledFlavour(WithoutVariants):
     """``spec`` exported and compiled by Inductor for this host.
 
     Attributes:
@@ -124,11 +125,6 @@ class CompiledFlavour:
 
     def digest(self, spec: ModelSpec) -> None:
         return None
-
-    def current_variants(
-        self, spec: ModelSpec, digest: str, run: BuildRun
-    ) -> list[BuildReport] | None:
-        return []
 
     def load(self, spec: ModelSpec) -> Loaded:
         """The reference from the FP32 module, then the module converted as it is served."""
@@ -289,15 +285,3 @@ class CompiledFlavour:
             ],
         )
         return Publication(report, config, artifact.files)
-
-    def variants(
-        self,
-        spec: ModelSpec,
-        loaded: Loaded,
-        parent: BuildReport,
-        artifact: CompiledArtifact | None,
-        digest: str,
-        workdir: Path,
-        run: BuildRun,
-    ) -> list[Publication]:
-        return []

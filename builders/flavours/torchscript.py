@@ -28,6 +28,7 @@ from builders.flavours.base import (
     Artifact,
     BuildRun,
     Loaded,
+    WithoutVariants,
     compare_outputs,
     load_reference,
     next_version,
@@ -131,7 +132,7 @@ class TracedArtifact(Artifact):
 
 
 @dataclass(frozen=True)
-class TorchScriptFlavour:
+class TorchScriptFlavour(WithoutVariants):
     """``spec`` traced and served by libtorch, as ``options`` say."""
 
     options: TorchScriptOptions = field(default_factory=TorchScriptOptions)
@@ -148,11 +149,6 @@ class TorchScriptFlavour:
             digest.update(part.encode())
             digest.update(b"\0")
         return digest.hexdigest()
-
-    def current_variants(
-        self, spec: ModelSpec, digest: str, run: BuildRun
-    ) -> list[BuildReport] | None:
-        return []
 
     def load(self, spec: ModelSpec) -> Loaded:
         return load_reference(spec)
@@ -244,15 +240,3 @@ class TorchScriptFlavour:
             ),
         )
         return Publication(report, config, artifact.files)
-
-    def variants(
-        self,
-        spec: ModelSpec,
-        loaded: Loaded,
-        parent: BuildReport,
-        artifact: TracedArtifact | None,
-        digest: str,
-        workdir: Path,
-        run: BuildRun,
-    ) -> list[Publication]:
-        return []
