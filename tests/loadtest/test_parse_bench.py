@@ -1,4 +1,5 @@
-"""Smoke test of the KServe parsing benchmark: it runs and prints one row per request shape."""
+"""Smoke test of the KServe parsing benchmark: it runs and prints one row per request shape, then the
+event loop's lag while a big JSON body is parsed in each place."""
 
 from __future__ import annotations
 
@@ -7,14 +8,20 @@ import pytest
 from loadtest.parse_bench import main
 
 
-def test_parse_bench_prints_its_table(capsys: pytest.CaptureFixture[str]) -> None:
+def test_parse_bench_prints_its_tables(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--repeat", "1"]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    shapes, _, lag = capsys.readouterr().out.strip().partition("\n\n")
+    lines = shapes.splitlines()
     assert lines[0].split()[:2] == ["request", "body"] and len(lines) == 9
     assert all(float(line.split()[-1]) >= 0 for line in lines[1:])
-    # Where each body is checked follows its weight: a binary image on the loop, megabytes of JSON not.
+    # Where each body is checked follows its weight: a binary image on the loop, a small JSON body
+    # in a thread, megabytes of JSON in a parse process.
     rows = {line[:34].strip(): line for line in lines[1:]}
-    assert (
-        "event loop" in rows["UINT8 JPEG of 135 KB, binary"]
-        and "a thread" in rows["FP32 1x3x224x224, JSON"]
-    )
+    assert "event loop" in rows["UINT8 JPEG of 135 KB, binary"]
+    assert "a thread" in rows["FP32 1,000 values, JSON"]
+    assert "a process" in rows["FP32 1x3x224x224, JSON"]
+    lag_lines = lag.splitlines()
+    assert lag_lines[0].split()[:2] == ["JSON", "body"] and len(lag_lines) == 9
+    for place in ("event loop", "thread", "process"):
+        assert sum(place in line for line in lag_lines[1:]) == 2, place
+    assert all(float(line.split()[-1]) >= 0 for line in lag_lines[1:])
