@@ -7,8 +7,9 @@ accounting is :mod:`gateway.tenancy.inflight_bytes`.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from collections.abc import Callable
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.errors import GatewayError, Overloaded, PayloadTooLarge
 from gateway.http.problems import ProblemRenderer
@@ -16,12 +17,6 @@ from gateway.tenancy.context import CONTEXT_KEY, RequestContext
 from gateway.tenancy.inflight_bytes import InFlightBytes
 
 __all__ = ["InFlightBytesMiddleware"]
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 class InFlightBytesMiddleware:

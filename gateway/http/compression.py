@@ -11,19 +11,14 @@ bomb costs at most that much memory), and hands the app a plain body with the
 from __future__ import annotations
 
 import zlib
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
 from gateway.http.problems import ProblemRenderer
 
 __all__ = ["SUPPORTED_ENCODINGS", "BoundedDecoder", "DecompressionMiddleware"]
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 #: Content-Encoding values the gateway decodes (``identity`` is a plain body)
 SUPPORTED_ENCODINGS = ("gzip", "deflate", "identity")
