@@ -89,19 +89,30 @@ def parse_gpu_used(text: str) -> int:
 class GpuMetricsMeter:
     """GPU memory in use, from Triton's metrics endpoint.
 
+    Triton refreshes its GPU gauges every ``--metrics-interval-ms`` (100 ms as the launcher starts
+    it with GPU metrics), so a read right after a load or an unload can show the memory before it:
+    each read first waits ``settle_s``, longer than one refresh. Each read opens its own session:
+    aiohttp binds a session to the running event loop, and a benchmark reads from several
+    ``asyncio.run`` calls; a loopback connection per read costs far less than the settle wait.
+
     Args:
         metrics_url: e.g. ``http://127.0.0.1:8002/metrics``.
         timeout_s: the deadline of one read.
+        settle_s: the wait before each read (0: read at once).
     """
 
-    def __init__(self, metrics_url: str, timeout_s: float = 2.0) -> None:
+    def __init__(self, metrics_url: str, timeout_s: float = 2.0, settle_s: float = 0.3) -> None:
         self.metrics_url = metrics_url
-        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s))
+        self.settle_s = settle_s
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
 
     async def used_bytes(self) -> int:
-        async with self._session.get(self.metrics_url) as resp:
-            resp.raise_for_status()
-            return parse_gpu_used(await resp.text())
+        if self.settle_s > 0:
+            await asyncio.sleep(self.settle_s)
+        async with aiohttp.ClientSession(timeout=self._timeout) as session:
+            async with session.get(self.metrics_url) as resp:
+                resp.raise_for_status()
+                return parse_gpu_used(await resp.text())
 
     async def close(self) -> None:
-        await self._session.close()
+        """Nothing to release: each read closes its own session."""
