@@ -9,7 +9,8 @@
 #                                          # direct Triton vs the gateway with 1 and --workers N processes)
 #   loadtest/gpu_bench.sh multimodel OUT_DIR [..]  # THERE: issue 26's benchmark on the GPU (python -m
 #                                          # loadtest.multimodel --device gpu: 20 TorchScript KIND_GPU variants,
-#                                          # a budget of 5, 60 s measured per phase, 5 s warm-up; about 4-5 minutes)
+#                                          # a budget of 5, 4 loads at once, 60 s measured per phase, 5 s warm-up;
+#                                          # about 4-5 minutes)
 #   loadtest/gpu_bench.sh all OUT_DIR      # THERE: everything below in one budget (about 5.5 minutes on one
 #                                          # H200 with 16 cores), each step under its own time limit:
 #       1. gpu-tests   the tests marked gpu (not the compiled flavour's; ALL_TEST_FILES: only those files) -> gpu_tests.txt
@@ -334,7 +335,7 @@ case "$verb" in
         # so a call carrying .whl/ without them still fits the transfer limit.
         IMPORTS='import fastapi, uvicorn, httptools, jwt, pydantic_settings, tritonclient.http, pytriton, torch, matplotlib, aiohttp, gateway.app, loadtest.multimodel'
         setup && describe "$out"
-        "$PY" -m loadtest.multimodel --device gpu --models 20 --budget-models 5 --duration 60 --warmup 5 \
+        "$PY" -m loadtest.multimodel --device gpu --models 20 --budget-models 5 --duration 60 --warmup 5 --concurrent-loads 4 \
             --out "$out" "$@" 2>&1 | tee "$out/multimodel.txt"
         ;;
     all)

@@ -76,6 +76,7 @@ class MultiModelSettings:
     hidden: int = 256
     seed: int = 0
     device: str = "cpu"
+    concurrent_loads: int = 1
     out_dir: Path = Path("multimodel-results")
 
 
@@ -269,6 +270,7 @@ def run_multimodel(settings: MultiModelSettings) -> dict[str, Any]:
                 "GATEWAY_RESIDENCY_TRITON_PID": str(triton.pid),
                 "GATEWAY_RESIDENCY_DEFAULT_ESTIMATE_BYTES": str(footprint),
                 "GATEWAY_RESIDENCY_FOOTPRINTS_PATH": str(root / "footprints.json"),
+                "GATEWAY_RESIDENCY_MAX_CONCURRENT_LOADS": str(settings.concurrent_loads),
             }
             if settings.device == "gpu":
                 env |= {
@@ -461,6 +463,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=d.device,
         help="cpu: ONNX variants, process-tree meter; gpu: TorchScript KIND_GPU variants, Triton's GPU meter",
     )
+    parser.add_argument(
+        "--concurrent-loads",
+        type=int,
+        default=d.concurrent_loads,
+        help="the gateway's GATEWAY_RESIDENCY_MAX_CONCURRENT_LOADS (Triton loads at once)",
+    )
     parser.add_argument("--out", type=Path, default=d.out_dir, help="folder for the results")
     return parser
 
@@ -479,6 +487,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         zipf_s=args.zipf_s,
         seed=args.seed,
         device=args.device,
+        concurrent_loads=args.concurrent_loads,
         out_dir=args.out,
     )
     detail = run_multimodel(settings)

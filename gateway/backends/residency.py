@@ -7,9 +7,15 @@ On when ``GATEWAY_RESIDENCY_BUDGET_BYTES`` is set (Triton in explicit model-cont
 - **One load per model.** The first request for a cold model puts it on a bounded queue with a
   future; every later request for it awaits the same future, each within its own deadline. A full
   queue is a 429 (a load storm sheds its cold requests; hot ones never wait on it).
-- **Loads are serialised** by one background worker, so a footprint measured around a load (the
-  meter before and after, :mod:`gateway.backends.residency_memory`) belongs to that model alone. It is
-  remembered in a JSON file, so the next start charges the measured size, not the estimate.
+- **Loads are decided one at a time** by one background worker: room, evictions and the new
+  model's charge are settled before the next load is considered, so charges never pass the budget.
+  Triton's part of a load (for a Python-backend model: a stub process, its imports, a CUDA context;
+  seconds) runs in a task of its own, up to ``max_concurrent_loads`` at once. A footprint is
+  measured around a load (the meter before and after, :mod:`gateway.backends.residency_memory`) only
+  when no other load or eviction changed Triton's memory meanwhile, so it belongs to that model
+  alone; it is remembered in a JSON file, so the next start charges the measured size, not the
+  estimate. A load that overlapped others keeps the model's charge as it was (estimate or earlier
+  measurement).
 - **Eviction** picks victims with :meth:`gateway.backends.residency_policy.ResidencyTable.victims` (least
   recently used, never pinned, never with requests in flight, never a step another resident
   ensemble uses) and only when evicting them makes room (when only requests in flight stand in the
@@ -33,6 +39,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Iterable
+from typing import NoReturn
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -127,6 +134,12 @@ class ResidencyManager:
         self._released = asyncio.Event()
         self._footprints = FootprintBook(config.footprints_path)
         self._worker: asyncio.Task[None] | None = None
+        self._slots = asyncio.Semaphore(config.max_concurrent_loads)
+        self._loads: set[asyncio.Task[None]] = set()
+        # Bumped whenever Triton's memory may change (a load starts, a model is evicted): a load
+        # whose reading before and after saw the same epoch had Triton's memory to itself.
+        self._memory_epoch = 0
+        self._loads_in_progress = 0
         #: Triton's memory when the manager started (before any load of its own)
         self.baseline_bytes = 0
         #: Triton's memory at the last reading (start, load or eviction)
@@ -161,6 +174,11 @@ class ResidencyManager:
             self._worker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._worker
+        for task in list(self._loads):
+            task.cancel()
+        for task in list(self._loads):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         for future in self._pending.values():
             if not future.done():
                 future.set_exception(ModelNotReady("the gateway is stopping", retry_after_s=1))
@@ -270,74 +288,103 @@ class ResidencyManager:
     async def _work(self) -> None:
         while True:
             name = await self._queue.get()
-            future = self._pending.get(name)
+            await self._slots.acquire()
+            entry = self._entry(name)
             try:
-                await self._load(self._entry(name))
-            except GatewayError as exc:
-                if future is not None and not future.done():
-                    future.set_exception(exc)
-                    future.exception()  # waiters may all have given up; nothing is left unretrieved
-            except Exception as exc:  # a bug: answer the waiters, keep the worker alive
-                log.exception("residency: loading %r failed unexpectedly", name)
-                if future is not None and not future.done():
-                    future.set_exception(
-                        ModelLoadFailed(f"model '{name}' could not be loaded", retry_after_s=1)
-                    )
-                    future.exception()
-                del exc
-            else:
-                if future is not None and not future.done():
-                    future.set_result(None)
-            finally:
-                self._pending.pop(name, None)
+                started = await self._prepare(entry)
+            except BaseException as exc:
+                self._slots.release()
+                self._settle(name, exc)
+                if not isinstance(exc, Exception):
+                    raise
+                continue
+            if not started:
+                self._slots.release()
+                self._settle(name, None)
+                continue
+            task = asyncio.create_task(self._finish_load(entry))
+            self._loads.add(task)
+            task.add_done_callback(self._loads.discard)
 
-    async def _load(self, entry: Entry) -> None:
-        if entry.state is State.LOADED:
+    def _settle(self, name: str, exc: BaseException | None) -> None:
+        """Answer the waiters of ``name``'s load: done, or the error they should see."""
+        future = self._pending.pop(name, None)
+        if future is None or future.done():
             return
+        if exc is None:
+            future.set_result(None)
+            return
+        if not isinstance(exc, GatewayError):
+            if isinstance(exc, Exception):  # a bug: answer the waiters, keep the worker alive
+                log.error("residency: loading %r failed unexpectedly", name, exc_info=exc)
+            exc = ModelLoadFailed(f"model '{name}' could not be loaded", retry_after_s=1)
+        future.set_exception(exc)
+        future.exception()  # waiters may all have given up; nothing is left unretrieved
+
+    async def _prepare(self, entry: Entry) -> bool:
+        """Make room for ``entry`` and charge it (state LOADING); ``False`` when it is loaded already."""
+        if entry.state is State.LOADED:
+            return False
         self._check_fits(entry)
         for victim in await self._room_for(entry):
             await self._evict(victim, reason="lru")
-        before_loaded = {n for n, e in self.table.entries.items() if e.state is State.LOADED}
         entry.state = State.LOADING
         self._update_charged()
-        before = await self.meter.used_bytes()
-        started = time.monotonic()
+        return True
+
+    async def _finish_load(self, entry: Entry) -> None:
         try:
-            await self.repository.load(entry.name)
-        except GatewayError as exc:
-            entry.state = State.AVAILABLE
-            entry.failures += 1
-            backoff = min(300.0, self.config.failure_backoff_s * 2 ** (entry.failures - 1))
-            entry.retry_at = time.monotonic() + backoff
-            self.metrics.loads.labels(entry.name, "failed").inc()
-            self._update_charged()
-            log.warning(
-                "residency: model %r failed to load (%s); next attempt in %.0f s",
-                entry.name,
-                exc.detail,
-                backoff,
-            )
-            raise ModelLoadFailed(
-                f"model '{entry.name}' failed to load: {exc.detail}", retry_after_s=backoff
-            ) from exc
-        elapsed = time.monotonic() - started
-        after = await self.meter.used_bytes()
+            await self._load(entry)
+        except BaseException as exc:
+            self._settle(entry.name, exc)
+            if not isinstance(exc, Exception):
+                raise
+        else:
+            self._settle(entry.name, None)
+        finally:
+            self._slots.release()
+
+    async def _load(self, entry: Entry) -> None:
+        """Triton's part of a load that :meth:`_prepare` charged, and what follows it."""
+        before_loaded = {n for n, e in self.table.entries.items() if e.state is State.LOADED}
+        self._memory_epoch += 1
+        epoch = self._memory_epoch
+        self._loads_in_progress += 1
+        alone = self._loads_in_progress == 1
+        try:
+            before = await self.meter.used_bytes()
+            started = time.monotonic()
+            try:
+                await self.repository.load(entry.name)
+            except GatewayError as exc:
+                self._load_failed(entry, exc)
+            elapsed = time.monotonic() - started
+            after = await self.meter.used_bytes()
+        except BaseException:
+            if entry.state is State.LOADING:  # the meter failed, or the load was cancelled
+                entry.state = State.AVAILABLE
+                self._update_charged()
+            raise
+        finally:
+            self._loads_in_progress -= 1
+        # Alone: no other load in progress at its start, and none started (nor any eviction) since.
+        alone = alone and epoch == self._memory_epoch
         entry.state = State.LOADED
         entry.failures = 0
         entry.retry_at = 0.0
         entry.last_used = time.monotonic()
-        entry.footprint_bytes = max(0, after - before)
-        if entry.footprint_bytes is not None:
+        if alone:
+            entry.footprint_bytes = max(0, after - before)
             self._footprints.remember(entry.name, entry.footprint_bytes)
         await self._note_steps(entry, before_loaded)
         self.metrics.loads.labels(entry.name, "loaded").inc()
         self.metrics.cold_load.labels(entry.name).observe(elapsed)
         self._set_measured(after)
         log.info(
-            "residency: loaded %r in %.2f s, footprint %d bytes",
+            "residency: loaded %r in %.2f s, footprint %s",
             entry.name,
             elapsed,
-            entry.footprint_bytes,
+            f"{entry.footprint_bytes} bytes" if alone else "not measured (other loads overlapped)",
         )
         # The measurement may exceed the estimate it was admitted on: make the charges fit again.
         over = self.table.used_bytes() - self.table.budget_bytes
@@ -345,6 +392,23 @@ class ResidencyManager:
             for victim in self._claim(self.table.victims(0, protect=entry.name) or []):
                 await self._evict(victim, reason="measured_over")
         self._update_charged()
+
+    def _load_failed(self, entry: Entry, exc: GatewayError) -> NoReturn:
+        entry.state = State.AVAILABLE
+        entry.failures += 1
+        backoff = min(300.0, self.config.failure_backoff_s * 2 ** (entry.failures - 1))
+        entry.retry_at = time.monotonic() + backoff
+        self.metrics.loads.labels(entry.name, "failed").inc()
+        self._update_charged()
+        log.warning(
+            "residency: model %r failed to load (%s); next attempt in %.0f s",
+            entry.name,
+            exc.detail,
+            backoff,
+        )
+        raise ModelLoadFailed(
+            f"model '{entry.name}' failed to load: {exc.detail}", retry_after_s=backoff
+        ) from exc
 
     async def _room_for(self, entry: Entry) -> list[Entry]:
         """The victims that make room for ``entry``, claimed (no request starts on them any more).
@@ -414,6 +478,7 @@ class ResidencyManager:
         # Claimed (draining) or checked idle with no await since: no request can start on these now.
         for model in (entry, *going):
             model.state = State.UNLOADING
+        self._memory_epoch += 1
         for model in (entry, *going):
             try:
                 await self.repository.unload(model.name)

@@ -49,6 +49,8 @@ class ResidencyConfig:
         default_estimate_bytes: the charge of an unmeasured model whose files cannot be read.
         footprints_path: the JSON file measured footprints are kept in (``None``: not kept).
         max_pending_loads: loads queued at most; more cold requests are refused (429).
+        max_concurrent_loads: Triton loads in progress at once (each decided only after the last
+            one's room was made and its charge counted).
         failure_backoff_s: the first wait after a failed load (doubles per failure, at most 300 s).
         drain_timeout_s: how long a load waits for requests in flight on the models it must evict.
     """
@@ -60,6 +62,7 @@ class ResidencyConfig:
     default_estimate_bytes: int = 512 * 1024 * 1024
     footprints_path: Path | None = None
     max_pending_loads: int = 16
+    max_concurrent_loads: int = 1
     failure_backoff_s: float = 5.0
     drain_timeout_s: float = 5.0
 
@@ -199,6 +202,7 @@ class ResidencyTable:
             or entry.state is not State.LOADED
             or entry.pinned
             or entry.held_by
+            or entry.draining  # claimed by another load already: going, and not twice
         ):
             return False
         if (entry.in_flight or entry.waiters) and not when_idle:

@@ -80,6 +80,13 @@ class ResidencySettings(BaseSettings):
         ge=1,
         description="model loads queued at most; more cold requests get 429",
     )
+    residency_max_concurrent_loads: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Triton loads in progress at once; on a GPU each Python-backend load spends "
+        "seconds starting its stub (importing torch), which overlap well across cores",
+    )
     residency_load_timeout_s: float = Field(
         DEFAULT_RESIDENCY_LOAD_TIMEOUT_S, gt=0, description="the deadline of one load or unload"
     )

@@ -52,6 +52,7 @@ def build_residency(
         footprints_path=settings.residency_footprints_path
         or keys_db.parent / "model_footprints.json",
         max_pending_loads=settings.residency_max_pending_loads,
+        max_concurrent_loads=settings.residency_max_concurrent_loads,
         failure_backoff_s=settings.residency_failure_backoff_s,
     )
     repository = TritonRepository(triton_http_url, settings.residency_load_timeout_s)
