@@ -6,6 +6,9 @@ from __future__ import annotations
 import argparse
 import ast
 import importlib.util
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -44,6 +47,22 @@ def test_the_module_entry_goes_through_the_registry_by_its_own_name(name: str) -
     if path.name == "cli.py":  # the package's entry: python -m loadtest.bench
         sources.append((path.parent / "__main__.py").read_text())
     assert any(f'run_named("{name}")' in source for source in sources), path
+
+
+@pytest.mark.parametrize(
+    ("module", "name"), [("loadtest.bench", "platform"), ("loadtest.qos", "qos")]
+)
+def test_python_m_runs_the_registered_benchmark(module: str, name: str) -> None:
+    root = Path(__file__).resolve().parents[2]
+    child = subprocess.run(
+        [sys.executable, "-m", module, "--help"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        timeout=120,
+    )
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.startswith(f"usage: inferctl bench {name}")
 
 
 def test_an_unknown_name_lists_the_known_ones() -> None:
