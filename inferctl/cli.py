@@ -2,7 +2,7 @@
 
     inferctl build [MODEL ...]    export, verify and publish models into the repository
     inferctl up                   build what is missing, start Triton and the gateway
-    inferctl bench ...            the side-by-side benchmarks
+    inferctl bench NAME ...       every benchmark, by name (`inferctl bench --help` lists them)
     inferctl promote / history    gated model promotion and its records
 
 Output reads well anywhere: on a terminal, tables and progress bars; in a pipe or a CI log, full-width

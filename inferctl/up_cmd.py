@@ -230,7 +230,7 @@ def _print_welcome(
         soft_wrap=True,
     )
     console.print(
-        f"  LOADTEST_API_KEY=<that key> python -m loadtest.run --host {base} {LOAD_TEST_ARGS}",
+        f"  LOADTEST_API_KEY=<that key> inferctl bench locust --host {base} {LOAD_TEST_ARGS}",
         soft_wrap=True,
     )
     if "stable_diffusion" in args.models:

@@ -43,6 +43,7 @@ from tritonclient.utils import triton_to_np_dtype
 from builders.triton_config import read_config, write_config
 from loadtest.bench.report import machine_description, machine_line
 from loadtest.loadgen import LoadResult, LoadSpec, TritonTarget, run_load
+from loadtest.registry import UsageError
 from serving.console import Table, make_console, print_table
 from serving.launcher import TritonPorts, TritonServer
 
@@ -51,8 +52,8 @@ __all__ = [
     "Configuration",
     "WakeupSettings",
     "build_parser",
-    "main",
     "prepare_repository",
+    "run",
     "run_wakeup",
 ]
 
@@ -306,18 +307,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """``inferctl bench batcher-wakeup``: the parsed options in, the exit status out."""
     try:
         concurrencies = tuple(int(v) for v in args.concurrency.split(",") if v.strip())
-    except ValueError:
-        build_parser().error(
+    except ValueError as exc:
+        raise UsageError(
             f"--concurrency: expected comma-separated integers, got {args.concurrency!r}"
-        )
+        ) from exc
     if not concurrencies or min(concurrencies) < 1:
-        build_parser().error("--concurrency: at least one value, each at least 1")
+        raise UsageError("--concurrency: at least one value, each at least 1")
     if not (args.repository / args.model / "config.pbtxt").exists():
-        build_parser().error(
+        raise UsageError(
             f"no entry {args.model} in {args.repository}: build it first (inferctl build)"
         )
     run_wakeup(
@@ -334,4 +335,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from loadtest.registry import run_named
+
+    raise SystemExit(run_named("batcher-wakeup"))

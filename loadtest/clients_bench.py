@@ -25,13 +25,14 @@ from pathlib import Path
 
 import numpy as np
 
-from loadtest.loadgen import LoadRun, LoadSpec, Samples, TritonTarget, run
+from loadtest.loadgen import LoadRun, LoadSpec, Samples, TritonTarget
+from loadtest.loadgen import run as run_specs
 from serving.console import Table, make_console, print_table
 from serving.gateway_process import GatewayLaunch, start_gateway_process
 from serving.quantiles import summarize
 from serving.triton_clients import triton_client
 
-__all__ = ["PATHS", "PathFigures", "main", "run_benchmark"]
+__all__ = ["PATHS", "PathFigures", "build_parser", "run", "run_benchmark"]
 
 #: (label, protocol, through the gateway)
 PATHS: tuple[tuple[str, str, bool], ...] = (
@@ -187,7 +188,7 @@ def run_benchmark(
                             warmup_s=DEFAULT_WARMUP_S,
                             name=label,
                         )
-                        per_path[label].extend(run([spec], processes))
+                        per_path[label].extend(run_specs([spec], processes))
                 figures.extend(
                     _figures(label, concurrency, per_path[label]) for label, _, _ in PATHS
                 )
@@ -276,8 +277,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """``inferctl bench clients``: the parsed options in, the exit status out."""
     figures = run_benchmark(
         args.repository,
         args.model,
@@ -297,4 +298,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from loadtest.registry import run_named
+
+    raise SystemExit(run_named("clients"))

@@ -40,16 +40,17 @@ from serving.triton_clients import triton_client
 
 __all__ = [
     "BASE_SEED",
+    "DiffusersSystem",
     "NEGATIVE",
     "PROMPT",
-    "DiffusersSystem",
     "Point",
     "add_checkpoint_arguments",
+    "build_parser",
     "machine_info",
-    "main",
     "parse_sizes",
     "prepare_checkpoint",
     "psnr",
+    "run",
 ]
 
 PROMPT = "a photograph of an astronaut riding a horse on the moon, highly detailed"
@@ -364,10 +365,9 @@ def prepare_checkpoint(args: argparse.Namespace, workdir: Path, log: Callable[[s
     return path
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m loadtest.diffusion_bench", description=__doc__.split("\n\n")[0]
-    )
+def build_parser() -> argparse.ArgumentParser:
+    """``inferctl bench diffusion``'s options."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--out", type=Path, required=True, help="folder for bench.json, bench.png, bench.txt"
     )
@@ -403,7 +403,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--workdir", type=Path, help="checkpoint and repository folder (default: a temporary one)"
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """``inferctl bench diffusion``: the parsed options in, the exit status out."""
 
     from builders.families.diffusion import PIPELINE, TORCH_PIPELINE
     from builders.pipeline import BuildOptions, build
@@ -528,4 +532,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from loadtest.registry import run_named
+
+    raise SystemExit(run_named("diffusion"))

@@ -51,7 +51,7 @@ from loadtest.diffusion_bench import (
 )
 from serving.console import Table, make_console
 
-__all__ = ["Budget", "ServedSystem", "main", "plan"]
+__all__ = ["Budget", "ServedSystem", "build_parser", "plan", "run"]
 
 #: the issue's targets: time per image alone at most this times diffusers'; batched throughput at
 #: least diffusers'; a first request after a change of size at most this many seconds over the steady one
@@ -417,10 +417,9 @@ def _write(
     (out / "bench.json").write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m loadtest.diffusion_process", description=__doc__.split("\n\n")[0]
-    )
+def build_parser() -> argparse.ArgumentParser:
+    """``inferctl bench diffusion-inprocess``'s options."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--out", type=Path, required=True, help="folder for bench.json and bench.txt"
     )
@@ -445,7 +444,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--workdir", type=Path, help="checkpoint and repository folder (default: a temporary one)"
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """``inferctl bench diffusion-inprocess``: the parsed options in, the exit status out."""
     budget = Budget(args.budget_s)
 
     from builders.families.diffusion import PIPELINE, TORCH_PIPELINE
@@ -570,4 +573,6 @@ def timed(setup: dict[str, Any], name: str, step: Callable[[], Any]) -> Any:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from loadtest.registry import run_named
+
+    raise SystemExit(run_named("diffusion-inprocess"))

@@ -22,7 +22,6 @@ import argparse
 import io
 import pstats
 import tempfile
-from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
@@ -36,9 +35,10 @@ from loadtest.isolation import (
     infer_body,
     platform,
 )
-from loadtest.loadgen import HttpTarget, LoadSpec, run
+from loadtest.loadgen import HttpTarget, LoadSpec
+from loadtest.loadgen import run as run_specs
 
-__all__ = ["PATHS", "main", "measure_path"]
+__all__ = ["PATHS", "build_parser", "measure_path", "run"]
 
 #: path name -> the tier of the key that drives it
 PATHS = {"admitted": "enterprise", "refused": "free"}
@@ -72,7 +72,7 @@ class PathCpu(NamedTuple):
 
 def _cpu_per_request(stack: Stack, spec: LoadSpec) -> PathCpu:
     with CpuMeter(stack.pid) as meter:
-        (load,) = run([spec], apart=True)
+        (load,) = run_specs([spec], apart=True)
     result = load.result()
     answered = max(1, result.requests + result.errors)
     user, system = meter.split(*load.window)
@@ -151,8 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """``inferctl bench gateway-profile``: the parsed options in, the exit status out."""
     settings = replace(
         DEFAULT_SETTINGS,
         duration_s=args.duration,
@@ -171,4 +171,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from loadtest.registry import run_named
+
+    raise SystemExit(run_named("gateway-profile"))

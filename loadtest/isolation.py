@@ -33,14 +33,15 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from loadtest.loadgen import HttpTarget, LoadSpec, Target, run
+from loadtest.loadgen import HttpTarget, LoadSpec, Target
+from loadtest.loadgen import run as run_specs
 from loadtest.loadgen.hostile import DisconnectTarget, IdleConnectionTarget, PacedTarget
 from loadtest.qos import MODEL, QosSettings, prepare_repository
 from serving.console import make_console, print_table
@@ -54,7 +55,7 @@ __all__ = [
     "GOAL_RATIO",
     "IsolationSettings",
     "build_parser",
-    "main",
+    "run",
     "run_isolation",
 ]
 
@@ -334,7 +335,7 @@ def _measure(specs: list[LoadSpec], stack: Stack) -> tuple[list[Any], float, dic
 
     before = gateway_counters(stack.url, stack.metrics_token)
     with CpuMeter(stack.pid) as meter:
-        runs = run(specs, apart=True)
+        runs = run_specs(specs, apart=True)
     split = gateway_split(before, gateway_counters(stack.url, stack.metrics_token))
     start, end = runs[0].window
     results = [r.result() for r in runs]
@@ -487,8 +488,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """``inferctl bench isolation``: the parsed options in, the exit status out."""
     settings = replace(
         DEFAULT_SETTINGS,
         service_ms=args.service_ms,
@@ -511,4 +512,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from loadtest.registry import run_named
+
+    raise SystemExit(run_named("isolation"))

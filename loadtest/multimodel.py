@@ -52,7 +52,7 @@ __all__ = [
     "DEFAULT_SETTINGS",
     "MultiModelSettings",
     "build_parser",
-    "main",
+    "run",
     "run_multimodel",
     "zipf_sequence",
 ]
@@ -473,8 +473,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """``inferctl bench multimodel``: the parsed options in, the exit status out."""
     if not 1 <= args.budget_models < args.models:
         raise SystemExit("--budget-models must be at least 1 and fewer than --models")
     settings = replace(
@@ -497,4 +497,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from loadtest.registry import run_named
+
+    raise SystemExit(run_named("multimodel"))

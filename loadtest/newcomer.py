@@ -28,7 +28,6 @@ import json
 import os
 import re
 import signal
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -47,9 +46,10 @@ from serving.stub_watch import Stub, stub_processes
 __all__ = [
     "NewcomerRecord",
     "Stack",
+    "build_parser",
     "call_model",
     "kill_stub",
-    "main",
+    "run",
     "start_stack",
     "wait_healed",
 ]
@@ -251,7 +251,8 @@ def measure(
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """``inferctl bench newcomer``'s options."""
     parser = argparse.ArgumentParser(
         description="Run `inferctl up` as a newcomer would and write OUT_DIR/newcomer.json."
     )
@@ -263,7 +264,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="PATH",
         help="write `inferctl up`'s output there (it shows the first API key: keep it out of OUT_DIR)",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """``inferctl bench newcomer``: the parsed options in, the exit status out."""
     args.out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(
         prefix="newcomer-state-"
@@ -281,4 +286,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from loadtest.registry import run_named
+
+    raise SystemExit(run_named("newcomer"))

@@ -24,7 +24,7 @@ import asyncio
 import functools
 import statistics
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 
 import numpy as np
 import tritonclient.http as http
@@ -33,7 +33,7 @@ from gateway.protocol.kserve import ParseLimits, ParsePool, RestBody, encode_res
 from gateway.service import PARSE_INLINE_WORK
 from gateway.settings import DEFAULT_PARSE_PROCESS_MIN_BYTES
 
-__all__ = ["main"]
+__all__ = ["build_parser", "run"]
 
 
 def _body(array: np.ndarray, datatype: str, binary: bool) -> tuple[bytes, str | None]:
@@ -133,17 +133,20 @@ async def _big_table(repeat: int) -> None:
         pool.close()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m loadtest.parse_bench", description=__doc__.split("\n\n")[0]
-    )
+def build_parser() -> argparse.ArgumentParser:
+    """``inferctl bench parse``'s options."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--repeat", type=int, default=20, help="timed repetitions per shape (mean reported)"
     )
     parser.add_argument(
         "--big-repeat", type=int, default=3, help="timed repetitions per big body and way (0: none)"
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """``inferctl bench parse``: the parsed options in, the exit status out."""
     print(
         f"{'request':34} {'body bytes':>11} {'work bytes':>11} {'checked on':>11} {'parse ms':>9} {'encode ms':>10}"
     )
@@ -174,4 +177,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from loadtest.registry import run_named
+
+    raise SystemExit(run_named("parse"))

@@ -26,7 +26,7 @@ import json
 import random
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -37,7 +37,7 @@ from loadtest.scaling import gateway_process, machine_load, redis_server, write_
 from serving.console import Table, make_console, print_table
 from serving.quantiles import summarize
 
-__all__ = ["main", "measure"]
+__all__ = ["build_parser", "measure", "run"]
 
 _TIER = {"bench": {"per_minute": 1e12, "burst": 1_000_000_000}}
 _POLL_LIMIT_S = 10.0
@@ -145,10 +145,9 @@ def report(
     return table
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m loadtest.propagation", description=__doc__.split("\n\n")[0]
-    )
+def build_parser() -> argparse.ArgumentParser:
+    """``inferctl bench propagation``'s options."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--trials", type=int, default=30, help="changes of each kind (default: %(default)s)"
     )
@@ -161,7 +160,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--json", action="store_true", help="print the delays (ms) as JSON instead of a table"
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """``inferctl bench propagation``: the parsed options in, the exit status out."""
     before = machine_load()
     delays = measure(args.trials, args.sync_interval_s)
     if args.json:
@@ -172,4 +175,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from loadtest.registry import run_named
+
+    raise SystemExit(run_named("propagation"))

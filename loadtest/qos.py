@@ -29,7 +29,7 @@ import json
 import math
 import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -37,14 +37,15 @@ from typing import Any
 from builders.spec import BatchingPolicy, TensorSpec
 from builders.triton_config import model_config, write_config
 from gateway.tenancy.secret_policy import generate_secret
-from loadtest.loadgen import HttpTarget, LoadResult, LoadSpec, run, run_load
+from loadtest.loadgen import HttpTarget, LoadResult, LoadSpec, run_load
+from loadtest.loadgen import run as run_specs
 from serving.console import Table, make_console, print_table
 from serving.gateway_process import GatewayLaunch, start_gateway_process
 from serving.launcher import TritonPorts, TritonServer
 from serving.ports import reserve_port
 from serving.processes import child_env
 
-__all__ = ["DEFAULT_SETTINGS", "QosSettings", "build_parser", "main", "run_qos"]
+__all__ = ["DEFAULT_SETTINGS", "QosSettings", "build_parser", "run", "run_qos"]
 
 MODEL = "qos_work"
 _MODEL_FILE = Path(__file__).with_name("qos_model.py")
@@ -241,7 +242,7 @@ def _mixed(
         for tier, n in (("premium", premium), ("free", free))
         if n > 0
     ]
-    return [_figures(r.spec.label, r.result()) for r in run(specs, settings.processes)]
+    return [_figures(r.spec.label, r.result()) for r in run_specs(specs, settings.processes)]
 
 
 def run_qos(settings: QosSettings) -> dict[str, Any]:
@@ -435,8 +436,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """``inferctl bench qos``: the parsed options in, the exit status out."""
     settings = replace(
         DEFAULT_SETTINGS,
         service_ms=args.service_ms,
@@ -457,4 +458,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from loadtest.registry import run_named
+
+    raise SystemExit(run_named("qos"))

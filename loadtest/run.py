@@ -27,7 +27,7 @@ from typing import Any
 from loadtest.scenarios import SCENARIOS
 from serving.processes import child_env
 
-__all__ = ["LocustRun", "LOCUSTFILE", "main", "parse_duration", "run_locust"]
+__all__ = ["LOCUSTFILE", "LocustRun", "build_parser", "parse_duration", "run", "run_locust"]
 
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
 DEFAULT_OUT = Path("reports/loadtest")
@@ -187,14 +187,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """``inferctl bench locust``: the parsed options in, the exit status out."""
     env = {}
     if args.target:
         env["LOADTEST_TARGET"] = args.target
     if args.api_key:
         env["LOADTEST_API_KEY"] = args.api_key
-    run = run_locust(
+    locust = run_locust(
         args.host,
         [s.strip() for s in args.scenarios.split(",") if s.strip()],
         users=args.users,
@@ -204,12 +204,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         prefix=args.prefix,
         env=env,
     )
-    print(run.output[-4000:])
+    print(locust.output[-4000:])
     print(
-        f"requests {run.requests}, failures {run.failures}; reports: {run.csv_prefix}_stats.csv, {run.html}"
+        f"requests {locust.requests}, failures {locust.failures}; reports: {locust.csv_prefix}_stats.csv, {locust.html}"
     )
-    return 0 if run.returncode == 0 and run.requests > 0 else 1
+    return 0 if locust.returncode == 0 and locust.requests > 0 else 1
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from loadtest.registry import run_named
+
+    raise SystemExit(run_named("locust"))

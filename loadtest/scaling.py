@@ -35,7 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
-from loadtest.loadgen import LoadResult, LoadRun, LoadSpec, TritonTarget, merge_runs, run
+from loadtest.loadgen import LoadResult, LoadRun, LoadSpec, TritonTarget, merge_runs
+from loadtest.loadgen import run as run_specs
 from serving.console import Table, make_console, print_table, progress
 from serving.gateway_process import GatewayLaunch, start_gateway_process
 from serving.redis_process import redis_server
@@ -46,9 +47,10 @@ __all__ = [
     "Row",
     "ScalingSettings",
     "bench_key",
+    "build_parser",
     "gateway_process",
-    "main",
     "redis_server",
+    "run",
     "run_scaling",
     "write_tiny_model",
 ]
@@ -346,7 +348,7 @@ def run_scaling(repository: Path, settings: ScalingSettings) -> list[Row]:
                         duration_s=settings.warm_s,
                         warmup_s=0.0,
                     )
-                    run([warm], processes)
+                    run_specs([warm], processes)
                 for concurrency in concurrencies:
                     runs: dict[PathConfig, list[LoadRun]] = {path: [] for path in paths}
                     for round_ in range(rounds):
@@ -361,7 +363,7 @@ def run_scaling(repository: Path, settings: ScalingSettings) -> list[Row]:
                                 duration_s=settings.duration_s / rounds,
                                 warmup_s=settings.warmup_s,
                             )
-                            runs[path].extend(run([spec], processes))
+                            runs[path].extend(run_specs([spec], processes))
                             bar.advance(task)
                     rows.extend(
                         _rows(name, {p: merge_runs(r) for p, r in runs.items()}, concurrency)
@@ -490,8 +492,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """``inferctl bench scaling``: the parsed options in, the exit status out."""
     if not (args.repository / args.model / "config.pbtxt").exists():
         raise SystemExit(
             f"{args.repository}/{args.model} is not a model entry: build it first "
@@ -529,4 +531,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from loadtest.registry import run_named
+
+    raise SystemExit(run_named("scaling"))

@@ -41,7 +41,7 @@ and naive baseline), :mod:`~loadtest.bench.repository` (the entries), :mod:`~loa
 
 from __future__ import annotations
 
-from loadtest.bench.cli import build_parser, main, settings_from_args
+from loadtest.bench.cli import build_parser, settings_from_args
 from loadtest.bench.report import machine_description
 from loadtest.bench.settings import ALL_CONFIGS, BenchSettings, Result
 from loadtest.bench.side_by_side import run_bench
@@ -52,7 +52,6 @@ __all__ = [
     "Result",
     "build_parser",
     "machine_description",
-    "main",
     "run_bench",
     "settings_from_args",
 ]

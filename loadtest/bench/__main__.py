@@ -1,5 +1,5 @@
-"""``python -m loadtest.bench``."""
+"""``python -m loadtest.bench``: ``inferctl bench platform``."""
 
-from loadtest.bench.cli import main
+from loadtest.registry import run_named
 
-raise SystemExit(main())
+raise SystemExit(run_named("platform"))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +10,7 @@ from loadtest.bench.settings import ALL_CONFIGS, DEFAULT_MODEL, DEFAULT_OUT, Ben
 from loadtest.bench.side_by_side import run_bench
 from loadtest.loadgen.shm import KINDS
 
-__all__ = ["build_parser", "main", "settings_from_args"]
+__all__ = ["build_parser", "run", "settings_from_args"]
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -30,7 +29,6 @@ def _configs(text: str) -> tuple[str, ...]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m loadtest.bench",
         description="Side-by-side benchmark: Triton batching on/off, gateway vs direct, platform vs a naive "
         "FastAPI+PyTorch server, and the raw runtime limit, each point beside the load generator's own "
         "capacity; prints a table, writes bench.json and bench.png. Exits 1 when any request failed.",
@@ -100,8 +98,9 @@ def settings_from_args(args: argparse.Namespace) -> BenchSettings:
     return BenchSettings.quick_settings(**overrides) if args.quick else BenchSettings(**overrides)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    settings = settings_from_args(build_parser().parse_args(argv))
+def run(args: argparse.Namespace) -> int:
+    """``inferctl bench platform``: the parsed options in, the exit status out."""
+    settings = settings_from_args(args)
     document = run_bench(settings)
     print(f"wrote {document['files']['json']} and {document['files']['png']}")
     failed = [r for r in document["results"] if r["errors"]]

@@ -54,13 +54,14 @@ import numpy as np
 from loadtest.bench.plot import save_bar_plot
 from loadtest.bench.servers import naive_embedding_server, start_triton
 from loadtest.bench.triton_split import model_counters
-from loadtest.loadgen import HttpTarget, LoadRun, LoadSpec, Target, TritonTarget, merge_runs, run
+from loadtest.loadgen import HttpTarget, LoadRun, LoadSpec, Target, TritonTarget, merge_runs
+from loadtest.loadgen import run as run_specs
 from loadtest.payloads import mixed_length_texts
 from serving.console import Table, print_table
 from serving.launcher import TritonPorts
 from serving.triton_clients import triton_client
 
-__all__ = ["Row", "main", "prepare_repository"]
+__all__ = ["Row", "build_parser", "prepare_repository", "run"]
 
 ENSEMBLE, ENCODER, STEPS = "text_embedding", "minilm_encoder", ("text_tokenizer", "text_pooling")
 DEFAULT_REPOSITORY = Path(".build") / "bench-embeddings-repository"
@@ -346,7 +347,7 @@ def run_bench(args: argparse.Namespace) -> list[Row]:
                     warmup_s=args.warmup,
                     name=label,
                 )
-                runs[label] += run([spec], args.processes)
+                runs[label] += run_specs([spec], args.processes)
                 if label in ensembles:
                     after = _encoder_counts(triton.http_url, encoder)
                     counts[label][0] += after[0] - before[0]
@@ -450,10 +451,9 @@ def _report(
     save_bar_plot(out / "embeddings.png", table.title, rows)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m loadtest.bench.embeddings", description=__doc__.split("\n\n")[0]
-    )
+def build_parser() -> argparse.ArgumentParser:
+    """``inferctl bench embeddings``'s options."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--repository", default=str(DEFAULT_REPOSITORY), help="where text_embedding is built"
     )
@@ -525,7 +525,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=float,
         help="finish within this many seconds: the measured seconds are cut to fit (0.5 s at least)",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """``inferctl bench embeddings``: the parsed options in, the exit status out."""
     args.deadline = time.monotonic() + args.budget_s if args.budget_s else None
     if args.report_from:
         saved = json.loads(args.report_from.read_text())
@@ -551,4 +555,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from loadtest.registry import run_named
+
+    raise SystemExit(run_named("embeddings"))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
@@ -26,13 +26,14 @@ from loadtest.loadgen import (
     TritonTarget,
     instant_twin,
     merge_runs,
-    run,
     twin_target,
 )
+from loadtest.loadgen import run as run_specs
 from loadtest.loadgen.capacity import measure_capacity
+from loadtest.registry import UsageError
 from serving.triton_clients import triton_client
 
-__all__ = ["OverheadResult", "OverheadSettings", "main", "run_overhead"]
+__all__ = ["OverheadResult", "OverheadSettings", "build_parser", "run", "run_overhead"]
 
 DEFAULT_ROUNDS = 4
 DEFAULT_WARMUP_S = 1.0
@@ -145,14 +146,14 @@ def run_overhead(
         for target in (direct, gateway)
     }
     for spec in specs.values():  # warm connections, caches and the dynamic batcher
-        run([replace(spec, duration_s=DEFAULT_WARMUP_S)], processes)
+        run_specs([replace(spec, duration_s=DEFAULT_WARMUP_S)], processes)
     collected: dict[str, list[LoadRun]] = {name: [] for name in specs}
     for index in range(rounds):
         order = (
             list(specs) if index % 2 == 0 else list(reversed(specs))
         )  # ABBA: drift favours neither
         for name in order:
-            collected[name].extend(run([specs[name]], processes))
+            collected[name].extend(run_specs([specs[name]], processes))
     with instant_twin(triton_url, model) as twin:
         capacity = measure_capacity(specs["direct"], twin_target(direct, twin), processes)
     return OverheadResult(
@@ -211,10 +212,9 @@ def print_result(result: OverheadResult) -> None:
             Console().print(f"[red]{path.name}: {path.error_summary()}[/red]", soft_wrap=True)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``inferctl bench gateway`` (``python -m loadtest.bench.gateway_overhead``)."""
+def build_parser() -> argparse.ArgumentParser:
+    """``inferctl bench gateway``'s options."""
     parser = argparse.ArgumentParser(
-        prog="inferctl bench gateway",
         description="Gateway overhead over direct Triton: P50/P99 added and throughput ratio at equal "
         "concurrency, beside the load generator's capacity. Exits 1 when any request failed.",
     )
@@ -242,9 +242,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--json", dest="json_out", help="also write the result as JSON to this file"
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """``inferctl bench gateway``: the parsed options in, the exit status out."""
     if not args.api_key:
-        parser.error("an API key is needed: --api-key or GATEWAY_API_KEY")
+        raise UsageError("an API key is needed: --api-key or GATEWAY_API_KEY")
     inputs = dict(np.load(args.inputs)) if args.inputs else None
     result = run_overhead(
         args.triton_url,
@@ -268,4 +272,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from loadtest.registry import run_named
+
+    raise SystemExit(run_named("gateway"))

@@ -37,7 +37,6 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -79,7 +78,7 @@ from loadtest.loadgen.targets import HttpTarget
 from loadtest.payloads import image_tensors, jpeg_images
 from serving.launcher import TritonPorts, TritonServer
 
-__all__ = ["GpuBenchSettings", "main", "run_gpu_bench"]
+__all__ = ["GpuBenchSettings", "build_parser", "run", "run_gpu_bench"]
 
 
 def _log(message: str) -> None:
@@ -524,8 +523,8 @@ def report_from(saved: Path, out_dir: Path) -> dict[str, Any]:
     return document
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """``inferctl bench gpu``: the parsed options in, the exit status out."""
     if args.report_from:
         report_from(args.report_from, args.out)
         return 0
@@ -571,4 +570,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from loadtest.registry import run_named
+
+    raise SystemExit(run_named("gpu"))

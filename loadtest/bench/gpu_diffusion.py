@@ -25,12 +25,12 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
-from collections.abc import Sequence
 from pathlib import Path
 
 from loadtest.bench.carried import numpy1_interpreter, one, unpack_onto_path
+from loadtest.registry import run_named
 
-__all__ = ["main"]
+__all__ = ["build_parser", "run"]
 
 DEFAULTS = [
     "--preset",
@@ -44,15 +44,19 @@ DEFAULTS = [
 ]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m loadtest.bench.gpu_diffusion", description=__doc__.split("\n\n")[0]
-    )
+def build_parser() -> argparse.ArgumentParser:
+    """``inferctl bench gpu-diffusion``'s options."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--diffusers-pack", type=Path, default=Path(".whl") / "diffusion")
     parser.add_argument("--numpy-pack", type=Path, default=Path(".whl") / "embeddings")
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
-    args, extra = parser.parse_known_args(argv)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """``inferctl bench gpu-diffusion``: the parsed options in, the exit status out."""
+    extra = args.forwarded
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     with tempfile.TemporaryDirectory(prefix="gpu-diffusion-") as tmp:
         work = Path(tmp)
@@ -76,8 +80,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             also=also,
             hide=("sklearn", "scipy"),
         )
-        from loadtest import diffusion_bench
-
         # The caller's arguments come last: argparse keeps the last of a repeated option.
         bench = [
             "--out",
@@ -91,8 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ]
         if stub:
             bench += ["--stub-python", stub]
-        return diffusion_bench.main(bench)
+        return run_named("diffusion", bench)
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_named("gpu-diffusion"))

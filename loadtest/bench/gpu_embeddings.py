@@ -37,12 +37,12 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 from loadtest.bench.carried import numpy1_interpreter, one, unpack_onto_path
+from loadtest.registry import run_named
 
-__all__ = ["main", "prepare"]
+__all__ = ["build_parser", "prepare", "run"]
 
 DEFAULT_PACK = Path(".whl") / "embeddings"
 NUMPY_1 = "numpy==1.26.4"
@@ -111,10 +111,9 @@ def _minilm(pack: Path, work: Path) -> Path:
     return folder
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m loadtest.bench.gpu_embeddings", description=__doc__.split("\n\n")[0]
-    )
+def build_parser() -> argparse.ArgumentParser:
+    """``inferctl bench gpu-embeddings``'s options."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--prepare",
         type=Path,
@@ -132,7 +131,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="default: cuda where torch sees a GPU, else cpu (a dry run, said so in the table)",
     )
     parser.add_argument("--concurrency", type=int, default=16)
-    args, extra = parser.parse_known_args(argv)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """``inferctl bench gpu-embeddings``: the parsed options in, the exit status out."""
+    extra = args.forwarded
     if args.prepare:
         prepare(args.prepare)
         return 0
@@ -148,8 +152,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         stub = numpy1_interpreter(args.pack, work, check="torch,tokenizers")
         _minilm(args.pack, work)
         print(f"setup: {time.monotonic() - started:.1f} s", flush=True)
-        from loadtest.bench import embeddings
-
         left = args.budget_s - (time.monotonic() - started)
         bench = [
             "--encoder",
@@ -178,8 +180,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ]
         if stub:
             bench += ["--stub-python", stub]
-        return embeddings.main([*bench, *extra])
+        return run_named("embeddings", [*bench, *extra])
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_named("gpu-embeddings"))

@@ -36,13 +36,16 @@ from typing import Any
 
 import numpy as np
 
+from loadtest.registry import UsageError
+
 __all__ = [
     "VARIANTS",
+    "build_parser",
     "format_table",
     "gil_probe",
     "inprocess_jpeg",
-    "main",
     "overlapped",
+    "run",
     "serial",
 ]
 
@@ -389,9 +392,9 @@ def _read_jpegs(folder: Path | None) -> tuple[bytes, ...]:
     return tuple(f.read_bytes() for f in files)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """``inferctl bench inprocess-jpeg``'s options."""
     parser = argparse.ArgumentParser(
-        prog="python -m loadtest.bench.inprocess_jpeg",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -417,11 +420,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--out", type=Path, default=Path("."), help="folder for inprocess_jpeg.json and .txt"
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """``inferctl bench inprocess-jpeg``: the parsed options in, the exit status out."""
     flavours = [f.strip() for f in args.flavours.split(",") if f.strip()]
     unknown = [f for f in flavours if f not in FLAVOURS]
     if unknown:
-        parser.error(f"unknown flavours {unknown}: expected {', '.join(FLAVOURS)}")
+        raise UsageError(f"unknown flavours {unknown}: expected {', '.join(FLAVOURS)}")
     batches = [int(b) for b in args.batches.split(",") if b.strip()]
     args.out.mkdir(parents=True, exist_ok=True)
 
@@ -449,4 +456,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from loadtest.registry import run_named
+
+    raise SystemExit(run_named("inprocess-jpeg"))

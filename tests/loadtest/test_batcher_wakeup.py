@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from builders.triton_config import read_config
-from loadtest.batcher_wakeup import CONFIGS, WakeupSettings, configure, main, prepare_repository
+from loadtest.batcher_wakeup import CONFIGS, WakeupSettings, configure, prepare_repository
+from loadtest.registry import run_named
 
 
 def test_each_configuration_sets_instances_queues_and_spinning(model_repository: Path) -> None:
@@ -52,7 +53,8 @@ def test_a_short_run_writes_the_table_json_and_plot(
     # The window outlasts the stall the one-instance configurations exist to show (the batcher's
     # 500 ms wait, plus an inference on a busy machine): a 0.5 s window once held no answer at all.
     assert (
-        main(
+        run_named(
+            "batcher-wakeup",
             [
                 "--repository",
                 str(model_repository),
@@ -64,7 +66,7 @@ def test_a_short_run_writes_the_table_json_and_plot(
                 "2",
                 "--out",
                 str(tmp_path),
-            ]
+            ],
         )
         == 0
     )
@@ -80,5 +82,5 @@ def test_the_command_refuses_a_missing_entry(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit):
-        main(["--repository", str(tmp_path), "--model", "nothing_here"])
+        run_named("batcher-wakeup", ["--repository", str(tmp_path), "--model", "nothing_here"])
     assert "no entry nothing_here" in capsys.readouterr().err

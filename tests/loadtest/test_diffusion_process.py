@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from loadtest.diffusion_process import Measured, _summary, _table, main, plan
+from loadtest.diffusion_process import Measured, _summary, _table, plan
+from loadtest.registry import run_named
 
 pytestmark = pytest.mark.integration
 
@@ -63,7 +64,8 @@ def test_a_point_not_run_is_a_row_and_no_target() -> None:
 def test_the_run_on_the_tiny_checkpoint(sd_checkpoint: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     assert (
-        main(
+        run_named(
+            "diffusion-inprocess",
             [
                 "--out",
                 str(out),
@@ -81,7 +83,7 @@ def test_the_run_on_the_tiny_checkpoint(sd_checkpoint: Path, tmp_path: Path) -> 
                 "1",
                 "--workdir",
                 str(tmp_path / "work"),
-            ]
+            ],
         )
         == 0
     )

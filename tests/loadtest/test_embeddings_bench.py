@@ -14,8 +14,9 @@ import time
 from pathlib import Path
 
 from builders.families.text_embedding import MAX_LENGTH, model_dir
-from loadtest.bench.embeddings import Row, _fitted_duration, main
+from loadtest.bench.embeddings import Row, _fitted_duration
 from loadtest.payloads import mixed_length_texts
+from loadtest.registry import run_named
 from serving.text_tokenization import load_tokenizer
 
 
@@ -63,7 +64,9 @@ def test_a_saved_run_is_drawn_again(tmp_path: Path) -> None:
             }
         )
     )
-    assert main(["--report-from", str(saved), "--out", str(tmp_path / "out")]) == 0
+    assert (
+        run_named("embeddings", ["--report-from", str(saved), "--out", str(tmp_path / "out")]) == 0
+    )
     table = (tmp_path / "out" / "embeddings.txt").read_text()
     assert "2.50x" in table and "6.50" in table and "2 CPUs" in table
     assert (tmp_path / "out" / "embeddings.png").stat().st_size > 0

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtest.gateway_profile import main
+from loadtest.registry import run_named
 
 pytestmark = pytest.mark.integration
 
@@ -18,7 +18,8 @@ def test_gateway_profile_prints_the_cpu_figure_and_the_costliest_functions(
     path: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     profile = tmp_path / "gateway.prof"
-    code = main(
+    code = run_named(
+        "gateway-profile",
         [
             "--path",
             path,
@@ -30,7 +31,7 @@ def test_gateway_profile_prints_the_cpu_figure_and_the_costliest_functions(
             "5",
             "--profile",
             str(profile),
-        ]
+        ],
     )
     assert code == 0
     out = capsys.readouterr().out

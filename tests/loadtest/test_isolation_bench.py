@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from loadtest.isolation import body_of_size, main
+from loadtest.isolation import body_of_size
+from loadtest.registry import run_named
 
 pytestmark = pytest.mark.integration
 
@@ -28,7 +29,8 @@ def test_isolation_benchmark_runs_and_reports(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "isolation"
-    code = main(
+    code = run_named(
+        "isolation",
         [
             "--duration",
             "1",
@@ -42,7 +44,7 @@ def test_isolation_benchmark_runs_and_reports(
             "4",
             "--out",
             str(out),
-        ]
+        ],
     )
     assert code == 0
     assert "idle connections" in capsys.readouterr().out

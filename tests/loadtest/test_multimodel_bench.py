@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from loadtest.loadgen.mix import waited_for_load
-from loadtest.multimodel import main, zipf_sequence
+from loadtest.multimodel import zipf_sequence
+from loadtest.registry import run_named
 
 pytestmark = pytest.mark.integration
 
@@ -46,7 +47,8 @@ def test_multimodel_benchmark_runs_and_reports(
 ) -> None:
     out = tmp_path / "multimodel"
     # One request at a time: every request is answered (no two cold models contend for one slot).
-    code = main(
+    code = run_named(
+        "multimodel",
         [
             "--models",
             "3",
@@ -60,7 +62,7 @@ def test_multimodel_benchmark_runs_and_reports(
             "0",
             "--out",
             str(out),
-        ]
+        ],
     )
     assert code == 0
     assert "all models loaded" in capsys.readouterr().out

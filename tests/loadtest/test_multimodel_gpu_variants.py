@@ -11,8 +11,9 @@ import torch
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from loadtest.multimodel import CLASSES, FEATURES, main
+from loadtest.multimodel import CLASSES, FEATURES
 from loadtest.multimodel_gpu import build_torchscript_variants
+from loadtest.registry import run_named
 
 
 def test_variants_are_gpu_torchscript_entries_with_their_own_weights(tmp_path: Path) -> None:
@@ -44,7 +45,10 @@ def test_variants_are_gpu_torchscript_entries_with_their_own_weights(tmp_path: P
 )
 def test_device_gpu_without_cuda_says_so(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="needs a CUDA device"):
-        main(["--device", "gpu", "--models", "2", "--budget-models", "1", "--out", str(tmp_path)])
+        run_named(
+            "multimodel",
+            ["--device", "gpu", "--models", "2", "--budget-models", "1", "--out", str(tmp_path)],
+        )
 
 
 def test_gpu_metrics_are_published_often_only_when_asked(tmp_path: Path) -> None:

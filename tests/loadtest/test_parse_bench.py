@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from loadtest.parse_bench import main
+from loadtest.registry import run_named
 
 
 def test_parse_bench_prints_its_tables(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--repeat", "1"]) == 0
+    assert run_named("parse", ["--repeat", "1"]) == 0
     shapes, _, lag = capsys.readouterr().out.strip().partition("\n\n")
     lines = shapes.splitlines()
     assert lines[0].split()[:2] == ["request", "body"] and len(lines) == 9

@@ -8,14 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from loadtest.qos import main
+from loadtest.registry import run_named
 
 pytestmark = pytest.mark.integration
 
 
 def test_qos_benchmark_runs_and_reports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "qos"
-    code = main(
+    code = run_named(
+        "qos",
         [
             "--service-ms",
             "10",
@@ -29,7 +30,7 @@ def test_qos_benchmark_runs_and_reports(tmp_path: Path, capsys: pytest.CaptureFi
             "0.5",
             "--out",
             str(out),
-        ]
+        ],
     )
     assert code == 0
     printed = capsys.readouterr().out
