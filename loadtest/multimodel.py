@@ -139,8 +139,11 @@ def build_variants(root: Path, settings: MultiModelSettings) -> list[str]:
 
 
 @contextlib.contextmanager
-def gateway(triton_http_url: str, workdir: Path, env: dict[str, str]) -> Iterator[tuple[str, str]]:
-    """A real gateway (``env`` adds its settings) with one unlimited key; yields ``(base URL, api key)``."""
+def gateway(
+    triton_http_url: str, workdir: Path, env: dict[str, str]
+) -> Iterator[tuple[str, str, str]]:
+    """A real gateway (``env`` adds its settings) with one unlimited key; yields ``(base URL, api key,
+    admin token)``."""
     from gateway.tenancy.keys_sqlite import SqliteKeyStore
     from gateway.tenancy.secret_policy import generate_secret
 
@@ -149,13 +152,14 @@ def gateway(triton_http_url: str, workdir: Path, env: dict[str, str]) -> Iterato
     key = SqliteKeyStore(keys_db).create("multimodel", ["*"], "unlimited")[1]
     port = reserve_port()
     tiers = {"unlimited": {"per_minute": 1e9, "burst": 1_000_000}}
+    admin = generate_secret()
     full_env = child_env(
         {
             "GATEWAY_TIER_LIMITS": json.dumps(tiers),
             "GATEWAY_TRITON_STATS_INTERVAL_S": "0",
             "GATEWAY_LOG_LEVEL": "warning",
-            # unused here, but the gateway refuses to serve without one
-            "GATEWAY_ADMIN_TOKEN": generate_secret(),
+            # reads /metrics (the gateway refuses to serve without one anyway)
+            "GATEWAY_ADMIN_TOKEN": admin,
             **env,
         }
     )
@@ -163,7 +167,61 @@ def gateway(triton_http_url: str, workdir: Path, env: dict[str, str]) -> Iterato
         port, triton_http_url, keys_db, env=full_env, log_path=workdir / "gateway.log"
     )
     with start_gateway_process(launch):
-        yield launch.url, key
+        yield launch.url, key, admin
+
+
+def load_figures(metrics_text: str) -> dict[str, Any]:
+    """What the gateway's residency metrics say of the loads it ran (all models together).
+
+    Returns:
+        ``loads`` by outcome, ``evictions`` by reason, and the Triton load time alone (queueing
+        excluded): ``load_count``, ``load_mean_s`` and ``load_p50_s``/``load_p99_s`` (the upper bound
+        of the histogram bucket holding that quantile).
+    """
+    from prometheus_client.parser import text_string_to_metric_families
+
+    loads: dict[str, float] = {}
+    evictions: dict[str, float] = {}
+    buckets: dict[float, float] = {}
+    total = count = 0.0
+    for family in text_string_to_metric_families(metrics_text):
+        for sample in family.samples:
+            if sample.name == "gateway_model_loads_total":
+                outcome = sample.labels["outcome"]
+                loads[outcome] = loads.get(outcome, 0) + sample.value
+            elif sample.name == "gateway_model_evictions_total":
+                reason = sample.labels["reason"]
+                evictions[reason] = evictions.get(reason, 0) + sample.value
+            elif sample.name == "gateway_model_cold_load_seconds_bucket":
+                bound = float(sample.labels["le"])
+                buckets[bound] = buckets.get(bound, 0) + sample.value
+            elif sample.name == "gateway_model_cold_load_seconds_sum":
+                total += sample.value
+            elif sample.name == "gateway_model_cold_load_seconds_count":
+                count += sample.value
+
+    def bucket_quantile(q: float) -> float:
+        for bound, cumulative in sorted(buckets.items()):
+            if count and cumulative >= q * count:
+                return bound
+        return math.nan
+
+    return {
+        "loads": loads,
+        "evictions": evictions,
+        "load_count": int(count),
+        "load_mean_s": total / count if count else math.nan,
+        "load_p50_s": bucket_quantile(0.50),
+        "load_p99_s": bucket_quantile(0.99),
+    }
+
+
+def _scrape(url: str, token: str) -> str:
+    import urllib.request
+
+    request = urllib.request.Request(f"{url}/metrics", headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return str(response.read().decode())
 
 
 async def _drive(
@@ -217,7 +275,11 @@ def run_multimodel(settings: MultiModelSettings) -> dict[str, Any]:
     """Run both phases; write the JSON documents and the plot to ``settings.out_dir``."""
     from gateway.backends.residency_memory import GpuMetricsMeter, MemoryMeter, ProcessTreeMeter
     from gateway.backends.residency_triton import TritonRepository
-    from loadtest.multimodel_gpu import build_torchscript_variants, require_cuda
+    from loadtest.multimodel_gpu import (
+        build_torchscript_variants,
+        profile_stub_start,
+        require_cuda,
+    )
 
     device = require_cuda() if settings.device == "gpu" else "cpu"
     settings.out_dir.mkdir(parents=True, exist_ok=True)
@@ -277,8 +339,13 @@ def run_multimodel(settings: MultiModelSettings) -> dict[str, Any]:
                     "GATEWAY_RESIDENCY_MEMORY": "gpu",
                     "GATEWAY_RESIDENCY_METRICS_URL": triton.metrics_url,
                 }
-            with gateway(triton.http_url, root / "on-demand", env) as (url, key):
+            with gateway(triton.http_url, root / "on-demand", env) as (url, key, admin):
                 on_demand, memory = asyncio.run(_drive(url, key, sequence, settings, meter))
+                loads = load_figures(_scrape(url, admin))
+            if settings.device == "gpu":
+                loads["stub_start_s"] = profile_stub_start(
+                    root / "repository" / names[-1], FEATURES
+                )
 
             async def load_all() -> None:
                 repository = TritonRepository(triton.http_url, 300)
@@ -289,13 +356,14 @@ def run_multimodel(settings: MultiModelSettings) -> dict[str, Any]:
                     await repository.close()
 
             asyncio.run(load_all())
-            with gateway(triton.http_url, root / "all-loaded", {}) as (url, key):
+            with gateway(triton.http_url, root / "all-loaded", {}) as (url, key, _):
                 all_loaded, _ = asyncio.run(_drive(url, key, sequence, settings, meter))
     return _report(
         settings,
         on_demand,
         all_loaded,
         memory,
+        loads,
         baseline=baseline,
         budget=budget,
         footprint=footprint,
@@ -308,6 +376,7 @@ def _report(
     on_demand: Samples,
     all_loaded: Samples,
     memory: list[tuple[float, int]],
+    loads: dict[str, Any],
     *,
     baseline: int,
     budget: int,
@@ -344,6 +413,7 @@ def _report(
                 str(k): v for k, v in {**all_loaded.messages, **on_demand.messages}.items()
             },
         },
+        "on_demand_loads": loads,
         "memory": {
             "baseline_bytes": baseline,
             "budget_bytes": budget,
@@ -366,7 +436,8 @@ def report_table(detail: dict[str, Any]) -> Table:
         columns=["traffic", "requests", "P50 ms", "P99 ms"],
         caption=f"hit rate {100 * detail['hit_rate']:.1f}%; memory above baseline + budget at most "
         f"{detail['max_memory_over_budget_bytes']} bytes; one model's footprint "
-        f"{detail['memory']['footprint_bytes'] / 2**20:.0f} MiB",
+        f"{detail['memory']['footprint_bytes'] / 2**20:.0f} MiB; "
+        + _loads_caption(detail["on_demand_loads"]),
     )
     counts = detail["requests"]
     table.add_row(
@@ -388,6 +459,19 @@ def report_table(detail: dict[str, Any]) -> Table:
         f"{detail['all_loaded_p99_ms']:.1f}",
     )
     return table
+
+
+def _loads_caption(loads: dict[str, Any]) -> str:
+    """The on-demand phase's loads as the gateway counted them, and the stub's start on the GPU."""
+    text = (
+        f"{loads['load_count']} loads ({loads['loads'].get('failed', 0):.0f} failed), Triton's part "
+        f"{loads['load_mean_s']:.2f} s on average (P99 <= {loads['load_p99_s']:g} s), "
+        f"{sum(loads['evictions'].values()):.0f} evictions"
+    )
+    stub = loads.get("stub_start_s")
+    if stub:
+        text += "; a stub's start: " + ", ".join(f"{k} {v:.2f} s" for k, v in stub.items())
+    return text
 
 
 def save_plot(detail: dict[str, Any], path: Path) -> Path:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["GPU_HIDDEN", "build_torchscript_variants", "require_cuda"]
+__all__ = ["GPU_HIDDEN", "build_torchscript_variants", "profile_stub_start", "require_cuda"]
 
 GPU_HIDDEN = 4096
 
@@ -93,3 +93,67 @@ def build_torchscript_variants(
         )
         write_config(config, root / name / "config.pbtxt")
     return list(names)
+
+
+# Run in a fresh interpreter, as a stub starts: the steps of serving/backends/pytorch/model.py's load
+# for one variant, each timed after the GPU finished it.
+_STUB_STEPS = """
+import json, sys, time
+marks = [("start", time.perf_counter())]
+import torch
+marks.append(("import torch", time.perf_counter()))
+device = torch.device("cuda", 0)
+torch.cuda.set_device(device)
+torch.zeros(1, device=device)
+torch.cuda.synchronize()
+marks.append(("CUDA context", time.perf_counter()))
+from serving.backends.pytorch.batch_runner import BatchRunner, InputSpec, TorchModule, capture_sizes
+marks.append(("serving imports", time.perf_counter()))
+module = TorchModule(sys.argv[1], device, torch.float16, False, [torch.float32], compile_threads=1)
+torch.cuda.synchronize()
+marks.append(("TorchScript load + to GPU", time.perf_counter()))
+specs = [InputSpec((int(sys.argv[2]),), torch.float32)]
+runner = BatchRunner(module, specs, device, capture_sizes(int(sys.argv[3])), cuda_graphs=True)
+torch.cuda.synchronize()
+marks.append(("CUDA graph capture", time.perf_counter()))
+print(json.dumps({b[0]: round(b[1] - a[1], 4) for a, b in zip(marks, marks[1:])}))
+"""
+
+
+def profile_stub_start(entry: Path, features: int, max_batch: int = 8) -> dict[str, float]:
+    """Seconds each step of a variant's stub start takes, measured in a fresh interpreter.
+
+    The Python backend starts one stub process per model instance; a cold load pays these steps
+    (and Triton's own part: the stub's launch and shared-memory handshake) every time.
+
+    Args:
+        entry: the variant's repository entry (``<entry>/1/model.pt``).
+        features: the input width.
+        max_batch: the entry's ``max_batch_size`` (the sizes captured at load follow from it).
+
+    Returns:
+        Step name -> seconds, in order, plus ``"process"``: the child's whole wall time.
+    """
+    import json
+    import subprocess
+    import sys
+    import time
+
+    started = time.perf_counter()
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _STUB_STEPS,
+            str(entry / "1" / "model.pt"),
+            str(features),
+            str(max_batch),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    steps: dict[str, float] = json.loads(child.stdout.strip().splitlines()[-1])
+    steps["process"] = round(time.perf_counter() - started, 4)
+    return steps

@@ -8,9 +8,11 @@ import json
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 
+from gateway.backends.residency_metrics import ResidencyMetrics
 from loadtest.loadgen.mix import waited_for_load
-from loadtest.multimodel import zipf_sequence
+from loadtest.multimodel import load_figures, zipf_sequence
 from loadtest.registry import run_named
 
 pytestmark = pytest.mark.integration
@@ -79,4 +81,26 @@ def test_multimodel_benchmark_runs_and_reports(
         and detail["requests"]["all_loaded"] > 0
     )
     assert detail["memory"]["samples"]
+    # With a budget of one over three models, the first request of the run loads a model.
+    loads = detail["on_demand_loads"]
+    assert loads["load_count"] >= 1 and loads["loads"].get("loaded", 0) >= 1, loads
     assert (out / "multimodel.png").stat().st_size > 0
+
+
+def test_the_gateway_load_metrics_are_read_back() -> None:
+    """What the residency manager records comes back out of the Prometheus text it serves."""
+    registry = CollectorRegistry()
+    metrics = ResidencyMetrics(registry, budget_bytes=1 << 30)
+    for model, seconds in [("a", 0.3), ("b", 0.7), ("a", 3.0)]:
+        metrics.loads.labels(model, "loaded").inc()
+        metrics.cold_load.labels(model).observe(seconds)
+    metrics.loads.labels("c", "failed").inc()
+    metrics.evictions.labels("a", "lru").inc()
+    metrics.evictions.labels("b", "admin").inc()
+    figures = load_figures(generate_latest(registry).decode())
+    assert figures["loads"] == {"loaded": 3, "failed": 1}
+    assert figures["evictions"] == {"lru": 1, "admin": 1}
+    assert figures["load_count"] == 3
+    assert figures["load_mean_s"] == pytest.approx(4.0 / 3)
+    # bucket upper bounds: 0.7 s lies in (0.5, 1.0], 3.0 s in (2.0, 4.0]
+    assert (figures["load_p50_s"], figures["load_p99_s"]) == (1.0, 4.0)
