@@ -326,6 +326,22 @@ def run_multimodel(settings: MultiModelSettings) -> dict[str, Any]:
                     await repository.close()
 
             baseline, footprint = asyncio.run(calibrate())
+
+            async def loads_alone() -> list[float]:
+                """Triton's load time with nothing else running: the next variants, one by one."""
+                repository = TritonRepository(triton.http_url, 300)
+                seconds = []
+                try:
+                    for name in names[1:4]:
+                        started = time.perf_counter()
+                        await repository.load(name)
+                        seconds.append(round(time.perf_counter() - started, 3))
+                        await repository.unload(name)
+                finally:
+                    await repository.close()
+                return seconds
+
+            alone = asyncio.run(loads_alone())
             budget = int(settings.budget_models * footprint * _MARGIN)
             env = {
                 "GATEWAY_RESIDENCY_BUDGET_BYTES": str(budget),
@@ -342,6 +358,7 @@ def run_multimodel(settings: MultiModelSettings) -> dict[str, Any]:
             with gateway(triton.http_url, root / "on-demand", env) as (url, key, admin):
                 on_demand, memory = asyncio.run(_drive(url, key, sequence, settings, meter))
                 loads = load_figures(_scrape(url, admin))
+            loads["load_alone_s"] = alone
             if settings.device == "gpu":
                 loads["stub_start_s"] = profile_stub_start(
                     root / "repository" / names[-1], FEATURES
@@ -468,6 +485,12 @@ def _loads_caption(loads: dict[str, Any]) -> str:
         f"{loads['load_mean_s']:.2f} s on average (P99 <= {loads['load_p99_s']:g} s), "
         f"{sum(loads['evictions'].values()):.0f} evictions"
     )
+    if loads.get("load_alone_s"):
+        text += (
+            "; loads alone (no traffic): "
+            + ", ".join(f"{v:.2f}" for v in loads["load_alone_s"])
+            + " s"
+        )
     stub = loads.get("stub_start_s")
     if stub:
         text += "; a stub's start: " + ", ".join(f"{k} {v:.2f} s" for k, v in stub.items())

@@ -84,6 +84,7 @@ def test_multimodel_benchmark_runs_and_reports(
     # With a budget of one over three models, the first request of the run loads a model.
     loads = detail["on_demand_loads"]
     assert loads["load_count"] >= 1 and loads["loads"].get("loaded", 0) >= 1, loads
+    assert len(loads["load_alone_s"]) == 2 and min(loads["load_alone_s"]) > 0, loads
     assert (out / "multimodel.png").stat().st_size > 0
 
 
