@@ -160,6 +160,11 @@ class TritonServer:
             f"--allow-gpu-metrics={'true' if self.gpu_metrics else 'false'}",
             *(["--metrics-interval-ms=100"] if self.gpu_metrics else []),
             "--strict-readiness=true",
+            # Every entry's config is complete (the builders write it). With auto-complete on, the
+            # Python backend starts a second stub per model load only to ask it for a config: on the
+            # H100 host a load took 4.27 s with it, and one stub's start is 1.8 s
+            # (benchmarks/multimodel/README.md).
+            "--disable-auto-complete-config",
             "--exit-on-error=true",
             f"--log-verbose={self.log_verbose}",
         ]
