@@ -34,6 +34,8 @@ __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MAX_CONNECTIONS",
     "DEFAULT_MAX_CONNECTIONS_PER_PEER",
+    "DEFAULT_ACCEPT_RATE_PER_S",
+    "DEFAULT_ACCEPT_BURST",
     "DEFAULT_MAX_HEADER_BYTES",
     "DEFAULT_MAX_HEADER_COUNT",
     "DEFAULT_MAX_REQUESTS_PER_CONNECTION",
@@ -82,6 +84,9 @@ DEFAULT_BODY_TIMEOUT_S = 60.0
 DEFAULT_MAX_CONNECTIONS = 1024
 # One address: a client, or a proxy in front of the gateway (raise it to max_connections there).
 DEFAULT_MAX_CONNECTIONS_PER_PEER = 256
+# New connections per second from one address, and how many may come back to back (gateway/http/accept_rate.py).
+DEFAULT_ACCEPT_RATE_PER_S = 200.0
+DEFAULT_ACCEPT_BURST = 400
 DEFAULT_KEEP_ALIVE_TIMEOUT_S = 5.0
 DEFAULT_MAX_REQUESTS_PER_CONNECTION = 10_000
 DEFAULT_UPSTREAM_TIMEOUT_S = 30.0
@@ -255,6 +260,18 @@ class GatewaySettings(JobSettings, ResidencySettings):
         DEFAULT_MAX_CONNECTIONS_PER_PEER,
         ge=1,
         description="open connections from one peer address; past it its longest idle one is closed, else 429",
+    )
+    accept_rate_per_s: float = Field(
+        DEFAULT_ACCEPT_RATE_PER_S,
+        ge=0,
+        allow_inf_nan=False,
+        description="new connections per second from one peer address (0: no limit); past it and the "
+        "burst a canned 429 before any parsing",
+    )
+    accept_burst: int = Field(
+        DEFAULT_ACCEPT_BURST,
+        ge=1,
+        description="new connections one peer address may open back to back",
     )
     keep_alive_timeout_s: float = Field(DEFAULT_KEEP_ALIVE_TIMEOUT_S, gt=0)
     max_requests_per_connection: int = Field(DEFAULT_MAX_REQUESTS_PER_CONNECTION, ge=1)
