@@ -40,6 +40,7 @@ __all__ = [
     "DEFAULT_MAX_HEADER_COUNT",
     "DEFAULT_MAX_REQUESTS_PER_CONNECTION",
     "DEFAULT_MAX_IN_FLIGHT_PER_MODEL",
+    "DEFAULT_IN_FLIGHT_RESERVE",
     "DEFAULT_MODEL_INDEX_MIN_REFRESH_S",
     "DEFAULT_MODEL_INDEX_TTL_S",
     "DEFAULT_GRPC_PORT",
@@ -75,6 +76,8 @@ DEFAULT_PARSE_WORKERS = 2
 #: the smallest parse (RestBody.work_bytes) sent to a worker process: ~2.5 ms of JSON on 2 cores
 DEFAULT_PARSE_PROCESS_MIN_BYTES = 64 * 1024
 DEFAULT_MAX_IN_FLIGHT_PER_MODEL = 64
+#: the share of each in-flight bound kept for the highest tier (Stripe's fleet load shedder keeps 20%)
+DEFAULT_IN_FLIGHT_RESERVE = 0.2
 # Connection limits (gateway/http/limits.py). 32 KiB of headers holds a large JWT many times over.
 DEFAULT_MAX_HEADER_BYTES = 32 * 1024
 DEFAULT_MAX_HEADER_COUNT = 100
@@ -276,6 +279,13 @@ class GatewaySettings(JobSettings, ResidencySettings):
     keep_alive_timeout_s: float = Field(DEFAULT_KEEP_ALIVE_TIMEOUT_S, gt=0)
     max_requests_per_connection: int = Field(DEFAULT_MAX_REQUESTS_PER_CONNECTION, ge=1)
     max_in_flight_per_model: int = Field(DEFAULT_MAX_IN_FLIGHT_PER_MODEL, ge=1)
+    in_flight_reserve: float = Field(
+        DEFAULT_IN_FLIGHT_RESERVE,
+        ge=0,
+        lt=1,
+        allow_inf_nan=False,
+        description="share of each model's in-flight bound only the highest tier may use (503 for the others)",
+    )
     upstream_timeout_s: float = Field(
         DEFAULT_UPSTREAM_TIMEOUT_S,
         gt=0,
