@@ -233,7 +233,8 @@ class GatewaySettings(JobSettings, ResidencySettings):
         DEFAULT_PARSE_WORKERS,
         ge=0,
         le=64,
-        description="processes that parse big KServe v2 REST bodies off the serving process; 0: a thread",
+        description="processes that parse big KServe v2 REST bodies and decode big OpenAI JSON bodies off the "
+        "serving process; 0: a thread (KServe) or the loop (OpenAI)",
     )
     parse_process_min_bytes: int = Field(
         DEFAULT_PARSE_PROCESS_MIN_BYTES,
