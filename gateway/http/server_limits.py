@@ -6,7 +6,7 @@ names) and bound to uvicorn's protocol by :mod:`gateway.http.limits`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from gateway.settings import GatewaySettings
 
@@ -46,15 +46,5 @@ class ServerLimits:
 
     @classmethod
     def from_settings(cls, settings: GatewaySettings) -> ServerLimits:
-        return cls(
-            max_header_bytes=settings.max_header_bytes,
-            max_header_count=settings.max_header_count,
-            header_timeout_s=settings.header_timeout_s,
-            body_timeout_s=settings.body_timeout_s,
-            max_connections=settings.max_connections,
-            max_connections_per_peer=settings.max_connections_per_peer,
-            keep_alive_timeout_s=settings.keep_alive_timeout_s,
-            max_requests_per_connection=settings.max_requests_per_connection,
-            accept_rate_per_s=settings.accept_rate_per_s,
-            accept_burst=settings.accept_burst,
-        )
+        # Every field is the settings field of the same name: one place per limit.
+        return cls(**{field.name: getattr(settings, field.name) for field in fields(cls)})

@@ -16,6 +16,7 @@ import socket
 import pytest
 
 from gateway.http.accept_rate import AcceptRate
+from tests.support.fake_clock import FakeClock
 
 pytestmark = pytest.mark.integration
 
@@ -78,16 +79,8 @@ def test_refused_connections_never_count_against_the_connection_caps(rated) -> N
             sock.close()
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_the_bucket_allows_a_burst_then_the_rate() -> None:
-    clock = _Clock()
+    clock = FakeClock(100.0)
     rate = AcceptRate(10.0, 4, clock=clock)
     assert [rate.admit("a") for _ in range(4)] == [0.0] * 4
     wait = rate.admit("a")
@@ -102,7 +95,7 @@ def test_the_bucket_allows_a_burst_then_the_rate() -> None:
 
 
 def test_refilled_buckets_are_dropped_and_the_table_is_bounded() -> None:
-    clock = _Clock()
+    clock = FakeClock(100.0)
     rate = AcceptRate(10.0, 2, max_peers=50, clock=clock)
     for i in range(20):
         rate.admit(f"10.0.0.{i}")
