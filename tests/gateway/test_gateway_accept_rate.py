@@ -26,8 +26,14 @@ Address = tuple[str, int]
 
 @pytest.fixture(scope="module")
 def rated(gateway_factory):  # type: ignore[no-untyped-def]
+    # Deadlines far longer than a test, so no held connection is closed by a timeout meanwhile.
     gateway = gateway_factory(
-        "127.0.0.1:9", accept_rate_per_s=0.001, accept_burst=BURST, max_connections_per_peer=BURST
+        "127.0.0.1:9",
+        accept_rate_per_s=0.001,
+        accept_burst=BURST,
+        max_connections_per_peer=BURST,
+        header_timeout_s=60.0,
+        keep_alive_timeout_s=60.0,
     )
     return ("127.0.0.1", int(gateway.url.rsplit(":", 1)[1]))
 
