@@ -73,13 +73,13 @@ from gateway.routes.kserve_grpc import start_grpc_server
 from gateway.routes.openapi_doc import document_security
 from gateway.service import InferenceService
 from gateway.settings import GatewaySettings
-from gateway.tenancy.admission import RefusalCharge
 from gateway.tenancy.auth import Authenticator
 from gateway.tenancy.context import CONTEXT_KEY
 from gateway.tenancy.inflight_bytes import InFlightBytes
 from gateway.tenancy.key_stores import open_key_store
 from gateway.tenancy.keys import KeyStore
 from gateway.tenancy.ratelimit import RateLimiter
+from gateway.tenancy.refusals import RefusalCharge
 from gateway.tenancy.state_sync import StateSync
 from gateway.tenancy.traffic import TrafficSplit
 from gateway.tenancy.usage import UsageMeter, UsageStore, UsageStoreError

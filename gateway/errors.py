@@ -19,6 +19,7 @@
     │   └── TooManyJobs             429  the key holds as many generation jobs as it may (Retry-After)
     ├── Overloaded                  429  too many requests in flight for this model (Retry-After)
     ├── ServiceUnavailable          503  (Retry-After)
+    │   ├── CapacityReserved        503  a lower tier's request would take the in-flight reserve of the highest tier
     │   ├── UpstreamUnavailable     503  Triton cannot be reached or is not ready
     │   ├── ModelNotReady           503  the model exists but is loading/unloading
     │   ├── ModelUnhealthy          503  an instance of the model (or of a step it calls) died; it is being reloaded
@@ -36,6 +37,7 @@ __all__ = [
     "AuthenticationError",
     "BadRequest",
     "CallbackRefused",
+    "CapacityReserved",
     "Conflict",
     "GatewayError",
     "Gone",
@@ -164,6 +166,12 @@ class Overloaded(_RetryLater):
 
 class ServiceUnavailable(_RetryLater):
     title = "Service unavailable"
+
+
+class CapacityReserved(ServiceUnavailable):
+    """The in-flight capacity left is the reserve kept for the highest tier (a lower tier's request)."""
+
+    title = "Capacity reserved"
 
 
 class UpstreamUnavailable(ServiceUnavailable):

@@ -34,10 +34,13 @@ __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MAX_CONNECTIONS",
     "DEFAULT_MAX_CONNECTIONS_PER_PEER",
+    "DEFAULT_ACCEPT_RATE_PER_S",
+    "DEFAULT_ACCEPT_BURST",
     "DEFAULT_MAX_HEADER_BYTES",
     "DEFAULT_MAX_HEADER_COUNT",
     "DEFAULT_MAX_REQUESTS_PER_CONNECTION",
     "DEFAULT_MAX_IN_FLIGHT_PER_MODEL",
+    "DEFAULT_IN_FLIGHT_RESERVE",
     "DEFAULT_MODEL_INDEX_MIN_REFRESH_S",
     "DEFAULT_MODEL_INDEX_TTL_S",
     "DEFAULT_GRPC_PORT",
@@ -73,6 +76,8 @@ DEFAULT_PARSE_WORKERS = 2
 #: the smallest parse (RestBody.work_bytes) sent to a worker process: ~2.5 ms of JSON on 2 cores
 DEFAULT_PARSE_PROCESS_MIN_BYTES = 64 * 1024
 DEFAULT_MAX_IN_FLIGHT_PER_MODEL = 64
+#: the share of each in-flight bound kept for the highest tier (Stripe's fleet load shedder keeps 20%)
+DEFAULT_IN_FLIGHT_RESERVE = 0.2
 # Connection limits (gateway/http/limits.py). 32 KiB of headers holds a large JWT many times over.
 DEFAULT_MAX_HEADER_BYTES = 32 * 1024
 DEFAULT_MAX_HEADER_COUNT = 100
@@ -82,6 +87,9 @@ DEFAULT_BODY_TIMEOUT_S = 60.0
 DEFAULT_MAX_CONNECTIONS = 1024
 # One address: a client, or a proxy in front of the gateway (raise it to max_connections there).
 DEFAULT_MAX_CONNECTIONS_PER_PEER = 256
+# New connections per second from one address, and how many may come back to back (gateway/http/accept_rate.py).
+DEFAULT_ACCEPT_RATE_PER_S = 200.0
+DEFAULT_ACCEPT_BURST = 400
 DEFAULT_KEEP_ALIVE_TIMEOUT_S = 5.0
 DEFAULT_MAX_REQUESTS_PER_CONNECTION = 10_000
 DEFAULT_UPSTREAM_TIMEOUT_S = 30.0
@@ -225,7 +233,8 @@ class GatewaySettings(JobSettings, ResidencySettings):
         DEFAULT_PARSE_WORKERS,
         ge=0,
         le=64,
-        description="processes that parse big KServe v2 REST bodies off the serving process; 0: a thread",
+        description="processes that parse big KServe v2 REST bodies and decode big OpenAI JSON bodies off the "
+        "serving process; 0: a thread (KServe) or the loop (OpenAI)",
     )
     parse_process_min_bytes: int = Field(
         DEFAULT_PARSE_PROCESS_MIN_BYTES,
@@ -256,9 +265,28 @@ class GatewaySettings(JobSettings, ResidencySettings):
         ge=1,
         description="open connections from one peer address; past it its longest idle one is closed, else 429",
     )
+    accept_rate_per_s: float = Field(
+        DEFAULT_ACCEPT_RATE_PER_S,
+        ge=0,
+        allow_inf_nan=False,
+        description="new connections per second from one peer address (0: no limit); past it and the "
+        "burst a canned 429 before any parsing",
+    )
+    accept_burst: int = Field(
+        DEFAULT_ACCEPT_BURST,
+        ge=1,
+        description="new connections one peer address may open back to back",
+    )
     keep_alive_timeout_s: float = Field(DEFAULT_KEEP_ALIVE_TIMEOUT_S, gt=0)
     max_requests_per_connection: int = Field(DEFAULT_MAX_REQUESTS_PER_CONNECTION, ge=1)
     max_in_flight_per_model: int = Field(DEFAULT_MAX_IN_FLIGHT_PER_MODEL, ge=1)
+    in_flight_reserve: float = Field(
+        DEFAULT_IN_FLIGHT_RESERVE,
+        ge=0,
+        lt=1,
+        allow_inf_nan=False,
+        description="share of each model's in-flight bound only the highest tier may use (503 for the others)",
+    )
     upstream_timeout_s: float = Field(
         DEFAULT_UPSTREAM_TIMEOUT_S,
         gt=0,

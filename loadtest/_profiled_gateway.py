@@ -1,6 +1,6 @@
 """``python -m loadtest._profiled_gateway PROFILE [gateway options]``: the gateway under cProfile.
 
-Used by :func:`loadtest.isolation.platform` for :mod:`loadtest.gateway_profile`. uvicorn answers
+Used by :func:`loadtest.isolation_stack.platform` for :mod:`loadtest.gateway_profile`. uvicorn answers
 SIGTERM with a graceful shutdown and then raises the signal again with the handler that was there
 before it started, so that handler here turns it into ``SystemExit``: the statistics are written on
 the way out (``python -m cProfile`` would die of the re-raised signal without writing them). Times are the

@@ -1,7 +1,7 @@
 """Where the gateway's CPU goes per request, on the isolation benchmark's request path.
 
 ``python -m loadtest.gateway_profile`` starts the isolation benchmark's platform
-(:func:`loadtest.isolation.platform`: the real Triton with the fixed-service-time model, the gateway
+(:func:`loadtest.isolation_stack.platform`: the real Triton with the fixed-service-time model, the gateway
 as ``inferctl up`` starts it) and drives one path with the platform's load generator:
 
 - ``admitted``: the protected enterprise key's tiny KServe v2 JSON request in a closed loop (what
@@ -10,7 +10,7 @@ as ``inferctl up`` starts it) and drives one path with the platform's load gener
   but its first few requests are 429s refused before the body is read.
 
 It prints the gateway process's CPU per answered request (user + system, the benchmark's own
-:class:`loadtest.isolation.CpuMeter`) and, from a second gateway started under cProfile, the
+:class:`loadtest.isolation_stack.CpuMeter`) and, from a second gateway started under cProfile, the
 functions that cost the most per request (exclusive and inclusive microseconds; the profiler's own
 overhead inflates them, so compare them with each other, and the CPU figure across commits).
 Measured, never asserted.
@@ -26,13 +26,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
-from loadtest.isolation import (
+from loadtest.isolation_stack import (
     DEFAULT_SETTINGS,
     CpuMeter,
     IsolationSettings,
     Stack,
-    _json_target,
     infer_body,
+    json_target,
     platform,
 )
 from loadtest.loadgen import HttpTarget, LoadSpec
@@ -45,9 +45,7 @@ PATHS = {"admitted": "enterprise", "refused": "free"}
 
 
 def _target(stack: Stack, path: str) -> HttpTarget:
-    return _json_target(
-        stack.url, stack.new_key(f"profile-{path}", PATHS[path]), infer_body(), path
-    )
+    return json_target(stack.url, stack.new_key(f"profile-{path}", PATHS[path]), infer_body(), path)
 
 
 class PathCpu(NamedTuple):

@@ -15,7 +15,10 @@ closed loop. For each attack, from a fresh ``free`` key (:mod:`loadtest.loadgen.
   requests as fast as they are answered, Retry-After ignored (the worst a client can do);
 
 the protected key's P99 is measured alone, then with the attack running beside it (each side in a
-load process of its own, started together). ``gateway_cpu_ms_per_request`` is the gateway process's
+load process of its own, started together). The attacker's connections leave from 127.0.0.2, the
+protected client's from 127.0.0.1 (both loopback): the gateway tells them apart as two clients, so
+its per-address limits (connection caps, accept rate) fall on the attacker, as they would on a
+hostile client on another host. ``--scenario KEY`` (repeatable) runs only those attacks. ``gateway_cpu_ms_per_request`` is the gateway process's
 CPU time (user + system, from ``/proc`` through psutil, sampled every 0.1 s) inside the measured
 window of a protected-only run, divided by the requests answered in that window. Percentiles come from :mod:`serving.quantiles` (through the load generator).
 
@@ -31,163 +34,54 @@ import argparse
 import contextlib
 import os
 import tempfile
-import threading
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Callable
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import numpy as np
-
+from loadtest.isolation_stack import (
+    DEFAULT_SETTINGS,
+    SCENARIO_KEYS,
+    CpuMeter,
+    IsolationSettings,
+    Stack,
+    body_of_size,
+    infer_body,
+    infer_url,
+    json_target,
+    platform,
+)
 from loadtest.loadgen import HttpTarget, LoadSpec, Target
 from loadtest.loadgen import run as run_specs
 from loadtest.loadgen.hostile import DisconnectTarget, IdleConnectionTarget, PacedTarget
-from loadtest.qos import MODEL, QosSettings, prepare_repository
 from serving.console import make_console, print_table
-from serving.gateway_process import GatewayLaunch, start_gateway_process
-from serving.launcher import TritonPorts, TritonServer
-from serving.ports import reserve_port
-from serving.processes import child_env
 
-__all__ = [
-    "DEFAULT_SETTINGS",
-    "GOAL_RATIO",
-    "IsolationSettings",
-    "build_parser",
-    "run",
-    "run_isolation",
-]
+__all__ = ["ATTACKER_ADDRESS", "GOAL_RATIO", "build_parser", "run", "run_isolation", "scenarios"]
 
 #: the issue's goal: each attacked P99 at most this multiple of the P99 alone
 GOAL_RATIO = 1.5
 _PROTECTED_TIER = "enterprise"
 _ATTACKER_TIER = "free"
 _CAP_MARGIN = 4096  # an at-cap body stays this far under the tier's cap (headers are not counted)
-
-
-@dataclass(frozen=True, kw_only=True)
-class IsolationSettings:
-    """What the benchmark runs (the issue's scale by default).
-
-    Args:
-        service_ms, instances: the model's fixed service time and instance count.
-        protected_concurrency: the protected key's requests in flight.
-        warmup_s, duration_s: per run (each scenario runs alone, then attacked).
-        big_body_bytes, big_body_concurrency: the over-the-cap bodies and how many at once.
-        idle_connections: connections the idle attack holds.
-        disconnect_concurrency, abandon_after_ms: the disconnect storm.
-        flood_multiple, flood_concurrency: the paced flood's rate (times the free tier's key rate)
-            and the workers of both floods.
-        out_dir: where the files go.
-    """
-
-    service_ms: float = 5.0
-    instances: int = 2
-    protected_concurrency: int = 2
-    warmup_s: float = 3.0
-    duration_s: float = 20.0
-    big_body_bytes: int = 15 * 1024 * 1024
-    big_body_concurrency: int = 4
-    idle_connections: int = 1000
-    disconnect_concurrency: int = 16
-    abandon_after_ms: float = 5.0
-    flood_multiple: float = 10.0
-    flood_concurrency: int = 8
-    out_dir: Path = Path("isolation-results")
-
-
-DEFAULT_SETTINGS = IsolationSettings()
-
-
-def infer_body(values: int = 1) -> bytes:
-    """A KServe v2 JSON request for the model: ``values`` INT32s (one is what the model takes)."""
-    data = ",".join(["1"] * values)
-    return f'{{"inputs":[{{"name":"X","shape":[{values}],"datatype":"INT32","data":[{data}]}}]}}'.encode()
-
-
-def body_of_size(size: int) -> bytes:
-    """A KServe v2 JSON body of about ``size`` bytes (a long INT32 list: costly to parse)."""
-    overhead = len(infer_body(1)) - 1
-    return infer_body(max(1, (size - overhead + 1) // 2))
-
-
-class Stack(NamedTuple):
-    """The gateway in front of Triton: its URL, its process id, how to make keys, its metrics token."""
-
-    url: str
-    pid: int
-    new_key: Callable[[str, str], str]
-    metrics_token: str
-
-
-@contextlib.contextmanager
-def platform(
-    workdir: Path, settings: IsolationSettings, profile_to: Path | None = None
-) -> Iterator[Stack]:
-    """Triton with the benchmark's model and the gateway as ``inferctl up`` starts it (default tiers,
-    generated secrets, no development switch); yields the :class:`Stack`. With ``profile_to``, the
-    gateway runs under cProfile (:mod:`loadtest._profiled_gateway`), which writes its statistics
-    there when the gateway stops (:mod:`loadtest.gateway_profile`)."""
-    from gateway.tenancy.keys_sqlite import SqliteKeyStore
-    from inferctl.up_secrets import load_or_create_secrets
-
-    repository = prepare_repository(
-        workdir / "repository",
-        QosSettings(service_ms=settings.service_ms, instances=settings.instances),
-    )
-    keys_db = workdir / "keys.sqlite3"
-    store = SqliteKeyStore(keys_db)
-    secrets = load_or_create_secrets(workdir / "state", environ={})
-    with TritonServer(repository, ports=TritonPorts.free()) as triton:
-        port = reserve_port()
-        # A profiled run wraps the gateway's entry (loadtest.gateway_profile): same arguments.
-        entry = (
-            ("gateway",) if profile_to is None else ("loadtest._profiled_gateway", str(profile_to))
-        )
-        env = child_env({**secrets, "GATEWAY_LOG_LEVEL": "warning"})
-        launch = replace(
-            GatewayLaunch.local(
-                port, triton.http_url, keys_db, env=env, log_path=workdir / "gateway.log"
-            ),
-            entry=entry,
-        )
-        with start_gateway_process(launch) as gateway:
-            assert gateway.pid is not None
-
-            def new_key(name: str, tier: str) -> str:
-                return store.create(name, ["*"], tier)[1]
-
-            yield Stack(launch.url, gateway.pid, new_key, secrets["GATEWAY_METRICS_TOKEN"])
+#: where the attacker's connections leave from: another loopback address than the protected client's
+ATTACKER_ADDRESS = "127.0.0.2"
 
 
 class Scenario(NamedTuple):
     """An attack: its name and the target and concurrency the attacking key drives."""
 
+    key: str
     name: str
     target: Target
     concurrency: int
     honour_retry_after: bool = False
 
 
-def _infer_url(base_url: str) -> str:
-    return f"{base_url}/v2/models/{MODEL}/infer"
-
-
-def _json_target(base_url: str, key: str, body: bytes, name: str) -> HttpTarget:
-    return HttpTarget(
-        url=_infer_url(base_url),
-        requests=((body, {"Content-Type": "application/json"}),),
-        headers={"Authorization": f"Bearer {key}"},
-        name=name,
-        timeout_s=120.0,
-    )
-
-
 def scenarios(
     base_url: str, new_key: Callable[[str, str], str], settings: IsolationSettings
 ) -> list[Scenario]:
-    """The attacks, each from a fresh free-tier key (so one attack's spent tokens do not blunt the next)."""
+    """The attacks (those of ``settings.only``, else all), each from a fresh free-tier key (so one
+    attack's spent tokens do not blunt the next) and from :data:`ATTACKER_ADDRESS`."""
     from gateway.tenancy.tiers import DEFAULT_TIER_LIMITS
 
     free = DEFAULT_TIER_LIMITS[_ATTACKER_TIER]
@@ -196,51 +90,60 @@ def scenarios(
     flood_rate = settings.flood_multiple * rate_per_minute / 60.0
     small = infer_body()
     hold_s = settings.warmup_s + settings.duration_s + 1.0
-    return [
+    source = ATTACKER_ADDRESS
+    every = [
         Scenario(
+            "big-bodies",
             f"big bodies ({settings.big_body_bytes / 2**20:.1f} MiB x{settings.big_body_concurrency})",
-            _json_target(
+            json_target(
                 base_url,
                 new_key("attack-big", _ATTACKER_TIER),
                 body_of_size(settings.big_body_bytes),
                 "big bodies",
+                source,
             ),
             settings.big_body_concurrency,
         ),
         Scenario(
+            "at-cap",
             f"bodies at the free cap ({(cap - _CAP_MARGIN) / 2**20:.2f} MiB x{settings.big_body_concurrency})",
-            _json_target(
+            json_target(
                 base_url,
                 new_key("attack-cap", _ATTACKER_TIER),
                 body_of_size(cap - _CAP_MARGIN),
                 "at-cap bodies",
+                source,
             ),
             settings.big_body_concurrency,
         ),
         Scenario(
+            "idle",
             f"idle connections (x{settings.idle_connections})",
-            IdleConnectionTarget(url=base_url, hold_s=hold_s),
+            IdleConnectionTarget(url=base_url, hold_s=hold_s, source_address=source),
             settings.idle_connections,
         ),
         Scenario(
+            "disconnect",
             f"disconnect storm (x{settings.disconnect_concurrency}, "
             f"abandoned after {settings.abandon_after_ms:g} ms)",
             DisconnectTarget(
-                url=_infer_url(base_url),
+                url=infer_url(base_url),
                 body=small,
                 headers={
                     "Authorization": f"Bearer {new_key('attack-disconnect', _ATTACKER_TIER)}",
                     "Content-Type": "application/json",
                 },
                 abandon_after_s=settings.abandon_after_ms / 1000.0,
+                source_address=source,
             ),
             settings.disconnect_concurrency,
         ),
         Scenario(
+            "paced-flood",
             f"request flood ({settings.flood_multiple:g}x the free rate: {flood_rate:.2f}/s)",
             PacedTarget(
-                inner=_json_target(
-                    base_url, new_key("attack-flood", _ATTACKER_TIER), small, "flood"
+                inner=json_target(
+                    base_url, new_key("attack-flood", _ATTACKER_TIER), small, "flood", source
                 ),
                 rate_per_s=flood_rate,
                 name="paced flood",
@@ -248,58 +151,15 @@ def scenarios(
             settings.flood_concurrency,
         ),
         Scenario(
+            "flood",
             "request flood (as fast as answered, Retry-After ignored)",
-            _json_target(base_url, new_key("attack-flood-max", _ATTACKER_TIER), small, "flood"),
+            json_target(
+                base_url, new_key("attack-flood-max", _ATTACKER_TIER), small, "flood", source
+            ),
             settings.flood_concurrency,
         ),
     ]
-
-
-class CpuMeter:
-    """The gateway process's CPU time (user + system), sampled every ``interval_s`` by a thread, so
-    that the CPU spent inside a load run's measured window can be read afterwards (the load runs in
-    child processes; ``time.monotonic`` is one clock for all of them)."""
-
-    def __init__(self, pid: int, interval_s: float = 0.1) -> None:
-        import psutil
-
-        self._process = psutil.Process(pid)
-        self._interval_s = interval_s
-        self._samples: list[tuple[float, float, float]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, name="gateway-cpu", daemon=True)
-
-    def _now(self) -> tuple[float, float, float]:
-        times = self._process.cpu_times()
-        return time.monotonic(), float(times.user), float(times.system)
-
-    def _sample(self) -> None:
-        while not self._stop.wait(self._interval_s):
-            self._samples.append(self._now())
-
-    def __enter__(self) -> CpuMeter:
-        self._samples.append(self._now())
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self._samples.append(self._now())
-
-    def between(self, start: float, end: float) -> float:
-        """CPU seconds spent from ``start`` to ``end`` (monotonic), interpolated between samples."""
-        user, system = self.split(start, end)
-        return user + system
-
-    def split(self, start: float, end: float) -> tuple[float, float]:
-        """User and system CPU seconds spent from ``start`` to ``end``, interpolated between samples."""
-        times = [t for t, _, _ in self._samples]
-        spent = []
-        for column in (1, 2):
-            cpus = [sample[column] for sample in self._samples]
-            spent.append(float(np.interp(end, times, cpus) - np.interp(start, times, cpus)))
-        return spent[0], spent[1]
+    return [s for s in every if not settings.only or s.key in settings.only]
 
 
 def _protected_spec(
@@ -358,7 +218,7 @@ def run_isolation(settings: IsolationSettings) -> dict[str, Any]:
         tempfile.TemporaryDirectory(prefix="isolation-") as tmp,
         platform(Path(tmp), settings) as stack,
     ):
-        protected = _json_target(
+        protected = json_target(
             stack.url, stack.new_key("protected", _PROTECTED_TIER), infer_body(), "protected"
         )
         console.print("gateway CPU per request: the protected key alone")
@@ -411,6 +271,7 @@ def run_isolation(settings: IsolationSettings) -> dict[str, Any]:
     detail = {
         **figures,
         "goal_ratio": GOAL_RATIO,
+        "attacker_address": ATTACKER_ADDRESS,
         "gateway_cpu": {
             "cpu_share": cpu_share,
             "window_s": cpu_run.duration_s,
@@ -485,6 +346,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--flood-concurrency", type=int, default=d.flood_concurrency, help="flood workers"
     )
     parser.add_argument("--out", type=Path, default=d.out_dir, help="folder for the results")
+    parser.add_argument(
+        "--scenario",
+        action="append",
+        choices=SCENARIO_KEYS,
+        default=[],
+        metavar="KEY",
+        help=f"run only this attack (repeatable; default all): {', '.join(SCENARIO_KEYS)}",
+    )
     return parser
 
 
@@ -505,6 +374,7 @@ def run(args: argparse.Namespace) -> int:
         flood_multiple=args.flood_multiple,
         flood_concurrency=args.flood_concurrency,
         out_dir=args.out,
+        only=tuple(args.scenario),
     )
     run_isolation(settings)
     print(f"wrote {settings.out_dir / 'isolation.json'}, isolation.txt and isolation.png")

@@ -14,6 +14,12 @@ each with the lag a 1 ms ticker on the same event loop saw meanwhile (the larges
 median and the worst over the runs): what every other request of the process waits. An idle row
 (the ticker alone beside a 50 ms sleep) is the machine's own noise.
 
+A third table does the same for OpenAI ``/v1/embeddings`` bodies of about 2 MiB (1,024 token arrays,
+as LangChain sends them, or 2,048 texts): decoded and validated on the event loop (what FastAPI does with it), and
+decoded in the parse process then validated on the loop (what
+:class:`gateway.routes._pooled_json.PooledJsonRoute` does for a body of
+``GATEWAY_PARSE_PROCESS_MIN_BYTES`` or more).
+
     python -m loadtest.parse_bench [--repeat 20] [--big-repeat 3]
 """
 
@@ -22,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
+import json
 import statistics
 import time
 from collections.abc import Awaitable, Callable
@@ -30,6 +37,7 @@ import numpy as np
 import tritonclient.http as http
 
 from gateway.protocol.kserve import ParseLimits, ParsePool, RestBody, encode_rest, parse_rest
+from gateway.protocol.rest import EmbeddingsRequest
 from gateway.service import PARSE_INLINE_WORK
 from gateway.settings import DEFAULT_PARSE_PROCESS_MIN_BYTES
 
@@ -99,6 +107,32 @@ async def _lagged(work: Callable[[], Awaitable[object]]) -> tuple[float, float]:
     return wall * 1000, worst * 1000
 
 
+def _embeddings_json(tokens: bool) -> bytes:
+    """An OpenAI embeddings body of about 2 MiB: 1,024 token arrays of 300 ids (as LangChain sends
+    them), or 2,048 strings of 1,000 characters."""
+    rng = np.random.default_rng(2)
+    if tokens:
+        inputs: list[object] = rng.integers(0, 30_000, size=(1024, 300)).tolist()
+    else:
+        words = ["cat", "espresso", "mat", "photo", "sitting", "the", "of", "a"]
+        inputs = [" ".join(rng.choice(words, 200))[:1000] for _ in range(2048)]
+    return json.dumps({"model": "text_embedding", "input": inputs}).encode()
+
+
+async def _lag_rows(
+    label: str, body: bytes, ways: dict[str, Callable[[bytes], Awaitable[object]]], repeat: int
+) -> None:
+    """One row per way of handling ``body``: median wall ms, median and worst loop lag over ``repeat``."""
+    for where, way in ways.items():
+        runs = [await _lagged(functools.partial(way, body)) for _ in range(repeat)]
+        wall = statistics.median(r[0] for r in runs)
+        lags = [r[1] for r in runs]
+        print(
+            f"{label:12} {len(body) / 2**20:>6.1f} {where:>12} {wall:>9.1f} "
+            f"{statistics.median(lags):>12.1f} {max(lags):>7.1f}"
+        )
+
+
 async def _big_table(repeat: int) -> None:
     limits = ParseLimits()
     pool = ParsePool(1)
@@ -120,15 +154,21 @@ async def _big_table(repeat: int) -> None:
             f"{'JSON body':12} {'MiB':>6} {'parsed in':>12} {'wall ms':>9} {'loop lag ms':>12} {'worst':>7}"
         )
         for mib in (2, 15):
-            body = _big_json(mib)
-            for where, way in ways.items():
-                runs = [await _lagged(functools.partial(way, body)) for _ in range(repeat)]
-                wall = statistics.median(r[0] for r in runs)
-                lags = [r[1] for r in runs]
-                print(
-                    f"{'FP32 values':12} {len(body) / 2**20:>6.1f} {where:>12} {wall:>9.1f} "
-                    f"{statistics.median(lags):>12.1f} {max(lags):>7.1f}"
-                )
+            await _lag_rows("FP32 values", _big_json(mib), ways, repeat)
+
+        async def fastapi(body: bytes) -> object:  # what FastAPI's handler does on the loop
+            return EmbeddingsRequest.model_validate(json.loads(body))
+
+        async def pooled(body: bytes) -> object:  # PooledJsonRoute: decoded away, validated here
+            return EmbeddingsRequest.model_validate(await pool.run(json.loads, body))
+
+        print()
+        print(
+            f"{'embeddings':12} {'MiB':>6} {'decoded in':>12} {'wall ms':>9} {'loop lag ms':>12} {'worst':>7}"
+        )
+        openai = {"(idle 50 ms)": ways["(idle 50 ms)"], "event loop": fastapi, "process": pooled}
+        for label, tokens in (("token ids", True), ("texts", False)):
+            await _lag_rows(label, _embeddings_json(tokens), openai, repeat)
     finally:
         pool.close()
 

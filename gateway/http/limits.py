@@ -14,6 +14,11 @@ instead of a connection reset):
 - 431 a request head over ``max_header_bytes`` or with more than ``max_header_count`` fields
 - 408 the head did not arrive within ``header_timeout_s``, or the body within ``body_timeout_s``
   (a body deadline that passes after the answer was sent just closes the connection)
+- 429 (Retry-After) a peer address opens connections faster than ``accept_rate_per_s`` (past a
+  burst of ``accept_burst``, :mod:`gateway.http.accept_rate`): checked when the connection is made,
+  before any byte is parsed; the canned answer is written, the sending side shut, and what the
+  client still sends is dropped until it closes (closing with its request unread would reset the
+  connection before the client reads the answer). Such a connection never counts against the caps.
 - 429 (Retry-After) more than ``max_connections`` connections are open, or more than
   ``max_connections_per_peer`` from the new connection's peer address, and none of them is idle:
   shed load the client should back off from, like the in-flight bound, not an outage. Where one
@@ -31,62 +36,22 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, ClassVar
 
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from gateway.http.accept_rate import AcceptRate
 from gateway.http.connection_caps import PeerCounts, idle_victim
-from gateway.http.problems import PROBLEM_CONTENT_TYPE, problem_document
-from gateway.settings import GatewaySettings
+from gateway.http.problems import raw_problem_response
+from gateway.http.server_limits import ServerLimits
 
-__all__ = ["LimitedHttpToolsProtocol", "ServerLimits", "uvicorn_options"]
+__all__ = ["LimitedHttpToolsProtocol", "uvicorn_options"]
 
 #: how long a refused connection is kept to drain what the client is still sending
 LINGER_S = 2.0
-
-
-@dataclass(frozen=True, kw_only=True)
-class ServerLimits:
-    """Per-connection limits (the ``GatewaySettings`` fields of the same names).
-
-    Args:
-        max_header_bytes: bytes of a request line plus headers.
-        max_header_count: header fields per request.
-        header_timeout_s: seconds from a request's first byte (or the connection's start) to the
-            end of its headers.
-        body_timeout_s: seconds from the end of the headers to the last byte of the body.
-        max_connections: open connections; past it an idle one is closed, or the new one is
-            answered 429 with Retry-After.
-        max_connections_per_peer: open connections from one peer address; the same past it.
-        keep_alive_timeout_s: seconds an idle keep-alive connection stays open.
-        max_requests_per_connection: requests served on one connection before it is closed.
-    """
-
-    max_header_bytes: int
-    max_header_count: int
-    header_timeout_s: float
-    body_timeout_s: float
-    max_connections: int
-    max_connections_per_peer: int
-    keep_alive_timeout_s: float
-    max_requests_per_connection: int
-
-    @classmethod
-    def from_settings(cls, settings: GatewaySettings) -> ServerLimits:
-        return cls(
-            max_header_bytes=settings.max_header_bytes,
-            max_header_count=settings.max_header_count,
-            header_timeout_s=settings.header_timeout_s,
-            body_timeout_s=settings.body_timeout_s,
-            max_connections=settings.max_connections,
-            max_connections_per_peer=settings.max_connections_per_peer,
-            keep_alive_timeout_s=settings.keep_alive_timeout_s,
-            max_requests_per_connection=settings.max_requests_per_connection,
-        )
 
 
 class _Refused(Exception):
@@ -95,21 +60,17 @@ class _Refused(Exception):
         self.status, self.title, self.detail = status, title, detail
 
 
-def _answer(
-    status: int, title: str, detail: str, instance: str, headers: dict[str, str] | None = None
-) -> bytes:
-    slug = title.lower().replace(" ", "-")
-    body = json.dumps(
-        problem_document(status, title, detail, instance, type_=f"urn:gateway:problem:{slug}")
-    ).encode()
-    lines = [
-        f"HTTP/1.1 {status} {title}",
-        f"content-type: {PROBLEM_CONTENT_TYPE}",
-        f"content-length: {len(body)}",
-        "connection: close",
-    ]
-    lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+@lru_cache(maxsize=64)
+def _accept_rate_answer(retry_after_s: int) -> bytes:
+    """The canned 429 of a connection over its address's accept rate (built once per Retry-After)."""
+    return raw_problem_response(
+        429,
+        "Too Many Requests",
+        "this address opens connections faster than the gateway accepts from one address; retry "
+        f"after {retry_after_s} s",
+        "",
+        {"retry-after": str(retry_after_s)},
+    )
 
 
 class LimitedHttpToolsProtocol(HttpToolsProtocol):
@@ -121,6 +82,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     limits: ClassVar[ServerLimits]
     peers: ClassVar[PeerCounts]  # connections per peer address, one table per bound class (server)
+    accept_rate: ClassVar[AcceptRate]  # new connections per peer address, one table per server
     # Orders when connections became idle. Not the loop's clock: uvloop's ticks in milliseconds, so
     # connections accepted in one tick would tie and the victim would be any of them.
     idle_clock: ClassVar[Iterator[int]]
@@ -131,7 +93,12 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         return type(
             cls.__name__,
             (cls,),
-            {"limits": limits, "peers": PeerCounts(), "idle_clock": itertools.count()},
+            {
+                "limits": limits,
+                "peers": PeerCounts(),
+                "accept_rate": AcceptRate(limits.accept_rate_per_s, limits.accept_burst),
+                "idle_clock": itertools.count(),
+            },
         )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -148,6 +115,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             None  # counted in ``peers`` from connection_made to connection_lost
         )
         self._idle_from = 0
+        self._rate_refused: asyncio.TimerHandle | None = (
+            None  # the linger of a rate-refused connection
+        )
 
     # -- connection ------------------------------------------------------------------------------
 
@@ -170,6 +140,13 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         return self._idle_from if idle else None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        if self.accept_rate.enabled:
+            peername = transport.get_extra_info("peername")
+            address = peername[0] if isinstance(peername, tuple) else ""
+            wait = self.accept_rate.admit(address)
+            if wait > 0:
+                self._refuse_rate(transport, self.accept_rate.retry_after_s(wait))
+                return
         super().connection_made(transport)
         self._idle_from = next(self.idle_clock)
         self._peer = self.client[0] if self.client else ""
@@ -214,7 +191,26 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         victim.transport.close()
         return True
 
+    def _refuse_rate(self, transport: asyncio.Transport, retry_after_s: int) -> None:
+        """Answer a connection over its address's accept rate with the canned 429 and end it.
+
+        Nothing of uvicorn's connection is set up (no parser, no entry in the server's connection
+        set, no caps): only the answer, the end of our side, and a bounded wait for the client's.
+        """
+        self.transport = transport
+        transport.write(_accept_rate_answer(retry_after_s))
+        if transport.can_write_eof():
+            transport.write_eof()
+        self._rate_refused = self.loop.call_later(LINGER_S, transport.close)
+
+    def eof_received(self) -> None:
+        if self._rate_refused is not None:
+            self.transport.close()  # the client has read the answer and closed its side
+
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._rate_refused is not None:
+            self._rate_refused.cancel()
+            return  # never made into one of uvicorn's connections
         self._cancel_timers()
         if self._peer is not None:
             self.peers.remove(self._peer)
@@ -226,7 +222,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._idle_from = next(self.idle_clock)
 
     def data_received(self, data: bytes) -> None:
-        if self._discarding:
+        if self._discarding or self._rate_refused is not None:
             return
         if self._in_head:
             # Counted before the parser sees the bytes, so a head over the limit is never buffered.
@@ -371,7 +367,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if not answered:
             instance = cycle.scope.get("path", "") if cycle is not None else ""
             self.transport.write(
-                _answer(refused.status, refused.title, refused.detail, instance, headers)
+                raw_problem_response(
+                    refused.status, refused.title, refused.detail, instance, headers
+                )
             )
         self.flow.resume_reading()
         self.loop.call_later(LINGER_S, self._close)

@@ -9,7 +9,7 @@
 3. :class:`AuthMiddleware`      401/403 before any body is read (client, admin or metrics
                                 credential by path); the principal goes on the context; 429 for a
                                 key whose refused requests used up its tokens
-                                (:class:`gateway.tenancy.admission.RefusalCharge`, charged by 1.)
+                                (:class:`gateway.tenancy.refusals.RefusalCharge`, charged by 1.)
 4. :class:`gateway.http.compression.DecompressionMiddleware`  gzip/deflate bodies decoded under the same
                                 cap (413 past it), other codings 415
 
@@ -31,9 +31,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from gateway.errors import GatewayError, PayloadTooLarge
 from gateway.http.problems import ProblemRenderer
 from gateway.observe.stats import LatencyTracker
-from gateway.tenancy.admission import RefusalCharge
 from gateway.tenancy.auth import Authenticator
 from gateway.tenancy.context import CONTEXT_KEY, RequestContext
+from gateway.tenancy.refusals import RefusalCharge
 from gateway.tenancy.usage import UsageMeter
 
 __all__ = ["AuthMiddleware", "BodyLimitMiddleware", "ContextMiddleware", "DisconnectMiddleware"]

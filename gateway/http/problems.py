@@ -38,6 +38,7 @@ __all__ = [
     "ProblemRenderer",
     "openai_error_type",
     "problem_document",
+    "raw_problem_response",
 ]
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
@@ -76,6 +77,27 @@ def problem_document(
     if field is not None:
         body["field"] = field
     return body
+
+
+def raw_problem_response(
+    status: int, title: str, detail: str, instance: str, headers: dict[str, str] | None = None
+) -> bytes:
+    """A whole HTTP/1.1 problem+json answer with ``Connection: close``, as bytes for a socket.
+
+    For refusals made below the ASGI app (:mod:`gateway.http.limits`), where no framework renders.
+    """
+    slug = title.lower().replace(" ", "-")
+    body = json.dumps(
+        problem_document(status, title, detail, instance, type_=f"urn:gateway:problem:{slug}")
+    ).encode()
+    lines = [
+        f"HTTP/1.1 {status} {title}",
+        f"content-type: {PROBLEM_CONTENT_TYPE}",
+        f"content-length: {len(body)}",
+        "connection: close",
+    ]
+    lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
 
 def openai_error_type(status: int) -> str:

@@ -84,7 +84,8 @@ def serve(settings: GatewaySettings) -> None:
     import uvicorn
 
     from gateway.app import create_app
-    from gateway.http.limits import ServerLimits, uvicorn_options
+    from gateway.http.limits import uvicorn_options
+    from gateway.http.server_limits import ServerLimits
     from gateway.observe.stats import metrics_directory
     from gateway.tenancy.secret_policy import check_secrets
 
@@ -130,7 +131,8 @@ def __getattr__(name: str) -> Any:
     # uvicorn imports the worker's HTTP protocol class by name inside each worker: bind it to the
     # limits of that worker's settings (read from the environment ``serve`` prepared) only then.
     if name == _WORKER_HTTP_PROTOCOL:
-        from gateway.http.limits import LimitedHttpToolsProtocol, ServerLimits
+        from gateway.http.limits import LimitedHttpToolsProtocol
+        from gateway.http.server_limits import ServerLimits
 
         return LimitedHttpToolsProtocol.with_limits(ServerLimits.from_settings(GatewaySettings()))
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -39,8 +39,10 @@ from gateway.protocol.rest import (
 from gateway.tenancy.context import RequestContext
 
 from ._deps import get_context
+from ._pooled_json import PooledJsonRoute
 
-router = APIRouter(prefix="/v1", tags=["openai"])
+# Embeddings inputs and image prompts can be megabytes of JSON: decoded off the loop when big.
+router = APIRouter(prefix="/v1", tags=["openai"], route_class=PooledJsonRoute)
 
 
 async def get_tasks(request: Request) -> OpenAITasks:

@@ -20,6 +20,7 @@ __all__ = [
     "private_files",
     "ratelimit",
     "redis_state",
+    "refusals",
     "secret_policy",
     "state_sync",
     "tiers",

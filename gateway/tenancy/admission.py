@@ -9,9 +9,11 @@ and nothing per model exists before the model is known):
 4. the name is a model Triton serves (404), from the cached repository index (:mod:`gateway.backends.catalog`):
    only now may per-model state (buckets, counters, labels) be made for it;
 5. the caller's limit for this model (429);
-6. the tier's share of the model's in-flight bound (429 + Retry-After): under overload the lower
-   tiers, whose share is smaller, are shed first while the rest of the bound stays free for higher
-   ones; then the key's own bound on requests in flight across models (``max_concurrent``, 429).
+6. the reserve of the model's in-flight bound (``in_flight_reserve``, 503 + Retry-After): the last
+   part of the bound is kept for the tiers of the highest priority; then the tier's share of the
+   bound (429 + Retry-After): under overload the lower tiers, whose share is smaller, are shed first
+   while the rest of the bound stays free for higher ones; then the key's own bound on requests in
+   flight across models (``max_concurrent``, 429).
 7. the model's circuit breaker (503 + Retry-After) while the model is being healed
    (:mod:`gateway.backends.model_healer`), which also hears how each admitted request ended.
 
@@ -22,11 +24,8 @@ step 4 has passed.
 A generation job (:mod:`gateway.jobs.runner`) passes steps 1-5 when it is submitted (:meth:`check`)
 and takes step 6 only when a worker runs it (:meth:`slot`), with the job's own deadline.
 
-Refused requests cost too (:class:`RefusalCharge`): a request a client key sent that was answered
-4xx without taking a token (a malformed body, an unknown model name under a tier without a limit
-across models) takes one afterwards, and once the key's bucket is empty its next requests are refused
-429 before any work (the body is not even read) until the bucket has room, so no key makes the
-gateway parse for free.
+Refused requests cost a token too (:mod:`gateway.tenancy.refusals`), so no key makes the gateway
+parse for free.
 
 An admitted request holds a :class:`Ticket`: the Triton model, the priority its tier maps to, and
 its deadline, whose remainder travels to Triton as the request timeout.
@@ -36,7 +35,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -44,6 +43,7 @@ from typing import TYPE_CHECKING
 from gateway.backends.catalog import ModelCatalog, check_model_name
 from gateway.backends.model_healer import ModelHealer
 from gateway.errors import (
+    CapacityReserved,
     ModelNotFound,
     ModelUnhealthy,
     Overloaded,
@@ -53,31 +53,18 @@ from gateway.errors import (
 )
 from gateway.observe.stats import LatencyTracker
 from gateway.settings import GatewaySettings
-from gateway.tenancy.context import Principal, RequestContext
+from gateway.tenancy.context import RequestContext
 from gateway.tenancy.ratelimit import Decision, RateLimiter
 
 if TYPE_CHECKING:
     from gateway.backends.residency import ResidencyManager
 
-__all__ = [
-    "AdmissionControl",
-    "RefusalCharge",
-    "Ticket",
-    "key_bucket",
-    "model_bucket",
-    "refusal_bucket",
-]
+__all__ = ["AdmissionControl", "Ticket", "key_bucket", "model_bucket"]
 
 
 def key_bucket(client_id: str) -> str:
     """The rate-limit bucket of a client across every model (``*`` is no model name)."""
     return f"{client_id}:*"
-
-
-def refusal_bucket(client_id: str) -> str:
-    """The bucket a client's refused requests draw on when its tier has no limit across models
-    (``!`` is no model name)."""
-    return f"{client_id}:!"
 
 
 def model_bucket(client_id: str, model: str) -> str:
@@ -145,6 +132,17 @@ class AdmissionControl:
         #: loads models on demand under a memory budget (:mod:`gateway.backends.residency`); ``None``: off
         self.residency: ResidencyManager | None = None
         self._key_in_flight: dict[str, int] = {}  # per client id; an entry exists only while > 0
+        # The last ``in_flight_reserve`` of each model's bound is kept for the highest tier (the
+        # tiers of the best priority), as Stripe's fleet load shedder keeps 20% for critical
+        # traffic: other tiers are refused once this many are in flight (at least one is admitted,
+        # as with the shares). The tiers are fixed for the app's life, so this is worked out once.
+        self._top_priority = min(t.priority for t in settings.tier_limits.values())
+        bound = settings.max_in_flight_per_model
+        self._reserve_from = (
+            max(1, math.floor(bound * (1.0 - settings.in_flight_reserve) + 1e-9))
+            if settings.in_flight_reserve > 0
+            else bound
+        )
 
     def in_flight(self, model: str) -> int:
         """Requests for ``model`` admitted and not yet answered."""
@@ -267,12 +265,16 @@ class AdmissionControl:
     ) -> AsyncIterator[Ticket]:
         """Step 6: the tier's share of ``model``'s in-flight bound, held until the block exits.
 
+        A tier below the highest priority is refused first when only the reserve of the bound
+        (``in_flight_reserve``) is left (503), else when its own share is taken (429).
+
         Args:
             ctx: the request's context (its principal's tier sets the share and the priority).
             model: a Triton model that passed :meth:`check`.
             timeout_s: the deadline from now (default ``upstream_timeout_s``; jobs have their own).
 
         Raises:
+            CapacityReserved: a tier below the highest found only the reserve left.
             Overloaded: the tier's share is taken.
             ModelUnhealthy: the model's circuit breaker is open (it is being reloaded).
         """
@@ -289,6 +291,16 @@ class AdmissionControl:
         bound = self.settings.max_in_flight_per_model
         share = max(1, math.floor(bound * tier.in_flight_share + 1e-9))
         running = self._in_flight.get(model, 0)
+        if running >= self._reserve_from and tier.priority > self._top_priority:
+            # 503, not the share's 429: the model as a whole is near its capacity (Stripe's load
+            # shedder answers the same), whatever is left of this tier's own share.
+            self.tracker.reject("reserve")
+            raise CapacityReserved(
+                f"model '{model}' has {running} requests in flight; the rest of its capacity is kept "
+                f"for the highest tier (tier '{principal.tier}' may use {self._reserve_from} of {bound}); "
+                "retry shortly",
+                retry_after_s=self.settings.retry_after_s,
+            )
         if running >= share:
             # 429 rather than 503: load shedding the client should back off from, not an outage.
             self.tracker.reject("in_flight")
@@ -344,89 +356,3 @@ class AdmissionControl:
             else:
                 del self._key_in_flight[client]
             self.tracker.labelled(self.tracker.in_flight, model).dec()
-
-
-#: answers that cost no token afterwards: 401 has no key to charge, 429 was the limit speaking
-_UNCHARGED = frozenset({401, 429})
-#: keys remembered as out of tokens before the memory is emptied
-_MAX_BLOCKED = 100_000
-
-
-class RefusalCharge:
-    """Charges refused requests a rate-limit token, and refuses a key whose tokens they used up.
-
-    The token comes from the key's bucket across all models when its tier has that limit (the
-    bucket admitted requests take from), else from :func:`refusal_bucket` at the tier's per-model
-    rate. When a charge finds the bucket empty, the key is refused in this process without asking
-    the limiter again until the bucket has room (checking is a dict lookup, so the hot path pays
-    nothing for it).
-
-    Args:
-        settings: the tiers.
-        limiter: the rate limiter, or ``None`` before the app has started.
-        clock: monotonic seconds.
-    """
-
-    def __init__(
-        self,
-        settings: GatewaySettings,
-        limiter: Callable[[], RateLimiter | None],
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.settings = settings
-        self._limiter = limiter
-        self._clock = clock
-        self._blocked: dict[str, tuple[float, Decision]] = {}
-
-    def refusal(self, principal: Principal) -> RateLimited | None:
-        """The 429 for a key whose refused requests used up its tokens, else ``None``."""
-        blocked = self._blocked.get(principal.client_id)
-        if blocked is None:
-            return None
-        until, decision = blocked
-        left = until - self._clock()
-        if left <= 0:
-            del self._blocked[principal.client_id]
-            return None
-        return RateLimited(
-            f"rate limit exceeded by refused requests (tier '{principal.tier}'); refused requests cost "
-            "a token too",
-            retry_after_s=left,
-            headers={**decision.headers(), "Retry-After": str(max(1, math.ceil(left)))},
-        )
-
-    async def charge(self, ctx: RequestContext, status: int) -> None:
-        """Take a token for a request answered ``status`` if it was refused without taking one."""
-        principal = ctx.principal
-        limiter = self._limiter()
-        if (
-            ctx.charged
-            or principal is None
-            or principal.kind == "admin"
-            or limiter is None
-            or not 400 <= status < 500
-            or status in _UNCHARGED
-        ):
-            return
-        tier = self.settings.tier_limit(principal.tier)
-        key_limit = tier.key_limit()
-        limit = key_limit or tier.model_limit()
-        if limit is None:
-            return  # an unlimited tier
-        bucket = (
-            key_bucket(principal.client_id)
-            if key_limit is not None
-            else refusal_bucket(principal.client_id)
-        )
-        ctx.charged = True
-        decision = await limiter.hit(bucket, limit)
-        if not decision.allowed or decision.remaining == 0:
-            # Empty now: the next request would be refused; until a token is back, refuse it here.
-            wait = (
-                decision.retry_after_s
-                if not decision.allowed
-                else (decision.reset_s - (limit.burst - 1) * 60.0 / limit.per_minute)
-            )
-            if len(self._blocked) > _MAX_BLOCKED:
-                self._blocked.clear()
-            self._blocked[principal.client_id] = (self._clock() + max(wait, 0.0), decision)

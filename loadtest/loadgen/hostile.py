@@ -47,6 +47,13 @@ def _status_of(line: bytes) -> int | None:
     return None
 
 
+async def _open(
+    host: str, port: int, source_address: str | None
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    local = None if source_address is None else (source_address, 0)
+    return await asyncio.open_connection(host, port, local_addr=local)
+
+
 async def _close(writer: asyncio.StreamWriter, abort: bool) -> None:
     if abort:
         writer.transport.abort()  # no FIN handshake: the way a killed client goes
@@ -63,11 +70,13 @@ class IdleConnectionTarget:
     Args:
         url: the server (only host and port are used).
         hold_s: how long one connection is held at most before the client closes it itself.
+        source_address: the local address connections leave from (``None``: the system's choice).
     """
 
     url: str
     hold_s: float = 30.0
     name: str = "idle connections"
+    source_address: str | None = None
 
     def describe(self) -> str:
         return f"idle TCP connections held up to {self.hold_s:g} s each"
@@ -78,7 +87,7 @@ class IdleConnectionTarget:
 
         async def send(worker: int, index: int) -> Outcome:
             try:
-                reader, writer = await asyncio.open_connection(host, port)
+                reader, writer = await _open(host, port, self.source_address)
             except OSError as exc:
                 return 0, None, None, f"no connection: {exc!r}"
             try:
@@ -111,6 +120,7 @@ class DisconnectTarget:
         body: the request body.
         headers: sent with it (credentials, content type).
         abandon_after_s: how long after the last byte was written the client waits for a status line.
+        source_address: the local address connections leave from (``None``: the system's choice).
     """
 
     url: str
@@ -118,6 +128,7 @@ class DisconnectTarget:
     headers: Mapping[str, str] = field(default_factory=dict)
     abandon_after_s: float = 0.005
     name: str = "disconnects"
+    source_address: str | None = None
 
     def describe(self) -> str:
         return f"POSTs of {len(self.body):,} bytes abandoned {1000 * self.abandon_after_s:g} ms after sending"
@@ -136,7 +147,7 @@ class DisconnectTarget:
 
         async def send(worker: int, index: int) -> Outcome:
             try:
-                reader, writer = await asyncio.open_connection(host, port)
+                reader, writer = await _open(host, port, self.source_address)
             except OSError as exc:
                 return 0, None, None, f"no connection: {exc!r}"
             try:

@@ -70,6 +70,8 @@ class HttpTarget:
         headers: added to every request (credentials).
         check: ``check(status, body) -> bool | None`` marks answers right or wrong (``None``: unchecked).
         timeout_s: per request; a request that takes longer counts as no answer (status 0).
+        source_address: the local address connections leave from (``None``: the system's choice);
+            another loopback address (127.0.0.2) makes a second client the server tells apart.
     """
 
     url: str
@@ -78,6 +80,7 @@ class HttpTarget:
     check: Callable[[int, bytes], bool | None] | None = None
     timeout_s: float = 120.0
     name: str = "http"
+    source_address: str | None = None
 
     def describe(self) -> str:
         sizes = sorted({len(body) for body, _ in self.requests})
@@ -89,7 +92,8 @@ class HttpTarget:
         import aiohttp
 
         prepared = [(body, {**headers, **self.headers}) for body, headers in self.requests]
-        connector = aiohttp.TCPConnector(limit=concurrency)
+        local = None if self.source_address is None else (self.source_address, 0)
+        connector = aiohttp.TCPConnector(limit=concurrency, local_addr=local)
         timeout = aiohttp.ClientTimeout(total=self.timeout_s)
         check = self.check
         async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:

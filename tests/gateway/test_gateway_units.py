@@ -124,6 +124,7 @@ def test_bootstrap_first_key(tmp_path) -> None:  # type: ignore[no-untyped-def]
         (errors.ModelNotReady("x", retry_after_s=1), 503),
         (errors.RateLimiterUnavailable("x", retry_after_s=1), 503),
         (errors.Overloaded("x", retry_after_s=1), 429),
+        (errors.CapacityReserved("x", retry_after_s=1), 503),
         (errors.UpstreamTimeout("x"), 504),
         (errors.PayloadTooLarge("x"), 413),
     ],
@@ -301,6 +302,52 @@ async def test_lower_tiers_get_a_smaller_share_of_the_in_flight_bound() -> None:
     assert service.admission.in_flight("m") == 4
     service.backend.release.set()  # type: ignore[attr-defined]
     await asyncio.gather(*running)
+
+
+async def test_lower_tiers_stay_out_of_the_reserve_kept_for_the_highest_tier() -> None:
+    tiers = {
+        "t": TierLimit(per_minute=6000, burst=100, priority=2),  # share 1.0, but not the highest
+        "high": TierLimit(per_minute=6000, burst=100, priority=1),
+    }
+    service = _service(max_in_flight_per_model=10, tier_limits=tiers, in_flight_reserve=0.2)
+    service.backend.release.clear()  # type: ignore[attr-defined]
+    running = [asyncio.create_task(service.infer_v2(_ctx(), "m", _TINY)) for _ in range(8)]
+    await asyncio.sleep(0.01)
+    assert service.admission.in_flight("m") == 8
+    with pytest.raises(errors.CapacityReserved, match="tier 't' may use 8 of 10") as refused:
+        await service.infer_v2(_ctx(), "m", _TINY)
+    assert refused.value.headers["Retry-After"] == "1"
+    # The highest tier takes the reserve, up to the bound.
+    running += [
+        asyncio.create_task(service.infer_v2(_ctx(tier="high"), "m", _TINY)) for _ in range(2)
+    ]
+    await asyncio.sleep(0.01)
+    assert service.admission.in_flight("m") == 10
+    with pytest.raises(errors.Overloaded):
+        await service.infer_v2(_ctx(tier="high"), "m", _TINY)
+    service.backend.release.set()  # type: ignore[attr-defined]
+    await asyncio.gather(*running)
+    assert service.admission.in_flight("m") == 0
+
+
+async def test_no_reserve_when_every_tier_is_the_highest_or_the_reserve_is_off() -> None:
+    for tiers, reserve in (
+        ({"t": TierLimit(per_minute=6000, burst=100, priority=2)}, 0.2),
+        (
+            {
+                "t": TierLimit(per_minute=6000, burst=100, priority=2),
+                "high": TierLimit(per_minute=6000, burst=100, priority=1),
+            },
+            0.0,
+        ),
+    ):
+        service = _service(max_in_flight_per_model=5, tier_limits=tiers, in_flight_reserve=reserve)
+        service.backend.release.clear()  # type: ignore[attr-defined]
+        running = [asyncio.create_task(service.infer_v2(_ctx(), "m", _TINY)) for _ in range(5)]
+        await asyncio.sleep(0.01)
+        assert service.admission.in_flight("m") == 5
+        service.backend.release.set()  # type: ignore[attr-defined]
+        await asyncio.gather(*running)
 
 
 async def test_kserve_requests_carry_the_tier_priority_and_the_deadline() -> None:

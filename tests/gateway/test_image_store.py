@@ -10,14 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from gateway.jobs.image_store import ImageStore, MemoryImageStore, RedisImageStore
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = time.time()
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.fake_clock import FakeClock
 
 
 @pytest.fixture(params=["memory", "redis"])
@@ -25,7 +18,7 @@ async def make_store(request: pytest.FixtureRequest) -> AsyncIterator[object]:
     made: list[ImageStore] = []
     prefix = f"t{uuid.uuid4().hex[:8]}:"
 
-    def make(ttl_s: float, max_bytes: int, clock: Clock) -> ImageStore:
+    def make(ttl_s: float, max_bytes: int, clock: FakeClock) -> ImageStore:
         if request.param == "memory":
             store: ImageStore = MemoryImageStore(ttl_s, max_bytes, clock=clock)
         else:
@@ -41,7 +34,7 @@ async def make_store(request: pytest.FixtureRequest) -> AsyncIterator[object]:
 
 
 async def test_only_the_owner_gets_an_image_and_only_until_it_expires(make_store) -> None:  # type: ignore[no-untyped-def]
-    clock = Clock()
+    clock = FakeClock(time.time())
     store = make_store(60, 1000, clock)
     token = await store.put("key:a", b"\x89PNG\x00\xff", "image/png")
     image = await store.get("key:a", token)
@@ -53,7 +46,7 @@ async def test_only_the_owner_gets_an_image_and_only_until_it_expires(make_store
 
 
 async def test_the_oldest_images_go_first_past_the_byte_bound(make_store) -> None:  # type: ignore[no-untyped-def]
-    clock = Clock()
+    clock = FakeClock(time.time())
     store = make_store(60, 10, clock)
     first = await store.put("o", b"12345", "image/png")
     clock.now += 1

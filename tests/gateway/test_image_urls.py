@@ -8,20 +8,13 @@ import pytest
 from gateway.errors import Gone, PermissionDenied
 from gateway.jobs.image_urls import ImageUrlSigner
 from gateway.observe.generation_pace import GenerationPace, generation_work
+from tests.support.fake_clock import FakeClock
 
 PATH = "/v1/images/files/abc"
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_a_signed_url_opens_until_it_expires() -> None:
-    clock = Clock()
+    clock = FakeClock(1_000_000.0)
     signer = ImageUrlSigner("secret", clock)
     url = signer.sign(PATH, 600)
     assert url.relative().startswith(PATH + "?expires=1000600&signature=")
@@ -47,7 +40,7 @@ def test_a_signed_url_opens_until_it_expires() -> None:
     ],
 )
 def test_an_altered_url_is_refused(change: str) -> None:
-    signer = ImageUrlSigner("secret", Clock())
+    signer = ImageUrlSigner("secret", FakeClock(1_000_000.0))
     url = signer.sign(PATH, 600)
     path, expires, signature = PATH, str(url.expires), url.signature
     checker = signer
@@ -70,16 +63,20 @@ def test_an_altered_url_is_refused(change: str) -> None:
     ):  # int() reads Arabic-Indic digits; the URL's expires is ASCII
         expires = "\u0661" * 7
     else:
-        checker = ImageUrlSigner("another secret", Clock())
+        checker = ImageUrlSigner("another secret", FakeClock(1_000_000.0))
     with pytest.raises(PermissionDenied):
         checker.check(path, expires, signature)
 
 
 def test_the_key_is_derived_not_the_secret_itself() -> None:
     # Two processes with one secret agree; with no secret each draws its own key.
-    assert ImageUrlSigner("s", Clock()).sign(PATH, 1) == ImageUrlSigner("s", Clock()).sign(PATH, 1)
-    assert ImageUrlSigner("", Clock()).sign(PATH, 1) != ImageUrlSigner("", Clock()).sign(PATH, 1)
-    assert ImageUrlSigner("", Clock()).process_local
+    assert ImageUrlSigner("s", FakeClock(1_000_000.0)).sign(PATH, 1) == ImageUrlSigner(
+        "s", FakeClock(1_000_000.0)
+    ).sign(PATH, 1)
+    assert ImageUrlSigner("", FakeClock(1_000_000.0)).sign(PATH, 1) != ImageUrlSigner(
+        "", FakeClock(1_000_000.0)
+    ).sign(PATH, 1)
+    assert ImageUrlSigner("", FakeClock(1_000_000.0)).process_local
 
 
 def test_pace_estimates_from_what_ran() -> None:

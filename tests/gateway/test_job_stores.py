@@ -24,23 +24,16 @@ from gateway.jobs.store import (
 )
 from gateway.jobs.store_redis import RedisJobStore
 from gateway.jobs.store_sqlite import SqliteJobStore
+from tests.support.fake_clock import FakeClock
 
 TTL_S = 100.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = time.time()
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture(params=["sqlite", "redis"])
 async def store(
     request: pytest.FixtureRequest, tmp_path: Path
-) -> AsyncIterator[tuple[JobStore, Clock]]:
-    clock = Clock()
+) -> AsyncIterator[tuple[JobStore, FakeClock]]:
+    clock = FakeClock(time.time())
     if request.param == "sqlite":
         made: JobStore = SqliteJobStore(tmp_path / "jobs.sqlite3", TTL_S, clock=clock)
     else:
@@ -63,7 +56,7 @@ def _job(owner: str = "key:a", callback_url: str = "", at: float = 0.0) -> Job:
     )
 
 
-async def test_a_job_runs_once_and_keeps_its_images(store: tuple[JobStore, Clock]) -> None:
+async def test_a_job_runs_once_and_keeps_its_images(store: tuple[JobStore, FakeClock]) -> None:
     jobs, clock = store
     job = _job(at=clock.now)
     await jobs.submit(job, max_active=8, max_kept=32)
@@ -95,7 +88,7 @@ async def test_a_job_runs_once_and_keeps_its_images(store: tuple[JobStore, Clock
     assert await jobs.get(job.id) is None and await jobs.images(job.id) == []
 
 
-async def test_limits_per_owner(store: tuple[JobStore, Clock]) -> None:
+async def test_limits_per_owner(store: tuple[JobStore, FakeClock]) -> None:
     jobs, clock = store
     first, second = _job(at=clock.now - 1), _job(at=clock.now)
     await jobs.submit(first, max_active=2, max_kept=3)
@@ -122,7 +115,7 @@ async def test_limits_per_owner(store: tuple[JobStore, Clock]) -> None:
     assert {j.owner for j in await jobs.list_jobs(None, 10)} == {"key:a", "key:b"}
 
 
-async def test_cancel_drops_a_late_result(store: tuple[JobStore, Clock]) -> None:
+async def test_cancel_drops_a_late_result(store: tuple[JobStore, FakeClock]) -> None:
     jobs, clock = store
     queued, running = _job(at=clock.now - 1), _job(at=clock.now)
     for job in (queued, running):
@@ -155,7 +148,7 @@ async def test_cancel_drops_a_late_result(store: tuple[JobStore, Clock]) -> None
 
 
 async def test_a_dead_workers_job_is_taken_over_then_given_up(
-    store: tuple[JobStore, Clock],
+    store: tuple[JobStore, FakeClock],
 ) -> None:
     jobs, clock = store
     job = _job(at=clock.now)
@@ -180,7 +173,7 @@ async def test_a_dead_workers_job_is_taken_over_then_given_up(
 
 
 async def test_release_puts_a_job_back_without_counting_an_attempt(
-    store: tuple[JobStore, Clock],
+    store: tuple[JobStore, FakeClock],
 ) -> None:
     jobs, clock = store
     job = _job(at=clock.now)
@@ -197,7 +190,7 @@ async def test_release_puts_a_job_back_without_counting_an_attempt(
     assert (await jobs.get(job.id)).error == error  # type: ignore[union-attr]
 
 
-async def test_callbacks_are_leased_retried_and_recorded(store: tuple[JobStore, Clock]) -> None:
+async def test_callbacks_are_leased_retried_and_recorded(store: tuple[JobStore, FakeClock]) -> None:
     jobs, clock = store
     job = _job(callback_url="https://hooks.example.com/done", at=clock.now)
     await jobs.submit(job, max_active=8, max_kept=32)
@@ -223,7 +216,7 @@ async def test_callbacks_are_leased_retried_and_recorded(store: tuple[JobStore, 
 
 
 async def test_jobs_outlive_the_store_object(
-    store: tuple[JobStore, Clock], tmp_path: Path, request: pytest.FixtureRequest
+    store: tuple[JobStore, FakeClock], tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     jobs, clock = store
     job = _job(at=clock.now)

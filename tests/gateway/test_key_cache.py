@@ -16,6 +16,7 @@ from gateway.settings import GatewaySettings
 from gateway.tenancy.auth import Authenticator
 from gateway.tenancy.keys import ApiKeyRecord
 from gateway.tenancy.keys_sqlite import SqliteKeyStore
+from tests.support.fake_clock import FakeClock
 
 
 class CountingStore(SqliteKeyStore):
@@ -33,17 +34,9 @@ class CountingStore(SqliteKeyStore):
         return super().get(key_id)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> FakeClock:
+    return FakeClock(1000.0)
 
 
 async def _until(condition: Callable[[], bool]) -> None:
@@ -53,7 +46,7 @@ async def _until(condition: Callable[[], bool]) -> None:
             await asyncio.sleep(0.005)
 
 
-async def test_concurrent_misses_share_one_lookup(tmp_path: Path, clock: Clock) -> None:
+async def test_concurrent_misses_share_one_lookup(tmp_path: Path, clock: FakeClock) -> None:
     store = CountingStore(tmp_path / "keys.sqlite3")
     key_id, key = store.create("a", ["*"], "free")
     auth = Authenticator(GatewaySettings(key_cache_ttl_s=5), store, clock)
@@ -65,7 +58,9 @@ async def test_concurrent_misses_share_one_lookup(tmp_path: Path, clock: Clock) 
     assert store.gets == 2
 
 
-async def test_a_key_in_use_is_refreshed_before_it_expires(tmp_path: Path, clock: Clock) -> None:
+async def test_a_key_in_use_is_refreshed_before_it_expires(
+    tmp_path: Path, clock: FakeClock
+) -> None:
     store = CountingStore(tmp_path / "keys.sqlite3")
     key_id, key = store.create("a", ["*"], "free")
     auth = Authenticator(GatewaySettings(key_cache_ttl_s=5), store, clock)
@@ -90,7 +85,7 @@ async def test_a_key_in_use_is_refreshed_before_it_expires(tmp_path: Path, clock
 
 
 async def test_unknown_ids_cost_and_answer_what_a_wrong_secret_does(
-    tmp_path: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The decision path, not its timing: the same hashing and comparison, the same answer.
     import gateway.tenancy.keys as keys_module
@@ -126,7 +121,7 @@ async def test_unknown_ids_cost_and_answer_what_a_wrong_secret_does(
 
 
 async def test_made_up_ids_never_push_real_keys_out_of_the_cache(
-    tmp_path: Path, clock: Clock
+    tmp_path: Path, clock: FakeClock
 ) -> None:
     from gateway.tenancy.auth import _CACHE_ENTRIES
     from gateway.tenancy.keys import new_key

@@ -19,20 +19,13 @@ from gateway.errors import (
     UpstreamError,
     UpstreamUnavailable,
 )
+from tests.support.fake_clock import FakeClock
 
 CONFIG = {
     "name": "m",
     "max_batch_size": 0,
     "input": [{"name": "X", "data_type": "TYPE_FP32", "dims": ["1"]}],
 }
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _dead(model: str) -> ModelUnhealthy:
@@ -71,7 +64,7 @@ def test_internal_errors_open_it_only_in_a_row_and_client_faults_never() -> None
 
 
 def test_retry_after_follows_the_next_attempt_and_close_says_how_long() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     breakers = Breakers(failures=1, clock=clock)
     breakers.failure("m", UpstreamError("boom"))
     breakers.retry_at("m", clock.now + 7.2)

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from loadtest.isolation import body_of_size
+from loadtest.isolation import ATTACKER_ADDRESS, build_parser, scenarios
+from loadtest.isolation_stack import DEFAULT_SETTINGS, SCENARIO_KEYS, body_of_size
 from loadtest.registry import run_named
 
 pytestmark = pytest.mark.integration
@@ -23,6 +25,22 @@ def test_a_body_of_a_size_is_a_request_of_about_that_size() -> None:
     assert abs(len(body) - 100_000) <= 16  # the shape's digits
     document = json.loads(body)
     assert len(document["inputs"][0]["data"]) == document["inputs"][0]["shape"][0]
+
+
+def test_scenarios_can_be_chosen_and_every_attack_leaves_from_the_attacker_address() -> None:
+    every = scenarios("http://127.0.0.1:1", lambda name, tier: "key", DEFAULT_SETTINGS)
+    assert tuple(s.key for s in every) == SCENARIO_KEYS
+    for scenario in every:
+        target = getattr(scenario.target, "inner", scenario.target)  # a paced target wraps one
+        assert target.source_address == ATTACKER_ADDRESS, scenario.key
+    args = build_parser().parse_args(["--scenario", "flood", "--scenario", "idle"])
+    chosen = replace(DEFAULT_SETTINGS, only=tuple(args.scenario))
+    assert [s.key for s in scenarios("http://127.0.0.1:1", lambda n, t: "k", chosen)] == [
+        "idle",
+        "flood",
+    ]
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--scenario", "nonsense"])
 
 
 def test_isolation_benchmark_runs_and_reports(

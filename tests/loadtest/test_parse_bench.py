@@ -1,5 +1,6 @@
 """Smoke test of the KServe parsing benchmark: it runs and prints one row per request shape, then the
-event loop's lag while a big JSON body is parsed in each place."""
+event loop's lag while a big JSON body is parsed in each place, then the same for OpenAI embeddings
+bodies decoded on the loop or in the parse process."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from loadtest.registry import run_named
 
 def test_parse_bench_prints_its_tables(capsys: pytest.CaptureFixture[str]) -> None:
     assert run_named("parse", ["--repeat", "1"]) == 0
-    shapes, _, lag = capsys.readouterr().out.strip().partition("\n\n")
+    shapes, lag, openai = capsys.readouterr().out.strip().split("\n\n")
     lines = shapes.splitlines()
     assert lines[0].split()[:2] == ["request", "body"] and len(lines) == 9
     assert all(float(line.split()[-1]) >= 0 for line in lines[1:])
@@ -25,3 +26,8 @@ def test_parse_bench_prints_its_tables(capsys: pytest.CaptureFixture[str]) -> No
     for place in ("event loop", "thread", "process"):
         assert sum(place in line for line in lag_lines[1:]) == 2, place
     assert all(float(line.split()[-1]) >= 0 for line in lag_lines[1:])
+    openai_lines = openai.splitlines()
+    assert openai_lines[0].split()[:2] == ["embeddings", "MiB"] and len(openai_lines) == 7
+    for place in ("event loop", "process"):
+        assert sum(place in line for line in openai_lines[1:]) == 2, place
+    assert all(float(line.split()[-1]) >= 0 for line in openai_lines[1:])

@@ -7,6 +7,7 @@ are exercised against Triton in ``tests/builders/test_image_classifier_gpu.py``)
 from __future__ import annotations
 
 from serving.step_metrics import StepTimes
+from tests.support.fake_clock import FakeClock
 
 
 class _Metric:
@@ -36,16 +37,8 @@ class _PbUtils:
         self.MetricFamily = MetricFamily
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_steps_are_summed_and_handed_over_once_per_interval() -> None:
-    pb, clock = _PbUtils(), _Clock()
+    pb, clock = _PbUtils(), FakeClock()
     steps = StepTimes(pb, "pipeline", "1", ("decode", "respond"), flush_s=1.0, clock=clock)
     for _ in range(3):
         with steps.step("decode"):
@@ -71,7 +64,7 @@ def test_steps_are_summed_and_handed_over_once_per_interval() -> None:
 
 
 def test_a_failing_step_still_counts_its_time() -> None:
-    pb, clock = _PbUtils(), _Clock()
+    pb, clock = _PbUtils(), FakeClock()
     steps = StepTimes(pb, "m", "1", ("decode",), clock=clock)
     try:
         with steps.step("decode"):

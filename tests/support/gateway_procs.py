@@ -103,6 +103,10 @@ def start_gateway(workdir: Path, triton_http_url: str, **settings: object) -> Ga
         "tier_limits": TEST_TIERS,
         "triton_stats_interval_s": 0.5,
         "workers": 1,  # one process unless a test asks for more (automatic would be one per core with Redis)
+        # Every test connects from 127.0.0.1, some in tight loops of new connections: a per-address
+        # rate in connections per second would make their answers depend on the machine's speed.
+        # The accept rate's own tests (test_gateway_accept_rate.py) switch it on with their settings.
+        "accept_rate_per_s": 0,
         "log_level": "info",
     }
     values.update(settings)

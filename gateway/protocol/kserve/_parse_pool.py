@@ -15,6 +15,9 @@ The pool is the app's (built in its lifespan, shut down with it); its workers ar
 forked (the serving process has threads), when the first big bodies come (a gateway that never gets
 one never starts them; the first one waits for a worker's start, about a second, off the loop). The errors are the same :class:`~gateway.errors.BadRequest` the parse raises in
 process: the worker runs exactly :func:`gateway.protocol.kserve._rest.parse_rest`.
+
+The same pool decodes the other APIs' big JSON bodies (:meth:`ParsePool.run` with any picklable
+function of the body's bytes: the OpenAI routes send ``json.loads``, :mod:`gateway.routes._pooled_json`).
 """
 
 from __future__ import annotations
@@ -25,9 +28,12 @@ import logging
 import multiprocessing
 import os
 import tempfile
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 from gateway.errors import ServiceUnavailable
 from gateway.protocol.kserve._rest import ParseLimits, parse_rest
@@ -36,6 +42,8 @@ from gateway.protocol.kserve._types import InferRequest
 __all__ = ["ParsePool"]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: where bodies wait for their worker: memory, where the system has it
 _SPILL_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else None
@@ -53,9 +61,9 @@ def _spill(body: bytes) -> str:
     return path
 
 
-def _parse_file(path: str, header_length: str | None, limits: ParseLimits) -> InferRequest:
-    """What a worker runs: :func:`parse_rest` of the body in ``path``."""
-    return parse_rest(Path(path).read_bytes(), header_length, limits)
+def _run_file(work: Callable[[bytes], T], path: str) -> T:
+    """What a worker runs: ``work`` of the body in ``path``."""
+    return work(Path(path).read_bytes())
 
 
 class ParsePool:
@@ -88,14 +96,26 @@ class ParsePool:
             BadRequest: the body is malformed (as :func:`parse_rest` raises it).
             ServiceUnavailable: the worker died under this body (the pool is started again).
         """
+        return await self.run(partial(parse_rest, header_length=header_length, limits=limits), body)
+
+    async def run(self, work: Callable[[bytes], T], body: bytes) -> T:
+        """``work(body)`` in a worker process; its result (or exception) comes back pickled.
+
+        Args:
+            work: a picklable function of the body's bytes (a module-level function or a
+                ``functools.partial`` of one).
+            body: the request body.
+
+        Raises:
+            ServiceUnavailable: the worker died under this body (the pool is started again).
+            Exception: whatever ``work`` raised.
+        """
         if self._executor is None:
             raise RuntimeError("the parse pool is not started")
         executor = self._executor
         path = await asyncio.to_thread(_spill, body)
         try:
-            return await asyncio.wrap_future(
-                executor.submit(_parse_file, path, header_length, limits)
-            )
+            return await asyncio.wrap_future(executor.submit(_run_file, work, path))
         except BrokenProcessPool:
             log.error("a body parser process died; the pool is started again")
             if self._executor is executor:

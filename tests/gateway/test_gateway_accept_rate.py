@@ -1,0 +1,116 @@
+"""The accept rate per peer address, on the real gateway process over raw sockets.
+
+A peer address past its burst of new connections gets a canned 429 (problem+json, Retry-After) at
+accept, before any parsing, and the connection is closed; other addresses are served. Peers are told
+apart by their loopback source address (127.0.0.0/8 is all loopback); every connection goes to
+127.0.0.1. The gateway's own start-up probes come from 127.0.0.1, so the tests use other addresses.
+The rate is one connection per 1,000 s: no token comes back while a test runs, whatever the load.
+No Triton is needed (``/healthz`` is the gateway's own liveness), so the gateway points at a closed port.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+from gateway.http.accept_rate import AcceptRate
+from tests.support.fake_clock import FakeClock
+
+pytestmark = pytest.mark.integration
+
+BURST = 3
+Address = tuple[str, int]
+
+
+@pytest.fixture(scope="module")
+def rated(gateway_factory):  # type: ignore[no-untyped-def]
+    # Deadlines far longer than a test, so no held connection is closed by a timeout meanwhile.
+    gateway = gateway_factory(
+        "127.0.0.1:9",
+        accept_rate_per_s=0.001,
+        accept_burst=BURST,
+        max_connections_per_peer=BURST,
+        header_timeout_s=60.0,
+        keep_alive_timeout_s=60.0,
+    )
+    return ("127.0.0.1", int(gateway.url.rsplit(":", 1)[1]))
+
+
+def _get(address: Address, source: str) -> bytes:
+    """GET /healthz on a new connection from ``source``, sent at once; all the gateway sends until it closes."""
+    with socket.create_connection(address, timeout=20, source_address=(source, 0)) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _problem(answer: bytes, status: int) -> tuple[bytes, dict[str, object]]:
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(f"HTTP/1.1 {status} ".encode()), answer[:300]
+    assert b"content-type: application/problem+json" in head.lower()
+    return head.lower(), json.loads(body)
+
+
+def test_a_peer_past_its_burst_gets_a_canned_429_and_other_peers_are_served(rated) -> None:  # type: ignore[no-untyped-def]
+    # Each connection is closed before the next: the burst counts connections opened, not held.
+    for _ in range(BURST):
+        assert _get(rated, "127.0.0.2").startswith(b"HTTP/1.1 200")
+    head, problem = _problem(_get(rated, "127.0.0.2"), 429)
+    assert b"retry-after: " in head and b"connection: close" in head
+    assert int(head.split(b"retry-after: ")[1].split(b"\r\n")[0]) >= 1
+    assert "opens connections faster" in str(problem["detail"])
+    # The refusal is read although the request was sent before the gateway closed (no reset).
+    for _ in range(5):
+        _problem(_get(rated, "127.0.0.2"), 429)
+    assert _get(rated, "127.0.0.3").startswith(b"HTTP/1.1 200")
+
+
+def test_refused_connections_never_count_against_the_connection_caps(rated) -> None:  # type: ignore[no-untyped-def]
+    held = [
+        socket.create_connection(rated, timeout=20, source_address=("127.0.0.4", 0))
+        for _ in range(BURST)
+    ]
+    try:
+        for _ in range(BURST * 3):  # refused at accept, so the address's cap is never reached
+            _, problem = _problem(_get(rated, "127.0.0.4"), 429)
+            assert "opens connections faster" in str(problem["detail"])
+        held[0].sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert held[0].recv(65536).startswith(b"HTTP/1.1 200")
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_the_bucket_allows_a_burst_then_the_rate() -> None:
+    clock = FakeClock(100.0)
+    rate = AcceptRate(10.0, 4, clock=clock)
+    assert [rate.admit("a") for _ in range(4)] == [0.0] * 4
+    wait = rate.admit("a")
+    assert wait == pytest.approx(0.1)
+    assert rate.retry_after_s(wait) == 1
+    assert rate.admit("b") == 0.0  # another address has its own bucket
+    clock.now += 0.1
+    assert rate.admit("a") == 0.0
+    assert rate.admit("a") > 0
+    clock.now += 0.4  # refilled: a whole burst again
+    assert [rate.admit("a") for _ in range(4)] == [0.0] * 4
+
+
+def test_refilled_buckets_are_dropped_and_the_table_is_bounded() -> None:
+    clock = FakeClock(100.0)
+    rate = AcceptRate(10.0, 2, max_peers=50, clock=clock)
+    for i in range(20):
+        rate.admit(f"10.0.0.{i}")
+    clock.now += 1.0  # every bucket has refilled: each new check drops old ones
+    for i in range(20):
+        rate.admit(f"10.0.1.{i}")
+    assert len(rate) <= 21
+    for i in range(500):  # all at once, none refilled: the cap holds
+        rate.admit(f"10.0.2.{i}")
+    assert len(rate) == 50
+    off = AcceptRate(0, 1)
+    assert not off.enabled and off.admit("a") == 0.0 and len(off) == 0
