@@ -55,7 +55,6 @@ from gateway.jobs.service import ImageJobs
 from gateway.jobs.store import JobStore
 from gateway.observe.stats import LatencyTracker
 from gateway.observe.timing import watch_event_loop
-from gateway.openai_tasks import OpenAITasks
 from gateway.protocol.kserve import ParsePool
 from gateway.routes import (
     admin,
@@ -71,8 +70,9 @@ from gateway.routes import (
 from gateway.routes import traffic as traffic_routes
 from gateway.routes.kserve_grpc import start_grpc_server
 from gateway.routes.openapi_doc import document_security
-from gateway.service import InferenceService
 from gateway.settings import GatewaySettings
+from gateway.tasks.openai import OpenAITasks
+from gateway.tasks.service import InferenceService
 from gateway.tenancy.auth import Authenticator
 from gateway.tenancy.context import CONTEXT_KEY
 from gateway.tenancy.inflight_bytes import InFlightBytes

@@ -4,7 +4,7 @@ Every KServe v2 request is parsed (``gateway.protocol.kserve.parse_rest``) and r
 (``encode_rest``) instead of being forwarded as received; this prints what that costs, in process,
 for bodies as ``tritonclient.http`` builds them, beside what the gateway weighs each body at before
 parsing it (``RestBody.work_bytes``) and where it therefore checks it: on the event loop up to
-``gateway.service.PARSE_INLINE_WORK``, in a worker thread above, in a parse process from
+``gateway.tasks.service.PARSE_INLINE_WORK``, in a worker thread above, in a parse process from
 ``GATEWAY_PARSE_PROCESS_MIN_BYTES`` (by default).
 
 A second table times big JSON bodies (2 and 15 MiB of FP32 values, the free tier's cap and about the
@@ -38,8 +38,8 @@ import tritonclient.http as http
 
 from gateway.protocol.kserve import ParseLimits, ParsePool, RestBody, encode_rest, parse_rest
 from gateway.protocol.rest import EmbeddingsRequest
-from gateway.service import PARSE_INLINE_WORK
 from gateway.settings import DEFAULT_PARSE_PROCESS_MIN_BYTES
+from gateway.tasks.service import PARSE_INLINE_WORK
 
 __all__ = ["build_parser", "run"]
 

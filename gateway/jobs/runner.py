@@ -2,7 +2,7 @@
 
 Each process runs ``GATEWAY_JOB_WORKERS`` job loops and one callback loop (its app's lifespan starts
 and stops them). A job loop claims a job from the shared store (:mod:`gateway.jobs.store`: atomic, one
-worker per job), runs it through :meth:`gateway.openai_tasks.OpenAITasks.run_image_job` with the
+worker per job), runs it through :meth:`gateway.tasks.openai.OpenAITasks.run_image_job` with the
 job's deadline (which travels to Triton as each request's timeout), and renews its lease every
 ``GATEWAY_JOB_HEARTBEAT_S``. A renewal that finds the job cancelled (from any replica) cancels the
 run: the gateway stops waiting for Triton, Triton drops what is still queued when the deadline it was
@@ -41,9 +41,9 @@ from gateway.http.problems import ProblemRenderer
 from gateway.jobs.callbacks import CallbackSender
 from gateway.jobs.service import job_document
 from gateway.jobs.store import CallbackState, Job, JobError, JobStatus, JobStore, Outcome
-from gateway.openai_inputs import IMAGE_FORMATS, ImageRequest
-from gateway.openai_tasks import OpenAITasks
 from gateway.settings import GatewaySettings
+from gateway.tasks.openai import OpenAITasks
+from gateway.tasks.openai_inputs import IMAGE_FORMATS, ImageRequest
 from gateway.tenancy.context import Principal, RequestContext
 from gateway.tenancy.usage import UsageMeter
 

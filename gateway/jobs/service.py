@@ -1,6 +1,6 @@
 """Image generation jobs as the API offers them: submit, read, list, cancel, delete, fetch the result.
 
-Protocol-neutral like :mod:`gateway.service` (no FastAPI, no REST models); the routes in
+Protocol-neutral like :mod:`gateway.tasks.service` (no FastAPI, no REST models); the routes in
 :mod:`gateway.routes.jobs` translate HTTP. The work itself is done by :mod:`gateway.jobs.runner`.
 
 Rules:
@@ -25,8 +25,8 @@ from typing import Any
 from gateway.errors import JobNotFinished, NotFound
 from gateway.jobs.callbacks import CallbackPolicy
 from gateway.jobs.store import Job, JobStatus, JobStore, looks_like_job_id, new_job_id
-from gateway.openai_inputs import ImageRequest
-from gateway.openai_tasks import OpenAITasks
+from gateway.tasks.openai import OpenAITasks
+from gateway.tasks.openai_inputs import ImageRequest
 from gateway.tenancy.context import Principal, RequestContext
 from serving.limits import DEFAULT_LIMITS, JobLimits
 

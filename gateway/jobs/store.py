@@ -116,7 +116,7 @@ class Job:
         owner: the submitting credential's ``client_id``: the only one that may read or cancel it.
         kind, tier, scopes: the rest of the submitting principal (the run's priority and share).
         model: the Triton model (admission passed at submission).
-        request: the :class:`gateway.openai_inputs.ImageRequest` as JSON, plus ``response_format``.
+        request: the :class:`gateway.tasks.openai_inputs.ImageRequest` as JSON, plus ``response_format``.
         status: see the module docstring.
         created_at, started_at, finished_at, expires_at: Unix times (``None`` until they happen).
         attempts: claims so far.

@@ -20,7 +20,6 @@ from pydantic import (
     field_validator,
 )
 
-from gateway.openai_inputs import ImageRequest
 from gateway.protocol.errors import (
     INFERENCE_ERRORS,
     KSERVE_ERRORS,
@@ -32,6 +31,7 @@ from gateway.protocol.errors import (
     openai_responses,
     problem_responses,
 )
+from gateway.tasks.openai_inputs import ImageRequest
 from serving.limits import DEFAULT_LIMITS
 
 _EMBEDDINGS = DEFAULT_LIMITS.embeddings

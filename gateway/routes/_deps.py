@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import Request
 
 from gateway.observe.stats import LatencyTracker
-from gateway.service import InferenceService
+from gateway.tasks.service import InferenceService
 from gateway.tenancy.auth import Authenticator
 from gateway.tenancy.context import CONTEXT_KEY, RequestContext
 from gateway.tenancy.keys import KeyStore

@@ -12,7 +12,7 @@ from gateway.protocol.rest import (
     ClassifyResult,
     ClassPrediction,
 )
-from gateway.service import InferenceService
+from gateway.tasks.service import InferenceService
 from gateway.tenancy.context import RequestContext
 from serving.limits import DEFAULT_LIMITS
 

@@ -11,7 +11,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from gateway.errors import UpstreamUnavailable
 from gateway.observe.stats import LatencyTracker
 from gateway.protocol.rest import Health, kserve_responses, problem_responses
-from gateway.service import InferenceService
+from gateway.tasks.service import InferenceService
 
 from ._deps import get_service, get_tracker
 

@@ -20,7 +20,7 @@ from starlette.routing import BaseRoute, Route
 from gateway.errors import BadRequest, ModelNotReady
 from gateway.protocol.kserve import HEADER_LENGTH, RestBody
 from gateway.protocol.rest import KSERVE_ERRORS, kserve_responses
-from gateway.service import InferenceService
+from gateway.tasks.service import InferenceService
 from gateway.tenancy.context import CONTEXT_KEY, RequestContext
 
 from ._deps import ADMIN_AUTH, get_context, get_service

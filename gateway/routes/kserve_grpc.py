@@ -7,7 +7,7 @@ against the gateway unchanged. It is a second door to the same house, not a seco
 - authentication: the ``authorization`` metadata (``Bearer <api key | JWT>``) or ``x-api-key``,
   checked by the same :class:`~gateway.tenancy.auth.Authenticator` as HTTP;
 - scopes, rate limits, the in-flight bound and the request checks: the same
-  :class:`~gateway.service.InferenceService` calls as the REST routes (a ``ModelInferRequest`` is
+  :class:`~gateway.tasks.service.InferenceService` calls as the REST routes (a ``ModelInferRequest`` is
   checked by the REST parser's own rules, see :mod:`gateway.protocol.kserve`);
 - statistics: each admitted call is recorded in the same tracker, labelled with the HTTP status its
   outcome has on REST;
@@ -40,8 +40,8 @@ from gateway.errors import GatewayError
 from gateway.http.problems import ProblemRenderer
 from gateway.observe.stats import LatencyTracker
 from gateway.protocol.kserve import GrpcBody, response_from_rest
-from gateway.service import InferenceService
 from gateway.settings import GatewaySettings
+from gateway.tasks.service import InferenceService
 from gateway.tenancy.auth import Authenticator
 from gateway.tenancy.context import Principal, RequestContext
 from gateway.tenancy.usage import UsageMeter

@@ -3,7 +3,7 @@
 its ``url`` answers point to (no API key needed: :mod:`gateway.jobs.image_urls`).
 
 Errors on these paths are OpenAI's ``{"error": {"message", "type", "param", "code"}}`` (the SDKs
-show ``message``). The work is :class:`gateway.openai_tasks.OpenAITasks`; this module only
+show ``message``). The work is :class:`gateway.tasks.openai.OpenAITasks`; this module only
 translates HTTP.
 """
 
@@ -21,8 +21,6 @@ from gateway.jobs.image_store import ImageStore
 from gateway.jobs.image_urls import ImageUrlSigner
 from gateway.jobs.protocol import ImageJob
 from gateway.jobs.service import ImageJobs
-from gateway.openai_inputs import IMAGE_FORMATS
-from gateway.openai_tasks import OpenAITasks
 from gateway.protocol.rest import (
     OPENAI_ERRORS,
     EmbeddingData,
@@ -36,6 +34,8 @@ from gateway.protocol.rest import (
     Usage,
     openai_responses,
 )
+from gateway.tasks.openai import OpenAITasks
+from gateway.tasks.openai_inputs import IMAGE_FORMATS
 from gateway.tenancy.context import RequestContext
 
 from ._deps import get_context

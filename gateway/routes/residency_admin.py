@@ -15,7 +15,7 @@ from gateway.backends.residency import ResidencyManager
 from gateway.backends.residency_policy import ModelResidency
 from gateway.errors import Conflict
 from gateway.protocol.rest import problem_responses
-from gateway.service import InferenceService
+from gateway.tasks.service import InferenceService
 
 from ._deps import get_service
 

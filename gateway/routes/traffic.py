@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from gateway.backends.catalog import check_model_name
 from gateway.errors import NotFound
 from gateway.protocol.rest import problem_responses
-from gateway.service import InferenceService
+from gateway.tasks.service import InferenceService
 from gateway.tenancy.traffic import MAX_VERSIONS, MAX_WEIGHT, TrafficSplit
 
 from ._deps import get_service

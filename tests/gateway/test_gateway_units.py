@@ -20,8 +20,8 @@ from gateway.backends.triton import RawResponse, translate_error
 from gateway.http.problems import ErrorReport, ProblemRenderer
 from gateway.observe.stats import LATENCY_BUCKETS_S, LatencyTracker
 from gateway.protocol.kserve import InferRequest, RestBody
-from gateway.service import InferenceService
 from gateway.settings import GatewaySettings
+from gateway.tasks.service import InferenceService
 from gateway.tenancy.context import Principal, RequestContext
 from gateway.tenancy.keys import parse_key
 from gateway.tenancy.keys_sqlite import SqliteKeyStore

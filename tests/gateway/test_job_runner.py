@@ -22,8 +22,8 @@ from gateway.http.problems import ProblemRenderer
 from gateway.jobs.runner import JobRunner
 from gateway.jobs.store import Job, JobStatus, new_job_id
 from gateway.jobs.store_sqlite import SqliteJobStore
-from gateway.openai_inputs import ImageRequest
 from gateway.settings import GatewaySettings
+from gateway.tasks.openai_inputs import ImageRequest
 from gateway.tenancy.usage import UsageMeter
 
 

@@ -10,9 +10,9 @@ import pytest
 from gateway import errors
 from gateway.backends.model_cards import ModelCards
 from gateway.observe.stats import LatencyTracker
-from gateway.openai_tasks import OpenAITasks
-from gateway.service import InferenceService
 from gateway.settings import GatewaySettings
+from gateway.tasks.openai import OpenAITasks
+from gateway.tasks.service import InferenceService
 from gateway.tenancy.context import Principal, RequestContext
 from gateway.tenancy.ratelimit import InProcessRateLimiter
 from gateway.tenancy.tiers import TierLimit

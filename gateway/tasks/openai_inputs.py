@@ -1,7 +1,7 @@
 """The OpenAI-compatible tasks' inputs, checked: texts, token ids, ``dimensions`` and image requests.
 
 Pure functions of a request and the limits (:mod:`serving.limits`), with no service behind them:
-:mod:`gateway.openai_tasks` runs what they return, the job store (:mod:`gateway.jobs`) keeps
+:mod:`gateway.tasks.openai` runs what they return, the job store (:mod:`gateway.jobs`) keeps
 :class:`ImageRequest` as JSON, and every refusal is a :class:`gateway.errors.BadRequest` naming the
 field.
 """

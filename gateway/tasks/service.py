@@ -4,7 +4,7 @@ Protocol-neutral: no FastAPI, no REST models. Routes translate HTTP to these cal
 Triton side is an :class:`gateway.backends.triton.InferenceBackend`, so this layer runs against a fake in
 unit tests and the real server everywhere else. Admission (name, scope, limits, in-flight share,
 deadline, priority) is :mod:`gateway.tenancy.admission`; request limits come from :mod:`serving.limits`, the
-numbers the model configs carry. The OpenAI tasks are :mod:`gateway.openai_tasks`.
+numbers the model configs carry. The OpenAI tasks are :mod:`gateway.tasks.openai`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The OpenAI-compatible tasks: model listing, embeddings, image generation.
 
-Protocol-neutral like :mod:`gateway.service` (no FastAPI, no REST models): the routes in
+Protocol-neutral like :mod:`gateway.tasks.service` (no FastAPI, no REST models): the routes in
 :mod:`gateway.routes.openai` translate HTTP to these calls. Admission (name, scope, rate limits,
 in-flight share, deadline and priority: :mod:`gateway.tenancy.admission`) and the Triton backend are the
 service's; what a model is and allows comes from its card
@@ -40,7 +40,7 @@ from gateway.errors import (
     UpstreamTimeout,
 )
 from gateway.observe.generation_pace import GenerationPace
-from gateway.openai_inputs import (
+from gateway.tasks.openai_inputs import (
     ImageRequest,
     check_dimensions,
     check_text,
@@ -49,7 +49,7 @@ from gateway.openai_inputs import (
     image_work,
     token_row,
 )
-from gateway.service import InferenceService
+from gateway.tasks.service import InferenceService
 from gateway.tenancy.admission import Ticket
 from gateway.tenancy.context import RequestContext
 from serving.limits import DEFAULT_LIMITS, RequestLimits
