@@ -12,7 +12,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from gateway.backends.residency_metrics import ResidencyMetrics
 from loadtest.loadgen.mix import waited_for_load
-from loadtest.multimodel import load_figures, zipf_sequence
+from loadtest.multimodel import zipf_sequence
+from loadtest.multimodel_report import load_figures
 from loadtest.registry import run_named
 
 pytestmark = pytest.mark.integration
