@@ -63,7 +63,7 @@ from loadtest.bench.gpu_setup import (
 )
 from loadtest.bench.point_split import PointProbe
 from loadtest.bench.report import machine_description
-from loadtest.bench.servers import BenchGateway, gateway_server, naive_server
+from loadtest.bench.servers import BenchGateway, gateway_server, naive_server, naive_target
 from loadtest.bench.settings import Result
 from loadtest.loadgen import (
     LoadSpec,
@@ -74,7 +74,6 @@ from loadtest.loadgen import (
     run_load,
     twin_target,
 )
-from loadtest.loadgen.targets import HttpTarget
 from loadtest.payloads import image_tensors, jpeg_images
 from serving.launcher import TritonPorts, TritonServer
 
@@ -167,15 +166,7 @@ def _targets(
             priority=0,
         )
     if naive is not None:
-        images = image_tensors()
-        targets["naive"] = HttpTarget(
-            url=f"{naive}/predict",
-            name="naive",
-            requests=tuple(
-                (images[i : i + 1].tobytes(), {"Content-Type": "application/octet-stream"})
-                for i in range(len(images))
-            ),
-        )
+        targets["naive"] = naive_target(naive, image_tensors())
     return targets
 
 

@@ -30,7 +30,7 @@ from loadtest.bench.point_split import PointProbe
 from loadtest.bench.raw import raw_ceiling
 from loadtest.bench.report import compute_ratios, machine_description, print_report
 from loadtest.bench.repository import copy_pipeline, prepare_repository, tensor_names
-from loadtest.bench.servers import BenchGateway, gateway_server, naive_server
+from loadtest.bench.servers import BenchGateway, gateway_server, naive_server, naive_target
 from loadtest.bench.settings import ALL_CONFIGS, JPEG_CONFIGS, PIPELINE, BenchSettings, Result
 from loadtest.loadgen import (
     HttpTarget,
@@ -199,14 +199,7 @@ def _targets(
             name="gateway",
         )
     if "naive" in configs:
-        targets["naive"] = HttpTarget(
-            url=f"{naive_base}/predict",
-            name="naive",
-            requests=tuple(
-                (images[i : i + 1].tobytes(), {"Content-Type": "application/octet-stream"})
-                for i in range(len(images))
-            ),
-        )
+        targets["naive"] = naive_target(naive_base, images)
     if "gateway-jpeg" in configs:
         targets["gateway-jpeg"] = TritonTarget(
             url=address,
