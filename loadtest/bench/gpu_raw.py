@@ -56,7 +56,8 @@ def tensor_ceiling(
     """One row per (mode, batch size); throughput in images/s, latency per batch."""
     import torch
 
-    from serving.backends.pytorch.batch_runner import BatchRunner, InputSpec, TorchModule
+    from serving.backends.pytorch.batch_runner import BatchRunner, InputSpec
+    from serving.backends.pytorch.torch_module import TorchModule
 
     print("[bench] GPU ceiling in process ...", file=sys.stderr, flush=True)
     device = torch.device("cuda")
@@ -140,7 +141,8 @@ def jpeg_profile(
     the steps allow when run back to back in one process."""
     import torch
 
-    from serving.backends.pytorch.batch_runner import BatchRunner, InputSpec, TorchModule
+    from serving.backends.pytorch.batch_runner import BatchRunner, InputSpec
+    from serving.backends.pytorch.torch_module import TorchModule
     from serving.gpu_images import (
         DEFAULT_CHUNK,
         Preprocessing,
