@@ -38,16 +38,13 @@ from typing import Any
 import numpy as np
 
 from loadtest.diffusion_bench import (
-    BASE_SEED,
-    NEGATIVE,
-    PROMPT,
-    DiffusersSystem,
     add_checkpoint_arguments,
     machine_info,
     parse_sizes,
     prepare_checkpoint,
 )
 from loadtest.diffusion_process_report import Measured, write_results
+from loadtest.diffusion_systems import BASE_SEED, NEGATIVE, PROMPT, DiffusersSystem
 from serving.console import make_console
 
 __all__ = ["Budget", "ServedSystem", "build_parser", "plan", "run"]

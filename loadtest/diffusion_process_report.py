@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from loadtest.diffusion_bench import psnr
+from loadtest.diffusion_points import psnr
 from serving.console import Table
 
 __all__ = ["Measured", "results_summary", "results_table", "write_results"]
