@@ -17,7 +17,7 @@ exported with a dynamic batch axis (1..``max_batch``). Then, by flavour:
 
 Like every artifact it is checked against the FP32 PyTorch module on the spec's real sample inputs
 (the FP16 variant's tolerance on the GPU, the FP32 one on the CPU), loaded exactly as the backend
-loads it (:class:`~serving.backends.pytorch.batch_runner.TorchModule`), and published with a build
+loads it (:class:`~serving.backends.pytorch.torch_module.TorchModule`), and published with a build
 report: parity, export and compile times, the in-process throughput beside the eager module it
 replaces, device and versions.
 

@@ -4,6 +4,7 @@ BuildError
 ├── UnknownModelError      a name no spec answers to
 ├── MissingInputError      a checkpoint folder or weights file that is not there
 ├── ParityError            an artifact drifted past its tolerance from the PyTorch reference
+├── PrecisionError         an FP16/INT8 conversion failed (unreadable graph, unfit calibration inputs)
 └── EngineBuildError       TensorRT could not parse or build the ONNX graph
 """
 
@@ -14,6 +15,7 @@ __all__ = [
     "EngineBuildError",
     "MissingInputError",
     "ParityError",
+    "PrecisionError",
     "UnknownModelError",
 ]
 
@@ -34,6 +36,10 @@ class MissingInputError(BuildError):
 
 class ParityError(BuildError):
     pass
+
+
+class PrecisionError(BuildError):
+    """A precision conversion failed (unreadable graph, calibration inputs that do not fit)."""
 
 
 class EngineBuildError(BuildError):

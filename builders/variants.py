@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from builders import precision as precision_module
+from builders import precision_fp16, precision_int8
 from builders import repository as repo
 from builders.context import BuildContext, onnx_entry_config
 from builders.engine import EngineOptions
@@ -38,7 +39,14 @@ from builders.engine_entries import (
 from builders.errors import ParityError
 from builders.export import onnx_files
 from builders.parity import ParityResult, compare, run_onnx
-from builders.precision import DEFAULT_FP32_OPS, PRECISIONS, PrecisionError, convert
+from builders.precision import (
+    DEFAULT_FP32_OPS,
+    PRECISIONS,
+    Fp16Options,
+    Int8Options,
+    PrecisionError,
+    convert,
+)
 from builders.publication import Publication, current_report, digest_of
 from builders.report import BuildReport, file_sha256
 from builders.spec import ModelSpec, Tolerance
@@ -62,7 +70,12 @@ def variant_name(model: str, precision: str) -> str:
 
 def variant_hash(spec: ModelSpec, parent_hash: str, precision: str) -> str:
     """The parent's hash plus what makes this variant (precision, tolerance, conversion code)."""
-    code = (file_sha256(Path(precision_module.__file__)), file_sha256(Path(__file__)))
+    code = (
+        file_sha256(Path(precision_module.__file__)),
+        file_sha256(Path(precision_fp16.__file__)),
+        file_sha256(Path(precision_int8.__file__)),
+        file_sha256(Path(__file__)),
+    )
     return digest_of(
         parent_hash,
         precision,
@@ -211,7 +224,11 @@ def _build_variant(
     else:
         ctx.status(f"{name}: converting to {precision.upper()}")
         converted = convert(
-            precision, ctx.fp32_onnx, onnx_path, ctx.feeds, fp16_keep_float=spec.fp16_keep_float
+            precision,
+            ctx.fp32_onnx,
+            onnx_path,
+            ctx.feeds,
+            fp16=Fp16Options(keep_float=spec.fp16_keep_float),
         )
         timings[f"to_{precision}"] = converted.seconds
         method, studies = "", {}
@@ -317,9 +334,9 @@ def _calibrate(
             ctx.fp32_onnx,
             path,
             ctx.feeds,
-            int8_op_types=spec.int8_op_types,
-            int8_keep_float=spec.int8_keep_float,
-            int8_method=method,
+            int8=Int8Options(
+                op_types=spec.int8_op_types, keep_float=spec.int8_keep_float, method=method
+            ),
         )
         timings[f"to_int8_{method}"] = converted.seconds
         if (

@@ -29,6 +29,7 @@ from typing import Any
 from builders import repository as repo
 from builders.report import REPORT_NAME, BuildReport
 from builders.triton_config import read_config
+from promote.canary import CanaryWatch
 from promote.dependents import Dependent
 from promote.evaluation import EvaluationData, compare, infer_batch
 from promote.gates import PromotionPolicy
@@ -40,7 +41,6 @@ __all__ = ["PromotionTarget", "Rollout", "RolloutFailed", "StepObserver"]
 
 #: called with each recorded step (a dict: ``step``, ``at``, ``ok``, details) once it is written
 StepObserver = Callable[[dict[str, Any]], None]
-_POLL_S = 0.2
 
 
 class RolloutFailed(Exception):
@@ -211,7 +211,7 @@ class Rollout:
             seconds=self.policy.canary_duration_s,
             ensembles=[d.name for d in self.dependents],
         )
-        watch = _CanaryWatch(gateway, routes)
+        watch = CanaryWatch(gateway, routes)
         self.log(
             f"{self.model}: canary: {share:.0%} of traffic on version {new} (and through "
             f"{len(self.dependents)} ensemble copies) for at least {self.policy.canary_duration_s:g} s"
@@ -335,84 +335,3 @@ class Rollout:
         # the old weights named must stay loaded until then.
         if self.gateway is not None and self.policy.settle_s > 0:
             time.sleep(self.policy.settle_s)
-
-
-@dataclass(frozen=True)
-class _Verdict:
-    passed: bool
-    reason: str
-    figures: dict[str, Any]
-
-
-class _CanaryWatch:
-    """What the gateway routed to production and to the canary, per model, from when the watch was made.
-
-    The gateway counts each routed request's outcome (see ``gateway.tenancy.traffic``); Triton's own
-    statistics cannot serve here, since its Python-based backends report a request they answered
-    with an error as a success.
-    """
-
-    def __init__(self, gateway: GatewayTraffic, routes: dict[str, tuple[str, str]]) -> None:
-        self.gateway = gateway
-        self.routes = routes  # model -> (production target, canary target)
-        self.start = self._counts()
-        self.started_at = time.monotonic()
-
-    def _counts(self) -> dict[str, tuple[int, int]]:
-        """``production`` and ``canary``: (answered, failed), summed over the models."""
-        totals = {"production": [0, 0], "canary": [0, 0]}
-        for model, targets in self.routes.items():
-            outcomes = self.gateway.outcomes(model)
-            for side, target in zip(("production", "canary"), targets, strict=True):
-                answered, failed = outcomes.get(target, (0, 0))
-                totals[side][0] += answered
-                totals[side][1] += failed
-        return {side: (a, f) for side, (a, f) in totals.items()}
-
-    def _since(self) -> dict[str, tuple[int, int]]:
-        now = self._counts()
-        return {
-            side: (now[side][0] - self.start[side][0], now[side][1] - self.start[side][1])
-            for side in now
-        }
-
-    def wait(self, policy: PromotionPolicy) -> _Verdict:
-        """Wait for the canary's duration and its minimum of requests (at most ``canary_timeout_s``),
-        then compare the canary's error rate with production's in the same window."""
-        while True:
-            elapsed = time.monotonic() - self.started_at
-            since = self._since()
-            total = sum(since["canary"])
-            if elapsed >= policy.canary_timeout_s or (
-                elapsed >= policy.canary_duration_s and total >= policy.min_canary_requests
-            ):
-                break
-            time.sleep(_POLL_S)
-        failed, (prod_answered, prod_failed) = since["canary"][1], since["production"]
-        prod_total = prod_answered + prod_failed
-        rate = failed / total if total else 0.0
-        prod_rate = prod_failed / prod_total if prod_total else 0.0
-        figures = {
-            "seconds": round(elapsed, 2),
-            "canary_requests": total,
-            "canary_failed": failed,
-            "canary_error_rate": rate,
-            "production_requests": prod_total,
-            "production_failed": prod_failed,
-            "production_error_rate": prod_rate,
-        }
-        if total < policy.min_canary_requests:
-            return _Verdict(
-                False,
-                f"the canary saw {total} requests in {elapsed:.0f} s; it needs "
-                f"{policy.min_canary_requests}",
-                figures,
-            )
-        if rate > prod_rate + policy.max_canary_error_rate:
-            return _Verdict(
-                False,
-                f"{failed} of {total} canary requests failed (error rate {rate:.3f}; production "
-                f"{prod_rate:.3f}, allowed {policy.max_canary_error_rate:.3f} more)",
-                figures,
-            )
-        return _Verdict(True, "", figures)

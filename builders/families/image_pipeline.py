@@ -152,6 +152,7 @@ def gpu_classifier_spec(
     files = {
         "model.py": _MODELS / "image_classifier_gpu.py",
         "batch_runner.py": _SERVING / "backends" / "pytorch" / "batch_runner.py",
+        "torch_module.py": _SERVING / "backends" / "pytorch" / "torch_module.py",
         "gpu_images.py": _SERVING / "gpu_images.py",
         "step_metrics.py": _SERVING / "step_metrics.py",
         "image_preprocessing.py": Path(image_preprocessing.__file__),

@@ -145,7 +145,8 @@ class CompiledFlavour(WithoutVariants):
     ) -> CompiledArtifact:
         import torch
 
-        from serving.backends.pytorch.batch_runner import InputSpec, TorchModule, capture_sizes
+        from serving.backends.pytorch.batch_runner import InputSpec, capture_sizes
+        from serving.backends.pytorch.torch_module import TorchModule
 
         dtype = torch.float16 if self.gpu else torch.float32
         example = torch.from_numpy(loaded.feeds[spec.inputs[0].name]).to(self.device).to(dtype)

@@ -45,7 +45,7 @@ from typing import Any
 import torch
 import torch.utils.dlpack
 import triton_python_backend_utils as pb_utils
-from batch_runner import MODULE_FILES, BatchRunner, InputSpec, TorchModule, capture_sizes, cpu_share
+from batch_runner import BatchRunner, InputSpec, capture_sizes
 from gpu_images import (
     DecodeLimits,
     ImageError,
@@ -57,6 +57,7 @@ from gpu_images import (
     read_header,
 )
 from step_metrics import StepTimes
+from torch_module import MODULE_FILES, TorchModule, cpu_share
 
 
 def _floats(raw: str) -> tuple[float, float, float]:

@@ -18,5 +18,6 @@ __all__ = [
     "residency_settings",
     "residency_triton",
     "triton",
+    "triton_errors",
     "triton_grpc",
 ]

@@ -10,7 +10,7 @@ route behaves as with the HTTP transport:
   used (JSON ``data``, or the binary extension per output as the request asked; gzip/deflate when the
   client accepts it), so the routes cannot tell the transports apart;
 - gRPC status codes map to the HTTP statuses Triton's HTTP endpoint gives the same error, then go
-  through the same translation as the HTTP transport (:func:`gateway.backends.triton.translate_error`).
+  through the same translation as the HTTP transport (:func:`gateway.backends.triton_errors.translate_error`).
 
 Non-UTF-8 bytes in a BYTES output asked for as JSON are replaced (U+FFFD); ask for the output in
 binary to get them exactly.
@@ -34,7 +34,8 @@ from google.protobuf.message import Message
 from tritonclient.grpc import MAX_GRPC_MESSAGE_SIZE, service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException, deserialize_bytes_tensor
 
-from gateway.backends.triton import RawResponse, Tensor, reload_config, timeout_us, translate_error
+from gateway.backends.triton import RawResponse, Tensor, reload_config, timeout_us
+from gateway.backends.triton_errors import translate_error
 from gateway.errors import GatewayError, UpstreamUnavailable
 from gateway.protocol.kserve import HEADER_LENGTH, InferRequest, InputTensor
 from gateway.protocol.kserve._types import numpy_dtype

@@ -291,18 +291,7 @@ class OpenAITasks:
             async with gate:
                 route = service.traffic.route(ticket.model)
                 try:
-                    return await service.routed(
-                        ticket.model,
-                        route,
-                        service.backend.infer(
-                            route.model,
-                            inputs,
-                            outputs,
-                            timeout_s=ticket.remaining_s(),
-                            version=route.version,
-                            priority=ticket.priority,
-                        ),
-                    )
+                    return await service.infer_routed(route, ticket, inputs, outputs)
                 except GatewayError as exc:
                     if relabel is None:
                         raise

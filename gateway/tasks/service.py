@@ -134,18 +134,25 @@ class InferenceService:
     ) -> dict[str, np.ndarray]:
         route = self.traffic.route(ticket.model)
         with ctx.stages.stage("upstream"):
-            return await self.routed(
-                ticket.model,
-                route,
-                self.backend.infer(
-                    route.model,
-                    inputs,
-                    outputs,
-                    timeout_s=ticket.remaining_s(),
-                    version=route.version,
-                    priority=ticket.priority,
-                ),
-            )
+            return await self.infer_routed(route, ticket, inputs, outputs)
+
+    async def infer_routed(
+        self, route: Route, ticket: Ticket, inputs: Sequence[Tensor], outputs: Sequence[str]
+    ) -> dict[str, np.ndarray]:
+        """Run ``inputs`` on the version ``route`` names, under the ticket's deadline and priority;
+        the outcome counts for the canary of the ticket's model (see :meth:`routed`)."""
+        return await self.routed(
+            ticket.model,
+            route,
+            self.backend.infer(
+                route.model,
+                inputs,
+                outputs,
+                timeout_s=ticket.remaining_s(),
+                version=route.version,
+                priority=ticket.priority,
+            ),
+        )
 
     async def routed(self, model: str, route: Route, call: Awaitable[T]) -> T:
         """Await a call the traffic split routed, counting its outcome for ``model``'s canary."""

@@ -39,7 +39,6 @@ import argparse
 import contextlib
 import json
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -51,6 +50,13 @@ from pathlib import Path
 
 import numpy as np
 
+from loadtest.bench.embeddings_repository import (
+    DEFAULT_REPOSITORY,
+    ENCODER,
+    build_source,
+    prepare_repository,
+    variant_name,
+)
 from loadtest.bench.plot import save_bar_plot
 from loadtest.bench.servers import naive_embedding_server, start_triton
 from loadtest.bench.triton_split import model_counters
@@ -61,10 +67,7 @@ from serving.console import Table, print_table
 from serving.launcher import TritonPorts
 from serving.triton_clients import triton_client
 
-__all__ = ["Row", "build_parser", "prepare_repository", "run"]
-
-ENSEMBLE, ENCODER, STEPS = "text_embedding", "minilm_encoder", ("text_tokenizer", "text_pooling")
-DEFAULT_REPOSITORY = Path(".build") / "bench-embeddings-repository"
+__all__ = ["Row", "build_parser", "run"]
 
 
 @dataclass(frozen=True)
@@ -77,70 +80,6 @@ class Row:
     errors: int
     min_cosine: float | None  # vs sentence-transformers' encode, every text
     inferences_per_execution: float | None  # the encoder's, from Triton's statistics
-
-
-def _variant_name(label: str) -> str:
-    return (
-        label.replace("buckets=", "b")
-        .replace("cost=", "c")
-        .replace(",", "_")
-        .replace(" ", "")
-        .replace("-", "_")
-    )
-
-
-def prepare_repository(
-    source: Path,
-    target: Path,
-    variants: Sequence[tuple[str, bool, dict[str, str]]],
-    threads: int = 0,
-) -> dict[str, str]:
-    """Copy the built text pipeline into ``target`` and add one ensemble + encoder per variant.
-
-    Args:
-        variants: ``(label, ragged, parameters)``: the encoder's ragged flag and config parameters to set
-            (an empty value removes the parameter).
-        threads: the encoders' ONNX Runtime intra-op threads (0: the runtime's default, the cores).
-
-    Returns:
-        label -> ensemble name (``triton`` -> ``text_embedding``).
-    """
-    from builders.triton_config import read_config, write_config
-
-    if target.exists():
-        shutil.rmtree(target)
-    for name in (ENSEMBLE, ENCODER, *STEPS):
-        shutil.copytree(source / name, target / name, symlinks=True)
-    built = read_config(target / ENCODER / "config.pbtxt")
-    built.parameters["intra_op_thread_count"].string_value = str(threads)
-    write_config(built, target / ENCODER / "config.pbtxt")
-    names = {"triton": ENSEMBLE}
-    for label, ragged, parameters in variants:
-        suffix = "__" + _variant_name(label)
-        encoder = read_config(target / ENCODER / "config.pbtxt")
-        encoder.name = ENCODER + suffix
-        for message in encoder.input:
-            message.allow_ragged_batch = ragged
-        for key, value in parameters.items():
-            if value:
-                encoder.parameters[key].string_value = value
-            elif key in encoder.parameters:
-                del encoder.parameters[key]
-        shutil.copytree(
-            target / ENCODER, target / encoder.name, ignore=shutil.ignore_patterns("config.pbtxt")
-        )
-        write_config(encoder, target / encoder.name / "config.pbtxt")
-        ensemble = read_config(target / ENSEMBLE / "config.pbtxt")
-        ensemble.name = ENSEMBLE + suffix
-        for step in ensemble.ensemble_scheduling.step:
-            if step.model_name == ENCODER:
-                step.model_name = encoder.name
-        (target / ensemble.name).mkdir()
-        for version in (p for p in (target / ENSEMBLE).iterdir() if p.is_dir()):
-            shutil.copytree(version, target / ensemble.name / version.name)
-        write_config(ensemble, target / ensemble.name / "config.pbtxt")
-        names[label] = ensemble.name
-    return names
 
 
 def _embed_all(url: str, model: str, texts: Sequence[str], concurrency: int) -> np.ndarray:
@@ -223,51 +162,6 @@ def _fitted_duration(args: argparse.Namespace, configurations: int) -> float:
     return max(0.5, min(float(args.duration), fitted))
 
 
-def build_source(repository: Path, encoder: str, device: str = "cpu") -> Path:
-    """The text pipeline built into ``repository``, its encoder an ONNX or a TorchScript entry.
-
-    ``torchscript``: the encoder traced (FP32) and served by the ``pytorch`` backend on ``device``,
-    under the ONNX encoder's name and tensor names, ragged as the ONNX one is: how the pipeline runs
-    on a GPU host, which has no onnxruntime-gpu for its CUDA (see the README's known limits).
-    """
-    from builders.families.text_embedding import (
-        GPU_RUN_COST,
-        RUN_COST,
-        MiniLMEncoder,
-        embedding_spec,
-    )
-    from builders.pipeline import BuildOptions, build
-
-    if encoder == "onnx":
-        build([ENSEMBLE], BuildOptions(repository=repository, variants=False))
-        return repository
-    from builders.torchscript import TorchScriptOptions, build_torchscript
-    from builders.triton_config import read_config, write_config
-
-    build(list(STEPS), BuildOptions(repository=repository, variants=False))
-    name = ENCODER + "_torchscript"
-    build_torchscript(
-        repository, ENCODER, TorchScriptOptions(precision="fp32", device=device, name=name)
-    )
-    spec = MiniLMEncoder()
-    config = read_config(repository / name / "config.pbtxt")
-    config.name = ENCODER
-    for message, tensor in zip(config.input, spec.inputs, strict=True):
-        message.name, message.allow_ragged_batch = tensor.name, tensor.name in spec.ragged_inputs
-    config.output[0].name = spec.outputs[0].name
-    config.parameters["ragged_run_cost"].string_value = str(
-        GPU_RUN_COST if device == "cuda" else RUN_COST
-    )
-    shutil.rmtree(repository / ENCODER, ignore_errors=True)
-    (repository / name).rename(repository / ENCODER)
-    write_config(config, repository / ENCODER / "config.pbtxt")
-    ensemble = embedding_spec().config
-    shutil.rmtree(repository / ENSEMBLE, ignore_errors=True)
-    (repository / ENSEMBLE / "1").mkdir(parents=True)
-    write_config(ensemble, repository / ENSEMBLE / "config.pbtxt")
-    return repository
-
-
 def run_bench(args: argparse.Namespace) -> list[Row]:
     """Build (if needed), start the servers, check parity, run the alternating rounds; the table's rows."""
     texts = mixed_length_texts(args.texts)
@@ -338,7 +232,7 @@ def run_bench(args: argparse.Namespace) -> list[Row]:
         loads = [_machine_load()]
         for number in range(args.rounds):
             for label, target in targets.items():
-                encoder = ENCODER + ("" if label == "triton" else "__" + _variant_name(label))
+                encoder = ENCODER + ("" if label == "triton" else "__" + variant_name(label))
                 before = _encoder_counts(triton.http_url, encoder) if label in ensembles else (0, 0)
                 spec = LoadSpec(
                     target=target,

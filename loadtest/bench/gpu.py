@@ -37,18 +37,15 @@ import json
 import sys
 import tempfile
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from loadtest.bench.cpu_split import cpu_snapshot, cpu_split
 from loadtest.bench.gpu_report import evaluate_targets, print_gpu_report, result_row, save_gpu_plot
 from loadtest.bench.gpu_sanity import sanity
 from loadtest.bench.gpu_settings import GpuBenchSettings
 from loadtest.bench.gpu_setup import (
-    NOBATCH,
     PIPELINE,
     PIPELINE_COMPILED,
     TENSOR,
@@ -61,6 +58,7 @@ from loadtest.bench.gpu_setup import (
     sweep,
     unavailable,
 )
+from loadtest.bench.gpu_targets import IMAGES_PER_REQUEST, gpu_targets
 from loadtest.bench.point_split import PointProbe
 from loadtest.bench.report import machine_description
 from loadtest.bench.servers import BenchGateway, gateway_server, naive_server
@@ -74,7 +72,6 @@ from loadtest.loadgen import (
     run_load,
     twin_target,
 )
-from loadtest.loadgen.targets import HttpTarget
 from loadtest.payloads import image_tensors, jpeg_images
 from serving.launcher import TritonPorts, TritonServer
 
@@ -83,100 +80,6 @@ __all__ = ["GpuBenchSettings", "build_parser", "run", "run_gpu_bench"]
 
 def _log(message: str) -> None:
     print(f"[gpu-bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-# ----------------------------------------------------------------------------------- targets
-
-#: images per request where a configuration sends several (as perf_analyzer's ``-b``); the rest send one
-IMAGES_PER_REQUEST = {"tensor cuda-shm x8": 8}
-
-
-def _tensor_inputs(per_request: int = 1) -> tuple[dict[str, np.ndarray], ...]:
-    images = image_tensors()
-    return tuple(
-        {"INPUT__0": images[np.arange(i, i + per_request) % len(images)]}
-        for i in range(0, len(images), per_request)
-    )
-
-
-def _jpeg_inputs() -> tuple[dict[str, np.ndarray], ...]:
-    return tuple(
-        {"IMAGE": np.frombuffer(data, dtype=np.uint8).reshape(1, -1)} for data in jpeg_images()
-    )
-
-
-def _targets(
-    triton: TritonServer, gateway: BenchGateway | None, naive: str | None, compiled: str, gpu: bool
-) -> dict[str, Target]:
-    url = triton.http_url
-    # Direct clients ask for the first priority level, as the gateway does for its best tier: without
-    # one a request lands on the lowest level, whose queue (64) overflows at these concurrencies.
-    tensor = TritonTarget(
-        url=url,
-        model=TENSOR,
-        inputs=_tensor_inputs(),
-        outputs=("OUTPUT__0",),
-        name="tensor http",
-        priority=1,
-    )
-    jpeg = TritonTarget(
-        url=url,
-        model=PIPELINE,
-        inputs=_jpeg_inputs(),
-        outputs=("SCORES", "CLASS_IDS"),
-        name="jpeg",
-        priority=1,
-    )
-    targets: dict[str, Target] = {
-        "tensor http": tensor,
-        "tensor system-shm": replace(tensor, shared_memory="system", name="tensor system-shm"),
-        "tensor cuda-shm": replace(tensor, shared_memory="cuda", name="tensor cuda-shm"),
-        "tensor cuda-shm x8": replace(
-            tensor,
-            inputs=_tensor_inputs(IMAGES_PER_REQUEST["tensor cuda-shm x8"]),
-            shared_memory="cuda",
-            name="tensor cuda-shm x8",
-        ),
-        "tensor no-batching": replace(tensor, model=NOBATCH, name="tensor no-batching"),
-        # Batching on vs off where the transport is not the limit (over HTTP both move ~600 KB per image).
-        "tensor no-batching cuda-shm": replace(
-            tensor, model=NOBATCH, shared_memory="cuda", name="tensor no-batching cuda-shm"
-        ),
-        "jpeg": jpeg,
-    }
-    if not gpu:
-        del (
-            targets["tensor cuda-shm"],
-            targets["tensor cuda-shm x8"],
-            targets["tensor no-batching cuda-shm"],
-        )
-    if compiled:
-        shared = "cuda" if gpu else "system"
-        targets["tensor compiled cuda-shm"] = replace(
-            tensor, model=compiled, shared_memory=shared, name="tensor compiled cuda-shm"
-        )
-        targets["jpeg compiled"] = replace(jpeg, model=PIPELINE_COMPILED, name="jpeg compiled")
-    if gateway is not None:
-        base, key, _ = gateway
-        # The gateway sets the priority from the key's tier and refuses one a client sends.
-        targets["jpeg gateway"] = replace(
-            jpeg,
-            url=base.removeprefix("http://"),
-            headers={"Authorization": f"Bearer {key}"},
-            name="jpeg gateway",
-            priority=0,
-        )
-    if naive is not None:
-        images = image_tensors()
-        targets["naive"] = HttpTarget(
-            url=f"{naive}/predict",
-            name="naive",
-            requests=tuple(
-                (images[i : i + 1].tobytes(), {"Content-Type": "application/octet-stream"})
-                for i in range(len(images))
-            ),
-        )
-    return targets
 
 
 # ----------------------------------------------------------------------------------- the run
@@ -226,24 +129,44 @@ def _save(settings: GpuBenchSettings, document: dict[str, Any], results: list[Re
     )
 
 
+@dataclass
+class _Run:
+    """What the run's steps share: its settings and time budget, the document and the rows so far."""
+
+    settings: GpuBenchSettings
+    clock: Clock
+    document: dict[str, Any]
+    results: list[Result] = field(default_factory=list)
+
+    def save(self) -> None:
+        _save(self.settings, self.document, self.results)
+
+
+@dataclass(frozen=True)
+class _Servers:
+    """What the points are measured on: Triton, the gateway, the clients, and the instant twins."""
+
+    triton: TritonServer
+    gateway: BenchGateway | None
+    targets: dict[str, Target]
+    twins: dict[str, str]
+
+
 def run_gpu_bench(settings: GpuBenchSettings) -> dict[str, Any]:
     """The whole run; writes the files and returns the JSON document."""
-    from loadtest.bench.gpu_raw import jpeg_profile, tensor_ceiling
-
     settings.out_dir.mkdir(parents=True, exist_ok=True)
     machine = machine_description()
     (settings.out_dir / "machine.json").write_text(
         json.dumps(machine, indent=2) + "\n", encoding="utf-8"
     )
     started = time.perf_counter()
-    clock = Clock(settings.budget_s)
-    results: list[Result] = []
     document: dict[str, Any] = {
         "settings": {
             k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(settings).items()
         },
         "machine": machine,
     }
+    run = _Run(settings, Clock(settings.budget_s), document)
     with contextlib.ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpu-bench-")))
         root = workdir / "repository"
@@ -257,23 +180,7 @@ def run_gpu_bench(settings: GpuBenchSettings) -> dict[str, Any]:
         gpu = settings.device == "cuda"
         model_file = latest(root, TENSOR) / "model.pt"
         if gpu:
-            compiled_path = compiled_file(root, settings.compiled) if compiled else None
-            results += tensor_ceiling(
-                model_file,
-                image_tensors(),
-                settings.raw_batches,
-                settings.raw_seconds,
-                compiled_path,
-            )
-            document["jpeg_profile"] = [
-                jpeg_profile(model_file, jpeg_images(), b) for b in (64, 128)
-            ]
-            if compiled_path is not None:
-                document["jpeg_profile"] += [
-                    {**jpeg_profile(compiled_path, jpeg_images(), b), "classifier": compiled}
-                    for b in (64, 128)
-                ]
-            _save(settings, document, results)
+            _ceilings(run, root, model_file, compiled)
         _log("starting Triton ...")
         triton = stack.enter_context(
             TritonServer(
@@ -285,116 +192,29 @@ def run_gpu_bench(settings: GpuBenchSettings) -> dict[str, Any]:
         )
         document["sanity"] = sanity(triton, compiled, PIPELINE_COMPILED if compiled else "")
         _log(f"sanity: {document['sanity']}")
-        _save(settings, document, results)
+        run.save()
         workers = settings.workers()
         gateway = stack.enter_context(gateway_server(triton.http_url, workdir, workers=workers))
         naive = stack.enter_context(
             naive_server(settings.device, "fp16" if gpu else "fp32", workdir)
         )
-        targets = _targets(triton, gateway, naive, compiled, gpu)
+        targets = gpu_targets(triton, gateway, naive, compiled, gpu)
         points = _points(settings, targets)
-
-        def sweeps(reserve: float) -> None:
-            at = 64 if gpu else 8
-            document["sweep"] = []
-            for config in settings.sweep_configs:
-                config = config if gpu or config != "tensor cuda-shm" else "tensor system-shm"
-                if config not in targets:
-                    document["sweep"].append(
-                        {"entry": config, "error": unavailable(config, settings)}
-                    )
-                    continue
-                target = targets[config]
-                assert isinstance(target, TritonTarget)
-                document["sweep"].append(
-                    sweep(
-                        triton,
-                        root,
-                        target.model,
-                        target,
-                        settings,
-                        at,
-                        fits=lambda cost: clock.fits(cost, reserve),
-                    )
-                )
-                _save(settings, document, results)
 
         # Unbudgeted, the sweep comes first and the points measure its choice; with a budget the points
         # are the run's figures and come first (measuring the entries as built), the sweep takes what is left.
         if settings.sweep and not settings.budget_s:
-            sweeps(reserve=0.0)
+            _sweeps(run, triton, root, targets, reserve=0.0)
         twins = {
             name: stack.enter_context(instant_twin(triton.http_url, name))
             for name in (TENSOR, PIPELINE)
         }
+        servers = _Servers(triton, gateway, targets, twins)
         capacities: dict[tuple[str, int], float] = {}
         for name, concurrency in points:
-            if name not in targets:
-                results.append(_not_run(name, concurrency, unavailable(name, settings)))
-                continue
-            target = targets[name]
-            client = target.describe()
-            if not clock.fits(_point_cost(settings, (client, concurrency) not in capacities)):
-                results.append(
-                    _not_run(
-                        name,
-                        concurrency,
-                        f"the run's time budget of {settings.budget_s:g} s was spent",
-                    )
-                )
-                _log(f"{name} at concurrency {concurrency}: not run, the time budget is spent")
-                continue
-            spec = LoadSpec(
-                target=target,
-                concurrency=concurrency,
-                duration_s=settings.duration_s,
-                warmup_s=settings.warmup_s,
-                name=name,
-            )
-            if (client, concurrency) not in capacities:
-                twin = twins[PIPELINE] if "jpeg" in name else twins[TENSOR]
-                if isinstance(target, TritonTarget):
-                    capacity_target: Target = twin_target(target, twin, triton.http_url)
-                else:  # the naive server's client: the same POSTs, to the twin as KServe v2 requests
-                    capacity_target = twin_target(targets["tensor http"], twin, triton.http_url)  # type: ignore[arg-type]
-                _log(f"capacity of {client} at {concurrency}")
-                capacities[(client, concurrency)] = measure_capacity(
-                    replace(spec, duration_s=settings.capacity_s), capacity_target, settings.clients
-                ).throughput
-            _log(f"{name} at concurrency {concurrency}")
-            # Triton's own split of the point's time (queue, stub, outside Triton), for its targets
-            # (the gateway's requests reach the same model), and the gateway's where it is in the
-            # path (stages, the hop to Triton, before its code); the naive server has none.
-            probe = None
-            if isinstance(target, TritonTarget):
-                via = (
-                    (gateway.url, gateway.metrics_token)
-                    if gateway is not None and "gateway" in name
-                    else None
-                )
-                probe = PointProbe.start(
-                    triton.http_url, target.model, triton.metrics_url, gateway=via
-                )
-            cpu_before, point_started = cpu_snapshot(), time.perf_counter()
-            results.append(
-                result_row(
-                    name,
-                    run_load(spec, settings.clients),
-                    capacities[(client, concurrency)],
-                    IMAGES_PER_REQUEST.get(name, 1),
-                )
-            )
-            span, cpu_after = time.perf_counter() - point_started, cpu_snapshot()
-            if probe is not None:
-                row = probe.row(name, concurrency, results[-1].mean_ms)
-                row["cpu"] = cpu_split(cpu_before, cpu_after, span, row["requests"])
-                document.setdefault("triton_split", []).append(row)
-            _log(
-                f"  {results[-1].throughput:,.0f}/s, P99 {results[-1].p99_ms:.1f} ms, errors {results[-1].errors}"
-            )
-            _save(settings, document, results)
+            _point(run, servers, capacities, name, concurrency)
         if settings.sweep and settings.budget_s:
-            sweeps(reserve=5.0)  # the report is drawn after it
+            _sweeps(run, triton, root, targets, reserve=5.0)  # the report is drawn after it
         document["clients"] = {name: t.describe() for name, t in targets.items()}
         document["gateway_workers"] = workers
         for name in (PIPELINE, TENSOR):
@@ -402,6 +222,138 @@ def run_gpu_bench(settings: GpuBenchSettings) -> dict[str, Any]:
                 (latest(root, name) / "build_report.json").read_text(encoding="utf-8")
             )
     document["wall_s"] = time.perf_counter() - started
+    _finish(run)
+    return document
+
+
+def _ceilings(run: _Run, root: Path, model_file: Path, compiled: str) -> None:
+    """The in-process ceilings and the JPEG pipeline's step profile (GPU only), before any server."""
+    from loadtest.bench.gpu_raw import jpeg_profile, tensor_ceiling
+
+    settings, document = run.settings, run.document
+    compiled_path = compiled_file(root, settings.compiled) if compiled else None
+    run.results += tensor_ceiling(
+        model_file,
+        image_tensors(),
+        settings.raw_batches,
+        settings.raw_seconds,
+        compiled_path,
+    )
+    document["jpeg_profile"] = [jpeg_profile(model_file, jpeg_images(), b) for b in (64, 128)]
+    if compiled_path is not None:
+        document["jpeg_profile"] += [
+            {**jpeg_profile(compiled_path, jpeg_images(), b), "classifier": compiled}
+            for b in (64, 128)
+        ]
+    run.save()
+
+
+def _sweeps(
+    run: _Run, triton: TritonServer, root: Path, targets: dict[str, Target], reserve: float
+) -> None:
+    """The batching sweep of each of ``settings.sweep_configs``, within the budget less ``reserve``."""
+    settings, document = run.settings, run.document
+    gpu = settings.device == "cuda"
+    at = 64 if gpu else 8
+    document["sweep"] = []
+    for config in settings.sweep_configs:
+        config = config if gpu or config != "tensor cuda-shm" else "tensor system-shm"
+        if config not in targets:
+            document["sweep"].append({"entry": config, "error": unavailable(config, settings)})
+            continue
+        target = targets[config]
+        assert isinstance(target, TritonTarget)
+        document["sweep"].append(
+            sweep(
+                triton,
+                root,
+                target.model,
+                target,
+                settings,
+                at,
+                fits=lambda cost: run.clock.fits(cost, reserve),
+            )
+        )
+        run.save()
+
+
+def _point(
+    run: _Run,
+    servers: _Servers,
+    capacities: dict[tuple[str, int], float],
+    name: str,
+    concurrency: int,
+) -> None:
+    """One load point (its client's capacity first, where not measured yet), or a row saying why not."""
+    settings, results, targets = run.settings, run.results, servers.targets
+    if name not in targets:
+        results.append(_not_run(name, concurrency, unavailable(name, settings)))
+        return
+    target = targets[name]
+    client = target.describe()
+    if not run.clock.fits(_point_cost(settings, (client, concurrency) not in capacities)):
+        results.append(
+            _not_run(
+                name,
+                concurrency,
+                f"the run's time budget of {settings.budget_s:g} s was spent",
+            )
+        )
+        _log(f"{name} at concurrency {concurrency}: not run, the time budget is spent")
+        return
+    triton, gateway = servers.triton, servers.gateway
+    spec = LoadSpec(
+        target=target,
+        concurrency=concurrency,
+        duration_s=settings.duration_s,
+        warmup_s=settings.warmup_s,
+        name=name,
+    )
+    if (client, concurrency) not in capacities:
+        twin = servers.twins[PIPELINE] if "jpeg" in name else servers.twins[TENSOR]
+        if isinstance(target, TritonTarget):
+            capacity_target: Target = twin_target(target, twin, triton.http_url)
+        else:  # the naive server's client: the same POSTs, to the twin as KServe v2 requests
+            capacity_target = twin_target(targets["tensor http"], twin, triton.http_url)  # type: ignore[arg-type]
+        _log(f"capacity of {client} at {concurrency}")
+        capacities[(client, concurrency)] = measure_capacity(
+            replace(spec, duration_s=settings.capacity_s), capacity_target, settings.clients
+        ).throughput
+    _log(f"{name} at concurrency {concurrency}")
+    # Triton's own split of the point's time (queue, stub, outside Triton), for its targets
+    # (the gateway's requests reach the same model), and the gateway's where it is in the
+    # path (stages, the hop to Triton, before its code); the naive server has none.
+    probe = None
+    if isinstance(target, TritonTarget):
+        via = (
+            (gateway.url, gateway.metrics_token)
+            if gateway is not None and "gateway" in name
+            else None
+        )
+        probe = PointProbe.start(triton.http_url, target.model, triton.metrics_url, gateway=via)
+    cpu_before, point_started = cpu_snapshot(), time.perf_counter()
+    results.append(
+        result_row(
+            name,
+            run_load(spec, settings.clients),
+            capacities[(client, concurrency)],
+            IMAGES_PER_REQUEST.get(name, 1),
+        )
+    )
+    span, cpu_after = time.perf_counter() - point_started, cpu_snapshot()
+    if probe is not None:
+        row = probe.row(name, concurrency, results[-1].mean_ms)
+        row["cpu"] = cpu_split(cpu_before, cpu_after, span, row["requests"])
+        run.document.setdefault("triton_split", []).append(row)
+    _log(
+        f"  {results[-1].throughput:,.0f}/s, P99 {results[-1].p99_ms:.1f} ms, errors {results[-1].errors}"
+    )
+    run.save()
+
+
+def _finish(run: _Run) -> None:
+    """The final bench.json, bench.txt and bench.png."""
+    settings, document, results = run.settings, run.document, run.results
     document["results"] = [
         {**asdict(r), "error_rate": r.error_rate, "capacity_used": r.capacity_used} for r in results
     ]
@@ -416,7 +368,6 @@ def run_gpu_bench(settings: GpuBenchSettings) -> dict[str, Any]:
     (settings.out_dir / "bench.json").write_text(
         json.dumps(document, indent=2, default=float) + "\n", encoding="utf-8"
     )
-    return document
 
 
 def build_parser() -> argparse.ArgumentParser:

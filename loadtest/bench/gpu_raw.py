@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from loadtest.bench.raw import in_process_result, tiled
 from loadtest.bench.settings import Result
-from serving.quantiles import summarize
 
 __all__ = ["jpeg_profile", "tensor_ceiling"]
 
@@ -43,27 +43,7 @@ def _timed(name: str, run: Callable[[], Any], batch: int, seconds: float, note: 
         torch.cuda.synchronize()
         latencies.append(time.perf_counter() - t0)
     elapsed = time.perf_counter() - started
-    summary = summarize(np.asarray(latencies) * 1000.0)
-    assert summary is not None
-    return Result(
-        config=name,
-        concurrency=0,
-        requests=len(latencies) * batch,
-        errors=0,
-        duration_s=elapsed,
-        throughput=len(latencies) * batch / elapsed,
-        p50_ms=summary.p50,
-        p95_ms=summary.p95,
-        p99_ms=summary.p99,
-        mean_ms=summary.mean,
-        batch=batch,
-        note=note,
-    )
-
-
-def _batch(images: np.ndarray, size: int) -> np.ndarray:
-    reps = -(-size // len(images))
-    return np.ascontiguousarray(np.concatenate([images] * reps)[:size])
+    return in_process_result(name, latencies, batch, elapsed, note)
 
 
 def tensor_ceiling(
@@ -76,7 +56,8 @@ def tensor_ceiling(
     """One row per (mode, batch size); throughput in images/s, latency per batch."""
     import torch
 
-    from serving.backends.pytorch.batch_runner import BatchRunner, InputSpec, TorchModule
+    from serving.backends.pytorch.batch_runner import BatchRunner, InputSpec
+    from serving.backends.pytorch.torch_module import TorchModule
 
     print("[bench] GPU ceiling in process ...", file=sys.stderr, flush=True)
     device = torch.device("cuda")
@@ -90,7 +71,7 @@ def tensor_ceiling(
         else None
     )
     for size in batches:
-        x = torch.from_numpy(_batch(images, size)).to(device)
+        x = torch.from_numpy(tiled(images, size)).to(device)
 
         def eager(x: torch.Tensor = x) -> Any:
             with torch.inference_mode(), torch.jit.optimized_execution(False):
@@ -160,7 +141,8 @@ def jpeg_profile(
     the steps allow when run back to back in one process."""
     import torch
 
-    from serving.backends.pytorch.batch_runner import BatchRunner, InputSpec, TorchModule
+    from serving.backends.pytorch.batch_runner import BatchRunner, InputSpec
+    from serving.backends.pytorch.torch_module import TorchModule
     from serving.gpu_images import (
         DEFAULT_CHUNK,
         Preprocessing,

@@ -275,7 +275,7 @@ def inprocess_jpeg(
     import torch
 
     from loadtest.bench.report import machine_description
-    from serving.backends.pytorch.batch_runner import TorchModule
+    from serving.backends.pytorch.torch_module import TorchModule
     from serving.image_preprocessing import Preprocessing
 
     device = torch.device(device_name)

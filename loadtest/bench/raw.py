@@ -17,7 +17,7 @@ from loadtest.bench.repository import model_file
 from loadtest.bench.settings import BenchSettings, Result
 from serving.quantiles import summarize
 
-__all__ = ["raw_ceiling"]
+__all__ = ["in_process_result", "raw_ceiling", "tiled"]
 
 
 def raw_ceiling(
@@ -83,8 +83,7 @@ def _raw_sweep(
 ) -> list[Result]:
     results = []
     for batch_size in batches:
-        reps = -(-batch_size // len(images))
-        batch = np.ascontiguousarray(np.concatenate([images] * reps)[:batch_size])
+        batch = tiled(images, batch_size)
         for _ in range(3):
             run(batch)  # warm-up (allocations, cudnn autotuning)
         latencies: list[float] = []
@@ -94,22 +93,33 @@ def _raw_sweep(
             run(batch)
             latencies.append(time.perf_counter() - t0)
         elapsed = time.perf_counter() - started
-        summary = summarize(np.asarray(latencies) * 1000.0)
-        assert summary is not None  # at least three runs above
-        results.append(
-            Result(
-                config=name,
-                concurrency=0,
-                requests=len(latencies) * batch_size,
-                errors=0,
-                duration_s=elapsed,
-                throughput=len(latencies) * batch_size / elapsed,
-                p50_ms=summary.p50,
-                p95_ms=summary.p95,
-                p99_ms=summary.p99,
-                mean_ms=summary.mean,
-                batch=batch_size,
-                note=note,
-            )
-        )
+        results.append(in_process_result(name, latencies, batch_size, elapsed, note))
     return results
+
+
+def tiled(images: np.ndarray, size: int) -> np.ndarray:
+    """A contiguous batch of ``size`` rows: ``images`` repeated as often as it takes."""
+    reps = -(-size // len(images))
+    return np.ascontiguousarray(np.concatenate([images] * reps)[:size])
+
+
+def in_process_result(
+    name: str, latencies_s: Sequence[float], batch: int, elapsed_s: float, note: str
+) -> Result:
+    """The :class:`Result` of timed in-process runs of ``batch`` rows each (at least three)."""
+    summary = summarize(np.asarray(latencies_s) * 1000.0)
+    assert summary is not None  # the callers time at least three runs
+    return Result(
+        config=name,
+        concurrency=0,
+        requests=len(latencies_s) * batch,
+        errors=0,
+        duration_s=elapsed_s,
+        throughput=len(latencies_s) * batch / elapsed_s,
+        p50_ms=summary.p50,
+        p95_ms=summary.p95,
+        p99_ms=summary.p99,
+        mean_ms=summary.mean,
+        batch=batch,
+        note=note,
+    )

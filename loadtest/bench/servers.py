@@ -13,7 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
+
 from loadtest.bench.settings import DEFAULT_MODEL
+from loadtest.loadgen.targets import HttpTarget
 from serving.gateway_process import GatewayLaunch, start_gateway_process
 from serving.launcher import TritonPorts, TritonServer, TritonStartError
 from serving.ports import reserve_port
@@ -25,6 +28,7 @@ __all__ = [
     "gateway_server",
     "naive_embedding_server",
     "naive_server",
+    "naive_target",
     "start_triton",
 ]
 
@@ -37,52 +41,46 @@ def naive_server(
 ) -> Iterator[str]:
     """Start :mod:`loadtest.naive_server` on a reserved port (``threads`` > 0: that many torch intra-op
     threads, else PyTorch's default); yields its base URL."""
-    port = reserve_port()
-    command = python_module(
-        "loadtest.naive_server",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--model",
-        model,
-        "--device",
-        device,
-        "--precision",
-        precision,
-        "--threads",
-        str(threads),
-    )
-    with ManagedProcess(
-        command, name="naive server", log_path=workdir / "naive_server.log", env=child_env()
-    ) as process:
-        process.wait_http(f"http://127.0.0.1:{port}/healthz", 300, expect=b'"ok"')
-        yield f"http://127.0.0.1:{port}"
+    arguments = ("--model", model, "--device", device, "--precision", precision)
+    with _naive("naive server", workdir / "naive_server.log", *arguments, threads=threads) as url:
+        yield url
 
 
 @contextlib.contextmanager
 def naive_embedding_server(device: str, workdir: Path, threads: int = 0) -> Iterator[str]:
     """Start :mod:`loadtest.naive_server` serving sentence-transformers' ``encode``; yields its base URL."""
+    with _naive(
+        "sentence-transformers server",
+        workdir / f"naive_embeddings_{device}.log",
+        *("--task", "embeddings", "--device", device),
+        threads=threads,
+    ) as url:
+        yield url
+
+
+def naive_target(base_url: str, images: np.ndarray) -> HttpTarget:
+    """The naive server's ``/predict``: one image a request, its raw tensor bytes, in turn."""
+    return HttpTarget(
+        url=f"{base_url}/predict",
+        name="naive",
+        requests=tuple(
+            (images[i : i + 1].tobytes(), {"Content-Type": "application/octet-stream"})
+            for i in range(len(images))
+        ),
+    )
+
+
+@contextlib.contextmanager
+def _naive(name: str, log_path: Path, *arguments: str, threads: int) -> Iterator[str]:
+    """:mod:`loadtest.naive_server` with ``arguments`` on a reserved port, healthy; yields its URL."""
     port = reserve_port()
     command = python_module(
         "loadtest.naive_server",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--task",
-        "embeddings",
-        "--device",
-        device,
-        "--threads",
-        str(threads),
+        *("--host", "127.0.0.1", "--port", str(port)),
+        *arguments,
+        *("--threads", str(threads)),
     )
-    with ManagedProcess(
-        command,
-        name="sentence-transformers server",
-        log_path=workdir / f"naive_embeddings_{device}.log",
-        env=child_env(),
-    ) as process:
+    with ManagedProcess(command, name=name, log_path=log_path, env=child_env()) as process:
         process.wait_http(f"http://127.0.0.1:{port}/healthz", 300, expect=b'"ok"')
         yield f"http://127.0.0.1:{port}"
 

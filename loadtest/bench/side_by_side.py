@@ -17,7 +17,7 @@ import sys
 import tempfile
 import urllib.error
 import urllib.request
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from loadtest.bench.point_split import PointProbe
 from loadtest.bench.raw import raw_ceiling
 from loadtest.bench.report import compute_ratios, machine_description, print_report
 from loadtest.bench.repository import copy_pipeline, prepare_repository, tensor_names
-from loadtest.bench.servers import BenchGateway, gateway_server, naive_server
+from loadtest.bench.servers import BenchGateway, gateway_server, naive_server, naive_target
 from loadtest.bench.settings import ALL_CONFIGS, JPEG_CONFIGS, PIPELINE, BenchSettings, Result
 from loadtest.loadgen import (
     HttpTarget,
@@ -146,18 +146,27 @@ def _jpeg_inputs() -> tuple[dict[str, np.ndarray], ...]:
     return tuple({"IMAGE": np.array([[data]], dtype=np.object_)} for data in jpeg_images())
 
 
+@dataclass(frozen=True)
+class _Tested:
+    """The entry under test, its copy with batching off, and the tensors it is sent."""
+
+    entry: str
+    nobatch: str
+    images: np.ndarray
+    input_name: str
+    output_name: str
+
+
 def _targets(
     settings: BenchSettings,
     configs: list[str],
     stack: contextlib.ExitStack,
     workdir: Path,
     triton: TritonServer,
-    entry: str,
-    nobatch: str,
-    images: np.ndarray,
-    input_name: str,
-    output_name: str,
+    tested: _Tested,
 ) -> tuple[dict[str, Target], BenchGateway | None]:
+    entry, nobatch, images = tested.entry, tested.nobatch, tested.images
+    input_name, output_name = tested.input_name, tested.output_name
     inputs = tuple({input_name: images[i : i + 1]} for i in range(len(images)))
     url = triton.grpc_url if settings.protocol == "grpc" else triton.http_url
     direct = TritonTarget(
@@ -199,14 +208,7 @@ def _targets(
             name="gateway",
         )
     if "naive" in configs:
-        targets["naive"] = HttpTarget(
-            url=f"{naive_base}/predict",
-            name="naive",
-            requests=tuple(
-                (images[i : i + 1].tobytes(), {"Content-Type": "application/octet-stream"})
-                for i in range(len(images))
-            ),
-        )
+        targets["naive"] = naive_target(naive_base, images)
     if "gateway-jpeg" in configs:
         targets["gateway-jpeg"] = TritonTarget(
             url=address,
@@ -226,14 +228,10 @@ def _targets(
 
 
 def _capacity_target(
-    target: Target,
-    twins: dict[str, str],
-    triton: TritonServer,
-    images: np.ndarray,
-    input_name: str,
-    output_name: str,
-    entry: str,
+    target: Target, twins: dict[str, str], triton: TritonServer, tested: _Tested
 ) -> Target:
+    entry, images = tested.entry, tested.images
+    input_name, output_name = tested.input_name, tested.output_name
     if isinstance(
         target, TritonTarget
     ):  # the entry's twin stands for its no-batching copy too: same interface
@@ -301,26 +299,15 @@ def run_bench(settings: BenchSettings) -> dict[str, Any]:
             triton = stack.enter_context(
                 TritonServer(repo, models=models, ports=TritonPorts.free())
             )
-            targets, gateway = _targets(
-                settings,
-                load_configs,
-                stack,
-                workdir,
-                triton,
-                entry,
-                nobatch,
-                images,
-                input_name,
-                output_name,
-            )
+            tested = _Tested(entry, nobatch, images, input_name, output_name)
+            targets, gateway = _targets(settings, load_configs, stack, workdir, triton, tested)
             twinned = [entry] + ([PIPELINE] if set(JPEG_CONFIGS) & set(load_configs) else [])
             twins = {
                 model: stack.enter_context(instant_twin(triton.http_url, model))
                 for model in twinned
             }
             capacity_targets = {
-                name: _capacity_target(t, twins, triton, images, input_name, output_name, entry)
-                for name, t in targets.items()
+                name: _capacity_target(t, twins, triton, tested) for name, t in targets.items()
             }
             clients = {name: t.describe() for name, t in targets.items()}
         sanity = {name: _top1(target, output_name) for name, target in targets.items()}

@@ -283,7 +283,7 @@ def test_entry_is_published_with_its_modules(cpu_server: TritonServer) -> None:
     version = sorted(p for p in (Path(cpu_server.repository) / PIPELINE).iterdir() if p.is_dir())[
         -1
     ]
-    assert {"model.py", "batch_runner.py", "gpu_images.py", "labels.txt"} <= {
+    assert {"model.py", "batch_runner.py", "torch_module.py", "gpu_images.py", "labels.txt"} <= {
         p.name for p in version.iterdir()
     }
 

@@ -34,6 +34,8 @@ from builders.parity import compare, run_onnx
 from builders.precision import (
     CALIBRATION_METHODS,
     CalibrationReader,
+    Fp16Options,
+    Int8Options,
     PrecisionError,
     convert,
     to_fp16,
@@ -110,7 +112,7 @@ def test_fp16_block_list_keeps_listed_ops_in_fp32(tmp_path) -> None:
     )
     src = tmp_path / "softmax.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(src))
-    dst = to_fp16(src, tmp_path / "softmax_fp16.onnx", keep_fp32_ops=("Softmax",))
+    dst = to_fp16(src, tmp_path / "softmax_fp16.onnx", Fp16Options(keep_fp32_ops=("Softmax",)))
     converted = onnx.load(str(dst))
     softmax = next(n for n in converted.graph.node if n.op_type == "Softmax")
     # Softmax reads the FP32 input directly (no cast to FP16 in front of it).
@@ -122,7 +124,7 @@ def test_fp16_block_list_keeps_listed_ops_in_fp32(tmp_path) -> None:
 @pytest.mark.parametrize("method", CALIBRATION_METHODS)
 def test_int8_is_symmetric_qdq_with_float_bias(tiny, tmp_path, method: str) -> None:
     src, feeds = tiny
-    dst = to_int8(src, tmp_path / "int8.onnx", feeds, method=method)
+    dst = to_int8(src, tmp_path / "int8.onnx", feeds, Int8Options(method=method))
     model = onnx.load(str(dst))
     ops = [n.op_type for n in model.graph.node]
     assert "QuantizeLinear" in ops and "DequantizeLinear" in ops
@@ -149,7 +151,7 @@ def test_int8_is_symmetric_qdq_with_float_bias(tiny, tmp_path, method: str) -> N
 def test_int8_keep_float_excludes_matching_nodes(tiny, tmp_path) -> None:
     src, feeds = tiny
     linear = next(n.name for n in onnx.load(str(src)).graph.node if n.op_type == "Gemm")
-    dst = to_int8(src, tmp_path / "int8_partial.onnx", feeds, keep_float=(linear,))
+    dst = to_int8(src, tmp_path / "int8_partial.onnx", feeds, Int8Options(keep_float=(linear,)))
     model = onnx.load(str(dst))
     gemm = next(n for n in model.graph.node if n.op_type == "Gemm")
     producers = {o: n.op_type for n in model.graph.node for o in n.output}
@@ -178,7 +180,7 @@ def test_calibration_reader_batches_and_rewinds() -> None:
 def test_unknown_calibration_method_is_named(tiny, tmp_path) -> None:
     src, feeds = tiny
     with pytest.raises(PrecisionError, match="unknown calibration method 'median'"):
-        to_int8(src, tmp_path / "x.onnx", feeds, method="median")
+        to_int8(src, tmp_path / "x.onnx", feeds, Int8Options(method="median"))
 
 
 def test_calibration_reader_refuses_mismatched_batches() -> None:

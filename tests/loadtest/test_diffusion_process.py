@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from loadtest.diffusion_process import Measured, _summary, _table, plan
+from loadtest.diffusion_process import plan
+from loadtest.diffusion_process_report import Measured, results_summary, results_table
 from loadtest.registry import run_named
 
 pytestmark = pytest.mark.integration
@@ -51,10 +52,10 @@ def test_a_point_not_run_is_a_row_and_no_target() -> None:
         Measured("768x768", 50, 4, not_run="about 40 s needed, 12 s left"),
         Measured("768x768", 25, 1, switch=True, not_run="about 9 s needed, 2 s left"),
     ]
-    text = _table(rows, "cpu").plain()
+    text = results_table(rows, "cpu").plain()
     assert "this point not run: about 40 s needed, 12 s left" in text
     assert "the change of size not run: about 9 s needed, 2 s left" in text
-    summary = _summary(rows, {"served": {}, "diffusers": {}})
+    summary = results_summary(rows, {"served": {}, "diffusers": {}})
     assert [t["met"] for t in summary["targets"]] == [True] and summary["targets"][0][
         "value"
     ] == 0.8

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from promote.canary import CanaryWatch
 from promote.gates import PromotionPolicy
-from promote.rollout import _CanaryWatch
 
 ROUTES = {"m": ("1", "2"), "ens": ("1", "model:ens__canary")}
 
@@ -28,7 +28,7 @@ class _Replay:
 
 def _verdict(after: dict[str, dict[str, tuple[int, int]]], **policy: float):
     before = {"m": {"1": (100, 0), "2": (3, 3)}}  # counted before the watch began: not the canary's
-    watch = _CanaryWatch(_Replay([before, after]), ROUTES)  # type: ignore[arg-type]
+    watch = CanaryWatch(_Replay([before, after]), ROUTES)  # type: ignore[arg-type]
     return watch.wait(PromotionPolicy(canary_duration_s=0, canary_timeout_s=0, **policy))
 
 

@@ -16,7 +16,8 @@ Conventions shared with the native backend:
   ``KIND_CPU`` (or no CUDA) runs on the CPU.
 
 Batching, request validation and per-request errors are the shared core's (``batching_core.py``,
-copied beside this file); what is PyTorch's lives here and in ``batch_runner.py``:
+copied beside this file); what is PyTorch's lives here, in ``torch_module.py`` (loading
+the module) and in ``batch_runner.py`` (running it on whole batches):
 
 - Tensors cross the backend boundary by DLPack in both directions, never through numpy: the Python
   stub of the embedded Triton 2.51 (pybind11 2.10) reads numpy 2's dtype descriptors wrongly, so
@@ -53,14 +54,14 @@ if TYPE_CHECKING:
     from serving.backends.pytorch.batch_runner import (
         BatchRunner,
         InputSpec,
-        TorchModule,
         capture_sizes,
-        cpu_share,
         host_cat,
     )
+    from serving.backends.pytorch.torch_module import TorchModule, cpu_share
 else:  # Triton imports this file with its folder (holding these modules) on sys.path
-    from batch_runner import BatchRunner, InputSpec, TorchModule, capture_sizes, cpu_share, host_cat
+    from batch_runner import BatchRunner, InputSpec, capture_sizes, host_cat
     from batching_core import BatchingModel, TensorConfig
+    from torch_module import TorchModule, cpu_share
 
 _TORCH_DTYPES = {
     name: getattr(torch, name)
