@@ -12,7 +12,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["GPU_HIDDEN", "build_torchscript_variants", "profile_stub_start", "require_cuda"]
+__all__ = [
+    "GPU_HIDDEN",
+    "STUB_STEPS",
+    "build_torchscript_variants",
+    "profile_stub_start",
+    "require_cuda",
+]
 
 GPU_HIDDEN = 4096
 
@@ -97,7 +103,7 @@ def build_torchscript_variants(
 
 # Run in a fresh interpreter, as a stub starts: the steps of serving/backends/pytorch/model.py's load
 # for one variant, each timed after the GPU finished it.
-_STUB_STEPS = """
+STUB_STEPS = """
 import json, sys, time
 marks = [("start", time.perf_counter())]
 import torch
@@ -107,7 +113,8 @@ torch.cuda.set_device(device)
 torch.zeros(1, device=device)
 torch.cuda.synchronize()
 marks.append(("CUDA context", time.perf_counter()))
-from serving.backends.pytorch.batch_runner import BatchRunner, InputSpec, TorchModule, capture_sizes
+from serving.backends.pytorch.batch_runner import BatchRunner, InputSpec, capture_sizes
+from serving.backends.pytorch.torch_module import TorchModule
 marks.append(("serving imports", time.perf_counter()))
 module = TorchModule(sys.argv[1], device, torch.float16, False, [torch.float32], compile_threads=1)
 torch.cuda.synchronize()
@@ -144,7 +151,7 @@ def profile_stub_start(entry: Path, features: int, max_batch: int = 8) -> dict[s
         [
             sys.executable,
             "-c",
-            _STUB_STEPS,
+            STUB_STEPS,
             str(entry / "1" / "model.pt"),
             str(features),
             str(max_batch),

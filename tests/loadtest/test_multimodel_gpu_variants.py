@@ -12,7 +12,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from loadtest.multimodel import CLASSES, FEATURES
-from loadtest.multimodel_gpu import build_torchscript_variants
+from loadtest.multimodel_gpu import STUB_STEPS, build_torchscript_variants
 from loadtest.registry import run_named
 
 
@@ -57,3 +57,20 @@ def test_gpu_metrics_are_published_often_only_when_asked(tmp_path: Path) -> None
     assert "--allow-gpu-metrics=false" in TritonServer(tmp_path, models=[]).command(tmp_path)
     command = TritonServer(tmp_path, models=[], gpu_metrics=True).command(tmp_path)
     assert "--allow-gpu-metrics=true" in command and "--metrics-interval-ms=100" in command
+
+
+def test_the_stub_profile_imports_what_the_backend_has() -> None:
+    """The stub-start profile runs only on the GPU host: here, every name it imports must exist."""
+    import ast
+    import importlib
+
+    tree = ast.parse(STUB_STEPS)
+    imported = [
+        (node.module, alias.name)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module
+        for alias in node.names
+    ]
+    assert imported, "the profile imports the backend's pieces"
+    for module, name in imported:
+        assert hasattr(importlib.import_module(module), name), f"{module}.{name}"
