@@ -134,15 +134,13 @@ class AdmissionControl:
         self._key_in_flight: dict[str, int] = {}  # per client id; an entry exists only while > 0
         # The last ``in_flight_reserve`` of each model's bound is kept for the highest tier (the
         # tiers of the best priority), as Stripe's fleet load shedder keeps 20% for critical
-        # traffic: other tiers are refused once this many are in flight (at least one is admitted,
-        # as with the shares). The tiers are fixed for the app's life, so this is worked out once.
+        # traffic: other tiers are refused once the rest is in flight. The reserve is whole slots,
+        # rounded down: a bound too small to spare one (4 at 20%) keeps none, rather than shutting
+        # the lower tiers out whenever one top-tier request runs (a bound of 2 would reserve half).
+        # The tiers are fixed for the app's life, so this is worked out once.
         self._top_priority = min(t.priority for t in settings.tier_limits.values())
         bound = settings.max_in_flight_per_model
-        self._reserve_from = (
-            max(1, math.floor(bound * (1.0 - settings.in_flight_reserve) + 1e-9))
-            if settings.in_flight_reserve > 0
-            else bound
-        )
+        self._reserve_from = bound - math.floor(bound * settings.in_flight_reserve + 1e-9)
 
     def in_flight(self, model: str) -> int:
         """Requests for ``model`` admitted and not yet answered."""

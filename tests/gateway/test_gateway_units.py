@@ -330,22 +330,26 @@ async def test_lower_tiers_stay_out_of_the_reserve_kept_for_the_highest_tier() -
     assert service.admission.in_flight("m") == 0
 
 
-async def test_no_reserve_when_every_tier_is_the_highest_or_the_reserve_is_off() -> None:
-    for tiers, reserve in (
-        ({"t": TierLimit(per_minute=6000, burst=100, priority=2)}, 0.2),
-        (
-            {
-                "t": TierLimit(per_minute=6000, burst=100, priority=2),
-                "high": TierLimit(per_minute=6000, burst=100, priority=1),
-            },
-            0.0,
-        ),
+async def test_no_reserve_when_every_tier_is_the_highest_the_reserve_is_off_or_under_a_slot() -> (
+    None
+):
+    both = {
+        "t": TierLimit(per_minute=6000, burst=100, priority=2),
+        "high": TierLimit(per_minute=6000, burst=100, priority=1),
+    }
+    for tiers, reserve, bound in (
+        ({"t": TierLimit(per_minute=6000, burst=100, priority=2)}, 0.2, 5),
+        (both, 0.0, 5),
+        # 20% of 4 is not a whole slot: nothing is kept back (a bound of 2 must not reserve half).
+        (both, 0.2, 4),
     ):
-        service = _service(max_in_flight_per_model=5, tier_limits=tiers, in_flight_reserve=reserve)
+        service = _service(
+            max_in_flight_per_model=bound, tier_limits=tiers, in_flight_reserve=reserve
+        )
         service.backend.release.clear()  # type: ignore[attr-defined]
-        running = [asyncio.create_task(service.infer_v2(_ctx(), "m", _TINY)) for _ in range(5)]
+        running = [asyncio.create_task(service.infer_v2(_ctx(), "m", _TINY)) for _ in range(bound)]
         await asyncio.sleep(0.01)
-        assert service.admission.in_flight("m") == 5
+        assert service.admission.in_flight("m") == bound
         service.backend.release.set()  # type: ignore[attr-defined]
         await asyncio.gather(*running)
 
