@@ -140,7 +140,10 @@ class AdmissionControl:
         # The tiers are fixed for the app's life, so this is worked out once.
         self._top_priority = min(t.priority for t in settings.tier_limits.values())
         bound = settings.max_in_flight_per_model
-        self._reserve_from = bound - math.floor(bound * settings.in_flight_reserve + 1e-9)
+        reserved = math.floor(bound * settings.in_flight_reserve + 1e-9)
+        # None: no slot is kept back, so a full bound is the tier's share speaking (429), not a
+        # reserve that does not exist (503).
+        self._reserve_from: int | None = bound - reserved if reserved else None
 
     def in_flight(self, model: str) -> int:
         """Requests for ``model`` admitted and not yet answered."""
@@ -289,7 +292,11 @@ class AdmissionControl:
         bound = self.settings.max_in_flight_per_model
         share = max(1, math.floor(bound * tier.in_flight_share + 1e-9))
         running = self._in_flight.get(model, 0)
-        if running >= self._reserve_from and tier.priority > self._top_priority:
+        if (
+            self._reserve_from is not None
+            and running >= self._reserve_from
+            and tier.priority > self._top_priority
+        ):
             # 503, not the share's 429: the model as a whole is near its capacity (Stripe's load
             # shedder answers the same), whatever is left of this tier's own share.
             self.tracker.reject("reserve")

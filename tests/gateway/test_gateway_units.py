@@ -350,6 +350,9 @@ async def test_no_reserve_when_every_tier_is_the_highest_the_reserve_is_off_or_u
         running = [asyncio.create_task(service.infer_v2(_ctx(), "m", _TINY)) for _ in range(bound)]
         await asyncio.sleep(0.01)
         assert service.admission.in_flight("m") == bound
+        # Full: the tier's share refuses (429), not a reserve that was never kept (503).
+        with pytest.raises(errors.Overloaded):
+            await service.infer_v2(_ctx(), "m", _TINY)
         service.backend.release.set()  # type: ignore[attr-defined]
         await asyncio.gather(*running)
 
