@@ -19,6 +19,7 @@ Shipped beside a Python model in its version folder (the stub imports it by file
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -57,6 +58,9 @@ class StepTimes:
         self._items = 0
         self._flushed_at = clock()
         self._metrics: dict[str, Any] | None = None
+        # A model that answers from its own threads (image_classifier_gpu's overlapped way) times
+        # steps in several threads: the sums and their hand-over must not lose an addition.
+        self._lock = threading.Lock()
         try:
             labels = {"model": model, "version": version}
             counter = pb_utils.MetricFamily.COUNTER
@@ -101,23 +105,35 @@ class StepTimes:
         try:
             yield
         finally:
-            self._sums[name] += self._clock() - started
+            self.add(name, self._clock() - started)
+
+    def add(self, name: str, seconds: float) -> None:
+        """Add ``seconds`` to step ``name`` (a step timed elsewhere, e.g. in another thread)."""
+        with self._lock:
+            self._sums[name] += seconds
 
     def executed(self, items: int) -> None:
         """Count one finished execution of ``items`` items; hand the sums to Triton when due."""
-        self._executions += 1
-        self._items += items
-        if self._clock() - self._flushed_at >= self._flush_s:
+        with self._lock:
+            self._executions += 1
+            self._items += items
+            due = self._clock() - self._flushed_at >= self._flush_s
+        if due:
             self.flush()
 
     def flush(self) -> None:
         """Hand everything summed since the last flush to Triton."""
-        self._flushed_at = self._clock()
-        if self._metrics is None:
-            return
-        pending = {**self._sums, "executions": float(self._executions), "items": float(self._items)}
-        self._sums = dict.fromkeys(self._sums, 0.0)
-        self._executions = self._items = 0
+        with self._lock:
+            self._flushed_at = self._clock()
+            if self._metrics is None:
+                return
+            pending = {
+                **self._sums,
+                "executions": float(self._executions),
+                "items": float(self._items),
+            }
+            self._sums = dict.fromkeys(self._sums, 0.0)
+            self._executions = self._items = 0
         for name, value in pending.items():
             if value > 0:
                 self._metrics[name].increment(value)

@@ -28,12 +28,19 @@ run 5, call 2): in process at batch 64, steps back to back 7,446 images/s agains
 classifier at concurrency 64 and 128, 5,284 and 6,877 images/s whole against 5,114 and 6,048 in
 chunks (2,849 against 2,998 at 32).
 
+With ``overlap`` on, ``execute()`` only copies the batch's bytes and hands them to a
+``StreamingPipeline`` (``gpu_stream.py``) and returns; the responses are sent from the pipeline's
+thread (``image_stream_execute.py``). Triton batch n + 1 is then decoded while batch n is resized and
+classified, across ``execute()`` calls: the overlap of the in-process pipeline (``gpu_overlap.py``).
+
 The classifier is another entry of the same repository (parameter ``classifier``), a TorchScript
 ``model.pt``, or a compiled flavour's ``exported.pt2`` or ``model.pt2`` (``builders/compiled.py``); its
 newest version is loaded. Parameters: ``size``, ``resize``, ``mean``, ``std`` (the CPU pipeline's),
 ``top_k``, ``precision``, ``channels_last``,
 ``cuda_graphs``, ``batch_sizes`` (as the pytorch backend), ``pipeline_chunk`` (images per chunk;
-0, the default: the whole batch at once).
+0, the default: the whole batch at once), ``overlap`` (``true``: the overlapped way above; then
+``pipeline_chunk`` does not apply) and ``overlap_depth`` (batches taken before ``execute()`` waits;
+2: one decoded while the one before is on the GPU).
 """
 
 from __future__ import annotations
@@ -56,6 +63,10 @@ from gpu_images import (
     preprocess_into,
     read_header,
 )
+from gpu_overlap import TopK
+from gpu_stream import StreamingPipeline
+from image_answers import Answers
+from image_stream_execute import StreamedExecute
 from step_metrics import StepTimes
 from torch_module import MODULE_FILES, TorchModule, cpu_share
 
@@ -90,18 +101,6 @@ def _strings_work() -> bool:
         return [float(v) for v in probe.as_numpy().reshape(-1)] == [0.0, 1.0, 2.0, 3.0]
     except Exception:
         return False
-
-
-class _TopK:
-    """Classifier, softmax and top-k: what each CUDA graph captures."""
-
-    def __init__(self, classifier: TorchModule, k: int) -> None:
-        self.classifier, self.k = classifier, k
-
-    def __call__(self, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        (logits,) = self.classifier(pixels)
-        scores, ids = torch.softmax(logits.float(), dim=-1).topk(self.k, dim=-1)
-        return scores, ids.to(torch.int64)
 
 
 class TritonPythonModel:
@@ -157,24 +156,17 @@ class TritonPythonModel:
         listed = [int(s) for s in params.get("batch_sizes", "").split(",") if s.strip()]
         sizes = capture_sizes(self.chunk, sizes=listed) if listed else capture_sizes(self.chunk)
         pixels = [InputSpec((3, self.p.size, self.p.size), dtype)]
-        self.runner = BatchRunner(
-            _TopK(classifier, self.k),
-            pixels,
-            self.device,
-            sizes if use_cuda else (self.chunk,),
-            cuda_graphs=use_cuda and params.get("cuda_graphs", "true") == "true",
-        )
-        if (
-            not use_cuda
-        ):  # the CPU runs exact batches: a compiled classifier compiles for all of them now
+        graphs = use_cuda and params.get("cuda_graphs", "true") == "true"
+        # The CPU runs exact batches: a compiled classifier compiles for all of them now.
+        if not use_cuda:
             classifier.warm(pixels, sizes)
         with open(
             os.path.join(args["model_repository"], args["model_version"], "labels.txt"),
             encoding="utf-8",
         ) as handle:
             # Class names ship with underscores (tiger_cat); users read "tiger cat".
-            self.labels = [line.strip().replace("_", " ") for line in handle if line.strip()]
-        self.strings = _strings_work()
+            labels = [line.strip().replace("_", " ") for line in handle if line.strip()]
+        self.answers = Answers(pb_utils, labels, _strings_work())
         # Where execute()'s time goes, on Triton's /metrics page (see step_metrics.py).
         self.steps = StepTimes(
             pb_utils,
@@ -182,8 +174,36 @@ class TritonPythonModel:
             args["model_version"],
             ("inputs", "decode", "queue_gpu", "wait_gpu", "respond"),
         )
+        self.streamed: StreamedExecute | None = None
+        if params.get("overlap", "false") == "true":
+            pipeline = StreamingPipeline(
+                TopK(classifier, self.k),
+                self.p,
+                self.device,
+                sizes if use_cuda else (self.max_batch,),
+                dtype=dtype,
+                cuda_graphs=graphs,
+                limits=self.limits,
+                depth=int(params.get("overlap_depth", "2")),
+            )
+            self.streamed = StreamedExecute(
+                pipeline,
+                self._rows,
+                self.answers,
+                self.steps,
+                pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+            )
+            return
+        self.runner = BatchRunner(
+            TopK(classifier, self.k),
+            pixels,
+            self.device,
+            sizes if use_cuda else (self.chunk,),
+            cuda_graphs=graphs,
+        )
 
-    def _images(self, request: Any) -> tuple[list[torch.Tensor], list[ImageHeader]]:
+    def _rows(self, request: Any) -> torch.Tensor:
+        """The request's ``IMAGE`` as ``[images, bytes]`` uint8 on the host, or ``ImageError``."""
         tensor = pb_utils.get_input_tensor_by_name(request, "IMAGE")
         if tensor is None:
             raise ImageError("missing input 'IMAGE'")
@@ -196,10 +216,16 @@ class TritonPythonModel:
             raise ImageError(
                 f"IMAGE must be UINT8 [images, bytes] holding encoded images; got {rows.dtype} {list(rows.shape)}"
             )
+        return rows
+
+    def _images(self, request: Any) -> tuple[list[torch.Tensor], list[ImageHeader]]:
+        rows = self._rows(request)
         encoded = [rows[r] for r in range(rows.shape[0])]
         return encoded, [read_header(host_bytes(e), self.p, self.limits) for e in encoded]
 
-    def execute(self, requests: list[Any]) -> list[Any]:
+    def execute(self, requests: list[Any]) -> list[Any] | None:
+        if self.streamed is not None:  # answered from the pipeline's thread
+            return self.streamed(requests)
         responses: list[Any] = [None] * len(requests)
         with self.steps.step("inputs"):
             owners, encoded, headers = self._gather(requests, responses)
@@ -224,7 +250,7 @@ class TritonPythonModel:
             try:
                 images, found = self._images(request)
             except ImageError as exc:
-                responses[index] = self._error(str(exc))
+                responses[index] = self.answers.error(str(exc))
                 continue
             owners += [index] * len(images)
             encoded += images
@@ -255,7 +281,7 @@ class TritonPythonModel:
             with self.steps.step("queue_gpu"):
                 for i, error in zip(live, decoded.errors, strict=True):
                     if error is not None and responses[owners[i]] is None:
-                        responses[owners[i]] = self._error(error)
+                        responses[owners[i]] = self.answers.error(error)
                 kept = [
                     (i, image)
                     for i, image in zip(live, decoded.images, strict=True)
@@ -294,48 +320,17 @@ class TritonPythonModel:
             keep = torch.tensor(good, dtype=torch.long)
             scores, ids = scores.index_select(0, keep), ids.index_select(0, keep)
         if good:
-            self._respond(requests, responses, [owners[rows[r]] for r in good], scores, ids)
-
-    def _respond(
-        self,
-        requests: list[Any],
-        responses: list[Any],
-        owners: list[int],
-        scores: torch.Tensor,
-        ids: torch.Tensor,
-    ) -> None:
-        rows: dict[int, list[int]] = {}
-        for row, owner in enumerate(owners):
-            rows.setdefault(owner, []).append(row)
-        for owner, members in rows.items():
-            first, last = members[0], members[-1] + 1
-            outputs = [
-                pb_utils.Tensor.from_dlpack(
-                    "SCORES", torch.utils.dlpack.to_dlpack(scores[first:last].contiguous())
-                ),
-                pb_utils.Tensor.from_dlpack(
-                    "CLASS_IDS", torch.utils.dlpack.to_dlpack(ids[first:last].contiguous())
-                ),
-            ]
-            if "LABELS" in requests[owner].requested_output_names():
-                if not self.strings:
-                    responses[owner] = self._error(
-                        "LABELS (strings) cannot be sent by this Triton's Python stub under numpy 2; ask for "
-                        "SCORES and CLASS_IDS (CLASS_IDS index labels.txt)"
-                    )
-                    continue
-                import numpy as np  # only for strings, which have no DLPack form
-
-                names = [[self.labels[int(c)] for c in line] for line in ids[first:last].tolist()]
-                outputs.append(pb_utils.Tensor("LABELS", np.array(names, dtype=np.object_)))
-            responses[owner] = pb_utils.InferenceResponse(output_tensors=outputs)
-
-    def _error(self, message: str) -> Any:
-        return pb_utils.InferenceResponse(
-            error=pb_utils.TritonError(message, pb_utils.TritonError.INVALID_ARG)
-        )
+            self.answers.rows(
+                responses,
+                [owners[rows[r]] for r in good],
+                scores,
+                ids,
+                lambda owner: "LABELS" in requests[owner].requested_output_names(),
+            )
 
     def finalize(self) -> None:
+        if self.streamed is not None:  # answers what it took before the process goes
+            self.streamed.pipeline.close()
         self.steps.flush()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)

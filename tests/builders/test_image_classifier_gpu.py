@@ -36,28 +36,40 @@ pytestmark = pytest.mark.integration
 SCORE_TOLERANCE = 0.03
 
 
-def _server(tmp_path_factory: pytest.TempPathFactory, gpu: bool) -> Iterator[TritonServer]:
-    # Chunks of 2 images: every batch of two or more runs as several overlapping chunks.
+#: the pipeline's two ways: each execute() runs its whole batch (in chunks of 2 images, so every
+#: batch of two or more runs as several overlapping chunks), or hands it on and is answered from the
+#: pipeline's thread (overlapped across execute() calls)
+WAYS = ("whole", "overlapped")
+
+
+def _server(
+    tmp_path_factory: pytest.TempPathFactory, gpu: bool, way: str
+) -> Iterator[TritonServer]:
     root = build_gpu_repository(
         tmp_path_factory.mktemp("gpu-repository"),
         gpu=gpu,
         max_batch_size=None if gpu else 16,
         pipeline_chunk=2,
+        overlap=way == "overlapped",
     )
     with TritonServer(root, models=[CLASSIFIER, PIPELINE], ports=TritonPorts.free()) as server:
         yield server
 
 
-@pytest.fixture(scope="module")
-def cpu_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
-    yield from _server(tmp_path_factory, gpu=False)
+@pytest.fixture(scope="module", params=WAYS)
+def cpu_server(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[TritonServer]:
+    yield from _server(tmp_path_factory, gpu=False, way=request.param)
 
 
-@pytest.fixture(scope="module")
-def gpu_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
+@pytest.fixture(scope="module", params=WAYS)
+def gpu_server(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[TritonServer]:
     if not cuda_available():
         pytest.skip("needs an NVIDIA GPU with CUDA (torch.cuda.is_available() is False here)")
-    yield from _server(tmp_path_factory, gpu=True)
+    yield from _server(tmp_path_factory, gpu=True, way=request.param)
 
 
 @pytest.fixture(scope="module")
@@ -283,9 +295,17 @@ def test_entry_is_published_with_its_modules(cpu_server: TritonServer) -> None:
     version = sorted(p for p in (Path(cpu_server.repository) / PIPELINE).iterdir() if p.is_dir())[
         -1
     ]
-    assert {"model.py", "batch_runner.py", "torch_module.py", "gpu_images.py", "labels.txt"} <= {
-        p.name for p in version.iterdir()
-    }
+    assert {
+        "model.py",
+        "batch_runner.py",
+        "torch_module.py",
+        "gpu_images.py",
+        "gpu_overlap.py",
+        "gpu_stream.py",
+        "image_answers.py",
+        "image_stream_execute.py",
+        "labels.txt",
+    } <= {p.name for p in version.iterdir()}
 
 
 def _step_metrics(metrics_url: str) -> dict[str, float]:

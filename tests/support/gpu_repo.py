@@ -30,10 +30,15 @@ def cuda_available() -> bool:
 
 
 def build_gpu_repository(
-    root: Path, gpu: bool, max_batch_size: int | None = None, pipeline_chunk: int | None = None
+    root: Path,
+    gpu: bool,
+    max_batch_size: int | None = None,
+    pipeline_chunk: int | None = None,
+    overlap: bool = False,
 ) -> Path:
     """Publish the classifier and the pipeline into ``root``; ``gpu=False`` makes both CPU entries;
-    ``pipeline_chunk`` sets the pipeline's chunk size (small ones make every batch several chunks)."""
+    ``pipeline_chunk`` sets the pipeline's chunk size (small ones make every batch several chunks);
+    ``overlap`` turns on the pipeline's overlapped way (answered from its own thread)."""
     build_torchscript(root, "efficientnet_lite0", TorchScriptOptions(gpu=gpu, precision="fp16"))
     build([PIPELINE], BuildOptions(repository=root, variants=False))
     for name in (CLASSIFIER, PIPELINE):
@@ -46,5 +51,7 @@ def build_gpu_repository(
             del config.dynamic_batching.preferred_batch_size[:]
         if pipeline_chunk is not None and name == PIPELINE:
             config.parameters["pipeline_chunk"].string_value = str(pipeline_chunk)
+        if overlap and name == PIPELINE:
+            config.parameters["overlap"].string_value = "true"
         write_config(config, path)
     return root

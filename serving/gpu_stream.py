@@ -1,0 +1,165 @@
+"""Batches that arrive one at a time -> a callback per batch, decode overlapping the GPU work.
+
+:meth:`OverlappedPipeline.map` suits a caller that holds all its batches (the in-process benchmark):
+it waits for batch ``n - 1`` only once batch ``n`` is queued. A server gets its batches one by one
+(Triton calls ``execute()`` with the next batch only after the last call returned) and must answer
+each batch as soon as it is done, not when the next one arrives. :class:`StreamingPipeline` takes a
+batch with :meth:`~StreamingPipeline.submit`, which returns at once, and calls the batch's ``done``
+from its own thread when the outputs are on the host:
+
+    caller (execute):  submit(batch, done) -> returns; blocks only while ``depth`` batches are in
+                       flight, so that the rest wait in Triton's queue, where its queue policy,
+                       timeouts and priorities apply
+    decode thread:     headers -> nvJPEG                               (OverlappedPipeline's own)
+    GPU thread:        resize + model of batch n queued; if batch n + 1 is decoded by then, it is
+                       queued before n is waited for; else n is waited for at once (there is
+                       nothing to overlap it with) and ``done(result)`` is called
+
+So a server's Triton batch ``n + 1`` is decoded while batch ``n`` is resized and classified, the
+overlap :class:`OverlappedPipeline` measures in process, instead of each ``execute()`` running its
+steps one after another.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+try:  # beside a Triton model: the copies the build placed there
+    from gpu_overlap import BatchResult, OverlappedPipeline, _InFlight
+except ImportError:  # imported from the source tree
+    from serving.gpu_overlap import BatchResult, OverlappedPipeline, _InFlight
+
+__all__ = ["Done", "StreamingPipeline"]
+
+log = logging.getLogger(__name__)
+
+#: called once per submitted batch, from the pipeline's GPU thread: the result, or why there is none
+Done = Callable[[BatchResult | BaseException], None]
+
+#: how long a blocked wait looks again whether the pipeline was closed
+_POLL_S = 0.05
+
+
+class StreamingPipeline(OverlappedPipeline):
+    """An :class:`OverlappedPipeline` fed one batch at a time (see the module docstring).
+
+    Args:
+        *args, **kwargs: as :class:`OverlappedPipeline`.
+        depth: batches submitted and not yet answered before :meth:`submit` blocks (2: one decoded
+            while the one before is on the GPU).
+    """
+
+    def __init__(self, *args: Any, depth: int = 2, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._mapping = True  # map() would compete with the GPU thread for the decoded batches
+        self._in_flight = threading.BoundedSemaphore(depth)
+        self._done: dict[int, Done] = {}
+        self._lock = threading.Lock()
+        self._submitted = 0
+        self._draining = False
+        self._gpu_thread = threading.Thread(
+            target=self._gpu_loop, name="gpu-overlap-stream", daemon=True
+        )
+        self._gpu_thread.start()
+
+    def submit(self, encoded: Sequence[torch.Tensor], done: Done) -> None:
+        """Queue one batch of encoded images (contiguous host ``uint8`` tensors, one image each);
+        ``done`` gets its :class:`BatchResult` (or the exception that stopped it) from another thread.
+
+        Raises:
+            ValueError: the batch is empty or larger than the largest prepared size.
+            RuntimeError: the pipeline is closing.
+        """
+        if not 1 <= len(encoded) <= self.max_batch:
+            raise ValueError(f"a batch of {len(encoded)} images is outside 1..{self.max_batch}")
+        while not self._in_flight.acquire(timeout=_POLL_S):
+            if self._draining or self._closed.is_set():
+                raise RuntimeError("the pipeline is closing")
+        with self._lock:
+            if self._draining or self._closed.is_set():
+                self._in_flight.release()
+                raise RuntimeError("the pipeline is closing")
+            index = self._submitted
+            self._submitted += 1
+            self._done[index] = done
+            self._todo.put((index, list(encoded)))
+
+    def close(self, timeout_s: float = 60.0) -> None:
+        """Answer what was submitted (within ``timeout_s``), then stop both threads (idempotent).
+        A batch still unanswered then gets a ``RuntimeError``."""
+        with self._lock:
+            first = not self._draining
+            self._draining = True
+            if first:
+                self._todo.put(None)  # after every submitted batch: the decode thread ends there
+        self._gpu_thread.join(timeout_s)
+        super().close()
+        self._gpu_thread.join(timeout_s)
+        with self._lock:
+            left, self._done = self._done, {}
+        for done in left.values():
+            self._call(done, RuntimeError("the pipeline closed before this batch was answered"))
+
+    # ------------------------------------------------------------------ the GPU thread
+
+    def _gpu_loop(self) -> None:
+        if self.cuda:
+            torch.cuda.set_device(self.device)
+        pending: deque[_InFlight] = deque()
+        with torch.inference_mode():
+            while True:
+                try:
+                    # With a batch on the GPU, only a batch already decoded is worth waiting for.
+                    item = self._decoded.get(block=not pending, timeout=_POLL_S)
+                except queue.Empty:
+                    if pending:
+                        self._finish(pending.popleft())
+                    elif not self._worker.is_alive() and self._decoded.empty():
+                        return
+                    continue
+                if item.failure is not None:
+                    self._answer(item.index, item.failure)
+                    continue
+                started = time.perf_counter()
+                try:
+                    pending.append(self._queue_gpu(item))
+                    item.steps_ms["queue_gpu"] = (time.perf_counter() - started) * 1000.0
+                except Exception as exc:  # this batch fails; the others go on
+                    log.exception("queueing batch %d on the GPU failed", item.index)
+                    self._answer(item.index, exc)
+                    continue
+                # Batch n is queued: batch n - 1 (another slot) can be waited for and answered.
+                while len(pending) > 1:
+                    self._finish(pending.popleft())
+
+    def _finish(self, flight: _InFlight) -> None:
+        started = time.perf_counter()
+        try:
+            result: BatchResult | BaseException = self._collect(flight)
+            flight.steps_ms["wait_gpu"] = (time.perf_counter() - started) * 1000.0
+        except Exception as exc:
+            log.exception("collecting batch %d failed", flight.index)
+            result = exc
+        self._answer(flight.index, result)
+
+    def _answer(self, index: int, result: BatchResult | BaseException) -> None:
+        with self._lock:
+            done = self._done.pop(index, None)
+        self._in_flight.release()  # before the callback: the next batch can be submitted meanwhile
+        if done is not None:
+            self._call(done, result)
+
+    @staticmethod
+    def _call(done: Done, result: BatchResult | BaseException) -> None:
+        try:
+            done(result)
+        except Exception:  # one batch's answer must not stop the thread that answers the others
+            log.exception("a batch's done callback failed")

@@ -1,0 +1,161 @@
+"""The streaming pipeline: batches submitted one at a time are answered by callback, each as it is done.
+
+Unit tests on the small seeded classifier of ``test_gpu_overlap`` (no Triton); the CPU runs the decode
+thread with Pillow and the model eagerly, the ``gpu`` test nvJPEG, streams and CUDA graphs.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from loadtest.payloads import jpeg_images
+from serving.gpu_overlap import BatchResult, TopK
+from serving.gpu_stream import StreamingPipeline
+from tests.serving.test_gpu_overlap import P, _encoded, _serial, _Tiny, needs_cuda
+
+
+class _Answers:
+    """Collects what each batch's callback got, and in which thread."""
+
+    def __init__(self) -> None:
+        self.got: dict[int, BatchResult | BaseException] = {}
+        self.threads: set[str] = set()
+        self.event = threading.Condition()
+
+    def done(self, batch: int) -> object:
+        def callback(result: BatchResult | BaseException) -> None:
+            with self.event:
+                self.got[batch] = result
+                self.threads.add(threading.current_thread().name)
+                self.event.notify_all()
+
+        return callback
+
+    def wait_for(self, count: int, timeout_s: float = 60.0) -> None:
+        with self.event:
+            assert self.event.wait_for(lambda: len(self.got) >= count, timeout_s), self.got.keys()
+
+
+def _stream_all(device: torch.device, dtype: torch.dtype, batch: int) -> list[BatchResult]:
+    model = TopK(_Tiny().to(device).to(dtype).eval())
+    encoded = _encoded(list(jpeg_images()))
+    batches = [encoded[i : i + batch] for i in range(0, len(encoded), batch)]
+    answers = _Answers()
+    with StreamingPipeline(model, P, device, (batch,), dtype=dtype) as pipeline:
+        for index, images in enumerate(batches):
+            pipeline.submit(images, answers.done(index))  # type: ignore[arg-type]
+        answers.wait_for(len(batches))
+    assert answers.threads == {"gpu-overlap-stream"}  # answered by the pipeline, not the caller
+    results = [answers.got[i] for i in range(len(batches))]
+    assert all(isinstance(r, BatchResult) for r in results)
+    return results  # type: ignore[return-value]
+
+
+def _check(
+    results: list[BatchResult], scores: torch.Tensor, ids: torch.Tensor, atol: float
+) -> None:
+    assert all(e is None for r in results for e in r.errors)
+    assert torch.equal(torch.cat([r.outputs[1] for r in results]), ids)
+    assert torch.allclose(torch.cat([r.outputs[0] for r in results]), scores, atol=atol)
+
+
+def test_cpu_same_top5_as_the_serial_path() -> None:
+    model = TopK(_Tiny().eval())
+    scores, ids = _serial(model, torch.device("cpu"), torch.float32)
+    _check(_stream_all(torch.device("cpu"), torch.float32, 5), scores, ids, 1e-5)
+
+
+def test_a_lone_batch_is_answered_without_waiting_for_the_next() -> None:
+    """A server's last batch before a pause must not wait for a batch that may never come."""
+    answers = _Answers()
+    encoded = _encoded(list(jpeg_images()[:2]))
+    with StreamingPipeline(
+        TopK(_Tiny().eval()), P, torch.device("cpu"), (2,), dtype=torch.float32
+    ) as pipeline:
+        pipeline.submit(encoded, answers.done(0))  # type: ignore[arg-type]
+        answers.wait_for(1, timeout_s=30.0)  # the pipeline is still open: nothing else arrives
+        assert isinstance(answers.got[0], BatchResult) and answers.got[0].rows == [0, 1]
+
+
+def test_bad_images_fail_alone_and_the_stream_goes_on() -> None:
+    good = list(jpeg_images()[:2])
+    encoded = _encoded([good[0], b"this is not an image", good[1]])
+    answers = _Answers()
+    with StreamingPipeline(
+        TopK(_Tiny().eval()), P, torch.device("cpu"), (3,), dtype=torch.float32
+    ) as pipeline:
+        pipeline.submit(encoded, answers.done(0))  # type: ignore[arg-type]
+        pipeline.submit([encoded[1]], answers.done(1))  # type: ignore[arg-type]
+        pipeline.submit(encoded[:1], answers.done(2))  # type: ignore[arg-type]
+        answers.wait_for(3)
+    first, only_bad, last = (answers.got[i] for i in range(3))
+    assert isinstance(first, BatchResult) and first.rows == [0, 2]
+    assert first.errors[1] is not None and "not a decodable image" in first.errors[1]
+    assert isinstance(only_bad, BatchResult) and only_bad.rows == [] and only_bad.outputs == ()
+    assert isinstance(last, BatchResult) and last.rows == [0]
+
+
+def test_close_answers_what_was_submitted_and_then_refuses() -> None:
+    encoded = _encoded(list(jpeg_images()[:2]))
+    answers = _Answers()
+    pipeline = StreamingPipeline(
+        TopK(_Tiny().eval()), P, torch.device("cpu"), (2,), dtype=torch.float32, depth=4
+    )
+    for index in range(4):
+        pipeline.submit(encoded, answers.done(index))  # type: ignore[arg-type]
+    pipeline.close()
+    assert sorted(answers.got) == [0, 1, 2, 3]
+    assert all(isinstance(r, BatchResult) for r in answers.got.values())
+    assert not pipeline._worker.is_alive() and not pipeline._gpu_thread.is_alive()
+    with pytest.raises(RuntimeError, match="closing"):
+        pipeline.submit(encoded, answers.done(4))  # type: ignore[arg-type]
+
+
+def test_submit_waits_while_depth_batches_are_in_flight() -> None:
+    """The backpressure that keeps the rest of the requests in Triton's queue."""
+    encoded = _encoded(list(jpeg_images()[:2]))
+    release = threading.Event()
+    entered = threading.Event()
+
+    def slow(result: BatchResult | BaseException) -> None:
+        entered.set()
+        release.wait(30)
+
+    answers = _Answers()
+    with StreamingPipeline(
+        TopK(_Tiny().eval()), P, torch.device("cpu"), (2,), dtype=torch.float32, depth=1
+    ) as pipeline:
+        pipeline.submit(encoded, slow)
+        assert entered.wait(30)
+        # The slot is given back before the callback runs: the next batch is taken meanwhile ...
+        pipeline.submit(encoded, answers.done(1))  # type: ignore[arg-type]
+        waiter = threading.Thread(target=pipeline.submit, args=(encoded, answers.done(2)))
+        waiter.start()
+        waiter.join(1.0)
+        # ... but the one after waits until a batch is answered (the slow callback holds the thread).
+        assert waiter.is_alive()
+        release.set()
+        waiter.join(30)
+        answers.wait_for(2)
+    assert sorted(answers.got) == [1, 2]
+
+
+def test_a_batch_larger_than_prepared_is_refused() -> None:
+    encoded = _encoded(list(jpeg_images()[:3]))
+    with StreamingPipeline(
+        TopK(_Tiny().eval()), P, torch.device("cpu"), (2,), dtype=torch.float32
+    ) as pipeline:
+        with pytest.raises(ValueError, match="outside 1..2"):
+            pipeline.submit(encoded, lambda result: None)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_gpu_same_top5_as_the_serial_path() -> None:
+    device = torch.device("cuda")
+    model = TopK(_Tiny().to(device).half().eval())
+    scores, ids = _serial(model, device, torch.float16)
+    _check(_stream_all(device, torch.float16, 8), scores, ids, 1e-3)
