@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from loadtest.bench.cpu_split import cpu_snapshot, cpu_split
-from loadtest.bench.gpu_report import evaluate_targets, print_gpu_report, result_row, save_gpu_plot
+from loadtest.bench.gpu_report import evaluate_targets, print_gpu_report, result_row
 from loadtest.bench.gpu_sanity import sanity
 from loadtest.bench.gpu_settings import GpuBenchSettings
 from loadtest.bench.gpu_setup import (
@@ -59,6 +59,7 @@ from loadtest.bench.gpu_setup import (
     unavailable,
 )
 from loadtest.bench.gpu_targets import IMAGES_PER_REQUEST, gpu_targets
+from loadtest.bench.plot import save_gpu_plot
 from loadtest.bench.point_split import PointProbe
 from loadtest.bench.report import machine_description
 from loadtest.bench.servers import BenchGateway, gateway_server, naive_server
@@ -229,6 +230,7 @@ def run_gpu_bench(settings: GpuBenchSettings) -> dict[str, Any]:
 def _ceilings(run: _Run, root: Path, model_file: Path, compiled: str) -> None:
     """The in-process ceilings and the JPEG pipeline's step profile (GPU only), before any server."""
     from loadtest.bench.gpu_raw import jpeg_profile, tensor_ceiling
+    from loadtest.bench.jpeg_reference import jpeg_overlapped
 
     settings, document = run.settings, run.document
     compiled_path = compiled_file(root, settings.compiled) if compiled else None
@@ -245,6 +247,9 @@ def _ceilings(run: _Run, root: Path, model_file: Path, compiled: str) -> None:
             {**jpeg_profile(compiled_path, jpeg_images(), b), "classifier": compiled}
             for b in (64, 128)
         ]
+    # The served JPEG path's reference (issue 28): the overlapped pipeline on the classifier the
+    # fastest served entry runs.
+    run.results += jpeg_overlapped(compiled_path or model_file, jpeg_images(), (64, 128))
     run.save()
 
 

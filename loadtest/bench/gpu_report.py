@@ -19,12 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from loadtest.bench.gateway_split import gateway_table
+from loadtest.bench.gpu_raw import CEILING_MODES
+from loadtest.bench.jpeg_goals import jpeg_goals
 from loadtest.bench.report import machine_line
 from loadtest.bench.settings import Result
 
-__all__ = ["evaluate_targets", "print_gpu_report", "result_row", "save_gpu_plot"]
+__all__ = ["evaluate_targets", "print_gpu_report", "result_row"]
 
-_CEILING = ("raw eager", "raw channels_last", "raw cuda-graph")
+_CEILING = tuple(f"raw {mode}" for mode in CEILING_MODES)
 
 
 def result_row(name: str, result: Any, capacity: float | None, per_request: int = 1) -> Result:
@@ -177,6 +179,7 @@ def evaluate_targets(rows: list[Result]) -> dict[str, Any]:
             },
             "met": None,
         }
+    targets.update(jpeg_goals(rows))
     return targets
 
 
@@ -202,7 +205,7 @@ def _tables(rows: list[Result], document: dict[str, Any]) -> list[Any]:
             continue
         served.add_row(
             r.config,
-            str(r.concurrency),
+            str(r.concurrency) if r.concurrency else f"batch {r.batch}",  # in-process: no clients
             f"{r.throughput:,.0f}",
             f"{r.p50_ms:.1f}",
             f"{r.p95_ms:.1f}",
@@ -408,65 +411,3 @@ def print_gpu_report(rows: list[Result], document: dict[str, Any], path: Path) -
                     soft_wrap=True,
                 )
     path.write_text(buffer.getvalue(), encoding="utf-8")
-
-
-def save_gpu_plot(rows: list[Result], document: dict[str, Any], path: Path) -> Path:
-    """P99 and P50 latency against throughput per served configuration; the ceiling as a line."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(12, 7))
-    configs = [c for c in dict.fromkeys(r.config for r in rows) if not c.startswith("raw")]
-    for index, config in enumerate(configs):
-        points = sorted(
-            (r for r in rows if r.config == config and r.requests > 0), key=lambda r: r.concurrency
-        )
-        if not points:
-            continue
-        colour = plt.get_cmap("tab10")(index % 10)
-        ax.plot(
-            [r.throughput for r in points],
-            [r.p99_ms for r in points],
-            "-o",
-            color=colour,
-            label=f"{config} P99",
-        )
-        ax.plot(
-            [r.throughput for r in points],
-            [r.p50_ms for r in points],
-            "--",
-            color=colour,
-            alpha=0.5,
-        )
-        for r in points:
-            ax.annotate(
-                f"c={r.concurrency}",
-                (r.throughput, r.p99_ms),
-                textcoords="offset points",
-                xytext=(3, 3),
-                fontsize=7,
-            )
-    ceiling = max(
-        (r for r in rows if r.config in _CEILING), key=lambda r: r.throughput, default=None
-    )
-    if ceiling is not None:
-        ax.axvline(
-            ceiling.throughput,
-            color="black",
-            linestyle=":",
-            label=f"in-process ceiling {ceiling.throughput:,.0f}/s ({ceiling.config}, batch {ceiling.batch})",
-        )
-    ax.axhline(20.0, color="grey", linestyle="-.", linewidth=0.8, label="P99 budget 20 ms")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("throughput (images/s)")
-    ax.set_ylabel("latency (ms): P99 solid, P50 dashed")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left")
-    ax.set_title(f"GPU serving paths: {machine_line(document['machine'])}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path

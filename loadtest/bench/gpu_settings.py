@@ -29,6 +29,8 @@ class GpuBenchSettings:
             "naive": (32,),
             "jpeg": (32, 64, 128, 256),
             "jpeg compiled": (32, 64, 128),
+            "jpeg overlap": (32, 64, 128, 256),
+            "jpeg compiled overlap": (32, 64, 128, 256),
             "jpeg gateway": (32, 64, 128, 256),
         }
     )

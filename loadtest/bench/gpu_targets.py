@@ -10,7 +10,14 @@ from dataclasses import replace
 
 import numpy as np
 
-from loadtest.bench.gpu_setup import NOBATCH, PIPELINE, PIPELINE_COMPILED, TENSOR
+from loadtest.bench.gpu_setup import (
+    NOBATCH,
+    PIPELINE,
+    PIPELINE_COMPILED,
+    PIPELINE_COMPILED_OVERLAP,
+    PIPELINE_OVERLAP,
+    TENSOR,
+)
 from loadtest.bench.servers import BenchGateway, naive_target
 from loadtest.loadgen import Target, TritonTarget
 from loadtest.payloads import image_tensors, jpeg_images
@@ -77,6 +84,7 @@ def gpu_targets(
             tensor, model=NOBATCH, shared_memory="cuda", name="tensor no-batching cuda-shm"
         ),
         "jpeg": jpeg,
+        "jpeg overlap": replace(jpeg, model=PIPELINE_OVERLAP, name="jpeg overlap"),
     }
     if not gpu:
         del (
@@ -90,6 +98,9 @@ def gpu_targets(
             tensor, model=compiled, shared_memory=shared, name="tensor compiled cuda-shm"
         )
         targets["jpeg compiled"] = replace(jpeg, model=PIPELINE_COMPILED, name="jpeg compiled")
+        targets["jpeg compiled overlap"] = replace(
+            jpeg, model=PIPELINE_COMPILED_OVERLAP, name="jpeg compiled overlap"
+        )
     if gateway is not None:
         base, key, _ = gateway
         # The gateway sets the priority from the key's tier and refuses one a client sends.

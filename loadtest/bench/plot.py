@@ -6,10 +6,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from loadtest.bench.gpu_raw import CEILING_MODES
+from loadtest.bench.jpeg_reference import INPROCESS_OVERLAPPED
 from loadtest.bench.report import machine_line
 from loadtest.bench.settings import Result
 
-__all__ = ["save_bar_plot", "save_plot"]
+__all__ = ["save_bar_plot", "save_gpu_plot", "save_plot"]
 
 
 def save_plot(
@@ -100,3 +102,85 @@ def save_bar_plot(path: Path, title: str, rows: Sequence[Any]) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
+
+
+#: the in-process ceiling's rows (the best of them is drawn as a line)
+_CEILING = tuple(f"raw {mode}" for mode in CEILING_MODES)
+
+
+def save_gpu_plot(rows: list[Result], document: dict[str, Any], path: Path) -> Path:
+    """P99 and P50 latency against throughput per served configuration; the ceiling as a line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(12, 7))
+    configs = [
+        c
+        for c in dict.fromkeys(r.config for r in rows)
+        if not c.startswith("raw") and c != INPROCESS_OVERLAPPED
+    ]
+    for index, config in enumerate(configs):
+        points = sorted(
+            (r for r in rows if r.config == config and r.requests > 0), key=lambda r: r.concurrency
+        )
+        if not points:
+            continue
+        colour = plt.get_cmap("tab10")(index % 10)
+        ax.plot(
+            [r.throughput for r in points],
+            [r.p99_ms for r in points],
+            "-o",
+            color=colour,
+            label=f"{config} P99",
+        )
+        ax.plot(
+            [r.throughput for r in points],
+            [r.p50_ms for r in points],
+            "--",
+            color=colour,
+            alpha=0.5,
+        )
+        for r in points:
+            ax.annotate(
+                f"c={r.concurrency}",
+                (r.throughput, r.p99_ms),
+                textcoords="offset points",
+                xytext=(3, 3),
+                fontsize=7,
+            )
+    ceiling = max(
+        (r for r in rows if r.config in _CEILING), key=lambda r: r.throughput, default=None
+    )
+    if ceiling is not None:
+        ax.axvline(
+            ceiling.throughput,
+            color="black",
+            linestyle=":",
+            label=f"in-process ceiling {ceiling.throughput:,.0f}/s ({ceiling.config}, batch {ceiling.batch})",
+        )
+    inprocess = max(
+        (r for r in rows if r.config == INPROCESS_OVERLAPPED),
+        key=lambda r: r.throughput,
+        default=None,
+    )
+    if inprocess is not None:  # the served JPEG path's reference (issue 28)
+        ax.axvline(
+            inprocess.throughput,
+            color="tab:red",
+            linestyle=":",
+            label=f"in-process JPEG pipeline {inprocess.throughput:,.0f}/s (batch {inprocess.batch})",
+        )
+    ax.axhline(20.0, color="grey", linestyle="-.", linewidth=0.8, label="P99 budget 20 ms")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("throughput (images/s)")
+    ax.set_ylabel("latency (ms): P99 solid, P50 dashed")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left")
+    ax.set_title(f"GPU serving paths: {machine_line(document['machine'])}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -8,6 +8,7 @@ report prints rows that were not run or not measured. The whole run is dry-run o
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -213,6 +214,34 @@ def test_the_jpeg_target_takes_any_jpeg_entry_and_the_gateway_its_own() -> None:
     )  # not the faster row over the P99 bar
     gateway = targets["jpeg_gateway"]["figure"]
     assert gateway["concurrency"] == 32 and gateway["ratio"] == pytest.approx(2352.0 / 3478.0)
+
+
+def test_issue_28_goals_compare_the_served_path_with_its_in_process_reference() -> None:
+    from loadtest.bench.jpeg_reference import INPROCESS_OVERLAPPED
+
+    rows = [
+        replace(_row(INPROCESS_OVERLAPPED, 0, 15000.0, 4.3), batch=64),
+        _row("jpeg compiled overlap", 32, 9000.0, 9.0),
+        _row("jpeg compiled overlap", 64, 12500.0, 15.0),
+        _row("jpeg compiled overlap", 128, 12600.0, 29.0),
+        _row("jpeg compiled", 64, 6000.0, 18.0),
+    ]
+    rows[1] = replace(rows[1], capacity=30000.0)
+    rows[2] = replace(rows[2], capacity=20000.0)
+    targets = evaluate_targets(rows)
+    assert targets["inprocess_jpeg"]["met"] is True
+    share = targets["jpeg_vs_inprocess"]
+    # The best served row within P99 <= 20 ms, against the in-process rate.
+    assert share["figure"]["config"] == "jpeg compiled overlap"
+    assert share["figure"]["share"] == pytest.approx(12500.0 / 15000.0) and share["met"] is True
+    past = targets["jpeg_past_saturation"]["figure"]
+    # 64 saturates (within 10% of the best, 12,600/s); 128 is twice it: throughput held, P99 < 2x.
+    assert past["saturating_concurrency"] == 64
+    assert past["throughput_ratio"] == pytest.approx(12600.0 / 12500.0)
+    assert targets["jpeg_past_saturation"]["met"] is True
+    headroom = targets["client_headroom"]
+    assert headroom["figure"]["ratio"] == pytest.approx(20000.0 / 12500.0)
+    assert headroom["met"] is False
 
 
 def test_the_scripts_points_parse_and_name_known_configurations(tmp_path: Path) -> None:

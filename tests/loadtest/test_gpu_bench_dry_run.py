@@ -24,11 +24,17 @@ def test_a_cpu_dry_run_answers_every_point_and_writes_every_file(tmp_path: Path)
         duration_s=2.0,
         warmup_s=1.0,
         capacity_s=0.5,
-        points={"jpeg": (2,), "tensor http": (2,), "tensor system-shm": (2,), "jpeg gateway": (2,)},
+        points={
+            "jpeg": (2,),
+            "jpeg overlap": (2,),
+            "tensor http": (2,),
+            "tensor system-shm": (2,),
+            "jpeg gateway": (2,),
+        },
     )
     document = run_gpu_bench(settings)
     rows = {r["config"]: r for r in document["results"]}
-    assert set(rows) == {"jpeg", "tensor http", "tensor system-shm", "jpeg gateway"}
+    assert set(rows) == {"jpeg", "jpeg overlap", "tensor http", "tensor system-shm", "jpeg gateway"}
     for name, row in rows.items():
         assert row["errors"] == 0 and row["requests"] > 0, (name, row)
         assert row["capacity"] and row["capacity"] > 0, name
@@ -54,6 +60,8 @@ def test_a_cpu_dry_run_answers_every_point_and_writes_every_file(tmp_path: Path)
         "respond",
     }
     assert split["jpeg"]["steps_ms"]["decode"] > 0 and not split["tensor http"]["steps_ms"]
+    # The overlapped entry answers from its pipeline's thread and times the same steps there.
+    assert split["jpeg overlap"]["steps_ms"]["decode"] > 0
     assert {"bench.json", "bench.txt", "bench.png", "machine.json"} <= {
         p.name for p in tmp_path.iterdir()
     }
