@@ -6,7 +6,9 @@ from __future__ import annotations
 
 # its modules, each imported by name: nothing is re-exported
 __all__ = [
-    "callbacks",
+    "callback_policy",
+    "callback_sender",
+    "callback_signature",
     "image_store",
     "image_urls",
     "protocol",
