@@ -86,7 +86,7 @@ def serve(settings: GatewaySettings) -> None:
     from gateway.app import create_app
     from gateway.http.limits import uvicorn_options
     from gateway.http.server_limits import ServerLimits
-    from gateway.observe.stats import metrics_directory
+    from gateway.observe.metrics import metrics_directory
     from gateway.tenancy.secret_policy import check_secrets
 
     _configure_logging(settings.log_level)

@@ -8,6 +8,7 @@ from __future__ import annotations
 __all__ = [
     "generation_pace",
     "latency",
+    "metrics",
     "redis_series",
     "settings",
     "stats",
