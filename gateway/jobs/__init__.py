@@ -17,5 +17,6 @@ __all__ = [
     "settings",
     "store",
     "store_redis",
+    "store_redis_scripts",
     "store_sqlite",
 ]
