@@ -36,9 +36,9 @@ from collections.abc import Awaitable, Callable
 import numpy as np
 import tritonclient.http as http
 
+from gateway.http.connection_settings import DEFAULT_PARSE_PROCESS_MIN_BYTES
 from gateway.protocol.kserve import ParseLimits, ParsePool, RestBody, encode_rest, parse_rest
 from gateway.protocol.rest import EmbeddingsRequest
-from gateway.settings import DEFAULT_PARSE_PROCESS_MIN_BYTES
 from gateway.tasks.service import PARSE_INLINE_WORK
 
 __all__ = ["build_parser", "run"]

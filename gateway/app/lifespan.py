@@ -21,7 +21,7 @@ from gateway.backends.model_cards import ModelCards
 from gateway.backends.residency import ResidencyManager
 from gateway.backends.residency_setup import build_residency
 from gateway.backends.triton import InferenceBackend
-from gateway.jobs.callbacks import CallbackSender
+from gateway.jobs.callback_sender import CallbackSender
 from gateway.jobs.runner import JobRunner
 from gateway.jobs.service import ImageJobs
 from gateway.jobs.store import JobStore

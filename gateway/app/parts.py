@@ -8,7 +8,7 @@ from typing import Any
 
 from gateway.app.error_handlers import ERROR_SHAPES, ERROR_STATUS
 from gateway.http.problems import ProblemRenderer
-from gateway.jobs.callbacks import CallbackPolicy
+from gateway.jobs.callback_policy import CallbackPolicy
 from gateway.observe.stats import LatencyTracker
 from gateway.settings import GatewaySettings
 from gateway.tenancy.auth import Authenticator

@@ -7,11 +7,12 @@
 from __future__ import annotations
 
 from gateway.backends.triton import InferenceBackend, TritonHttpBackend
+from gateway.backends.triton_settings import TritonProtocol
 from gateway.jobs.image_store import ImageStore, MemoryImageStore
 from gateway.jobs.store import JobStore
 from gateway.jobs.store_sqlite import SqliteJobStore
 from gateway.observe.stats_store import RedisSketchStore, SketchStore, SqliteSketchStore
-from gateway.settings import GatewaySettings, TritonProtocol
+from gateway.settings import GatewaySettings
 from gateway.tenancy.ratelimit import InProcessRateLimiter, RateLimiter, RedisRateLimiter
 from gateway.tenancy.usage import UsageStore
 from gateway.tenancy.usage_store import RedisUsageStore, SqliteUsageStore

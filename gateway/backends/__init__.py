@@ -20,4 +20,5 @@ __all__ = [
     "triton",
     "triton_errors",
     "triton_grpc",
+    "triton_settings",
 ]

@@ -14,6 +14,7 @@ __all__ = [
     "accept_rate",
     "body_bytes",
     "compression",
+    "connection_settings",
     "limits",
     "middleware",
     "problems",

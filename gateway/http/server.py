@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import SecretStr
 
-from gateway.settings import (
+from gateway.backends.triton_settings import TritonProtocol
+from gateway.http.connection_settings import (
     DEFAULT_BODY_TIMEOUT_S,
     DEFAULT_HEADER_TIMEOUT_S,
     DEFAULT_KEEP_ALIVE_TIMEOUT_S,
@@ -27,10 +28,9 @@ from gateway.settings import (
     DEFAULT_MAX_HEADER_BYTES,
     DEFAULT_MAX_HEADER_COUNT,
     DEFAULT_MAX_REQUESTS_PER_CONNECTION,
-    GatewaySettings,
-    RedisFailurePolicy,
-    TritonProtocol,
 )
+from gateway.settings import GatewaySettings
+from gateway.tenancy.settings import RedisFailurePolicy
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -86,7 +86,7 @@ def serve(settings: GatewaySettings) -> None:
     from gateway.app import create_app
     from gateway.http.limits import uvicorn_options
     from gateway.http.server_limits import ServerLimits
-    from gateway.observe.stats import metrics_directory
+    from gateway.observe.metrics import metrics_directory
     from gateway.tenancy.secret_policy import check_secrets
 
     _configure_logging(settings.log_level)

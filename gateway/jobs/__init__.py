@@ -6,7 +6,9 @@ from __future__ import annotations
 
 # its modules, each imported by name: nothing is re-exported
 __all__ = [
-    "callbacks",
+    "callback_policy",
+    "callback_sender",
+    "callback_signature",
     "image_store",
     "image_urls",
     "protocol",
@@ -15,5 +17,6 @@ __all__ = [
     "settings",
     "store",
     "store_redis",
+    "store_redis_scripts",
     "store_sqlite",
 ]

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.jobs.callbacks import JOB_ID_HEADER, SIGNATURE_HEADER
+from gateway.jobs.callback_signature import JOB_ID_HEADER, SIGNATURE_HEADER
 from gateway.protocol.rest import ImageGenerationRequest
 from serving.limits import DEFAULT_LIMITS
 

@@ -21,7 +21,7 @@ What a run can meet:
   that is killed instead loses its lease after ``GATEWAY_JOB_LEASE_S``).
 
 Runs are metered for usage like synchronous requests (per owner, model and day). Callbacks are sent
-by :class:`gateway.jobs.callbacks.CallbackSender`, claimed from the store's callback queue with a lease, so
+by :class:`gateway.jobs.callback_sender.CallbackSender`, claimed from the store's callback queue with a lease, so
 a delivery whose process died is retried by another.
 """
 
@@ -38,7 +38,7 @@ from collections.abc import Callable
 
 from gateway.errors import GatewayError, Overloaded, ServiceUnavailable, StateStoreUnavailable
 from gateway.http.problems import ProblemRenderer
-from gateway.jobs.callbacks import CallbackSender
+from gateway.jobs.callback_sender import CallbackSender
 from gateway.jobs.service import job_document
 from gateway.jobs.store import CallbackState, Job, JobError, JobStatus, JobStore, Outcome
 from gateway.settings import GatewaySettings

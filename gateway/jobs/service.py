@@ -6,7 +6,7 @@ Protocol-neutral like :mod:`gateway.tasks.service` (no FastAPI, no REST models);
 Rules:
 
 - **Submission** checks the request exactly as ``/v1/images/generations`` does (limits, scope, the
-  model serves image generation), then the callback URL (:mod:`gateway.jobs.callbacks`), then the
+  model serves image generation), then the callback URL (:mod:`gateway.jobs.callback_policy`), then the
   caller's rate limits (a submission takes the same rate-limit token a synchronous request takes),
   then, atomically in the store, the key's job limits (:class:`serving.limits.JobLimits`: queued or
   running at once, held at once). The in-flight share is taken only when a worker runs the job.
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.errors import JobNotFinished, NotFound
-from gateway.jobs.callbacks import CallbackPolicy
+from gateway.jobs.callback_policy import CallbackPolicy
 from gateway.jobs.store import Job, JobStatus, JobStore, looks_like_job_id, new_job_id
 from gateway.tasks.openai import OpenAITasks
 from gateway.tasks.openai_inputs import ImageRequest

@@ -13,7 +13,7 @@ from pathlib import Path
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from gateway.jobs.callbacks import AllowedOrigin
+from gateway.jobs.callback_policy import AllowedOrigin
 
 __all__ = ["JobSettings"]
 
@@ -31,7 +31,7 @@ DEFAULT_CALLBACK_BACKOFF_S = 2.0
 
 class JobSettings(BaseSettings):
     """The ``job_*`` and ``callback_*`` fields (and ``jobs_db``); see :mod:`gateway.jobs.runner` and
-    :mod:`gateway.jobs.callbacks` for what they govern."""
+    :mod:`gateway.jobs.callback_policy` and :mod:`gateway.jobs.callback_sender` for what they govern."""
 
     model_config = SettingsConfigDict(env_prefix="GATEWAY_", extra="ignore", frozen=True)
 

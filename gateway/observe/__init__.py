@@ -5,4 +5,13 @@ per-stage timing of a request and the learned pace of image generations.
 from __future__ import annotations
 
 # its modules, each imported by name: nothing is re-exported
-__all__ = ["generation_pace", "latency", "redis_series", "stats", "stats_store", "timing"]
+__all__ = [
+    "generation_pace",
+    "latency",
+    "metrics",
+    "redis_series",
+    "settings",
+    "stats",
+    "stats_store",
+    "timing",
+]

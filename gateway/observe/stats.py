@@ -6,9 +6,10 @@ Two views of the same measurements, for two readers:
   error) per (model, client) over the stats window, with no sample cap, so the window is the full
   window at any rate. Shared through Redis or a SQLite file (:mod:`gateway.observe.stats_store`) so that
   ``/v1/stats`` covers every worker and replica.
-- Prometheus histograms (in a registry owned by the app, never the global one) with geometric
-  buckets 25% apart from 0.25 ms to 60 s, so a P99 read through ``histogram_quantile`` is within one
-  bucket (~12%) of the truth, and histograms from several replicas add up (summaries would not).
+- Prometheus histograms (:mod:`gateway.observe.metrics`, in a registry owned by the app, never the
+  global one) with geometric buckets 25% apart from 0.25 ms to 60 s, so a P99 read through
+  ``histogram_quantile`` is within one bucket (~12%) of the truth, and histograms from several
+  replicas add up (summaries would not).
 
 Label values are bounded: model labels come only from admitted requests (admission refuses names
 the model repository does not have) and Triton's own statistics; client label values are capped
@@ -18,86 +19,21 @@ the model repository does not have) and Triton's own statistics; client label va
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
-import shutil
-import tempfile
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
-import psutil
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.metrics import MetricWrapperBase
-from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
-
-from gateway.observe.latency import OTHER_CLIENT, LatencyWindows, Series, merge_entries
+from gateway.observe.latency import LatencyWindows, Series, merge_entries
+from gateway.observe.metrics import GatewayMetrics
 from gateway.observe.stats_store import EncodedEntry, SketchStore, StatsStoreError
-from gateway.observe.timing import LOOP_LAG_INTERVAL_S
 from serving.quantiles import LatencySketch
 
-__all__ = [
-    "LATENCY_BUCKETS_S",
-    "MULTIPROCESS_ENV",
-    "OTHER_CLIENT",
-    "LatencyTracker",
-    "TritonTimes",
-    "WindowView",
-    "metrics_directory",
-]
+__all__ = ["LatencyTracker", "TritonTimes", "WindowView"]
 
 log = logging.getLogger(__name__)
-
-
-def _geometric_buckets(low: float, high: float, factor: float) -> tuple[float, ...]:
-    out: list[float] = []
-    value = low
-    while value < high:
-        out.append(round(value, 6))
-        value *= factor
-    out.append(high)
-    return tuple(out)
-
-
-LATENCY_BUCKETS_S = _geometric_buckets(0.00025, 60.0, 1.25)
-
-#: prometheus_client's switch to multiprocess mode; it is read when the library is imported, so it
-#: must be in the environment before the workers start.
-MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
-
-
-@contextlib.contextmanager
-def metrics_directory(workers: int) -> Iterator[str | None]:
-    """A fresh folder for the workers' Prometheus values while the server runs (several workers only).
-
-    Sets ``PROMETHEUS_MULTIPROC_DIR`` for the workers about to start, and removes the folder (and
-    the variable) afterwards. With one worker it does nothing: the process's own registry is whole.
-
-    Args:
-        workers: how many worker processes the server starts.
-
-    Yields:
-        The folder, or ``None`` for one worker.
-    """
-    if workers <= 1:
-        yield None
-        return
-    directory = tempfile.mkdtemp(prefix="gateway-metrics-")
-    previous = os.environ.get(MULTIPROCESS_ENV)
-    os.environ[MULTIPROCESS_ENV] = directory
-    try:
-        yield directory
-    finally:
-        if previous is None:
-            os.environ.pop(MULTIPROCESS_ENV, None)
-        else:
-            os.environ[MULTIPROCESS_ENV] = previous
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 @dataclass
@@ -155,7 +91,7 @@ def _merge_encoded(entries: list[EncodedEntry]) -> dict[Series, LatencySketch]:
     return merged
 
 
-class LatencyTracker:
+class LatencyTracker(GatewayMetrics):
     """Per-model and per-client latency, for one app instance (one process).
 
     Args:
@@ -172,8 +108,8 @@ class LatencyTracker:
         max_series: int = 1000,
         max_client_labels: int = 100,
     ) -> None:
+        super().__init__(max_client_labels)
         self.window_s = window_s
-        self.max_client_labels = max_client_labels
         # Names this process in the shared store: unique per process, never reused after a restart.
         self.process_id = uuid.uuid4().hex[:16]
         self.windows = LatencyWindows(window_s, bucket_s, max_series)
@@ -183,112 +119,11 @@ class LatencyTracker:
         # published that often anyway, and a client polling /v1/stats then costs no store reads.
         self.remote_ttl_s = 1.0
         self._remote: dict[str | None, tuple[float, dict[Series, LatencySketch]]] = {}
-        self.registry = CollectorRegistry(auto_describe=True)
-        self._client_labels: set[str] = set()
         self._triton: dict[str, TritonTimes] = {}
-        self.request_seconds = Histogram(
-            "gateway_request_duration_seconds",
-            "Gateway latency of admitted inference requests, first byte in to last byte out.",
-            ["model", "status"],
-            buckets=LATENCY_BUCKETS_S,
-            registry=self.registry,
-        )
-        self.client_seconds = Histogram(
-            "gateway_client_request_duration_seconds",
-            "Gateway latency per client (API key id or JWT subject; capped, the rest is _other).",
-            ["client"],
-            buckets=LATENCY_BUCKETS_S,
-            registry=self.registry,
-        )
-        self.stage_seconds = Histogram(
-            "gateway_stage_duration_seconds",
-            "Time admitted requests spent in each gateway stage (auth, admit, parse, upstream: see "
-            "gateway.observe.timing); the request's total is gateway_request_duration_seconds.",
-            ["model", "stage"],
-            buckets=LATENCY_BUCKETS_S,
-            registry=self.registry,
-        )
-        self.loop_lag = Histogram(
-            "gateway_event_loop_lag_seconds",
-            "How late a timer fires on each worker's event loop (sampled every "
-            f"{LOOP_LAG_INTERVAL_S * 1000:g} ms): what every await of a request waits before it runs again.",
-            buckets=LATENCY_BUCKETS_S,
-            registry=self.registry,
-        )
-        self.rejections = Counter(
-            "gateway_rejected_requests",
-            "Requests refused before reaching Triton, by reason.",
-            ["reason"],
-            registry=self.registry,
-        )
-        # multiprocess_mode applies only with several workers (see metrics_text): in-flight requests
-        # add up over the live workers; Triton's means are the same poll in each, so the latest wins.
-        self.in_flight = Gauge(
-            "gateway_in_flight_requests",
-            "Requests being served now, per model.",
-            ["model"],
-            registry=self.registry,
-            multiprocess_mode="livesum",
-        )
-        self.triton_queue = Gauge(
-            "gateway_triton_queue_mean_seconds",
-            "Triton's mean queue time per request over the stats window (statistics extension).",
-            ["model"],
-            registry=self.registry,
-            multiprocess_mode="livemostrecent",
-        )
-        self.triton_compute = Gauge(
-            "gateway_triton_compute_mean_seconds",
-            "Triton's mean compute (infer) time per request over the stats window (statistics extension).",
-            ["model"],
-            registry=self.registry,
-            multiprocess_mode="livemostrecent",
-        )
-        self.multiprocess_dir = os.environ.get(MULTIPROCESS_ENV) or None
-        # Labelled children by (metric, label values): ``labels()`` costs a lock, a tuple of
-        # str() calls and checks on every call, several times per request; a dict lookup does not.
-        # Bounded as the label values are (admitted models, statuses, stages, capped clients).
-        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
-
-    # -- Prometheus exposition -----------------------------------------------------------------
-
-    def metrics_text(self) -> bytes:
-        """The Prometheus exposition of every worker of this gateway (or of this process alone).
-
-        With several workers (``PROMETHEUS_MULTIPROC_DIR`` set by the server before it starts
-        them, see :func:`metrics_directory`), each worker's values live in files there and any
-        worker answers a scrape with the sum of all: one scrape, one pod, whole figures.
-        """
-        if self.multiprocess_dir is None:
-            return generate_latest(self.registry)
-        registry = CollectorRegistry()
-        MultiProcessCollector(registry, path=self.multiprocess_dir)
-        return generate_latest(registry)
-
-    def forget_dead_workers(self) -> None:
-        """Drop the live-gauge files of workers that died (their in-flight counts must not linger).
-
-        Called when a worker starts, which is also when the server replaces a dead one.
-        """
-        if self.multiprocess_dir is None:
-            return
-        for path in Path(self.multiprocess_dir).glob("gauge_live*_*.db"):
-            pid = path.stem.rsplit("_", 1)[-1]
-            if pid.isdigit() and not psutil.pid_exists(int(pid)):
-                mark_process_dead(int(pid), self.multiprocess_dir)
 
     @property
     def bucket_s(self) -> float:
         return self.windows.bucket_s
-
-    def client_label(self, client: str) -> str:
-        """``client`` if it already has, or may still get, its own label value; otherwise ``_other``."""
-        if client in self._client_labels:
-            return client
-        if len(self._client_labels) < self.max_client_labels:
-            self._client_labels.add(client)
-            return client
-        return OTHER_CLIENT
 
     def record(
         self,
@@ -314,17 +149,6 @@ class LatencyTracker:
         if status < 400:
             # Quantiles describe served requests; errors are counted by status in Prometheus.
             self.windows.record(model, client, seconds)
-
-    def labelled(self, metric: MetricWrapperBase, *values: str) -> Any:
-        """``metric.labels(*values)``, cached (the hot path asks for the same few children)."""
-        key = (id(metric), values)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = metric.labels(*values)
-        return child
-
-    def reject(self, reason: str) -> None:
-        self.labelled(self.rejections, reason).inc()
 
     # -- sharing across processes -------------------------------------------------------------
 

@@ -7,7 +7,8 @@ service's; what a model is and allows comes from its card
 (:mod:`gateway.backends.model_cards`); request limits from :mod:`serving.limits`.
 
 - Listing: Triton's READY models in the caller's scope, without internal pipeline steps (their card
-  says ``visibility: internal``), plus configured aliases of listed models.
+  says ``visibility: internal``), plus configured aliases of listed models
+  (:mod:`gateway.tasks.openai_models`).
 - Embeddings: up to ``max_inputs`` strings or token-id arrays of the model's own vocabulary (WordPiece
   for MiniLM; the model's tokenizer refuses ids that text never produces, so ids of another tokenizer
   such as tiktoken's are refused, not misread), split into the model's ``max_batch_size``, run under
@@ -33,7 +34,6 @@ import numpy as np
 from gateway.backends.model_cards import ModelCards
 from gateway.backends.triton import Tensor
 from gateway.errors import (
-    BadRequest,
     GatewayError,
     InferenceInputError,
     ModelNotFound,
@@ -43,12 +43,12 @@ from gateway.observe.generation_pace import GenerationPace
 from gateway.tasks.openai_inputs import (
     ImageRequest,
     check_dimensions,
-    check_text,
+    embedding_tensors,
     encode_image,
     image_requests,
     image_work,
-    token_row,
 )
+from gateway.tasks.openai_models import ModelListing
 from gateway.tasks.service import InferenceService
 from gateway.tenancy.admission import Ticket
 from gateway.tenancy.context import RequestContext
@@ -56,19 +56,7 @@ from serving.limits import DEFAULT_LIMITS, RequestLimits
 from serving.model_card import ModelCard, Task
 from serving.token_ids import token_row_of
 
-__all__ = ["Embeddings", "OpenAITasks", "PublicModel"]
-
-
-@dataclass(frozen=True)
-class PublicModel:
-    """A model a client can call, as ``/v1/models`` lists it."""
-
-    id: str
-    created: int
-    task: Task | None
-    #: with residency on (:mod:`gateway.backends.residency`): its state and footprint
-    state: str | None = None
-    footprint_bytes: int | None = None
+__all__ = ["Embeddings", "OpenAITasks"]
 
 
 @dataclass(frozen=True)
@@ -79,7 +67,7 @@ class Embeddings:
     tokens: int
 
 
-class OpenAITasks:
+class OpenAITasks(ModelListing):
     """The tasks behind the OpenAI-compatible routes.
 
     Args:
@@ -95,62 +83,6 @@ class OpenAITasks:
         self.cards = cards
         self.limits = limits
         self.pace = GenerationPace()
-
-    # -- models -----------------------------------------------------------------------------
-
-    async def models(self, ctx: RequestContext) -> list[PublicModel]:
-        """What the caller can call: READY, in scope, not a pipeline step; aliases of those too."""
-        settings = self.service.settings
-        index = await self.service.backend.repository_index(
-            timeout_s=settings.triton_health_timeout_s * 4
-        )
-        principal = ctx.principal
-        listed: dict[str, PublicModel] = {}
-        for entry in index:
-            name = str(entry.get("name", ""))
-            if (
-                entry.get("state") != "READY"
-                or name in listed
-                or principal is None
-                or not principal.allows(name)
-            ):
-                continue
-            card = await self.cards.get(name)
-            if not card.internal:
-                listed[name] = PublicModel(name, card.created, card.task)
-        residency = self.service.admission.residency
-        if residency is not None:
-            # Not loaded yet, but a request loads them: listed too, with their state and footprint.
-            for entry in index:
-                name = str(entry.get("name", ""))
-                if name in listed or principal is None or not principal.allows(name):
-                    continue
-                held = residency.state(name)
-                if held is not None and not residency.table.entries[name].held_by:
-                    listed[name] = PublicModel(name, 0, None)
-            for name, model in list(listed.items()):
-                held = residency.state(name)
-                if held is not None:
-                    listed[name] = replace(
-                        model, state=held.state, footprint_bytes=held.footprint_bytes
-                    )
-        for alias, target in settings.model_aliases.items():
-            if target in listed and alias not in listed:
-                listed[alias] = replace(listed[target], id=alias)
-        return sorted(listed.values(), key=lambda m: m.id)
-
-    async def model(self, ctx: RequestContext, model: str) -> PublicModel:
-        """One listed model.
-
-        Raises:
-            ModelNotFound: not listed for this caller (unknown, out of scope, not ready or internal).
-        """
-        for entry in await self.models(ctx):
-            if entry.id == model:
-                return entry
-        raise ModelNotFound(
-            model, f"model '{model}' does not exist or this credential cannot use it"
-        )
 
     async def _card(
         self, ctx: RequestContext, model: str, task: Task, default: str
@@ -172,37 +104,6 @@ class OpenAITasks:
         return triton_model, card
 
     # -- embeddings --------------------------------------------------------------------------
-
-    def _tensors(self, inputs: Sequence[str] | Sequence[Sequence[int]], size: int) -> list[Tensor]:
-        """``inputs`` checked and split into chunks of ``size``, as TEXT or TOKEN_IDS tensors."""
-        limits = self.limits.embeddings
-        if not inputs:
-            raise BadRequest("input must hold at least one string or token array", field="input")
-        if len(inputs) > limits.max_inputs:
-            raise BadRequest(
-                f"input holds {len(inputs)} items; at most {limits.max_inputs} per request",
-                field="input",
-            )
-        if all(isinstance(item, str) for item in inputs):
-            encoded = [
-                check_text(item, index, limits.max_text_chars, limits.max_text_bytes)  # type: ignore[arg-type]
-                for index, item in enumerate(inputs)
-            ]
-            return [
-                Tensor("TEXT", np.array([[t] for t in encoded[i : i + size]], dtype=np.object_))
-                for i in range(0, len(encoded), size)
-            ]
-        rows = [token_row(item, index, limits.max_token_ids) for index, item in enumerate(inputs)]  # type: ignore[arg-type]
-        tensors = []
-        for start in range(0, len(rows), size):
-            chunk = rows[start : start + size]
-            padded = np.full(
-                (len(chunk), max(len(r) for r in chunk)), -1, dtype=np.int64
-            )  # -1: the model's padding
-            for row, ids in enumerate(chunk):
-                padded[row, : len(ids)] = ids
-            tensors.append(Tensor("TOKEN_IDS", padded))
-        return tensors
 
     async def embed(
         self,
@@ -226,7 +127,7 @@ class OpenAITasks:
         if dimensions is not None:
             check_dimensions(dimensions, card.dimensions, model)
         size = await self.cards.max_batch_size(triton_model) or self.limits.embeddings.batch_size
-        chunks = self._tensors(inputs, size)
+        chunks = embedding_tensors(inputs, size, self.limits.embeddings)
         # The tokenizer's own count; entries built before TOKENS existed report none (usage 0 then).
         counted = "TOKENS" in await self.cards.outputs(triton_model)
 

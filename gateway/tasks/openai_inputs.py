@@ -19,13 +19,14 @@ import numpy as np
 from gateway.backends.triton import Tensor
 from gateway.errors import BadRequest
 from gateway.observe.generation_pace import generation_work
-from serving.limits import DEFAULT_LIMITS, ImageGenerationLimits
+from serving.limits import DEFAULT_LIMITS, EmbeddingLimits, ImageGenerationLimits
 
 __all__ = [
     "IMAGE_FORMATS",
     "ImageRequest",
     "check_dimensions",
     "check_text",
+    "embedding_tensors",
     "encode_image",
     "image_requests",
     "image_work",
@@ -214,6 +215,39 @@ def token_row(ids: Sequence[int], index: int, max_ids: int) -> list[int]:
             f"input[{index}] must hold non-negative integer token ids", field=f"input.{index}"
         )
     return list(ids)
+
+
+def embedding_tensors(
+    inputs: Sequence[str] | Sequence[Sequence[int]], size: int, limits: EmbeddingLimits
+) -> list[Tensor]:
+    """``inputs`` checked and split into chunks of ``size``, as TEXT or TOKEN_IDS tensors."""
+    if not inputs:
+        raise BadRequest("input must hold at least one string or token array", field="input")
+    if len(inputs) > limits.max_inputs:
+        raise BadRequest(
+            f"input holds {len(inputs)} items; at most {limits.max_inputs} per request",
+            field="input",
+        )
+    if all(isinstance(item, str) for item in inputs):
+        encoded = [
+            check_text(item, index, limits.max_text_chars, limits.max_text_bytes)  # type: ignore[arg-type]
+            for index, item in enumerate(inputs)
+        ]
+        return [
+            Tensor("TEXT", np.array([[t] for t in encoded[i : i + size]], dtype=np.object_))
+            for i in range(0, len(encoded), size)
+        ]
+    rows = [token_row(item, index, limits.max_token_ids) for index, item in enumerate(inputs)]  # type: ignore[arg-type]
+    tensors = []
+    for start in range(0, len(rows), size):
+        chunk = rows[start : start + size]
+        padded = np.full(
+            (len(chunk), max(len(r) for r in chunk)), -1, dtype=np.int64
+        )  # -1: the model's padding
+        for row, ids in enumerate(chunk):
+            padded[row, : len(ids)] = ids
+        tensors.append(Tensor("TOKEN_IDS", padded))
+    return tensors
 
 
 def encode_image(image: np.ndarray, output_format: str) -> bytes:

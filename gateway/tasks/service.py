@@ -4,7 +4,9 @@ Protocol-neutral: no FastAPI, no REST models. Routes translate HTTP to these cal
 Triton side is an :class:`gateway.backends.triton.InferenceBackend`, so this layer runs against a fake in
 unit tests and the real server everywhere else. Admission (name, scope, limits, in-flight share,
 deadline, priority) is :mod:`gateway.tenancy.admission`; request limits come from :mod:`serving.limits`, the
-numbers the model configs carry. The OpenAI tasks are :mod:`gateway.tasks.openai`.
+numbers the model configs carry. The reads of model information (metadata, configuration, readiness,
+the repository index, statistics) are :mod:`gateway.tasks.model_reads`; the OpenAI tasks are
+:mod:`gateway.tasks.openai`.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import numpy as np
 
@@ -22,27 +24,21 @@ from gateway.backends.model_breaker import Breakers
 from gateway.backends.model_healer import ModelHealer
 from gateway.backends.readiness import ReadinessProbe
 from gateway.backends.triton import InferenceBackend, RawResponse, Tensor, timeout_us
-from gateway.errors import BadRequest, Conflict, ModelNotFound, PermissionDenied
+from gateway.errors import BadRequest, Conflict, ModelNotFound
 from gateway.observe.stats import LatencyTracker
 from gateway.protocol.kserve import GrpcBody, InferRequest, ParseLimits, ParsePool, RestBody
 from gateway.settings import GatewaySettings
+from gateway.tasks.model_reads import ModelReads
 from gateway.tenancy.admission import AdmissionControl, Ticket
 from gateway.tenancy.context import RequestContext
 from gateway.tenancy.ratelimit import RateLimiter
 from gateway.tenancy.traffic import Route, TrafficSplit, check_target, check_version, check_weights
 from serving.limits import DEFAULT_LIMITS, RequestLimits
 
-__all__ = ["PARSE_INLINE_WORK", "SERVED_EXTENSIONS", "Classification", "InferenceService"]
+__all__ = ["PARSE_INLINE_WORK", "Classification", "InferenceService"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-#: Triton's KServe v2 extensions a client can use through the gateway (statistics and the repository
-#: index with the admin credential only). Shared memory, sequences, client-set scheduling, repository
-#: control (load, unload), tracing and logging are not served.
-SERVED_EXTENSIONS = frozenset(
-    {"classification", "model_configuration", "binary_tensor_data", "parameters", "statistics"}
-)
 
 _IMAGE_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF87a", b"GIF89a", b"BM", b"RIFF")
 
@@ -67,7 +63,7 @@ class Classification:
     class_ids: list[int]
 
 
-class InferenceService:
+class InferenceService(ModelReads):
     """The inference tasks the routes expose, each behind admission control.
 
     Args:
@@ -230,96 +226,6 @@ class InferenceService:
             return await self.parse_pool.parse(body.body, body.header_length, self._parse_limits)
         return await asyncio.to_thread(body.parse, self._parse_limits)
 
-    async def _known(self, ctx: RequestContext, model: str, version: str) -> tuple[str, str]:
-        """Admission's first steps for a read of model information: name, scope, existence."""
-        triton_model = self.admission.check_scope(ctx, model)
-        await self.admission.known(model, triton_model)
-        return triton_model, check_version(version) if version else ""
-
-    async def model_metadata(
-        self, ctx: RequestContext, model: str, version: str = ""
-    ) -> dict[str, Any]:
-        """Triton's KServe v2 metadata of ``model`` (of one ``version`` when given).
-
-        Raises:
-            PermissionDenied: out of the caller's scope. ModelNotFound: no such model or version.
-        """
-        model, version = await self._known(ctx, model, version)
-        return await self.backend.model_metadata(
-            model, timeout_s=self.settings.triton_health_timeout_s * 4, version=version
-        )
-
-    async def model_config(
-        self, ctx: RequestContext, model: str, version: str = ""
-    ) -> dict[str, Any]:
-        """Triton's configuration of ``model`` (the model configuration extension).
-
-        Raises:
-            PermissionDenied: out of the caller's scope. ModelNotFound: no such model or version.
-        """
-        model, version = await self._known(ctx, model, version)
-        return await self.backend.model_config(
-            model, timeout_s=self.settings.triton_health_timeout_s * 4, version=version
-        )
-
-    async def model_ready(self, ctx: RequestContext, model: str, version: str = "") -> bool:
-        """Whether ``model`` (one ``version`` of it, when given) is READY.
-
-        Raises:
-            ModelNotFound: Triton's repository has no such model.
-        """
-        model, version = await self._known(ctx, model, version)
-        return await self.backend.model_ready(
-            model, timeout_s=self.settings.triton_health_timeout_s, version=version
-        )
-
-    async def server_metadata(self, ctx: RequestContext) -> dict[str, Any]:
-        """Triton's server metadata, listing only the protocol extensions the gateway serves."""
-        meta = await self.backend.server_metadata(
-            timeout_s=self.settings.triton_health_timeout_s * 4
-        )
-        extensions = [e for e in meta.get("extensions", []) if e in SERVED_EXTENSIONS]
-        return {
-            "name": str(meta.get("name", "triton")),
-            "version": str(meta.get("version", "")),
-            "extensions": extensions,
-        }
-
-    async def repository_index(
-        self, ctx: RequestContext, *, ready_only: bool = False
-    ) -> list[dict[str, Any]]:
-        """Triton's model repository index (every model, its version, state and reason), for the admin.
-
-        Raises:
-            PermissionDenied: the caller is not the admin credential.
-        """
-        _require_admin(ctx, "the model repository index")
-        index = await self.backend.repository_index(
-            timeout_s=self.settings.triton_health_timeout_s * 4
-        )
-        return [entry for entry in index if entry.get("state") == "READY"] if ready_only else index
-
-    async def statistics(
-        self, ctx: RequestContext, model: str = "", version: str = ""
-    ) -> list[dict[str, Any]]:
-        """Triton's statistics extension (cumulative counters) of every model, or of one (version).
-
-        Raises:
-            PermissionDenied: the caller is not the admin credential.
-            ModelNotFound: no such model or version.
-        """
-        _require_admin(ctx, "Triton's inference statistics")
-        if model:
-            model, version = await self._known(ctx, model, version)
-        return await self.backend.statistics(
-            timeout_s=self.settings.triton_health_timeout_s * 4, model=model, version=version
-        )
-
-    async def ready(self) -> bool:
-        """Triton's own server readiness (a short, bounded probe); ``/readyz`` asks more, see
-        :attr:`readiness`."""
-        return await self.backend.server_ready(timeout_s=self.settings.triton_health_timeout_s)
-
     # -- admin -------------------------------------------------------------------------------
 
     async def pin_traffic(self, model: str, weights: Mapping[str, float]) -> None:
@@ -396,17 +302,6 @@ class InferenceService:
             )
             for i in range(len(images))
         ]
-
-
-def _require_admin(ctx: RequestContext, what: str) -> None:
-    """Operator reads (Triton's own view of every model) need the admin credential, not an API key."""
-    principal = ctx.principal
-    if principal is None or principal.kind != "admin":
-        raise PermissionDenied(
-            f"{what} is for operators: send the admin credential (GATEWAY_ADMIN_TOKEN) as "
-            "'Authorization: Bearer <admin token>'; an API key or JWT cannot read it",
-            field="authorization",
-        )
 
 
 def _apply_policy(request: InferRequest, ticket: Ticket) -> InferRequest:

@@ -22,6 +22,7 @@ __all__ = [
     "redis_state",
     "refusals",
     "secret_policy",
+    "settings",
     "state_sync",
     "tiers",
     "traffic",

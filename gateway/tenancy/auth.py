@@ -33,9 +33,10 @@ from pathlib import Path
 import jwt
 
 from gateway.errors import AuthenticationError, PermissionDenied, StateStoreUnavailable
-from gateway.settings import GatewaySettings, RedisFailurePolicy
+from gateway.settings import GatewaySettings
 from gateway.tenancy.context import Principal
 from gateway.tenancy.keys import ApiKeyRecord, KeyStore, KeyStoreUnavailable, parse_key
+from gateway.tenancy.settings import RedisFailurePolicy
 
 __all__ = ["Authenticator", "extract_credential"]
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.errors import RateLimiterUnavailable
-from gateway.settings import RedisFailurePolicy
+from gateway.tenancy.settings import RedisFailurePolicy
 from gateway.tenancy.tiers import RateLimit
 
 __all__ = [

@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from gateway.errors import CallbackRefused
-from gateway.jobs.callbacks import AllowedOrigin, CallbackPolicy, CallbackSender, sign, verify
+from gateway.jobs.callback_policy import AllowedOrigin, CallbackPolicy
+from gateway.jobs.callback_sender import CallbackSender
+from gateway.jobs.callback_signature import sign, verify
 from tests.support.callback_receiver import CallbackReceiver
 
 SECRET = b"test-callback-secret-3f9a1c"

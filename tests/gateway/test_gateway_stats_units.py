@@ -163,7 +163,7 @@ def test_metrics_of_several_worker_processes_add_up(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from gateway.observe.stats import MULTIPROCESS_ENV, metrics_directory
+    from gateway.observe.metrics import MULTIPROCESS_ENV, metrics_directory
 
     with metrics_directory(workers=2) as directory:
         assert directory is not None and os.environ[MULTIPROCESS_ENV] == directory

@@ -18,7 +18,8 @@ from gateway.app import ERROR_SHAPES, ERROR_STATUS
 from gateway.backends.catalog import ModelCatalog
 from gateway.backends.triton import RawResponse, translate_error
 from gateway.http.problems import ErrorReport, ProblemRenderer
-from gateway.observe.stats import LATENCY_BUCKETS_S, LatencyTracker
+from gateway.observe.metrics import LATENCY_BUCKETS_S
+from gateway.observe.stats import LatencyTracker
 from gateway.protocol.kserve import InferRequest, RestBody
 from gateway.settings import GatewaySettings
 from gateway.tasks.service import InferenceService

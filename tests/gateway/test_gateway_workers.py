@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from gateway.backends.triton_settings import TritonProtocol
 from gateway.http.server import settings_environment
-from gateway.settings import GatewaySettings, TritonProtocol, usable_cores
+from gateway.settings import GatewaySettings, usable_cores
 
 
 def test_automatic_workers_follow_the_cores_only_with_redis() -> None:

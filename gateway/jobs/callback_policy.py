@@ -1,4 +1,5 @@
-"""Job completion callbacks: where they may go, how they are signed, how they are sent.
+"""Where job completion callbacks may go: the operator's allow-list, and the addresses a host may
+resolve to (:mod:`gateway.jobs.callback_sender` sends them, :mod:`gateway.jobs.callback_signature` signs them).
 
 **Where.** Only to origins the operator allow-lists (``GATEWAY_CALLBACK_ALLOW``: ``scheme://host[:port]``,
 a host may be ``*.example.com`` for its subdomains). A URL's scheme, host and port must match an
@@ -10,93 +11,27 @@ names that IP literally or ``GATEWAY_CALLBACK_PRIVATE_NETWORKS`` holds it. This 
 job is submitted (a 400 naming ``callback_url``) and again before every delivery, and the request
 goes to the address that was checked (the name is not resolved a second time, so a DNS answer that
 changes in between cannot redirect it), with the original ``Host`` and TLS server name.
-
-**How.** ``POST`` with a JSON body, no proxies from the environment, no redirects followed (a 3xx
-is a failed delivery), a total timeout of ``GATEWAY_CALLBACK_TIMEOUT_S``, and the response body is
-never read. 2xx is delivered; 408, 425, 429, 5xx, timeouts and connection errors are retried with
-exponential backoff (``GATEWAY_CALLBACK_BACKOFF_S`` doubling, at most 5 minutes apart) up to
-``GATEWAY_CALLBACK_MAX_ATTEMPTS`` attempts; any other answer ends the delivery as failed.
-
-**Signature** (as Stripe's and GitHub's webhooks do it), header ``Gateway-Signature``::
-
-    Gateway-Signature: t=1767225600,v1=5257a869e7ecebeda32affa62cdca3fa51cad7e77a0e56ff536d0ce8e108d8bd
-
-``v1`` is the lowercase hex HMAC-SHA256, keyed with ``GATEWAY_CALLBACK_SECRET``, of the timestamp,
-a period and the raw body: ``f"{t}.".encode() + body``. A receiver recomputes it over the bytes it
-received, compares in constant time and refuses timestamps older than a few minutes (replays);
-:func:`verify` does exactly that. ``Gateway-Job-Id`` names the job: a callback can arrive more than
-once (a delivery whose answer was lost is retried), so receivers should act on a job id once.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import ipaddress
-import json
 import re
 import socket
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import urlsplit
-
-import httpx
 
 from gateway.errors import CallbackRefused
 
-__all__ = [
-    "JOB_ID_HEADER",
-    "SIGNATURE_HEADER",
-    "AllowedOrigin",
-    "CallbackPolicy",
-    "CallbackSender",
-    "Delivery",
-    "Target",
-    "sign",
-    "verify",
-]
+__all__ = ["AllowedOrigin", "CallbackPolicy", "Target"]
 
-SIGNATURE_HEADER = "Gateway-Signature"
-JOB_ID_HEADER = "Gateway-Job-Id"
 DEFAULT_PORTS = {"http": 80, "https": 443}
-#: the longest wait between two attempts
-MAX_BACKOFF_S = 300.0
-#: answers worth another attempt; any other non-2xx ends the delivery
-RETRY_STATUSES = frozenset({408, 425, 429})
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 Resolver = Callable[[str, int], Awaitable[list[str]]]
-
-
-def sign(secret: bytes, body: bytes, timestamp: int) -> str:
-    """The ``Gateway-Signature`` header value for ``body`` sent at ``timestamp`` (Unix seconds)."""
-    digest = hmac.new(secret, f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
-    return f"t={timestamp},v1={digest}"
-
-
-def verify(
-    secret: bytes, header: str, body: bytes, *, tolerance_s: float = 300, now: float | None = None
-) -> bool:
-    """Whether ``header`` (a ``Gateway-Signature`` value) signs ``body`` with ``secret``, recently.
-
-    What a receiver runs on the raw body it received, before parsing it.
-    """
-    parts = dict(item.split("=", 1) for item in header.split(",") if "=" in item)
-    try:
-        timestamp = int(parts["t"])
-    except (KeyError, ValueError):
-        return False
-    if abs((time.time() if now is None else now) - timestamp) > tolerance_s:
-        return False
-    expected = hmac.new(secret, f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
-    # Bytes: compare_digest raises on a str holding anything but ASCII, and a header can hold other bytes.
-    return hmac.compare_digest(
-        expected.encode(), parts.get("v1", "").encode("utf-8", "surrogateescape")
-    )
 
 
 def _ip(text: str) -> IPAddress | None:
@@ -356,95 +291,3 @@ class CallbackPolicy:
                     field="callback_url",
                 )
         return addresses
-
-
-@dataclass(frozen=True)
-class Delivery:
-    """One attempt's result: ``delivered``, else whether another attempt may help, and why it failed."""
-
-    delivered: bool
-    retry: bool = False
-    error: str = ""
-
-
-class CallbackSender:
-    """Signs and sends callbacks under a :class:`CallbackPolicy`.
-
-    Args:
-        policy: where callbacks may go.
-        secret: the HMAC key (``GATEWAY_CALLBACK_SECRET``).
-        timeout_s: the whole attempt, from resolving to the response's status line.
-        clock: wall-clock seconds, for the signature's timestamp.
-    """
-
-    def __init__(
-        self,
-        policy: CallbackPolicy,
-        secret: bytes,
-        timeout_s: float,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.policy = policy
-        self._secret = secret
-        self.timeout_s = timeout_s
-        self._clock = clock
-        # No proxies from the environment (they would connect to the name, not the checked address),
-        # no redirects, and no kept-alive connections: a pooled connection is keyed by the address, and
-        # one made (and verified) for one host name must not carry another's callback.
-        self._client = httpx.AsyncClient(
-            trust_env=False,
-            follow_redirects=False,
-            timeout=timeout_s,
-            limits=httpx.Limits(max_keepalive_connections=0),
-        )
-
-    def body(self, event: dict[str, Any]) -> bytes:
-        return json.dumps(event, separators=(",", ":")).encode()
-
-    async def send(self, url: str, body: bytes, job_id: str) -> Delivery:
-        """One signed ``POST`` of ``body`` to ``url`` (checked again first)."""
-        try:
-            async with asyncio.timeout(self.timeout_s):
-                target = self.policy.check_url(url)
-                address = (await self.policy.addresses(target))[0]
-                host = f"[{address}]" if address.version == 6 else str(address)
-                headers = {
-                    "Host": target.host_header,
-                    "Content-Type": "application/json",
-                    "User-Agent": "triton-platform-gateway-callbacks/1",
-                    SIGNATURE_HEADER: sign(self._secret, body, int(self._clock())),
-                    JOB_ID_HEADER: job_id,
-                }
-                extensions = {"sni_hostname": target.host} if target.scheme == "https" else {}
-                request = self._client.build_request(
-                    "POST",
-                    f"{target.scheme}://{host}:{target.port}{target.target}",
-                    content=body,
-                    headers=headers,
-                    extensions=extensions,
-                )
-                response = await self._client.send(request, stream=True)
-                await response.aclose()  # the receiver's body is never read
-        except CallbackRefused as exc:
-            return Delivery(False, retry=False, error=exc.detail)
-        except TimeoutError:
-            return Delivery(False, retry=True, error=f"no answer within {self.timeout_s:g} s")
-        except httpx.HTTPError as exc:
-            return Delivery(
-                False, retry=True, error=f"{type(exc).__name__}: could not reach the receiver"
-            )
-        status = response.status_code
-        if 200 <= status < 300:
-            return Delivery(True)
-        if 300 <= status < 400:
-            return Delivery(False, retry=False, error=f"HTTP {status}: redirects are not followed")
-        return Delivery(
-            False, retry=status in RETRY_STATUSES or status >= 500, error=f"HTTP {status}"
-        )
-
-    def backoff_s(self, attempts: int, base_s: float) -> float:
-        """The wait before attempt ``attempts + 1``: ``base_s`` doubling, at most :data:`MAX_BACKOFF_S`."""
-        return float(min(MAX_BACKOFF_S, base_s * 2 ** max(0, attempts - 1)))
-
-    async def close(self) -> None:
-        await self._client.aclose()
