@@ -51,7 +51,7 @@ def build_gpu_repository(
             del config.dynamic_batching.preferred_batch_size[:]
         if pipeline_chunk is not None and name == PIPELINE:
             config.parameters["pipeline_chunk"].string_value = str(pipeline_chunk)
-        if overlap and name == PIPELINE:
-            config.parameters["overlap"].string_value = "true"
+        if name == PIPELINE:  # said either way: the build's default may change
+            config.parameters["overlap"].string_value = "true" if overlap else "false"
         write_config(config, path)
     return root
