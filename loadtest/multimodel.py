@@ -41,6 +41,7 @@ from loadtest.loadgen import closed_loop
 from loadtest.loadgen.mix import ModelMixTarget
 from loadtest.loadgen.samples import Samples
 from loadtest.multimodel_report import load_figures, report_table, scrape_metrics, write_report
+from loadtest.options import add_run_time_arguments
 from serving.console import print_table
 from serving.gateway_process import GatewayLaunch, start_gateway_process
 from serving.launcher import TritonPorts, TritonServer
@@ -343,12 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--budget-models", type=int, default=d.budget_models, help="how many fit the budget"
     )
     parser.add_argument("--concurrency", type=int, default=d.concurrency, help="requests in flight")
-    parser.add_argument(
-        "--duration", type=float, default=d.duration_s, help="seconds measured per phase"
-    )
-    parser.add_argument(
-        "--warmup", type=float, default=d.warmup_s, help="seconds of warm-up per phase"
-    )
+    add_run_time_arguments(parser, duration_s=d.duration_s, warmup_s=d.warmup_s, per="phase")
     parser.add_argument(
         "--zipf-s", type=float, default=d.zipf_s, help="Zipf exponent of the traffic"
     )

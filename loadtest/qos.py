@@ -38,6 +38,7 @@ from builders.triton_config import model_config, write_config
 from gateway.tenancy.secret_policy import generate_secret
 from loadtest.loadgen import HttpTarget, LoadResult, LoadSpec, run_load
 from loadtest.loadgen import run as run_specs
+from loadtest.options import add_run_time_arguments
 from loadtest.qos_report import TierFigures, report_table, save_plot, tier_figures
 from serving.console import make_console, print_table
 from serving.gateway_process import GatewayLaunch, start_gateway_process
@@ -45,7 +46,14 @@ from serving.launcher import TritonPorts, TritonServer
 from serving.ports import reserve_port
 from serving.processes import child_env
 
-__all__ = ["DEFAULT_SETTINGS", "QosSettings", "build_parser", "run", "run_qos"]
+__all__ = [
+    "DEFAULT_SETTINGS",
+    "QosSettings",
+    "add_model_arguments",
+    "build_parser",
+    "run",
+    "run_qos",
+]
 
 MODEL = "qos_work"
 _MODEL_FILE = Path(__file__).with_name("qos_model.py")
@@ -269,6 +277,17 @@ def run_qos(settings: QosSettings) -> dict[str, Any]:
     return document
 
 
+def add_model_arguments(
+    parser: argparse.ArgumentParser, *, service_ms: float, instances: int
+) -> None:
+    """``--service-ms`` and ``--instances``: the fixed-service-time model of :func:`prepare_repository`
+    (this benchmark's, and :mod:`loadtest.isolation`'s)."""
+    parser.add_argument(
+        "--service-ms", type=float, default=service_ms, help="model service time per request"
+    )
+    parser.add_argument("--instances", type=int, default=instances, help="model instances")
+
+
 def build_parser() -> argparse.ArgumentParser:
     d = DEFAULT_SETTINGS
     parser = argparse.ArgumentParser(
@@ -277,10 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
         "saturating load, with tier priorities off and on, side by side (real Triton, real gateways, the "
         "platform's load generator). Prints a table, writes qos.json and qos.png.",
     )
-    parser.add_argument(
-        "--service-ms", type=float, default=d.service_ms, help="model service time per request"
-    )
-    parser.add_argument("--instances", type=int, default=d.instances, help="model instances")
+    add_model_arguments(parser, service_ms=d.service_ms, instances=d.instances)
     parser.add_argument(
         "--load", type=float, default=d.load, help="offered concurrency / saturating concurrency"
     )
@@ -296,12 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=d.max_in_flight,
         help="gateway in-flight bound per model (default: the offered concurrency)",
     )
-    parser.add_argument(
-        "--duration", type=float, default=d.duration_s, help="seconds measured per run"
-    )
-    parser.add_argument(
-        "--warmup", type=float, default=d.warmup_s, help="seconds of warm-up per run"
-    )
+    add_run_time_arguments(parser, duration_s=d.duration_s, warmup_s=d.warmup_s, per="run")
     parser.add_argument(
         "--sweep-seconds", type=float, default=d.sweep_s, help="seconds per saturation step"
     )
