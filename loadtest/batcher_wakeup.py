@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -44,7 +43,7 @@ from builders.triton_config import read_config, write_config
 from loadtest.bench.report import machine_description, machine_line
 from loadtest.loadgen import LoadResult, LoadSpec, TritonTarget, run_load
 from loadtest.registry import UsageError
-from serving.console import Table, make_console, print_table
+from serving.console import Table, make_console, number_cell, print_table
 from serving.launcher import TritonPorts, TritonServer
 
 __all__ = [
@@ -209,10 +208,6 @@ def run_wakeup(settings: WakeupSettings) -> dict[str, Any]:
     return document
 
 
-def _ms(value: float) -> str:
-    return "-" if math.isnan(value) else f"{value:.1f}"
-
-
 def report_table(rows: Sequence[Row], settings: WakeupSettings) -> Table:
     table = Table(
         title=f"Triton's dynamic batcher, queue policies and instances: {machine_line(machine_description())}",
@@ -225,9 +220,9 @@ def report_table(rows: Sequence[Row], settings: WakeupSettings) -> Table:
             r.config,
             r.concurrency,
             f"{r.throughput:.1f}",
-            _ms(r.p50_ms),
-            _ms(r.p99_ms),
-            _ms(r.max_ms),
+            number_cell(r.p50_ms, ".1f"),
+            number_cell(r.p99_ms, ".1f"),
+            number_cell(r.max_ms, ".1f"),
             r.errors,
         )
     return table

@@ -11,13 +11,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from serving.console import Table
+from serving.console import Table, number_cell
 
 __all__ = ["report_table", "save_plot", "write_report"]
-
-
-def _ms(value: float) -> str:
-    return "-" if math.isnan(value) else f"{value:.1f}"
 
 
 def _statuses(side: dict[str, Any]) -> str:
@@ -62,8 +58,8 @@ def report_table(detail: dict[str, Any]) -> Table:
         )
         table.add_row(
             row["name"],
-            _ms(alone),
-            _ms(attacked),
+            number_cell(alone, ".1f"),
+            number_cell(attacked, ".1f"),
             "-" if math.isnan(ratio) else f"{ratio:.2f}x",
             "-" if math.isnan(ratio) else ("yes" if ratio <= goal else "NO"),
             row["attacked"]["errors"],

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from loadtest.loadgen import LoadResult
-from serving.console import Table
+from serving.console import Table, number_cell
 
 __all__ = ["TierFigures", "report_table", "save_plot", "tier_figures"]
 
@@ -58,14 +58,6 @@ def tier_figures(tier: str, result: LoadResult) -> TierFigures:
     )
 
 
-def _ms(value: float) -> str:
-    return "-" if math.isnan(value) else f"{value:.1f}"
-
-
-def _pct(value: float) -> str:
-    return "-" if math.isnan(value) else f"{100 * value:.1f}%"
-
-
 def report_table(
     runs: dict[str, list[TierFigures]], document: dict[str, Any], *, model: str
 ) -> Table:
@@ -96,12 +88,12 @@ def report_table(
         table.add_row(
             label,
             f"{p.throughput:.1f}" if p else "-",
-            _ms(p.p50_ms) if p else "-",
-            _ms(p.p99_ms) if p else "-",
+            number_cell(p.p50_ms, ".1f") if p else "-",
+            number_cell(p.p99_ms, ".1f") if p else "-",
             f"{f.throughput:.1f}" if f else "-",
-            _pct(f.shed_rate) if f else "-",
-            _pct(f.timeout_rate) if f else "-",
-            _ms(f.p99_ms) if f else "-",
+            number_cell(f.shed_rate, ".1%") if f else "-",
+            number_cell(f.timeout_rate, ".1%") if f else "-",
+            number_cell(f.p99_ms, ".1f") if f else "-",
             sum(x.other_errors for x in figures),
         )
     return table

@@ -3,12 +3,11 @@ table (every gateway path against direct Triton) and ``scaling.png``."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from serving.console import Table
+from serving.console import Table, number_cell
 
 __all__ = ["Row", "report_table", "save_plot"]
 
@@ -29,10 +28,6 @@ class Row:
     added_p50_ms: float | None
     added_p99_ms: float | None
     error_summary: str
-
-
-def _format(value: float | None, spec: str) -> str:
-    return "-" if value is None or math.isnan(value) else format(value, spec)
 
 
 def report_table(rows: Sequence[Row], machine: dict[str, object], settings: str) -> Table:
@@ -61,9 +56,9 @@ def report_table(rows: Sequence[Row], machine: dict[str, object], settings: str)
             f"{r.throughput:.1f}",
             f"{r.p50_ms:.2f}",
             f"{r.p99_ms:.2f}",
-            _format(r.vs_direct, ".2f"),
-            _format(r.added_p50_ms, "+.2f"),
-            _format(r.added_p99_ms, "+.2f"),
+            number_cell(r.vs_direct, ".2f"),
+            number_cell(r.added_p50_ms, "+.2f"),
+            number_cell(r.added_p99_ms, "+.2f"),
             r.error_summary or str(r.errors),
         )
     return table
