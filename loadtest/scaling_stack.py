@@ -51,18 +51,11 @@ def machine_load(sample_s: float = 2.0) -> dict[str, object]:
     """The CPU, and how busy the machine is now: CPU use over ``sample_s`` and the load averages."""
     import psutil
 
-    cpu = platform.machine()
-    with contextlib.suppress(OSError):
-        cpu = next(
-            (
-                line.split(":", 1)[1].strip()
-                for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")
-            ),
-            cpu,
-        )
+    from loadtest.bench.report import cpu_model
+
+    cpu = cpu_model()
     return {
-        "cpu": cpu,
+        "cpu": platform.machine() if cpu is None else cpu,
         "usable_cores": len(os.sched_getaffinity(0)),
         "busy_percent": psutil.cpu_percent(interval=sample_s),
         "load_average": [round(v, 2) for v in os.getloadavg()],
