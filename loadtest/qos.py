@@ -35,16 +35,13 @@ from typing import Any
 
 from builders.spec import BatchingPolicy, TensorSpec
 from builders.triton_config import model_config, write_config
-from gateway.tenancy.secret_policy import generate_secret
 from loadtest.loadgen import HttpTarget, LoadResult, LoadSpec, run_load
 from loadtest.loadgen import run as run_specs
+from loadtest.local_gateway import local_gateway
 from loadtest.options import add_run_time_arguments
 from loadtest.qos_report import TierFigures, report_table, save_plot, tier_figures
 from serving.console import make_console, print_table
-from serving.gateway_process import GatewayLaunch, start_gateway_process
 from serving.launcher import TritonPorts, TritonServer
-from serving.ports import reserve_port
-from serving.processes import child_env
 
 __all__ = [
     "DEFAULT_SETTINGS",
@@ -131,27 +128,14 @@ def gateway(
     triton_http_url: str, workdir: Path, *, priorities: bool, max_in_flight: int
 ) -> Iterator[tuple[str, dict[str, str]]]:
     """A real gateway with a premium and a free key; yields ``(base URL, {tier: api key})``."""
-    from gateway.tenancy.keys_sqlite import SqliteKeyStore
-
-    workdir.mkdir(parents=True, exist_ok=True)
-    keys_db = workdir / "keys.sqlite3"
-    store = SqliteKeyStore(keys_db)
-    keys = {tier: store.create(f"qos-{tier}", ["*"], tier)[1] for tier in ("premium", "free")}
-    port = reserve_port()
-    env = child_env(
-        {
-            "GATEWAY_TIER_LIMITS": json.dumps(tier_policies(priorities)),
-            "GATEWAY_MAX_IN_FLIGHT_PER_MODEL": str(max_in_flight),
-            "GATEWAY_TRITON_STATS_INTERVAL_S": "0",
-            "GATEWAY_LOG_LEVEL": "warning",
-            "GATEWAY_ADMIN_TOKEN": generate_secret(),  # unused here, but the gateway refuses to serve without one
-        }
-    )
-    launch = GatewayLaunch.local(
-        port, triton_http_url, keys_db, env=env, log_path=workdir / "gateway.log"
-    )
-    with start_gateway_process(launch):
-        yield launch.url, keys
+    with local_gateway(
+        triton_http_url,
+        workdir,
+        tiers=tier_policies(priorities),
+        key_names={tier: f"qos-{tier}" for tier in ("premium", "free")},
+        env={"GATEWAY_MAX_IN_FLIGHT_PER_MODEL": str(max_in_flight)},
+    ) as started:
+        yield started.url, started.keys
 
 
 def _target(base_url: str, key: str, name: str) -> HttpTarget:
