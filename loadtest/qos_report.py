@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from loadtest.loadgen import LoadResult
+from loadtest.plotting import saved_figure
 from serving.console import Table, number_cell
 
 __all__ = ["TierFigures", "report_table", "save_plot", "tier_figures"]
@@ -101,29 +102,25 @@ def report_table(
 
 def save_plot(runs: dict[str, list[TierFigures]], document: dict[str, Any], path: Path) -> Path:
     """Premium P50/P99 per run beside the free tier's shed rate."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     labels = list(runs)
     premium = [next((f for f in runs[k] if f.tier == "premium"), None) for k in labels]
     free = [next((f for f in runs[k] if f.tier == "free"), None) for k in labels]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    xs = range(len(labels))
-    left.bar([x - 0.2 for x in xs], [p.p50_ms if p else 0 for p in premium], width=0.4, label="P50")
-    left.bar([x + 0.2 for x in xs], [p.p99_ms if p else 0 for p in premium], width=0.4, label="P99")
-    left.set_xticks(list(xs), labels)
-    left.set_ylabel("premium latency (ms)")
-    left.legend()
-    right.bar(list(xs), [100 * f.shed_rate if f else 0 for f in free], color="tab:red")
-    right.set_xticks(list(xs), labels)
-    right.set_ylabel("free-tier requests shed with 429 (%)")
-    fig.suptitle(
-        f"QoS at {document['settings']['load']:g}x saturation "
-        f"(C={document['saturating_concurrency']}, capacity {document['capacity_rps']:.0f} req/s)"
-    )
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with saved_figure(path, 1, 2, figsize=(11, 4.2), dpi=120) as (fig, (left, right)):
+        xs = range(len(labels))
+        left.bar(
+            [x - 0.2 for x in xs], [p.p50_ms if p else 0 for p in premium], width=0.4, label="P50"
+        )
+        left.bar(
+            [x + 0.2 for x in xs], [p.p99_ms if p else 0 for p in premium], width=0.4, label="P99"
+        )
+        left.set_xticks(list(xs), labels)
+        left.set_ylabel("premium latency (ms)")
+        left.legend()
+        right.bar(list(xs), [100 * f.shed_rate if f else 0 for f in free], color="tab:red")
+        right.set_xticks(list(xs), labels)
+        right.set_ylabel("free-tier requests shed with 429 (%)")
+        fig.suptitle(
+            f"QoS at {document['settings']['load']:g}x saturation "
+            f"(C={document['saturating_concurrency']}, capacity {document['capacity_rps']:.0f} req/s)"
+        )
     return path
