@@ -42,6 +42,7 @@ from tritonclient.utils import triton_to_np_dtype
 from builders.triton_config import read_config, write_config
 from loadtest.bench.report import machine_description, machine_line
 from loadtest.loadgen import LoadResult, LoadSpec, TritonTarget, run_load
+from loadtest.options import settings_record
 from loadtest.plotting import saved_figure
 from loadtest.registry import UsageError
 from serving.console import Table, make_console, number_cell, print_table
@@ -193,7 +194,7 @@ def run_wakeup(settings: WakeupSettings) -> dict[str, Any]:
                         f"  P99 {last.p99_ms:7.1f} ms  max {last.max_ms:7.1f} ms"
                     )
     document: dict[str, Any] = {
-        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(settings).items()},
+        "settings": settings_record(asdict(settings)),
         "machine": machine_description(),
         "rows": [asdict(r) for r in rows],
     }

@@ -54,7 +54,7 @@ from loadtest.isolation_stack import (
 from loadtest.loadgen import HttpTarget, LoadSpec, Target
 from loadtest.loadgen import run as run_specs
 from loadtest.loadgen.hostile import DisconnectTarget, IdleConnectionTarget, PacedTarget
-from loadtest.options import add_run_time_arguments
+from loadtest.options import add_run_time_arguments, settings_record
 from loadtest.qos import add_model_arguments
 from serving.console import make_console, print_table
 
@@ -282,7 +282,7 @@ def run_isolation(settings: IsolationSettings) -> dict[str, Any]:
         },
         "runs": detail_rows,
         "machine": machine,
-        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(settings).items()},
+        "settings": settings_record(asdict(settings)),
     }
     table = write_report(figures, detail, settings.out_dir)
     print_table(table)

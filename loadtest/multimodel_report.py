@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from loadtest.loadgen.samples import Samples
+from loadtest.options import settings_record
 from loadtest.plotting import saved_figure
 from serving.console import Table
 from serving.quantiles import quantile
@@ -126,7 +127,7 @@ def write_report(
             "footprint_bytes": footprint,
             "samples": [[round(t, 2), used] for t, used in memory],
         },
-        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in settings.items()},
+        "settings": settings_record(settings),
     }
     out = Path(settings["out_dir"])
     (out / "multimodel.json").write_text(json.dumps(figures, indent=2) + "\n")

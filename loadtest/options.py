@@ -1,10 +1,14 @@
-"""Options several benchmarks share, declared once so that they read the same in every ``--help``."""
+"""Options several benchmarks share, declared once so that they read the same in every ``--help``;
+and the settings a run used, as every benchmark's JSON document records them."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
 
-__all__ = ["add_run_time_arguments"]
+__all__ = ["add_run_time_arguments", "settings_record"]
 
 
 def add_run_time_arguments(
@@ -17,3 +21,8 @@ def add_run_time_arguments(
     parser.add_argument(
         "--warmup", type=float, default=warmup_s, help=f"seconds of warm-up per {per}"
     )
+
+
+def settings_record(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` (a run's settings or options) for its JSON document: paths as text, the rest as is."""
+    return {k: str(v) if isinstance(v, Path) else v for k, v in values.items()}

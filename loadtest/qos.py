@@ -38,7 +38,7 @@ from builders.triton_config import model_config, write_config
 from loadtest.loadgen import HttpTarget, LoadResult, LoadSpec, run_load
 from loadtest.loadgen import run as run_specs
 from loadtest.local_gateway import local_gateway
-from loadtest.options import add_run_time_arguments
+from loadtest.options import add_run_time_arguments, settings_record
 from loadtest.qos_report import TierFigures, report_table, save_plot, tier_figures
 from serving.console import make_console, print_table
 from serving.launcher import TritonPorts, TritonServer
@@ -233,7 +233,7 @@ def run_qos(settings: QosSettings) -> dict[str, Any]:
                 ) as (url, keys):
                     runs[label] = _mixed(url, keys, *tiers, settings)
     document = {
-        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(settings).items()},
+        "settings": settings_record(asdict(settings)),
         "capacity_rps": settings.instances * 1000.0 / settings.service_ms,
         "saturating_concurrency": saturating,
         "offered": {"premium": premium, "free": free, "in_flight_bound": bound},
