@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 TINY_MODEL = "scaling_tiny"
-#: the one tier of every gateway here: limits no benchmark reaches
+#: the one tier of every gateway here (and of loadtest.clients_bench's): limits no benchmark reaches
 BENCH_TIER = {"bench": {"per_minute": 1e12, "burst": 1_000_000_000}}
 
 
