@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -43,8 +42,10 @@ from tritonclient.utils import triton_to_np_dtype
 from builders.triton_config import read_config, write_config
 from loadtest.bench.report import machine_description, machine_line
 from loadtest.loadgen import LoadResult, LoadSpec, TritonTarget, run_load
+from loadtest.options import settings_record
+from loadtest.plotting import saved_figure
 from loadtest.registry import UsageError
-from serving.console import Table, make_console, print_table
+from serving.console import Table, make_console, number_cell, print_table
 from serving.launcher import TritonPorts, TritonServer
 
 __all__ = [
@@ -193,7 +194,7 @@ def run_wakeup(settings: WakeupSettings) -> dict[str, Any]:
                         f"  P99 {last.p99_ms:7.1f} ms  max {last.max_ms:7.1f} ms"
                     )
     document: dict[str, Any] = {
-        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(settings).items()},
+        "settings": settings_record(asdict(settings)),
         "machine": machine_description(),
         "rows": [asdict(r) for r in rows],
     }
@@ -209,10 +210,6 @@ def run_wakeup(settings: WakeupSettings) -> dict[str, Any]:
     return document
 
 
-def _ms(value: float) -> str:
-    return "-" if math.isnan(value) else f"{value:.1f}"
-
-
 def report_table(rows: Sequence[Row], settings: WakeupSettings) -> Table:
     table = Table(
         title=f"Triton's dynamic batcher, queue policies and instances: {machine_line(machine_description())}",
@@ -225,9 +222,9 @@ def report_table(rows: Sequence[Row], settings: WakeupSettings) -> Table:
             r.config,
             r.concurrency,
             f"{r.throughput:.1f}",
-            _ms(r.p50_ms),
-            _ms(r.p99_ms),
-            _ms(r.max_ms),
+            number_cell(r.p50_ms, ".1f"),
+            number_cell(r.p99_ms, ".1f"),
+            number_cell(r.max_ms, ".1f"),
             r.errors,
         )
     return table
@@ -236,43 +233,37 @@ def report_table(rows: Sequence[Row], settings: WakeupSettings) -> Table:
 def save_plot(rows: Sequence[Row], settings: WakeupSettings, path: Path) -> Path:
     """P99 (solid), P50 (dashed) and the slowest request (x) against concurrency, one colour per
     configuration; log scale."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(9, 5))
-    for label in settings.configs:
-        mine = sorted((r for r in rows if r.config == label), key=lambda r: r.concurrency)
-        xs = [r.concurrency for r in mine]
-        (line,) = ax.plot(xs, [r.p99_ms for r in mine], "-o", label=f"{label} P99")
-        ax.plot(
-            xs,
-            [r.p50_ms for r in mine],
-            "--",
-            color=line.get_color(),
-            alpha=0.6,
-            label=f"{label} P50",
+    with saved_figure(path, figsize=(9, 5), dpi=120) as (fig, ax):
+        for label in settings.configs:
+            mine = sorted((r for r in rows if r.config == label), key=lambda r: r.concurrency)
+            xs = [r.concurrency for r in mine]
+            (line,) = ax.plot(xs, [r.p99_ms for r in mine], "-o", label=f"{label} P99")
+            ax.plot(
+                xs,
+                [r.p50_ms for r in mine],
+                "--",
+                color=line.get_color(),
+                alpha=0.6,
+                label=f"{label} P50",
+            )
+            ax.plot(
+                xs,
+                [r.max_ms for r in mine],
+                "x",
+                color=line.get_color(),
+                markersize=9,
+                label=f"{label} max",
+            )
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(list(settings.concurrencies), [str(c) for c in settings.concurrencies])
+        ax.set_yscale("log")
+        ax.set_xlabel("concurrency (closed loops)")
+        ax.set_ylabel("latency (ms)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7, ncol=2)
+        ax.set_title(
+            f"Triton dynamic batcher, {settings.model}: queue policies, instances, spinning"
         )
-        ax.plot(
-            xs,
-            [r.max_ms for r in mine],
-            "x",
-            color=line.get_color(),
-            markersize=9,
-            label=f"{label} max",
-        )
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(list(settings.concurrencies), [str(c) for c in settings.concurrencies])
-    ax.set_yscale("log")
-    ax.set_xlabel("concurrency (closed loops)")
-    ax.set_ylabel("latency (ms)")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
-    ax.set_title(f"Triton dynamic batcher, {settings.model}: queue policies, instances, spinning")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
     return path
 
 

@@ -27,6 +27,7 @@ import numpy as np
 
 from loadtest.loadgen import LoadRun, LoadSpec, Samples, TritonTarget
 from loadtest.loadgen import run as run_specs
+from loadtest.scaling_stack import BENCH_TIER
 from serving.console import Table, make_console, print_table
 from serving.gateway_process import GatewayLaunch, start_gateway_process
 from serving.quantiles import summarize
@@ -43,7 +44,6 @@ PATHS: tuple[tuple[str, str, bool], ...] = (
 )
 DEFAULT_ROUNDS = 4
 DEFAULT_WARMUP_S = 1.0
-_BENCH_TIER = {"bench": {"per_minute": 1e12, "burst": 1_000_000_000}}
 
 
 @dataclass(frozen=True)
@@ -145,7 +145,7 @@ def run_benchmark(
             "GATEWAY_GRPC_PORT": str(grpc_port),
             "GATEWAY_TRITON_HTTP_URL": triton.http_url,
             "GATEWAY_KEYS_DB": str(Path(tmp) / "keys.sqlite3"),
-            "GATEWAY_TIER_LIMITS": json.dumps(_BENCH_TIER),
+            "GATEWAY_TIER_LIMITS": json.dumps(BENCH_TIER),
             "GATEWAY_LOG_LEVEL": "warning",
             "GATEWAY_MAX_IN_FLIGHT_PER_MODEL": str(max(64, 2 * max(concurrencies))),
             "GATEWAY_ADMIN_TOKEN": generate_secret(),  # unused here, but the gateway refuses to serve without one

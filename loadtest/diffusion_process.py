@@ -45,6 +45,7 @@ from loadtest.diffusion_bench import (
 )
 from loadtest.diffusion_process_report import Measured, write_results
 from loadtest.diffusion_systems import BASE_SEED, NEGATIVE, PROMPT, DiffusersSystem
+from loadtest.options import settings_record
 from serving.console import make_console
 
 __all__ = ["Budget", "ServedSystem", "build_parser", "plan", "run"]
@@ -277,9 +278,7 @@ def run(args: argparse.Namespace) -> int:
     )
     workdir = Path(scratch.name) if scratch is not None else args.workdir
     machine = machine_info(args.device)
-    config: dict[str, Any] = {
-        k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()
-    }
+    config = settings_record(vars(args))
     config.update(
         {
             "prompt": PROMPT,

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from loadtest.diffusion_points import ALONE_RATIO_TARGET, Point, psnr
+from loadtest.plotting import saved_figure
 from serving.console import Table
 from serving.quantiles import quantile
 
@@ -153,38 +154,36 @@ def write_json(
 
 
 def write_plot(path: Path, triton: dict[str, Any], diffusers: dict[str, Any]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     sizes = sorted(
         {(p.size, p.steps) for p in triton["points"]}, key=lambda s: int(s[0].split("x")[0])
     )
-    figure, axes = plt.subplots(1, len(sizes), figsize=(6 * len(sizes), 4), squeeze=False)
-    for axis, (size, steps) in zip(axes[0], sizes, strict=True):
-        ours = [p for p in triton["points"] if (p.size, p.steps) == (size, steps)]
-        theirs = {
-            p.concurrency: p for p in diffusers["points"] if (p.size, p.steps) == (size, steps)
-        }
-        xs = range(len(ours))
-        axis.bar(
-            [x - 0.2 for x in xs],
-            [p.images_per_s for p in ours],
-            0.4,
-            label="Triton (c concurrent requests)",
-        )
-        axis.bar(
-            [x + 0.2 for x in xs],
-            [theirs[p.concurrency].images_per_s if p.concurrency in theirs else 0 for p in ours],
-            0.4,
-            label="diffusers (batch of c)",
-        )
-        axis.set_xticks(list(xs), [str(p.concurrency) for p in ours])
-        axis.set_xlabel("c")
-        axis.set_ylabel("images / s")
-        axis.set_title(f"{size}, {steps} steps")
-        axis.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    with saved_figure(path, 1, len(sizes), figsize=(6 * len(sizes), 4), squeeze=False, dpi=110) as (
+        figure,
+        axes,
+    ):
+        for axis, (size, steps) in zip(axes[0], sizes, strict=True):
+            ours = [p for p in triton["points"] if (p.size, p.steps) == (size, steps)]
+            theirs = {
+                p.concurrency: p for p in diffusers["points"] if (p.size, p.steps) == (size, steps)
+            }
+            xs = range(len(ours))
+            axis.bar(
+                [x - 0.2 for x in xs],
+                [p.images_per_s for p in ours],
+                0.4,
+                label="Triton (c concurrent requests)",
+            )
+            axis.bar(
+                [x + 0.2 for x in xs],
+                [
+                    theirs[p.concurrency].images_per_s if p.concurrency in theirs else 0
+                    for p in ours
+                ],
+                0.4,
+                label="diffusers (batch of c)",
+            )
+            axis.set_xticks(list(xs), [str(p.concurrency) for p in ours])
+            axis.set_xlabel("c")
+            axis.set_ylabel("images / s")
+            axis.set_title(f"{size}, {steps} steps")
+            axis.legend(fontsize=8)

@@ -54,6 +54,8 @@ from loadtest.isolation_stack import (
 from loadtest.loadgen import HttpTarget, LoadSpec, Target
 from loadtest.loadgen import run as run_specs
 from loadtest.loadgen.hostile import DisconnectTarget, IdleConnectionTarget, PacedTarget
+from loadtest.options import add_run_time_arguments, settings_record
+from loadtest.qos import add_model_arguments
 from serving.console import make_console, print_table
 
 __all__ = ["ATTACKER_ADDRESS", "GOAL_RATIO", "build_parser", "run", "run_isolation", "scenarios"]
@@ -280,7 +282,7 @@ def run_isolation(settings: IsolationSettings) -> dict[str, Any]:
         },
         "runs": detail_rows,
         "machine": machine,
-        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(settings).items()},
+        "settings": settings_record(asdict(settings)),
     }
     table = write_report(figures, detail, settings.out_dir)
     print_table(table)
@@ -296,22 +298,14 @@ def build_parser() -> argparse.ArgumentParser:
         "the real gateway with generated secrets, the platform's load generator). Prints a table, writes "
         "isolation.json, isolation-detail.json, isolation.txt and isolation.png.",
     )
-    parser.add_argument(
-        "--service-ms", type=float, default=d.service_ms, help="model service time per request"
-    )
-    parser.add_argument("--instances", type=int, default=d.instances, help="model instances")
+    add_model_arguments(parser, service_ms=d.service_ms, instances=d.instances)
     parser.add_argument(
         "--protected-concurrency",
         type=int,
         default=d.protected_concurrency,
         help="the protected key's requests in flight",
     )
-    parser.add_argument(
-        "--duration", type=float, default=d.duration_s, help="seconds measured per run"
-    )
-    parser.add_argument(
-        "--warmup", type=float, default=d.warmup_s, help="seconds of warm-up per run"
-    )
+    add_run_time_arguments(parser, duration_s=d.duration_s, warmup_s=d.warmup_s, per="run")
     parser.add_argument(
         "--big-body-bytes", type=int, default=d.big_body_bytes, help="size of the big bodies"
     )

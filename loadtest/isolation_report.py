@@ -11,13 +11,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from serving.console import Table
+from loadtest.plotting import saved_figure
+from serving.console import Table, number_cell
 
 __all__ = ["report_table", "save_plot", "write_report"]
-
-
-def _ms(value: float) -> str:
-    return "-" if math.isnan(value) else f"{value:.1f}"
 
 
 def _statuses(side: dict[str, Any]) -> str:
@@ -62,8 +59,8 @@ def report_table(detail: dict[str, Any]) -> Table:
         )
         table.add_row(
             row["name"],
-            _ms(alone),
-            _ms(attacked),
+            number_cell(alone, ".1f"),
+            number_cell(attacked, ".1f"),
             "-" if math.isnan(ratio) else f"{ratio:.2f}x",
             "-" if math.isnan(ratio) else ("yes" if ratio <= goal else "NO"),
             row["attacked"]["errors"],
@@ -76,42 +73,34 @@ def report_table(detail: dict[str, Any]) -> Table:
 
 def save_plot(detail: dict[str, Any], path: Path) -> Path:
     """The protected P99 alone beside attacked, per attack, with the goal marked."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     runs = detail["runs"]
     labels = [row["name"].replace(" (", "\n(") for row in runs]
     alone = [0.0 if math.isnan(r["alone"]["p99_ms"]) else r["alone"]["p99_ms"] for r in runs]
     attacked = [
         0.0 if math.isnan(r["attacked"]["p99_ms"]) else r["attacked"]["p99_ms"] for r in runs
     ]
-    fig, ax = plt.subplots(figsize=(12, 5))
-    ys = range(len(runs))
-    ax.barh([y - 0.2 for y in ys], alone, height=0.4, label="alone", color="tab:blue")
-    ax.barh([y + 0.2 for y in ys], attacked, height=0.4, label="attacked", color="tab:red")
-    ax.scatter(
-        [detail["goal_ratio"] * a for a in alone],
-        [y + 0.2 for y in ys],
-        marker="|",
-        s=300,
-        color="black",
-        label=f"goal: {detail['goal_ratio']:g}x alone",
-        zorder=3,
-    )
-    ax.set_yticks(list(ys), labels, fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel("protected (enterprise) key's P99 latency, ms")
-    ax.grid(axis="x", alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title(
-        f"Tenant isolation (gateway CPU {detail['gateway_cpu_ms_per_request']:.3f} ms/request)",
-        fontsize=10,
-    )
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    with saved_figure(path, figsize=(12, 5), dpi=110) as (fig, ax):
+        ys = range(len(runs))
+        ax.barh([y - 0.2 for y in ys], alone, height=0.4, label="alone", color="tab:blue")
+        ax.barh([y + 0.2 for y in ys], attacked, height=0.4, label="attacked", color="tab:red")
+        ax.scatter(
+            [detail["goal_ratio"] * a for a in alone],
+            [y + 0.2 for y in ys],
+            marker="|",
+            s=300,
+            color="black",
+            label=f"goal: {detail['goal_ratio']:g}x alone",
+            zorder=3,
+        )
+        ax.set_yticks(list(ys), labels, fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlabel("protected (enterprise) key's P99 latency, ms")
+        ax.grid(axis="x", alpha=0.3)
+        ax.legend(fontsize=8)
+        ax.set_title(
+            f"Tenant isolation (gateway CPU {detail['gateway_cpu_ms_per_request']:.3f} ms/request)",
+            fontsize=10,
+        )
     return path
 
 

@@ -40,12 +40,11 @@ import numpy as np
 from loadtest.loadgen import closed_loop
 from loadtest.loadgen.mix import ModelMixTarget
 from loadtest.loadgen.samples import Samples
+from loadtest.local_gateway import local_gateway
 from loadtest.multimodel_report import load_figures, report_table, scrape_metrics, write_report
+from loadtest.options import add_run_time_arguments
 from serving.console import print_table
-from serving.gateway_process import GatewayLaunch, start_gateway_process
 from serving.launcher import TritonPorts, TritonServer
-from serving.ports import reserve_port
-from serving.processes import child_env
 
 __all__ = [
     "DEFAULT_SETTINGS",
@@ -143,30 +142,14 @@ def gateway(
 ) -> Iterator[tuple[str, str, str]]:
     """A real gateway (``env`` adds its settings) with one unlimited key; yields ``(base URL, api key,
     admin token)``."""
-    from gateway.tenancy.keys_sqlite import SqliteKeyStore
-    from gateway.tenancy.secret_policy import generate_secret
-
-    workdir.mkdir(parents=True, exist_ok=True)
-    keys_db = workdir / "keys.sqlite3"
-    key = SqliteKeyStore(keys_db).create("multimodel", ["*"], "unlimited")[1]
-    port = reserve_port()
-    tiers = {"unlimited": {"per_minute": 1e9, "burst": 1_000_000}}
-    admin = generate_secret()
-    full_env = child_env(
-        {
-            "GATEWAY_TIER_LIMITS": json.dumps(tiers),
-            "GATEWAY_TRITON_STATS_INTERVAL_S": "0",
-            "GATEWAY_LOG_LEVEL": "warning",
-            # reads /metrics (the gateway refuses to serve without one anyway)
-            "GATEWAY_ADMIN_TOKEN": admin,
-            **env,
-        }
-    )
-    launch = GatewayLaunch.local(
-        port, triton_http_url, keys_db, env=full_env, log_path=workdir / "gateway.log"
-    )
-    with start_gateway_process(launch):
-        yield launch.url, key, admin
+    with local_gateway(
+        triton_http_url,
+        workdir,
+        tiers={"unlimited": {"per_minute": 1e9, "burst": 1_000_000}},
+        key_names={"unlimited": "multimodel"},
+        env=env,
+    ) as started:
+        yield started.url, started.keys["unlimited"], started.admin_token
 
 
 async def _drive(
@@ -343,12 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--budget-models", type=int, default=d.budget_models, help="how many fit the budget"
     )
     parser.add_argument("--concurrency", type=int, default=d.concurrency, help="requests in flight")
-    parser.add_argument(
-        "--duration", type=float, default=d.duration_s, help="seconds measured per phase"
-    )
-    parser.add_argument(
-        "--warmup", type=float, default=d.warmup_s, help="seconds of warm-up per phase"
-    )
+    add_run_time_arguments(parser, duration_s=d.duration_s, warmup_s=d.warmup_s, per="phase")
     parser.add_argument(
         "--zipf-s", type=float, default=d.zipf_s, help="Zipf exponent of the traffic"
     )

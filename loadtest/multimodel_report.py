@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 
 from loadtest.loadgen.samples import Samples
+from loadtest.options import settings_record
+from loadtest.plotting import saved_figure
 from serving.console import Table
 from serving.quantiles import quantile
 
@@ -125,7 +127,7 @@ def write_report(
             "footprint_bytes": footprint,
             "samples": [[round(t, 2), used] for t, used in memory],
         },
-        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in settings.items()},
+        "settings": settings_record(settings),
     }
     out = Path(settings["out_dir"])
     (out / "multimodel.json").write_text(json.dumps(figures, indent=2) + "\n")
@@ -187,42 +189,36 @@ def _loads_caption(loads: dict[str, Any]) -> str:
 
 def save_plot(detail: dict[str, Any], path: Path) -> Path:
     """Latency by kind of request beside the memory sampled against baseline + budget."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    labels = ["hits", "all loaded", "cold"]
-    p50 = [detail["hot_p50_ms"], detail["all_loaded_p50_ms"], detail["cold_load_p50_ms"]]
-    p99 = [detail["hot_p99_ms"], detail["all_loaded_p99_ms"], detail["cold_load_p99_ms"]]
-    xs = range(len(labels))
-    left.bar(
-        [x - 0.2 for x in xs], [0 if math.isnan(v) else v for v in p50], width=0.4, label="P50"
-    )
-    left.bar(
-        [x + 0.2 for x in xs], [0 if math.isnan(v) else v for v in p99], width=0.4, label="P99"
-    )
-    left.set_xticks(list(xs), labels)
-    left.set_yscale("log")
-    left.set_ylabel("latency (ms)")
-    left.legend()
-    memory = detail["memory"]
-    samples = memory["samples"]
-    right.plot(
-        [t for t, _ in samples],
-        [(u - memory["baseline_bytes"]) / 2**20 for _, u in samples],
-        label="models",
-    )
-    right.axhline(memory["budget_bytes"] / 2**20, color="tab:red", linestyle="--", label="budget")
-    right.set_xlabel("seconds")
-    right.set_ylabel("Triton memory above baseline (MiB)")
-    right.legend()
-    fig.suptitle(
-        f"{detail['models']} models, budget {detail['budget_models']}: hit rate "
-        f"{100 * detail['hit_rate']:.1f}%"
-    )
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with saved_figure(path, 1, 2, figsize=(11, 4.2), dpi=120) as (fig, (left, right)):
+        labels = ["hits", "all loaded", "cold"]
+        p50 = [detail["hot_p50_ms"], detail["all_loaded_p50_ms"], detail["cold_load_p50_ms"]]
+        p99 = [detail["hot_p99_ms"], detail["all_loaded_p99_ms"], detail["cold_load_p99_ms"]]
+        xs = range(len(labels))
+        left.bar(
+            [x - 0.2 for x in xs], [0 if math.isnan(v) else v for v in p50], width=0.4, label="P50"
+        )
+        left.bar(
+            [x + 0.2 for x in xs], [0 if math.isnan(v) else v for v in p99], width=0.4, label="P99"
+        )
+        left.set_xticks(list(xs), labels)
+        left.set_yscale("log")
+        left.set_ylabel("latency (ms)")
+        left.legend()
+        memory = detail["memory"]
+        samples = memory["samples"]
+        right.plot(
+            [t for t, _ in samples],
+            [(u - memory["baseline_bytes"]) / 2**20 for _, u in samples],
+            label="models",
+        )
+        right.axhline(
+            memory["budget_bytes"] / 2**20, color="tab:red", linestyle="--", label="budget"
+        )
+        right.set_xlabel("seconds")
+        right.set_ylabel("Triton memory above baseline (MiB)")
+        right.legend()
+        fig.suptitle(
+            f"{detail['models']} models, budget {detail['budget_models']}: hit rate "
+            f"{100 * detail['hit_rate']:.1f}%"
+        )
     return path

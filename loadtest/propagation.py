@@ -33,13 +33,13 @@ from pathlib import Path
 import httpx
 
 from gateway.tenancy.secret_policy import generate_secret
-from loadtest.scaling import gateway_process, machine_load, redis_server, write_tiny_model
+from loadtest.scaling_stack import BENCH_TIER, gateway_process, machine_load, write_tiny_model
 from serving.console import Table, make_console, print_table
 from serving.quantiles import summarize
+from serving.redis_process import redis_server
 
 __all__ = ["build_parser", "measure", "run"]
 
-_TIER = {"bench": {"per_minute": 1e12, "burst": 1_000_000_000}}
 _POLL_LIMIT_S = 10.0
 _MODEL = "bench_model"
 
@@ -86,7 +86,7 @@ def measure(trials: int, sync_interval_s: float, seed: int = 0) -> dict[str, lis
             "GATEWAY_REDIS_URL": redis_url,
             "GATEWAY_WORKERS": "1",
             "GATEWAY_ADMIN_TOKEN": admin_token,
-            "GATEWAY_TIER_LIMITS": json.dumps(_TIER),
+            "GATEWAY_TIER_LIMITS": json.dumps(BENCH_TIER),
             "GATEWAY_STATE_SYNC_INTERVAL_S": str(sync_interval_s),
             "GATEWAY_TRITON_STATS_INTERVAL_S": "0",  # statistics are not what is measured
             "GATEWAY_TRITON_HTTP_URL": triton.http_url,

@@ -17,8 +17,8 @@ Both gateways bound in-flight requests per model at ``load x C`` (``--max-in-fli
 configs carry the builders' queue policies and priority levels, and clients honour Retry-After
 (as the OpenAI SDKs do) unless ``--impolite``. The table gives premium P50/P99 and throughput, the
 free tier's throughput and the share of its requests shed with 429 (and timed out with 504); a
-plot and a JSON document go to ``--out``. Figures are measured, never asserted: compare the rows of
-one run, the machine is shared.
+plot and a JSON document go to ``--out`` (the figures, table and plot: :mod:`loadtest.qos_report`).
+Figures are measured, never asserted: compare the rows of one run, the machine is shared.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -36,16 +35,22 @@ from typing import Any
 
 from builders.spec import BatchingPolicy, TensorSpec
 from builders.triton_config import model_config, write_config
-from gateway.tenancy.secret_policy import generate_secret
 from loadtest.loadgen import HttpTarget, LoadResult, LoadSpec, run_load
 from loadtest.loadgen import run as run_specs
-from serving.console import Table, make_console, print_table
-from serving.gateway_process import GatewayLaunch, start_gateway_process
+from loadtest.local_gateway import local_gateway
+from loadtest.options import add_run_time_arguments, settings_record
+from loadtest.qos_report import TierFigures, report_table, save_plot, tier_figures
+from serving.console import make_console, print_table
 from serving.launcher import TritonPorts, TritonServer
-from serving.ports import reserve_port
-from serving.processes import child_env
 
-__all__ = ["DEFAULT_SETTINGS", "QosSettings", "build_parser", "run", "run_qos"]
+__all__ = [
+    "DEFAULT_SETTINGS",
+    "QosSettings",
+    "add_model_arguments",
+    "build_parser",
+    "run",
+    "run_qos",
+]
 
 MODEL = "qos_work"
 _MODEL_FILE = Path(__file__).with_name("qos_model.py")
@@ -123,27 +128,14 @@ def gateway(
     triton_http_url: str, workdir: Path, *, priorities: bool, max_in_flight: int
 ) -> Iterator[tuple[str, dict[str, str]]]:
     """A real gateway with a premium and a free key; yields ``(base URL, {tier: api key})``."""
-    from gateway.tenancy.keys_sqlite import SqliteKeyStore
-
-    workdir.mkdir(parents=True, exist_ok=True)
-    keys_db = workdir / "keys.sqlite3"
-    store = SqliteKeyStore(keys_db)
-    keys = {tier: store.create(f"qos-{tier}", ["*"], tier)[1] for tier in ("premium", "free")}
-    port = reserve_port()
-    env = child_env(
-        {
-            "GATEWAY_TIER_LIMITS": json.dumps(tier_policies(priorities)),
-            "GATEWAY_MAX_IN_FLIGHT_PER_MODEL": str(max_in_flight),
-            "GATEWAY_TRITON_STATS_INTERVAL_S": "0",
-            "GATEWAY_LOG_LEVEL": "warning",
-            "GATEWAY_ADMIN_TOKEN": generate_secret(),  # unused here, but the gateway refuses to serve without one
-        }
-    )
-    launch = GatewayLaunch.local(
-        port, triton_http_url, keys_db, env=env, log_path=workdir / "gateway.log"
-    )
-    with start_gateway_process(launch):
-        yield launch.url, keys
+    with local_gateway(
+        triton_http_url,
+        workdir,
+        tiers=tier_policies(priorities),
+        key_names={tier: f"qos-{tier}" for tier in ("premium", "free")},
+        env={"GATEWAY_MAX_IN_FLIGHT_PER_MODEL": str(max_in_flight)},
+    ) as started:
+        yield started.url, started.keys
 
 
 def _target(base_url: str, key: str, name: str) -> HttpTarget:
@@ -184,49 +176,6 @@ def find_saturation(base_url: str, key: str, settings: QosSettings) -> tuple[int
     return saturating, sweep
 
 
-@dataclass(frozen=True)
-class TierFigures:
-    """One tier's figures in one run."""
-
-    tier: str
-    concurrency: int
-    throughput: float
-    p50_ms: float
-    p99_ms: float
-    requests: int
-    shed: int
-    timed_out: int
-    other_errors: int
-
-    @property
-    def total(self) -> int:
-        return self.requests + self.shed + self.timed_out + self.other_errors
-
-    @property
-    def shed_rate(self) -> float:
-        return self.shed / self.total if self.total else math.nan
-
-    @property
-    def timeout_rate(self) -> float:
-        return self.timed_out / self.total if self.total else math.nan
-
-
-def _figures(tier: str, result: LoadResult) -> TierFigures:
-    shed = result.statuses.get(429, 0)
-    timed_out = result.statuses.get(504, 0)
-    return TierFigures(
-        tier,
-        result.concurrency,
-        result.throughput,
-        result.p50_ms,
-        result.p99_ms,
-        result.requests,
-        shed,
-        timed_out,
-        result.errors - shed - timed_out,
-    )
-
-
 def _mixed(
     base_url: str, keys: dict[str, str], premium: int, free: int, settings: QosSettings
 ) -> list[TierFigures]:
@@ -242,7 +191,7 @@ def _mixed(
         for tier, n in (("premium", premium), ("free", free))
         if n > 0
     ]
-    return [_figures(r.spec.label, r.result()) for r in run_specs(specs, settings.processes)]
+    return [tier_figures(r.spec.label, r.result()) for r in run_specs(specs, settings.processes)]
 
 
 def run_qos(settings: QosSettings) -> dict[str, Any]:
@@ -284,7 +233,7 @@ def run_qos(settings: QosSettings) -> dict[str, Any]:
                 ) as (url, keys):
                     runs[label] = _mixed(url, keys, *tiers, settings)
     document = {
-        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(settings).items()},
+        "settings": settings_record(asdict(settings)),
         "capacity_rps": settings.instances * 1000.0 / settings.service_ms,
         "saturating_concurrency": saturating,
         "offered": {"premium": premium, "free": free, "in_flight_bound": bound},
@@ -300,7 +249,7 @@ def run_qos(settings: QosSettings) -> dict[str, Any]:
             for label, figures in runs.items()
         },
     }
-    table = report_table(runs, document)
+    table = report_table(runs, document, model=MODEL)
     print_table(table)
     document["table"] = table.as_records()
     json_path = out / "qos.json"
@@ -312,80 +261,15 @@ def run_qos(settings: QosSettings) -> dict[str, Any]:
     return document
 
 
-def _ms(value: float) -> str:
-    return "-" if math.isnan(value) else f"{value:.1f}"
-
-
-def _pct(value: float) -> str:
-    return "-" if math.isnan(value) else f"{100 * value:.1f}%"
-
-
-def report_table(runs: dict[str, list[TierFigures]], document: dict[str, Any]) -> Table:
-    offered = document["offered"]
-    table = Table(
-        title=f"QoS at {document['settings']['load']:g}x the saturating concurrency "
-        f"(C={document['saturating_concurrency']}: premium x{offered['premium']}, free x{offered['free']})",
-        columns=[
-            "run",
-            "premium req/s",
-            "premium P50 ms",
-            "premium P99 ms",
-            "free req/s",
-            "free shed (429)",
-            "free timed out (504)",
-            "free P99 ms",
-            "other errors",
-        ],
-        caption=f"model {MODEL}: fixed service time {document['settings']['service_ms']} ms, "
-        f"{document['settings']['instances']} instances (capacity {document['capacity_rps']:.0f} req/s); "
-        f"gateway in-flight bound {offered['in_flight_bound']}; clients "
-        f"{'honour' if document['settings']['polite'] else 'ignore'} Retry-After",
+def add_model_arguments(
+    parser: argparse.ArgumentParser, *, service_ms: float, instances: int
+) -> None:
+    """``--service-ms`` and ``--instances``: the fixed-service-time model of :func:`prepare_repository`
+    (this benchmark's, and :mod:`loadtest.isolation`'s)."""
+    parser.add_argument(
+        "--service-ms", type=float, default=service_ms, help="model service time per request"
     )
-    for label, figures in runs.items():
-        by_tier = {f.tier: f for f in figures}
-        p, f = by_tier.get("premium"), by_tier.get("free")
-        table.add_row(
-            label,
-            f"{p.throughput:.1f}" if p else "-",
-            _ms(p.p50_ms) if p else "-",
-            _ms(p.p99_ms) if p else "-",
-            f"{f.throughput:.1f}" if f else "-",
-            _pct(f.shed_rate) if f else "-",
-            _pct(f.timeout_rate) if f else "-",
-            _ms(f.p99_ms) if f else "-",
-            sum(x.other_errors for x in figures),
-        )
-    return table
-
-
-def save_plot(runs: dict[str, list[TierFigures]], document: dict[str, Any], path: Path) -> Path:
-    """Premium P50/P99 per run beside the free tier's shed rate."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    labels = list(runs)
-    premium = [next((f for f in runs[k] if f.tier == "premium"), None) for k in labels]
-    free = [next((f for f in runs[k] if f.tier == "free"), None) for k in labels]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    xs = range(len(labels))
-    left.bar([x - 0.2 for x in xs], [p.p50_ms if p else 0 for p in premium], width=0.4, label="P50")
-    left.bar([x + 0.2 for x in xs], [p.p99_ms if p else 0 for p in premium], width=0.4, label="P99")
-    left.set_xticks(list(xs), labels)
-    left.set_ylabel("premium latency (ms)")
-    left.legend()
-    right.bar(list(xs), [100 * f.shed_rate if f else 0 for f in free], color="tab:red")
-    right.set_xticks(list(xs), labels)
-    right.set_ylabel("free-tier requests shed with 429 (%)")
-    fig.suptitle(
-        f"QoS at {document['settings']['load']:g}x saturation "
-        f"(C={document['saturating_concurrency']}, capacity {document['capacity_rps']:.0f} req/s)"
-    )
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    parser.add_argument("--instances", type=int, default=instances, help="model instances")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -396,10 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
         "saturating load, with tier priorities off and on, side by side (real Triton, real gateways, the "
         "platform's load generator). Prints a table, writes qos.json and qos.png.",
     )
-    parser.add_argument(
-        "--service-ms", type=float, default=d.service_ms, help="model service time per request"
-    )
-    parser.add_argument("--instances", type=int, default=d.instances, help="model instances")
+    add_model_arguments(parser, service_ms=d.service_ms, instances=d.instances)
     parser.add_argument(
         "--load", type=float, default=d.load, help="offered concurrency / saturating concurrency"
     )
@@ -415,12 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=d.max_in_flight,
         help="gateway in-flight bound per model (default: the offered concurrency)",
     )
-    parser.add_argument(
-        "--duration", type=float, default=d.duration_s, help="seconds measured per run"
-    )
-    parser.add_argument(
-        "--warmup", type=float, default=d.warmup_s, help="seconds of warm-up per run"
-    )
+    add_run_time_arguments(parser, duration_s=d.duration_s, warmup_s=d.warmup_s, per="run")
     parser.add_argument(
         "--sweep-seconds", type=float, default=d.sweep_s, help="seconds per saturation step"
     )

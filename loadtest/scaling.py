@@ -14,6 +14,8 @@ paths (direct Triton HTTP, then each gateway) take turns in short rounds, so noi
 alike; the table quotes every gateway path against direct Triton: throughput ratio and the P50/P99
 it adds. How busy the machine was before the run (and its load average after) is printed with it.
 
+The processes: :mod:`loadtest.scaling_stack`; the table and plot: :mod:`loadtest.scaling_report`.
+
 Results: the table on stdout, ``scaling.json`` and ``scaling.png`` in ``--out``. Ratios are what to
 compare; absolute times depend on the machine.
 """
@@ -21,14 +23,10 @@ compare; absolute times depend on the machine.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import importlib.util
 import json
 import os
-import platform
-import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -37,102 +35,13 @@ import numpy as np
 from loadtest.loadgen import LoadResult, LoadRun, LoadSpec, TritonTarget, merge_runs
 from loadtest.loadgen import run as run_specs
 from loadtest.scaling_report import Row, report_table, save_plot
+from loadtest.scaling_stack import TINY_MODEL, PathConfig, machine_load, services
 from serving.console import make_console, print_table, progress
-from serving.gateway_process import GatewayLaunch, start_gateway_process
-from serving.redis_process import redis_server
 from serving.triton_clients import triton_client
 
-__all__ = [
-    "PathConfig",
-    "Row",
-    "ScalingSettings",
-    "bench_key",
-    "build_parser",
-    "gateway_process",
-    "redis_server",
-    "run",
-    "run_scaling",
-    "write_tiny_model",
-]
+__all__ = ["ScalingSettings", "build_parser", "run", "run_scaling"]
 
-TINY_MODEL = "scaling_tiny"
 DEFAULT_OUT = Path("reports/scaling")
-_TIER = {"bench": {"per_minute": 1e12, "burst": 1_000_000_000}}
-
-
-@dataclass(frozen=True)
-class PathConfig:
-    """One way to reach the model: direct (``workers == 0``) or a gateway with ``workers`` processes."""
-
-    workers: int
-    transport: str = "http"
-
-    @property
-    def label(self) -> str:
-        return "direct triton" if not self.workers else f"gateway {self.workers}w {self.transport}"
-
-
-def machine_load(sample_s: float = 2.0) -> dict[str, object]:
-    """The CPU, and how busy the machine is now: CPU use over ``sample_s`` and the load averages."""
-    import psutil
-
-    cpu = platform.machine()
-    with contextlib.suppress(OSError):
-        cpu = next(
-            (
-                line.split(":", 1)[1].strip()
-                for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")
-            ),
-            cpu,
-        )
-    return {
-        "cpu": cpu,
-        "usable_cores": len(os.sched_getaffinity(0)),
-        "busy_percent": psutil.cpu_percent(interval=sample_s),
-        "load_average": [round(v, 2) for v in os.getloadavg()],
-    }
-
-
-def write_tiny_model(root: Path, name: str = TINY_MODEL, versions: Sequence[int] = (1,)) -> Path:
-    """Write a model entry to ``root/name``: a Python model with a [4] -> [2] FP32 interface that
-    answers at once (the load generator's instant model), every version in ``versions`` served."""
-    from google.protobuf import json_format
-    from tritonclient.grpc import model_config_pb2 as mc
-
-    from builders.triton_config import write_config
-
-    spec = importlib.util.find_spec("loadtest.loadgen.instant_model")
-    assert spec is not None and spec.origin is not None
-    for version in versions:
-        (root / name / str(version)).mkdir(parents=True)
-        shutil.copyfile(spec.origin, root / name / str(version) / "model.py")
-    config = {
-        "name": name,
-        "backend": "python",
-        "max_batch_size": 64,
-        "input": [{"name": "INPUT", "data_type": "TYPE_FP32", "dims": [4]}],
-        "output": [{"name": "OUTPUT", "data_type": "TYPE_FP32", "dims": [2]}],
-        "dynamic_batching": {},
-        "instance_group": [{"count": 1, "kind": "KIND_CPU"}],
-        "version_policy": {"specific": {"versions": list(versions)}},
-    }
-    return write_config(
-        json_format.ParseDict(config, mc.ModelConfig()), root / name / "config.pbtxt"
-    )
-
-
-def _serving_repository(repository: Path, workdir: Path) -> Path:
-    """The repository Triton serves here: every entry of ``repository`` linked, and the tiny model
-    written beside them. It has to be on disk: the gateway serves only the names in Triton's
-    repository index, which does not list a model loaded with its files in the request.
-    ``repository`` itself is not written to."""
-    root = workdir / "repository"
-    root.mkdir()
-    for entry in repository.resolve().iterdir():
-        (root / entry.name).symlink_to(entry, target_is_directory=entry.is_dir())
-    write_tiny_model(root)
-    return root
 
 
 def _model_inputs(triton_http_url: str, model: str) -> tuple[dict[str, np.ndarray], ...]:
@@ -162,74 +71,6 @@ def _model_inputs(triton_http_url: str, model: str) -> tuple[dict[str, np.ndarra
             for i in inputs
         },
     )
-
-
-@contextlib.contextmanager
-def gateway_process(name: str, settings: dict[str, str], workdir: Path) -> Iterator[str]:
-    """``python -m gateway`` with ``GATEWAY_*`` ``settings`` on a free loopback port; yields ``host:port``."""
-    from gateway.tenancy.secret_policy import generate_secret
-    from serving.ports import reserve_port
-    from serving.processes import child_env
-
-    port = reserve_port()
-    # The gateway refuses to serve without a real admin token: a fresh one per run (settings may name theirs).
-    env = {
-        "GATEWAY_HOST": "127.0.0.1",
-        "GATEWAY_PORT": str(port),
-        "GATEWAY_LOG_LEVEL": "warning",
-        "GATEWAY_KEYS_DB": str(workdir / "unused.sqlite3"),
-        "GATEWAY_ADMIN_TOKEN": generate_secret(),
-        **settings,
-    }
-    log = workdir / f"{name.replace(' ', '-')}.log"
-    with start_gateway_process(GatewayLaunch(port, child_env(env), log_path=log, name=name)):
-        yield f"127.0.0.1:{port}"
-
-
-def bench_key(redis_url: str, tiers: dict[str, dict[str, float]]) -> str:
-    """A key of tier ``bench`` in the Redis store every gateway here shares."""
-    from gateway.settings import GatewaySettings
-    from gateway.tenancy.key_stores import open_key_store
-
-    store = open_key_store(GatewaySettings(redis_url=redis_url, tier_limits=tiers))
-    try:
-        return store.create("bench", ["*"], "bench")[1]
-    finally:
-        store.close()
-
-
-@contextlib.contextmanager
-def _services(
-    repository: Path, model: str, paths: Sequence[PathConfig], workdir: Path
-) -> Iterator[tuple[str, dict[PathConfig, str], str]]:
-    """Triton, Redis and one gateway per gateway path; yields (Triton HTTP url, path -> url, key)."""
-    from serving.launcher import TritonPorts, TritonServer
-
-    with contextlib.ExitStack() as stack:
-        served = _serving_repository(repository, workdir)
-        triton = stack.enter_context(
-            TritonServer(served, models=[model, TINY_MODEL], ports=TritonPorts.free())
-        )
-        redis_url = stack.enter_context(redis_server(workdir))
-        key = bench_key(redis_url, _TIER)
-        urls = {}
-        for path in paths:
-            urls[path] = stack.enter_context(
-                gateway_process(
-                    path.label,
-                    {
-                        "GATEWAY_WORKERS": str(path.workers),
-                        "GATEWAY_TRITON_PROTOCOL": path.transport,
-                        "GATEWAY_TRITON_HTTP_URL": triton.http_url,
-                        "GATEWAY_TRITON_GRPC_URL": triton.grpc_url,
-                        "GATEWAY_REDIS_URL": redis_url,
-                        "GATEWAY_TIER_LIMITS": json.dumps(_TIER),
-                        "GATEWAY_MAX_IN_FLIGHT_PER_MODEL": "100000",
-                    },
-                    workdir,
-                )
-            )
-        yield triton.http_url, urls, key
 
 
 def _rows(model: str, results: dict[PathConfig, LoadResult], concurrency: int) -> list[Row]:
@@ -304,7 +145,7 @@ def run_scaling(repository: Path, settings: ScalingSettings) -> list[Row]:
     rows: list[Row] = []
     with (
         tempfile.TemporaryDirectory(prefix="scaling-") as tmp,
-        _services(repository, model, paths[1:], Path(tmp)) as (triton_url, urls, key),
+        services(repository, model, paths[1:], Path(tmp)) as (triton_url, urls, key),
     ):
         urls[PathConfig(0)] = triton_url
         steps = 2 * len(concurrencies) * rounds * len(paths)

@@ -19,6 +19,7 @@ answer has.
 from __future__ import annotations
 
 import json
+import math
 import os
 import textwrap
 import time
@@ -40,6 +41,7 @@ __all__ = [
     "heading",
     "json_document",
     "make_console",
+    "number_cell",
     "print_table",
     "progress",
     "quiet_library_progress",
@@ -106,6 +108,11 @@ def json_document(command: str, results: Sequence[Mapping[str, Any]], **extra: A
         sort_keys=True,
         default=str,
     )
+
+
+def number_cell(value: float | None, spec: str) -> str:
+    """``value`` formatted by ``spec`` for a table cell; ``-`` where there is no figure (None or NaN)."""
+    return "-" if value is None or math.isnan(value) else format(value, spec)
 
 
 @dataclass

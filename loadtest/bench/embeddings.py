@@ -30,7 +30,8 @@ differ (cosine below ``--min-cosine``) fails the run, as does any request that f
 :mod:`serving.quantiles`; the encoder's ``inference_count`` / ``execution_count`` come from Triton's
 statistics. Results: the table on stdout, and ``embeddings.txt`` (the table), ``embeddings.json``
 (settings, machine, rows) and ``embeddings.png`` (throughput and P99) in ``--out``; ``--report-from
-embeddings.json`` draws the last two again from a saved run.
+embeddings.json`` draws the last two again from a saved run (both: :mod:`loadtest.bench.
+embeddings_report`).
 """
 
 from __future__ import annotations
@@ -45,11 +46,11 @@ import time
 import urllib.request
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
+from loadtest.bench.embeddings_report import Row, describe_machine, report_saved, write_report
 from loadtest.bench.embeddings_repository import (
     DEFAULT_REPOSITORY,
     ENCODER,
@@ -57,29 +58,15 @@ from loadtest.bench.embeddings_repository import (
     prepare_repository,
     variant_name,
 )
-from loadtest.bench.plot import save_bar_plot
 from loadtest.bench.servers import naive_embedding_server, start_triton
 from loadtest.bench.triton_split import model_counters
 from loadtest.loadgen import HttpTarget, LoadRun, LoadSpec, Target, TritonTarget, merge_runs
 from loadtest.loadgen import run as run_specs
 from loadtest.payloads import mixed_length_texts
-from serving.console import Table, print_table
 from serving.launcher import TritonPorts
 from serving.triton_clients import triton_client
 
-__all__ = ["Row", "build_parser", "run"]
-
-
-@dataclass(frozen=True)
-class Row:
-    config: str
-    texts_per_s: float
-    p50_ms: float
-    p99_ms: float
-    requests: int
-    errors: int
-    min_cosine: float | None  # vs sentence-transformers' encode, every text
-    inferences_per_execution: float | None  # the encoder's, from Triton's statistics
+__all__ = ["build_parser", "run", "run_bench"]
 
 
 def _embed_all(url: str, model: str, texts: Sequence[str], concurrency: int) -> np.ndarray:
@@ -266,83 +253,8 @@ def run_bench(args: argparse.Namespace) -> list[Row]:
                 inferences / executions if executions else None,
             )
         )
-    _report(args, rows, loads, duration, _machine(args, loads))
+    write_report(args, rows, loads, duration, describe_machine(args, loads))
     return rows
-
-
-def _machine(args: argparse.Namespace, loads: list[float]) -> str:
-    parts = [f"{os.cpu_count()} CPUs"]
-    if "cuda" in (args.device, *args.st_device):
-        import torch
-
-        parts.append(
-            f"GPU {torch.cuda.get_device_name(0)}"
-            if torch.cuda.is_available()
-            else "no CUDA device"
-        )
-    parts.append(f"intra-op threads {args.threads or 'runtime default'}")
-    parts.append(
-        f"1-minute load average {min(loads):.1f}-{max(loads):.1f} during the run (this benchmark's own "
-        "processes included)"
-    )
-    if args.machine_note:
-        parts.append(args.machine_note)
-    return "; ".join(parts)
-
-
-def _report(
-    args: argparse.Namespace, rows: list[Row], loads: list[float], duration: float, machine: str
-) -> None:
-    baseline = next(
-        (r.texts_per_s for r in rows if r.config.startswith("sentence-transformers")), 0.0
-    )
-    encoder = f"{args.encoder} encoder on {args.device if args.encoder == 'torchscript' else 'cpu'}"
-    table = Table(
-        f"Embeddings ({encoder}), one text per request, concurrency {args.concurrency}, {args.rounds} "
-        f"alternating rounds of {args.warmup:g}+{duration:g} s",
-        (
-            "configuration",
-            "texts/s",
-            "vs ST",
-            "P50 ms",
-            "P99 ms",
-            "requests",
-            "errors",
-            "min cosine vs ST",
-            "encoder inferences/execution",
-        ),
-    )
-    for r in rows:
-        table.add_row(
-            r.config,
-            f"{r.texts_per_s:.1f}",
-            f"{r.texts_per_s / baseline:.2f}x" if baseline else "-",
-            f"{r.p50_ms:.1f}",
-            f"{r.p99_ms:.1f}",
-            str(r.requests),
-            str(r.errors),
-            f"{r.min_cosine:.6f}" if r.min_cosine is not None else "-",
-            f"{r.inferences_per_execution:.2f}" if r.inferences_per_execution else "-",
-        )
-    table.caption = machine
-    print_table(table)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "embeddings.txt").write_text(table.plain() + "\n")
-    settings = {k: v for k, v in vars(args).items() if k not in ("func", "deadline")}
-    (out / "embeddings.json").write_text(
-        json.dumps(
-            {
-                "settings": {**settings, "measured_s_per_round": duration},
-                "machine": table.caption,
-                "load_average": loads,
-                "rows": [asdict(r) for r in rows],
-            },
-            indent=2,
-        )
-        + "\n"
-    )
-    save_bar_plot(out / "embeddings.png", table.title, rows)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -426,15 +338,7 @@ def run(args: argparse.Namespace) -> int:
     """``inferctl bench embeddings``: the parsed options in, the exit status out."""
     args.deadline = time.monotonic() + args.budget_s if args.budget_s else None
     if args.report_from:
-        saved = json.loads(args.report_from.read_text())
-        settings = argparse.Namespace(**{**saved["settings"], "out": args.out})
-        _report(
-            settings,
-            [Row(**r) for r in saved["rows"]],
-            saved["load_average"],
-            saved["settings"]["measured_s_per_round"],
-            saved["machine"],
-        )
+        report_saved(args.report_from, args.out)
         return 0
     rows = run_bench(args)
     failed = [

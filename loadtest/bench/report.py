@@ -11,17 +11,23 @@ from typing import Any
 
 from loadtest.bench.settings import Result
 
-__all__ = ["compute_ratios", "machine_description", "machine_line", "print_report"]
+__all__ = ["compute_ratios", "cpu_model", "machine_description", "machine_line", "print_report"]
+
+
+def cpu_model() -> str | None:
+    """The CPU's model name as the kernel reports it; None where it does not (no ``/proc/cpuinfo``)."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return None
 
 
 def machine_description() -> dict[str, Any]:
     """CPU model, cores, memory, GPU (if any), load average and the versions that matter."""
     info: dict[str, Any] = {"platform": platform.platform(), "python": platform.python_version()}
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                info["cpu"] = line.split(":", 1)[1].strip()
-                break
+    if (cpu := cpu_model()) is not None:
+        info["cpu"] = cpu
     info["logical_cpus"] = os.cpu_count()
     with contextlib.suppress(AttributeError):
         info["usable_cpus"] = len(os.sched_getaffinity(0))

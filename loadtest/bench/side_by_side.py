@@ -42,6 +42,7 @@ from loadtest.loadgen import (
     run_load,
 )
 from loadtest.loadgen.capacity import measure_capacity, twin_target
+from loadtest.options import settings_record
 from loadtest.payloads import image_tensors, jpeg_images, v2_binary_request
 from serving.launcher import TritonPorts, TritonServer
 from serving.triton_clients import triton_client
@@ -370,9 +371,7 @@ def run_bench(settings: BenchSettings) -> dict[str, Any]:
         Console(width=160).print(gateway_table(splits))
     png = save_plot(results, ratios, machine, settings_line, settings.out_dir / "bench.png")
     document = {
-        "settings": {
-            k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(settings).items()
-        },
+        "settings": settings_record(asdict(settings)),
         "settings_line": settings_line,
         "command": " ".join([Path(sys.executable).name, "-m", "loadtest.bench", *sys.argv[1:]])
         if sys.argv

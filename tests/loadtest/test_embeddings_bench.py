@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 
 from builders.families.text_embedding import MAX_LENGTH, model_dir
-from loadtest.bench.embeddings import Row, _fitted_duration
+from loadtest.bench.embeddings import _fitted_duration
+from loadtest.bench.embeddings_report import Row
 from loadtest.payloads import mixed_length_texts
 from loadtest.registry import run_named
 from serving.text_tokenization import load_tokenizer

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from loadtest.propagation import measure
-from loadtest.scaling import TINY_MODEL, ScalingSettings, run_scaling
+from loadtest.scaling import ScalingSettings, run_scaling
 from loadtest.scaling_report import report_table, save_plot
+from loadtest.scaling_stack import TINY_MODEL
 from tests.support.tiny_repo import TINY_MODEL as TINY_LINEAR
 from tests.support.tiny_repo import build_tiny_repository
 
