@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
-from typing import Annotated, ParamSpec, TypeVar
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query
 
-from gateway.errors import BadRequest, Conflict, NotFound, StateStoreUnavailable
+from gateway.errors import BadRequest, Conflict, NotFound
 from gateway.protocol.rest import problem_responses
 from gateway.settings import GatewaySettings
 from gateway.tenancy.auth import Authenticator
@@ -23,7 +21,7 @@ from gateway.tenancy.keys import (
     ApiKeyRecord,
     KeyConflict,
     KeyStore,
-    KeyStoreUnavailable,
+    in_store_thread,
     records_from_export,
 )
 
@@ -33,18 +31,8 @@ router = APIRouter(prefix="/admin/keys", tags=["admin"])
 
 KeyId = Annotated[str, Path(description="the key's public id", examples=["3f9a0c1b2d4e"])]
 _ERRORS = problem_responses(401, 403, 404, 422, 503)
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-async def _store(func: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
-    """Run a blocking store call off the event loop; an unreachable store is a 503."""
-    try:
-        return await asyncio.to_thread(func, *args, **kwargs)
-    except KeyStoreUnavailable as exc:
-        raise StateStoreUnavailable(
-            f"the key store is unavailable: {exc}", retry_after_s=1
-        ) from exc
+# the start of the 503 when the key store is unreachable
+_OUTAGE = "the key store is unavailable"
 
 
 def _info(record: ApiKeyRecord) -> KeyInfo:
@@ -82,9 +70,11 @@ async def create_key(
     auth: Annotated[Authenticator, Depends(get_authenticator)],
 ) -> CreatedKey:
     _check_tier(auth, body.tier)
-    key_id, plaintext = await _store(store.create, body.name, body.scopes, body.tier)
+    key_id, plaintext = await in_store_thread(
+        _OUTAGE, store.create, body.name, body.scopes, body.tier
+    )
     auth.invalidate(key_id)
-    record = await _store(store.get, key_id)
+    record = await in_store_thread(_OUTAGE, store.get, key_id)
     assert record is not None
     return CreatedKey(**_info(record).model_dump(), api_key=plaintext)
 
@@ -99,7 +89,7 @@ async def list_keys(
     store: Annotated[KeyStore, Depends(get_store)],
     include_revoked: Annotated[bool, Query(description="also list revoked keys")] = True,
 ) -> list[KeyInfo]:
-    return [_info(r) for r in await _store(store.list, include_revoked)]
+    return [_info(r) for r in await in_store_thread(_OUTAGE, store.list, include_revoked)]
 
 
 @router.post(
@@ -114,11 +104,11 @@ async def rotate_key(
     auth: Annotated[Authenticator, Depends(get_authenticator)],
 ) -> CreatedKey:
     try:
-        plaintext = await _store(store.rotate, key_id)
+        plaintext = await in_store_thread(_OUTAGE, store.rotate, key_id)
     except KeyError as exc:
         raise NotFound(f"no active API key with id '{key_id}'", field="key_id") from exc
     auth.invalidate(key_id)
-    record = await _store(store.get, key_id)
+    record = await in_store_thread(_OUTAGE, store.get, key_id)
     assert record is not None
     return CreatedKey(**_info(record).model_dump(), api_key=plaintext)
 
@@ -132,7 +122,7 @@ async def revoke_key(
     auth: Annotated[Authenticator, Depends(get_authenticator)],
 ) -> KeyInfo:
     try:
-        record = await _store(store.revoke, key_id)
+        record = await in_store_thread(_OUTAGE, store.revoke, key_id)
     except KeyError as exc:
         raise NotFound(f"no API key with id '{key_id}'", field="key_id") from exc
     auth.invalidate(key_id)
@@ -160,7 +150,7 @@ async def import_keys(
         _check_tier(auth, key.tier, field=f"keys.{index}.tier")
     try:
         records = records_from_export(k.model_dump() for k in body.keys)
-        result = await _store(store.import_records, records)
+        result = await in_store_thread(_OUTAGE, store.import_records, records)
     except ValueError as exc:  # a duplicate id inside the batch
         raise BadRequest(str(exc), field="keys") from exc
     except KeyConflict as exc:
