@@ -7,7 +7,7 @@ import datetime as dt
 import io
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Response
 from pydantic import BaseModel, Field
 
 from gateway.errors import BadRequest, ServiceUnavailable
@@ -15,7 +15,7 @@ from gateway.protocol.rest import problem_responses
 from gateway.tenancy.context import RequestContext
 from gateway.tenancy.usage import UsageMeter, UsageRow, UsageStoreError
 
-from ._deps import get_context
+from ._deps import app_state, get_context
 
 router = APIRouter(tags=["usage"])
 
@@ -100,8 +100,7 @@ Format = Annotated[Literal["json", "csv"], Query(description="json (default) or 
 ModelFilter = Annotated[str | None, Query(description="only this model", max_length=128)]
 
 
-async def get_meter(request: Request) -> UsageMeter:
-    return request.app.state.meter  # type: ignore[no-any-return]
+get_meter = app_state("meter")
 
 
 def _days(start: dt.date | None, end: dt.date | None) -> tuple[dt.date, dt.date]:
