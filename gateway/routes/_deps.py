@@ -64,8 +64,6 @@ get_service = app_state("service")
 get_tracker = app_state("tracker")
 get_store = app_state("key_store")
 get_authenticator = app_state("authenticator")
-get_jobs = app_state("jobs")
-get_image_urls = app_state("image_urls")
 
 
 async def get_context(request: Request) -> RequestContext:
@@ -75,3 +73,8 @@ async def get_context(request: Request) -> RequestContext:
     ):  # the context middleware is missing from the stack: a wiring bug, not a client error
         raise RuntimeError("request has no gateway context")
     return ctx  # type: ignore[no-any-return]
+
+
+# what the job routes and the OpenAI image route both use
+get_jobs = app_state("jobs")
+get_image_urls = app_state("image_urls")

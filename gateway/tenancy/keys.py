@@ -240,13 +240,21 @@ class KeyStore(ABC):
             KeyError: no such unrevoked key.
         """
 
-    @abstractmethod
     def revoke(self, key_id: str) -> ApiKeyRecord:
         """Revoke ``key_id`` (idempotent: revoking twice keeps the first time).
 
         Raises:
             KeyError: no such key.
         """
+        self._mark_revoked(key_id)
+        record = self.get(key_id)
+        if record is None:
+            raise KeyError(key_id)
+        return record
+
+    @abstractmethod
+    def _mark_revoked(self, key_id: str) -> None:
+        """Stamp ``key_id`` revoked now unless it already is (a missing key: nothing, or ``KeyError``)."""
 
     @abstractmethod
     def import_records(self, records: Sequence[ApiKeyRecord]) -> ImportResult:

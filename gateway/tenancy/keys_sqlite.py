@@ -116,16 +116,12 @@ class SqliteKeyStore(KeyStore):
             raise KeyError(key_id)
         return plaintext
 
-    def revoke(self, key_id: str) -> ApiKeyRecord:
+    def _mark_revoked(self, key_id: str) -> None:
         with self._connect() as db:
             db.execute(
                 "UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?) WHERE key_id = ?",
                 (time.time(), key_id),
             )
-        record = self.get(key_id)
-        if record is None:
-            raise KeyError(key_id)
-        return record
 
     def import_records(self, records: Sequence[ApiKeyRecord]) -> ImportResult:
         check_import(records)

@@ -203,7 +203,7 @@ class RedisKeyStore(KeyStore):
             raise KeyError(key_id)
         return plaintext
 
-    def revoke(self, key_id: str) -> ApiKeyRecord:
+    def _mark_revoked(self, key_id: str) -> None:
         def body(pipe: Pipeline) -> bool:
             fields: dict[str, str] = pipe.hgetall(self._key(key_id))  # type: ignore[assignment]
             if not fields:
@@ -216,10 +216,6 @@ class RedisKeyStore(KeyStore):
 
         if not self._transaction([self._key(key_id)], body):
             raise KeyError(key_id)
-        record = self.get(key_id)
-        if record is None:
-            raise KeyError(key_id)
-        return record
 
     def import_records(self, records: Sequence[ApiKeyRecord]) -> ImportResult:
         check_import(records)
