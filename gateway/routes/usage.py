@@ -58,6 +58,15 @@ class UsageReport(BaseModel):
     totals: dict[str, float] = Field(description="sums over data")
 
 
+# one row's counts, so they are the totals too
+_EXAMPLE_COUNTS = {
+    "requests": 120,
+    "failed": 1,
+    "images": 0,
+    "inputs": 480,
+    "tokens": 9120,
+    "compute_ms": 5130.2,
+}
 _EXAMPLE = {
     "start": "2026-12-01",
     "end": "2026-12-02",
@@ -67,22 +76,10 @@ _EXAMPLE = {
             "day": "2026-12-02",
             "client": "key:3f9a0c1b2d4e",
             "model": "text_embedding",
-            "requests": 120,
-            "failed": 1,
-            "images": 0,
-            "inputs": 480,
-            "tokens": 9120,
-            "compute_ms": 5130.2,
+            **_EXAMPLE_COUNTS,
         }
     ],
-    "totals": {
-        "requests": 120,
-        "failed": 1,
-        "images": 0,
-        "inputs": 480,
-        "tokens": 9120,
-        "compute_ms": 5130.2,
-    },
+    "totals": _EXAMPLE_COUNTS,
 }
 _DESCRIPTION = (
     "Counts per client, model and UTC day, for every request admitted past scope and rate limits "
