@@ -38,6 +38,7 @@ from gateway.backends.triton import RawResponse, Tensor, reload_config, timeout_
 from gateway.backends.triton_errors import translate_error
 from gateway.errors import GatewayError, UpstreamUnavailable
 from gateway.protocol.kserve import HEADER_LENGTH, InferRequest, InputTensor
+from gateway.protocol.kserve._grpc import infer_parameter
 from gateway.protocol.kserve._types import numpy_dtype
 
 __all__ = ["TritonGrpcBackend", "grpc_error"]
@@ -80,22 +81,12 @@ def grpc_error(exc: grpc.aio.AioRpcError, model: str | None = None) -> GatewayEr
     return translate_error(InferenceServerException(msg=details, status=str(status)), model)
 
 
-def _parameter(value: str | int | bool | float) -> service_pb2.InferParameter:
-    if isinstance(value, bool):
-        return service_pb2.InferParameter(bool_param=value)
-    if isinstance(value, int):
-        return service_pb2.InferParameter(int64_param=value)
-    if isinstance(value, float):
-        return service_pb2.InferParameter(double_param=value)
-    return service_pb2.InferParameter(string_param=value)
-
-
 def _protobuf_request(
     model: str, version: str, request: InferRequest
 ) -> service_pb2.ModelInferRequest:
     message = service_pb2.ModelInferRequest(model_name=model, model_version=version, id=request.id)
     for key, value in request.parameters.items():
-        message.parameters[key].CopyFrom(_parameter(value))
+        message.parameters[key].CopyFrom(infer_parameter(value))
     if request.timeout_us is not None:
         message.parameters["timeout"].int64_param = request.timeout_us
     if request.priority is not None:
