@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import NoDecode
 
 from gateway.backends.catalog import ModelNameList
+from gateway.env_settings import EnvSettings
 
 __all__ = [
     "DEFAULT_RESIDENCY_ESTIMATE_BYTES",
@@ -27,10 +28,8 @@ DEFAULT_RESIDENCY_LOAD_TIMEOUT_S = 300.0
 DEFAULT_RESIDENCY_FAILURE_BACKOFF_S = 5.0
 
 
-class ResidencySettings(BaseSettings):
+class ResidencySettings(EnvSettings):
     """The ``residency_*`` fields."""
-
-    model_config = SettingsConfigDict(env_prefix="GATEWAY_", extra="ignore", frozen=True)
 
     residency_budget_bytes: int = Field(
         0,

@@ -11,11 +11,12 @@ from enum import StrEnum
 from typing import Annotated
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import NoDecode
 
 from gateway.backends.catalog import ModelNameList, check_model_names
 from gateway.backends.model_breaker import DEFAULT_BREAKER_FAILURES
 from gateway.backends.model_healer import DEFAULT_HEAL_LOAD_TIMEOUT_S, DEFAULT_HEAL_MAX_BACKOFF_S
+from gateway.env_settings import EnvSettings
 
 __all__ = [
     "DEFAULT_MODEL_INDEX_MIN_REFRESH_S",
@@ -52,11 +53,9 @@ class TritonProtocol(StrEnum):
     GRPC = "grpc"  # tritonclient.grpc.aio, a few channels used in turn
 
 
-class TritonSettings(BaseSettings):
+class TritonSettings(EnvSettings):
     """The ``triton_*``, model-name, ``model_index_*``, ``ready_*``, breaker and healer fields, and
     ``upstream_timeout_s``."""
-
-    model_config = SettingsConfigDict(env_prefix="GATEWAY_", extra="ignore", frozen=True)
 
     triton_http_url: str = Field(
         DEFAULT_TRITON_HTTP_URL, description="host:port of Triton's HTTP endpoint"
