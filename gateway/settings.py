@@ -16,7 +16,6 @@ import os
 from pathlib import Path
 
 from pydantic import Field, SecretStr
-from pydantic_settings import SettingsConfigDict
 
 from gateway.backends.residency_settings import ResidencySettings
 from gateway.backends.triton_settings import TritonSettings
@@ -76,8 +75,6 @@ class GatewaySettings(
     Complex fields (``tier_limits``, ``model_aliases``) take JSON in the environment, e.g.
     ``GATEWAY_TIER_LIMITS='{"free": {"per_minute": 10, "burst": 5}}'``.
     """
-
-    model_config = SettingsConfigDict(env_prefix="GATEWAY_", extra="ignore", frozen=True)
 
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT

@@ -20,17 +20,22 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BeforeValidator
 
 from gateway.backends.triton import InferenceBackend
 from gateway.errors import BadRequest, GatewayError, ModelNotFound
+from serving.readiness import parse_model_list
 
 __all__ = [
     "MODEL_NAME_PATTERN",
     "RESERVED_MODEL_NAMES",
     "ModelCatalog",
+    "ModelNameList",
     "check_model_name",
+    "check_model_names",
     "model_name_problem",
 ]
 
@@ -68,6 +73,31 @@ def model_name_problem(name: str) -> str | None:
     if name in RESERVED_MODEL_NAMES:
         return f"'{name}' is reserved by Triton's HTTP API and cannot name a model"
     return None
+
+
+def check_model_names(names: Iterable[str]) -> None:
+    """:class:`ValueError` (a settings validator's error) for the first of ``names`` that cannot be a model name."""
+    for name in names:
+        problem = model_name_problem(name)
+        if problem:
+            raise ValueError(problem)
+
+
+def _split_model_list(value: object) -> object:
+    # The environment gives "a,b" (what a ConfigMap shared with Triton's probe holds) or a JSON list.
+    return tuple(parse_model_list(value)) if isinstance(value, str) else value
+
+
+def _unique_model_names(value: tuple[str, ...]) -> tuple[str, ...]:
+    check_model_names(value)
+    return tuple(dict.fromkeys(value))
+
+
+#: a settings field of model names: a list, or "a,b" in the environment (with ``NoDecode`` beside it);
+#: each checked as a model name, repeats dropped
+ModelNameList = Annotated[
+    tuple[str, ...], BeforeValidator(_split_model_list), AfterValidator(_unique_model_names)
+]
 
 
 def check_model_name(name: str, field: str = "model") -> str:

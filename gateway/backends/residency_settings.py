@@ -10,11 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic import Field
+from pydantic_settings import NoDecode
 
-from gateway.backends.catalog import model_name_problem
-from serving.readiness import parse_model_list
+from gateway.backends.catalog import ModelNameList
+from gateway.env_settings import EnvSettings
 
 __all__ = [
     "DEFAULT_RESIDENCY_ESTIMATE_BYTES",
@@ -28,10 +28,8 @@ DEFAULT_RESIDENCY_LOAD_TIMEOUT_S = 300.0
 DEFAULT_RESIDENCY_FAILURE_BACKOFF_S = 5.0
 
 
-class ResidencySettings(BaseSettings):
+class ResidencySettings(EnvSettings):
     """The ``residency_*`` fields."""
-
-    model_config = SettingsConfigDict(env_prefix="GATEWAY_", extra="ignore", frozen=True)
 
     residency_budget_bytes: int = Field(
         0,
@@ -54,7 +52,7 @@ class ResidencySettings(BaseSettings):
         "",
         description="Triton's metrics URL for the 'gpu' meter (default: http://<triton host>:8002/metrics)",
     )
-    residency_pinned: Annotated[tuple[str, ...], NoDecode] = Field(
+    residency_pinned: Annotated[ModelNameList, NoDecode] = Field(
         (), description="models never evicted (comma-separated in the environment)"
     )
     residency_pin_loaded_at_start: bool = Field(
@@ -95,17 +93,3 @@ class ResidencySettings(BaseSettings):
         gt=0,
         description="wait after a failed load before the model is tried again (doubles per failure, at most 300 s)",
     )
-
-    @field_validator("residency_pinned", mode="before")
-    @classmethod
-    def _pinned_list(cls, value: object) -> object:
-        return tuple(parse_model_list(value)) if isinstance(value, str) else value
-
-    @field_validator("residency_pinned")
-    @classmethod
-    def _pinned_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for name in value:
-            problem = model_name_problem(name)
-            if problem:
-                raise ValueError(problem)
-        return tuple(dict.fromkeys(value))

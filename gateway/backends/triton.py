@@ -36,9 +36,9 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 from urllib.parse import quote
 
 import aiohttp
@@ -61,6 +61,8 @@ __all__ = [
     "reload_config",
     "translate_error",
 ]
+
+T = TypeVar("T")
 
 # Headers of Triton's answer that describe its body; passed back to the client with it.
 _RESPONSE_HEADERS = ("content-type", "inference-header-content-length", "content-encoding")
@@ -158,6 +160,14 @@ class TritonHttpBackend:
             auto_decompress=False,
         )
 
+    async def _call(self, call: Awaitable[T], timeout_s: float, model: str | None = None) -> T:
+        """What ``call`` (a client request) answers within ``timeout_s``; its errors translated."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await call
+        except Exception as exc:
+            raise translate_error(exc, model) from exc
+
     async def infer(
         self,
         model: str,
@@ -254,36 +264,23 @@ class TritonHttpBackend:
         self, model: str, *, timeout_s: float, version: str = ""
     ) -> dict[str, Any]:
         """Triton's KServe v2 metadata of ``model`` (of ``version``, when given)."""
-        try:
-            async with asyncio.timeout(timeout_s):
-                return dict(await self._client.get_model_metadata(model, model_version=version))
-        except Exception as exc:
-            raise translate_error(exc, model) from exc
+        call = self._client.get_model_metadata(model, model_version=version)
+        return dict(await self._call(call, timeout_s, model))
 
     async def model_config(
         self, model: str, *, timeout_s: float, version: str = ""
     ) -> dict[str, Any]:
         """Triton's configuration of ``model`` as JSON (the model configuration extension)."""
-        try:
-            async with asyncio.timeout(timeout_s):
-                return dict(await self._client.get_model_config(model, model_version=version))
-        except Exception as exc:
-            raise translate_error(exc, model) from exc
+        call = self._client.get_model_config(model, model_version=version)
+        return dict(await self._call(call, timeout_s, model))
 
     async def model_ready(self, model: str, *, timeout_s: float, version: str = "") -> bool:
-        try:
-            async with asyncio.timeout(timeout_s):
-                return bool(await self._client.is_model_ready(model, model_version=version))
-        except Exception as exc:
-            raise translate_error(exc, model) from exc
+        call = self._client.is_model_ready(model, model_version=version)
+        return bool(await self._call(call, timeout_s, model))
 
     async def server_metadata(self, *, timeout_s: float) -> dict[str, Any]:
         """Triton's server metadata: name, version, extensions."""
-        try:
-            async with asyncio.timeout(timeout_s):
-                return dict(await self._client.get_server_metadata())
-        except Exception as exc:
-            raise translate_error(exc) from exc
+        return dict(await self._call(self._client.get_server_metadata(), timeout_s))
 
     async def server_ready(self, *, timeout_s: float) -> bool:
         """Whether Triton says it is ready; ``False`` (never an error) when it cannot be reached."""
@@ -294,24 +291,15 @@ class TritonHttpBackend:
             return False
 
     async def repository_index(self, *, timeout_s: float) -> list[dict[str, Any]]:
-        try:
-            async with asyncio.timeout(timeout_s):
-                return list(await self._client.get_model_repository_index())
-        except Exception as exc:
-            raise translate_error(exc) from exc
+        return list(await self._call(self._client.get_model_repository_index(), timeout_s))
 
     async def statistics(
         self, *, timeout_s: float, model: str = "", version: str = ""
     ) -> list[dict[str, Any]]:
         """Triton's statistics extension (cumulative counters) for every loaded model, or for ``model``
         (its ``version``, when given)."""
-        try:
-            async with asyncio.timeout(timeout_s):
-                stats = await self._client.get_inference_statistics(
-                    model_name=model, model_version=version
-                )
-        except Exception as exc:
-            raise translate_error(exc, model or None) from exc
+        call = self._client.get_inference_statistics(model_name=model, model_version=version)
+        stats = await self._call(call, timeout_s, model or None)
         return list(stats.get("model_stats", []))
 
     async def reload_model(self, model: str, *, timeout_s: float) -> None:

@@ -23,8 +23,8 @@ import gzip
 import itertools
 import json
 import zlib
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
 import grpc
 import numpy as np
@@ -38,11 +38,11 @@ from gateway.backends.triton import RawResponse, Tensor, reload_config, timeout_
 from gateway.backends.triton_errors import translate_error
 from gateway.errors import GatewayError, UpstreamUnavailable
 from gateway.protocol.kserve import HEADER_LENGTH, InferRequest, InputTensor
+from gateway.protocol.kserve._grpc import infer_parameter
 from gateway.protocol.kserve._types import numpy_dtype
 
 __all__ = ["TritonGrpcBackend", "grpc_error"]
 
-T = TypeVar("T")
 
 # How Triton's HTTP endpoint reports the error its gRPC endpoint reports with each status code.
 _HTTP_STATUS = {
@@ -81,22 +81,12 @@ def grpc_error(exc: grpc.aio.AioRpcError, model: str | None = None) -> GatewayEr
     return translate_error(InferenceServerException(msg=details, status=str(status)), model)
 
 
-def _parameter(value: str | int | bool | float) -> service_pb2.InferParameter:
-    if isinstance(value, bool):
-        return service_pb2.InferParameter(bool_param=value)
-    if isinstance(value, int):
-        return service_pb2.InferParameter(int64_param=value)
-    if isinstance(value, float):
-        return service_pb2.InferParameter(double_param=value)
-    return service_pb2.InferParameter(string_param=value)
-
-
 def _protobuf_request(
     model: str, version: str, request: InferRequest
 ) -> service_pb2.ModelInferRequest:
     message = service_pb2.ModelInferRequest(model_name=model, model_version=version, id=request.id)
     for key, value in request.parameters.items():
-        message.parameters[key].CopyFrom(_parameter(value))
+        message.parameters[key].CopyFrom(infer_parameter(value))
     if request.timeout_us is not None:
         message.parameters["timeout"].int64_param = request.timeout_us
     if request.priority is not None:
@@ -195,15 +185,11 @@ class TritonGrpcBackend:
             [service_pb2_grpc.GRPCInferenceServiceStub(c) for c in self._channels]
         )
 
-    async def _call(
-        self,
-        rpc: Callable[[service_pb2_grpc.GRPCInferenceServiceStub], Awaitable[T]],
-        timeout_s: float,
-        model: str | None,
-    ) -> T:
+    async def _call(self, rpc: str, message: Message, timeout_s: float, model: str | None) -> Any:
+        """``rpc`` (a method of Triton's gRPC service) on the next channel; errors translated for ``model``."""
         try:
             async with asyncio.timeout(timeout_s):
-                return await rpc(next(self._stubs))
+                return await getattr(next(self._stubs), rpc)(message, timeout=timeout_s)
         except grpc.aio.AioRpcError as exc:
             raise grpc_error(exc, model) from exc
         except Exception as exc:
@@ -229,9 +215,7 @@ class TritonGrpcBackend:
             priority=priority or None,
         )
         message = _protobuf_request(model, version, request)
-        response = await self._call(
-            lambda stub: stub.ModelInfer(message, timeout=timeout_s), timeout_s, model
-        )
+        response = await self._call("ModelInfer", message, timeout_s, model)
         out = {}
         for tensor, raw in zip(response.outputs, response.raw_output_contents, strict=False):
             out[tensor.name] = InputTensor(
@@ -250,9 +234,7 @@ class TritonGrpcBackend:
     ) -> RawResponse:
         """Send a checked KServe v2 request over gRPC; the answer comes back in the REST shape."""
         message = _protobuf_request(model, version, request)
-        response = await self._call(
-            lambda stub: stub.ModelInfer(message, timeout=timeout_s), timeout_s, model
-        )
+        response = await self._call("ModelInfer", message, timeout_s, model)
         body, headers = _rest_response(response, request)
         return RawResponse(_compress(body, headers, accept_encoding), headers)
 
@@ -261,9 +243,7 @@ class TritonGrpcBackend:
     ) -> dict[str, Any]:
         """Triton's KServe v2 metadata of ``model``, shaped as the HTTP endpoint gives it."""
         message = service_pb2.ModelMetadataRequest(name=model, version=version)
-        response = await self._call(
-            lambda stub: stub.ModelMetadata(message, timeout=timeout_s), timeout_s, model
-        )
+        response = await self._call("ModelMetadata", message, timeout_s, model)
         return {
             "name": response.name,
             "versions": list(response.versions),
@@ -277,23 +257,17 @@ class TritonGrpcBackend:
     ) -> dict[str, Any]:
         """Triton's configuration of ``model`` as JSON (protobuf field names, as over HTTP)."""
         message = service_pb2.ModelConfigRequest(name=model, version=version)
-        response = await self._call(
-            lambda stub: stub.ModelConfig(message, timeout=timeout_s), timeout_s, model
-        )
+        response = await self._call("ModelConfig", message, timeout_s, model)
         return _as_json(response.config)
 
     async def model_ready(self, model: str, *, timeout_s: float, version: str = "") -> bool:
         message = service_pb2.ModelReadyRequest(name=model, version=version)
-        response = await self._call(
-            lambda stub: stub.ModelReady(message, timeout=timeout_s), timeout_s, model
-        )
+        response = await self._call("ModelReady", message, timeout_s, model)
         return bool(response.ready)
 
     async def server_metadata(self, *, timeout_s: float) -> dict[str, Any]:
         message = service_pb2.ServerMetadataRequest()
-        response = await self._call(
-            lambda stub: stub.ServerMetadata(message, timeout=timeout_s), timeout_s, None
-        )
+        response = await self._call("ServerMetadata", message, timeout_s, None)
         return {
             "name": response.name,
             "version": response.version,
@@ -304,27 +278,21 @@ class TritonGrpcBackend:
         """Whether Triton says it is ready; ``False`` (never an error) when it cannot be reached."""
         try:
             message = service_pb2.ServerReadyRequest()
-            response = await self._call(
-                lambda stub: stub.ServerReady(message, timeout=timeout_s), timeout_s, None
-            )
+            response = await self._call("ServerReady", message, timeout_s, None)
         except GatewayError:  # a probe: unreachable, slow or broken all mean "not ready"
             return False
         return bool(response.ready)
 
     async def repository_index(self, *, timeout_s: float) -> list[dict[str, Any]]:
         message = service_pb2.RepositoryIndexRequest()
-        response = await self._call(
-            lambda stub: stub.RepositoryIndex(message, timeout=timeout_s), timeout_s, None
-        )
+        response = await self._call("RepositoryIndex", message, timeout_s, None)
         return [_as_json(m, defaults=False) for m in response.models]
 
     async def reload_model(self, model: str, *, timeout_s: float) -> None:
         config = reload_config(await self.model_config(model, timeout_s=timeout_s))
         message = service_pb2.RepositoryModelLoadRequest(model_name=model)
         message.parameters["config"].string_param = config
-        await self._call(
-            lambda stub: stub.RepositoryModelLoad(message, timeout=timeout_s), timeout_s, model
-        )
+        await self._call("RepositoryModelLoad", message, timeout_s, model)
 
     async def statistics(
         self, *, timeout_s: float, model: str = "", version: str = ""
@@ -332,9 +300,7 @@ class TritonGrpcBackend:
         """Triton's statistics extension for every loaded model, or for ``model`` (its ``version``, when
         given); counters as integers, as over HTTP."""
         message = service_pb2.ModelStatisticsRequest(name=model, version=version)
-        response = await self._call(
-            lambda stub: stub.ModelStatistics(message, timeout=timeout_s), timeout_s, model or None
-        )
+        response = await self._call("ModelStatistics", message, timeout_s, model or None)
         return [_as_json(m) for m in response.model_stats]
 
     async def close(self) -> None:

@@ -11,12 +11,12 @@ from enum import StrEnum
 from typing import Annotated
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import NoDecode
 
-from gateway.backends.catalog import model_name_problem
+from gateway.backends.catalog import ModelNameList, check_model_names
 from gateway.backends.model_breaker import DEFAULT_BREAKER_FAILURES
 from gateway.backends.model_healer import DEFAULT_HEAL_LOAD_TIMEOUT_S, DEFAULT_HEAL_MAX_BACKOFF_S
-from serving.readiness import parse_model_list
+from gateway.env_settings import EnvSettings
 
 __all__ = [
     "DEFAULT_MODEL_INDEX_MIN_REFRESH_S",
@@ -53,11 +53,9 @@ class TritonProtocol(StrEnum):
     GRPC = "grpc"  # tritonclient.grpc.aio, a few channels used in turn
 
 
-class TritonSettings(BaseSettings):
+class TritonSettings(EnvSettings):
     """The ``triton_*``, model-name, ``model_index_*``, ``ready_*``, breaker and healer fields, and
     ``upstream_timeout_s``."""
-
-    model_config = SettingsConfigDict(env_prefix="GATEWAY_", extra="ignore", frozen=True)
 
     triton_http_url: str = Field(
         DEFAULT_TRITON_HTTP_URL, description="host:port of Triton's HTTP endpoint"
@@ -97,7 +95,7 @@ class TritonSettings(BaseSettings):
         ge=0,
         description="an unknown model name re-reads Triton's model list at most this often",
     )
-    ready_models: Annotated[tuple[str, ...], NoDecode] = Field(
+    ready_models: Annotated[ModelNameList, NoDecode] = Field(
         (),
         description="Triton models /readyz requires: each READY and answering one synthetic inference "
         "(comma-separated in the environment); empty: Triton's server readiness only",
@@ -134,26 +132,8 @@ class TritonSettings(BaseSettings):
             value = value.removeprefix(scheme)
         return value.rstrip("/")
 
-    @field_validator("ready_models", mode="before")
-    @classmethod
-    def _ready_model_list(cls, value: object) -> object:
-        # The environment gives "a,b" (what a ConfigMap shared with Triton's probe holds) or a JSON list.
-        return tuple(parse_model_list(value)) if isinstance(value, str) else value
-
-    @field_validator("ready_models")
-    @classmethod
-    def _ready_model_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for name in value:
-            problem = model_name_problem(name)
-            if problem:
-                raise ValueError(problem)
-        return tuple(dict.fromkeys(value))
-
     @field_validator("model_aliases")
     @classmethod
     def _alias_names(cls, value: dict[str, str]) -> dict[str, str]:
-        for name in (*value, *value.values()):
-            problem = model_name_problem(name)
-            if problem:
-                raise ValueError(problem)
+        check_model_names((*value, *value.values()))
         return value

@@ -8,7 +8,8 @@ reads the per-connection ones, the body limit middleware and the parse pool the 
 from __future__ import annotations
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from gateway.env_settings import EnvSettings
 
 __all__ = [
     "DEFAULT_ACCEPT_BURST",
@@ -48,10 +49,9 @@ DEFAULT_KEEP_ALIVE_TIMEOUT_S = 5.0
 DEFAULT_MAX_REQUESTS_PER_CONNECTION = 10_000
 
 
-class ConnectionSettings(BaseSettings):
+class ConnectionSettings(EnvSettings):
     """The connection limits, ``max_body_bytes`` and the ``parse_*`` fields."""
 
-    model_config = SettingsConfigDict(env_prefix="GATEWAY_", extra="ignore", frozen=True)
     max_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, ge=1)
     parse_workers: int = Field(
         DEFAULT_PARSE_WORKERS,

@@ -12,6 +12,7 @@ __all__ = [
     "image_store",
     "image_urls",
     "protocol",
+    "redis_calls",
     "runner",
     "service",
     "settings",

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.errors import StateStoreUnavailable
+from gateway.jobs.redis_calls import open_redis, redis_call
 
 __all__ = ["ImageStore", "MemoryImageStore", "RedisImageStore", "StoredImage"]
 
@@ -178,22 +178,13 @@ class RedisImageStore(ImageStore):
         timeout_s: float = 0.25,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        import redis.asyncio as aioredis  # the gateway extra provides it; imported only when used
-
         super().__init__(ttl_s, max_bytes, clock)
-        self._redis = aioredis.Redis.from_url(
-            url, socket_timeout=max(2.0, timeout_s * 8), socket_connect_timeout=timeout_s
-        )
+        self._redis = open_redis(url, timeout_s)
         self._prefix = prefix + "img:"
         self._put = self._redis.register_script(_PUT)
 
     async def _call(self, call: Any) -> Any:
-        try:
-            return await call
-        except Exception as exc:  # any Redis/socket failure
-            raise StateStoreUnavailable(
-                f"the image store (Redis) failed ({type(exc).__name__})", retry_after_s=1
-            ) from exc
+        return await redis_call("image store", call)
 
     async def put(self, owner: str, data: bytes, media_type: str) -> str:
         self._check_size(data)

@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.jobs.callback_signature import JOB_ID_HEADER, SIGNATURE_HEADER
-from gateway.protocol.rest import ImageGenerationRequest
+from gateway.protocol.rest import IMAGE_REQUEST_EXAMPLE, ImageGenerationRequest
 from serving.limits import DEFAULT_LIMITS
 
 __all__ = [
@@ -34,9 +34,7 @@ class ImageJobRequest(ImageGenerationRequest):
         json_schema_extra={
             "examples": [
                 {
-                    "prompt": "a watercolor fox in the snow",
-                    "n": 2,
-                    "size": "512x512",
+                    **IMAGE_REQUEST_EXAMPLE,
                     "response_format": "b64_json",
                     "callback_url": "https://hooks.example.com/generation-done",
                 }

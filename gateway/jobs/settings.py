@@ -11,8 +11,8 @@ import ipaddress
 from pathlib import Path
 
 from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from gateway.env_settings import EnvSettings
 from gateway.jobs.callback_policy import AllowedOrigin
 
 __all__ = ["JobSettings"]
@@ -29,11 +29,9 @@ DEFAULT_CALLBACK_MAX_ATTEMPTS = 5
 DEFAULT_CALLBACK_BACKOFF_S = 2.0
 
 
-class JobSettings(BaseSettings):
+class JobSettings(EnvSettings):
     """The ``job_*`` and ``callback_*`` fields (and ``jobs_db``); see :mod:`gateway.jobs.runner` and
     :mod:`gateway.jobs.callback_policy` and :mod:`gateway.jobs.callback_sender` for what they govern."""
-
-    model_config = SettingsConfigDict(env_prefix="GATEWAY_", extra="ignore", frozen=True)
 
     jobs_db: Path | None = Field(
         None,

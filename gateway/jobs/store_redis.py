@@ -30,7 +30,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from gateway.errors import StateStoreUnavailable
+from gateway.jobs.redis_calls import open_redis, redis_call
 from gateway.jobs.store import (
     CallbackState,
     Job,
@@ -82,12 +82,8 @@ class RedisJobStore(JobStore):
         timeout_s: float = 0.25,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        import redis.asyncio as aioredis  # the gateway extra provides it; imported only when used
-
         self.ttl_s = ttl_s
-        self._redis = aioredis.Redis.from_url(
-            url, socket_timeout=max(2.0, timeout_s * 8), socket_connect_timeout=timeout_s
-        )
+        self._redis = open_redis(url, timeout_s)
         self._p = prefix
         self._clock = clock
         self._scripts = {name: self._redis.register_script(body) for name, body in SCRIPTS.items()}
@@ -96,12 +92,7 @@ class RedisJobStore(JobStore):
         return f"{self._p}jobs:{job_id}"
 
     async def _call(self, call: Awaitable[T]) -> T:
-        try:
-            return await call
-        except Exception as exc:  # any Redis/socket failure
-            raise StateStoreUnavailable(
-                f"the job store (Redis) failed ({type(exc).__name__})", retry_after_s=1
-            ) from exc
+        return await redis_call("job store", call)
 
     async def _script(self, name: str, keys: list[str], args: list[Any]) -> Any:
         return await self._call(self._scripts[name](keys=keys, args=args))

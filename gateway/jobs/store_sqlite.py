@@ -15,7 +15,7 @@ import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from gateway.errors import StateStoreUnavailable
 from gateway.jobs.store import (
@@ -128,6 +128,20 @@ class SqliteJobStore(JobStore):
             ),
         )
 
+    def _first_due(
+        self, db: sqlite3.Connection, column: Literal["due", "callback_due"], now: float
+    ) -> Job | None:
+        """The job due first by ``column`` (its work or its callback), or ``None`` when none is due at ``now``."""
+        row = db.execute(
+            f"SELECT id FROM jobs WHERE {column} IS NOT NULL AND {column} <= ? ORDER BY {column} LIMIT 1",
+            (now,),
+        ).fetchone()
+        if row is None:
+            return None
+        job = self._load(db, row[0])
+        assert job is not None
+        return job
+
     @staticmethod
     def _callback_due(db: sqlite3.Connection, job_id: str) -> float | None:
         row = db.execute("SELECT callback_due FROM jobs WHERE id = ?", (job_id,)).fetchone()
@@ -194,14 +208,9 @@ class SqliteJobStore(JobStore):
         def body(db: sqlite3.Connection, now: float) -> Job | None:
             self._purge(db, now)
             while True:
-                row = db.execute(
-                    "SELECT id FROM jobs WHERE due IS NOT NULL AND due <= ? ORDER BY due LIMIT 1",
-                    (now,),
-                ).fetchone()
-                if row is None:
+                job = self._first_due(db, "due", now)
+                if job is None:
                     return None
-                job = self._load(db, row[0])
-                assert job is not None
                 if job.attempts >= max_attempts:
                     self._end(
                         db,
@@ -304,15 +313,9 @@ class SqliteJobStore(JobStore):
 
     async def claim_callback(self, worker: str, lease_s: float) -> Job | None:
         def body(db: sqlite3.Connection, now: float) -> Job | None:
-            row = db.execute(
-                "SELECT id FROM jobs WHERE callback_due IS NOT NULL AND callback_due <= ? ORDER BY callback_due "
-                "LIMIT 1",
-                (now,),
-            ).fetchone()
-            if row is None:
+            job = self._first_due(db, "callback_due", now)
+            if job is None:
                 return None
-            job = self._load(db, row[0])
-            assert job is not None
             leased = dataclasses.replace(job, callback_attempts=job.callback_attempts + 1)
             self._save(db, leased, due=None, callback_due=now + lease_s)
             return leased

@@ -13,5 +13,6 @@ __all__ = [
     "settings",
     "stats",
     "stats_store",
+    "store_calls",
     "timing",
 ]

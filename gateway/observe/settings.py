@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Self
 
 from pydantic import Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from gateway.env_settings import EnvSettings
 
 __all__ = [
     "DEFAULT_MAX_CLIENT_LABELS",
@@ -30,10 +31,8 @@ DEFAULT_STATS_PUBLISH_INTERVAL_S = 1.0
 DEFAULT_MAX_CLIENT_LABELS = 100
 
 
-class ObserveSettings(BaseSettings):
+class ObserveSettings(EnvSettings):
     """The ``stats_*`` fields, ``triton_stats_interval_s``, ``server_timing`` and ``max_client_labels``."""
-
-    model_config = SettingsConfigDict(env_prefix="GATEWAY_", extra="ignore", frozen=True)
 
     server_timing: bool = Field(
         True,

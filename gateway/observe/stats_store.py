@@ -26,7 +26,6 @@ Without either, each process reports its own traffic only (right for the single-
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import sqlite3
@@ -38,6 +37,7 @@ from typing import Protocol
 
 from gateway.observe.latency import BucketEntry
 from gateway.observe.redis_series import read_client_hashes
+from gateway.observe.store_calls import open_redis, redis_call, sqlite_call
 
 __all__ = [
     "EncodedEntry",
@@ -105,12 +105,7 @@ class RedisSketchStore:
     """
 
     def __init__(self, url: str, *, prefix: str = "gw:", timeout_s: float = 0.25) -> None:
-        import redis.asyncio as aioredis  # the gateway extra provides it; imported only when used
-
-        # Reads of a whole window can be larger than one rate-limit check: a longer command timeout.
-        self._redis = aioredis.Redis.from_url(
-            url, socket_timeout=max(1.0, timeout_s * 4), socket_connect_timeout=timeout_s
-        )
+        self._redis = open_redis(url, timeout_s)
         self._prefix = f"{prefix}stats:"
 
     def _clients_key(self, bucket: int) -> str:
@@ -136,20 +131,15 @@ class RedisSketchStore:
             pipe.sadd(self._clients_key(bucket), client)
             pipe.expireat(self._clients_key(bucket), when)
             pipe.expireat(self._series_key(bucket, client), when)
-        try:
-            await pipe.execute()
-        except Exception as exc:  # any Redis/socket failure
-            raise StatsStoreError(f"Redis: {type(exc).__name__}: {exc}") from exc
+        await redis_call(StatsStoreError, pipe.execute())
 
     async def read(
         self, buckets: range, client: str | None, exclude_process: str
     ) -> list[EncodedEntry]:
-        try:
-            series = await read_client_hashes(
-                self._redis, buckets, client, self._clients_key, self._series_key
-            )
-        except Exception as exc:  # any Redis/socket failure
-            raise StatsStoreError(f"Redis: {type(exc).__name__}: {exc}") from exc
+        series = await redis_call(
+            StatsStoreError,
+            read_client_hashes(self._redis, buckets, client, self._clients_key, self._series_key),
+        )
         out = []
         for _, owner, fields in series:
             for field, value in fields.items():
@@ -235,18 +225,12 @@ class SqliteSketchStore:
     async def publish(
         self, process: str, entries: Sequence[BucketEntry], expires_at: Mapping[int, float]
     ) -> None:
-        try:
-            await asyncio.to_thread(self._publish, process, entries, expires_at)
-        except sqlite3.Error as exc:
-            raise StatsStoreError(f"SQLite: {exc}") from exc
+        await sqlite_call(StatsStoreError, self._publish, process, entries, expires_at)
 
     async def read(
         self, buckets: range, client: str | None, exclude_process: str
     ) -> list[EncodedEntry]:
-        try:
-            return await asyncio.to_thread(self._read, buckets, client, exclude_process)
-        except sqlite3.Error as exc:
-            raise StatsStoreError(f"SQLite: {exc}") from exc
+        return await sqlite_call(StatsStoreError, self._read, buckets, client, exclude_process)
 
     async def close(self) -> None:
         return None

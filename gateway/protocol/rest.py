@@ -19,6 +19,7 @@ from pydantic import (
     ValidatorFunctionWrapHandler,
     field_validator,
 )
+from pydantic.json_schema import JsonDict
 
 from gateway.protocol.errors import (
     INFERENCE_ERRORS,
@@ -38,6 +39,7 @@ _EMBEDDINGS = DEFAULT_LIMITS.embeddings
 _GENERATION = DEFAULT_LIMITS.image_generation
 
 __all__ = [
+    "IMAGE_REQUEST_EXAMPLE",
     "INFERENCE_ERRORS",
     "KSERVE_ERRORS",
     "OPENAI_ERRORS",
@@ -272,21 +274,20 @@ class EmbeddingsResponse(BaseModel):
     usage: Usage
 
 
+#: the documented example of an image generation request (the job route's adds a callback to it)
+IMAGE_REQUEST_EXAMPLE: JsonDict = {
+    "prompt": "a watercolor fox in the snow",
+    "n": 2,
+    "size": "512x512",
+    "response_format": "url",
+}
+
+
 class ImageGenerationRequest(BaseModel):
     """OpenAI-compatible image generation request."""
 
     model_config = ConfigDict(
-        extra="ignore",
-        json_schema_extra={
-            "examples": [
-                {
-                    "prompt": "a watercolor fox in the snow",
-                    "n": 2,
-                    "size": "512x512",
-                    "response_format": "url",
-                }
-            ]
-        },
+        extra="ignore", json_schema_extra={"examples": [IMAGE_REQUEST_EXAMPLE]}
     )
 
     prompt: str = Field(min_length=1, max_length=_GENERATION.max_prompt_chars)

@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import Request
 
-from gateway.observe.stats import LatencyTracker
-from gateway.tasks.service import InferenceService
-from gateway.tenancy.auth import Authenticator
 from gateway.tenancy.context import CONTEXT_KEY, RequestContext
-from gateway.tenancy.keys import KeyStore
 
 __all__ = [
     "CLIENT_AUTH",
     "ADMIN_AUTH",
     "METRICS_AUTH",
+    "app_state",
     "get_authenticator",
     "get_context",
+    "get_image_urls",
+    "get_jobs",
     "get_service",
     "get_store",
     "get_tracker",
@@ -50,23 +50,20 @@ ADMIN_AUTH: dict[str, Any] = {"security": [{"adminToken": []}]}
 METRICS_AUTH: dict[str, Any] = {"security": [{"metricsToken": []}, {"adminToken": []}]}
 
 
-async def get_service(request: Request) -> InferenceService:
-    return request.app.state.service  # type: ignore[no-any-return]
+def app_state(name: str) -> Callable[[Request], Awaitable[Any]]:
+    """A ``Depends`` accessor for ``app.state.<name>``, what the lifespan put there."""
+
+    # ``async def`` on purpose: FastAPI runs plain ``def`` dependencies in a thread pool.
+    async def read(request: Request) -> Any:
+        return getattr(request.app.state, name)
+
+    return read
 
 
-async def get_tracker(request: Request) -> LatencyTracker:
-    return request.app.state.tracker  # type: ignore[no-any-return]
-
-
-async def get_store(request: Request) -> KeyStore:
-    return request.app.state.key_store  # type: ignore[no-any-return]
-
-
-async def get_authenticator(request: Request) -> Authenticator:
-    return request.app.state.authenticator  # type: ignore[no-any-return]
-
-
-# Accessors are ``async def`` on purpose: FastAPI runs plain ``def`` dependencies in a thread pool.
+get_service = app_state("service")
+get_tracker = app_state("tracker")
+get_store = app_state("key_store")
+get_authenticator = app_state("authenticator")
 
 
 async def get_context(request: Request) -> RequestContext:
@@ -76,3 +73,8 @@ async def get_context(request: Request) -> RequestContext:
     ):  # the context middleware is missing from the stack: a wiring bug, not a client error
         raise RuntimeError("request has no gateway context")
     return ctx  # type: ignore[no-any-return]
+
+
+# what the job routes and the OpenAI image route both use
+get_jobs = app_state("jobs")
+get_image_urls = app_state("image_urls")

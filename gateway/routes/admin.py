@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
-from typing import Annotated, ParamSpec, TypeVar
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query
 
-from gateway.errors import BadRequest, Conflict, NotFound, StateStoreUnavailable
+from gateway.errors import BadRequest, Conflict, NotFound
 from gateway.protocol.rest import problem_responses
 from gateway.settings import GatewaySettings
 from gateway.tenancy.auth import Authenticator
@@ -23,7 +21,7 @@ from gateway.tenancy.keys import (
     ApiKeyRecord,
     KeyConflict,
     KeyStore,
-    KeyStoreUnavailable,
+    in_store_thread,
     records_from_export,
 )
 
@@ -33,18 +31,10 @@ router = APIRouter(prefix="/admin/keys", tags=["admin"])
 
 KeyId = Annotated[str, Path(description="the key's public id", examples=["3f9a0c1b2d4e"])]
 _ERRORS = problem_responses(401, 403, 404, 422, 503)
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-async def _store(func: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
-    """Run a blocking store call off the event loop; an unreachable store is a 503."""
-    try:
-        return await asyncio.to_thread(func, *args, **kwargs)
-    except KeyStoreUnavailable as exc:
-        raise StateStoreUnavailable(
-            f"the key store is unavailable: {exc}", retry_after_s=1
-        ) from exc
+Store = Annotated[KeyStore, Depends(get_store)]
+Auth = Annotated[Authenticator, Depends(get_authenticator)]
+# the start of the 503 when the key store is unreachable
+_OUTAGE = "the key store is unavailable"
 
 
 def _info(record: ApiKeyRecord) -> KeyInfo:
@@ -57,6 +47,14 @@ def _info(record: ApiKeyRecord) -> KeyInfo:
         rotated_at=record.rotated_at,
         revoked_at=record.revoked_at,
     )
+
+
+async def _created(store: KeyStore, auth: Authenticator, key_id: str, plaintext: str) -> CreatedKey:
+    """The answer for a key just created or rotated: its record and, this once, its plaintext."""
+    auth.invalidate(key_id)
+    record = await in_store_thread(_OUTAGE, store.get, key_id)
+    assert record is not None
+    return CreatedKey(**_info(record).model_dump(), api_key=plaintext)
 
 
 def _settings(auth: Authenticator) -> GatewaySettings:
@@ -76,17 +74,12 @@ def _check_tier(auth: Authenticator, tier: str, field: str = "tier") -> None:
     summary="Create an API key (its plaintext is shown once)",
     responses=_ERRORS,
 )
-async def create_key(
-    body: CreateKeyRequest,
-    store: Annotated[KeyStore, Depends(get_store)],
-    auth: Annotated[Authenticator, Depends(get_authenticator)],
-) -> CreatedKey:
+async def create_key(body: CreateKeyRequest, store: Store, auth: Auth) -> CreatedKey:
     _check_tier(auth, body.tier)
-    key_id, plaintext = await _store(store.create, body.name, body.scopes, body.tier)
-    auth.invalidate(key_id)
-    record = await _store(store.get, key_id)
-    assert record is not None
-    return CreatedKey(**_info(record).model_dump(), api_key=plaintext)
+    key_id, plaintext = await in_store_thread(
+        _OUTAGE, store.create, body.name, body.scopes, body.tier
+    )
+    return await _created(store, auth, key_id, plaintext)
 
 
 @router.get(
@@ -96,10 +89,10 @@ async def create_key(
     responses=_ERRORS,
 )
 async def list_keys(
-    store: Annotated[KeyStore, Depends(get_store)],
+    store: Store,
     include_revoked: Annotated[bool, Query(description="also list revoked keys")] = True,
 ) -> list[KeyInfo]:
-    return [_info(r) for r in await _store(store.list, include_revoked)]
+    return [_info(r) for r in await in_store_thread(_OUTAGE, store.list, include_revoked)]
 
 
 @router.post(
@@ -108,31 +101,20 @@ async def list_keys(
     summary="Give a key a new secret; the old one stops working",
     responses=_ERRORS,
 )
-async def rotate_key(
-    key_id: KeyId,
-    store: Annotated[KeyStore, Depends(get_store)],
-    auth: Annotated[Authenticator, Depends(get_authenticator)],
-) -> CreatedKey:
+async def rotate_key(key_id: KeyId, store: Store, auth: Auth) -> CreatedKey:
     try:
-        plaintext = await _store(store.rotate, key_id)
+        plaintext = await in_store_thread(_OUTAGE, store.rotate, key_id)
     except KeyError as exc:
         raise NotFound(f"no active API key with id '{key_id}'", field="key_id") from exc
-    auth.invalidate(key_id)
-    record = await _store(store.get, key_id)
-    assert record is not None
-    return CreatedKey(**_info(record).model_dump(), api_key=plaintext)
+    return await _created(store, auth, key_id, plaintext)
 
 
 @router.delete(
     "/{key_id}", response_model=KeyInfo, summary="Revoke a key (idempotent)", responses=_ERRORS
 )
-async def revoke_key(
-    key_id: KeyId,
-    store: Annotated[KeyStore, Depends(get_store)],
-    auth: Annotated[Authenticator, Depends(get_authenticator)],
-) -> KeyInfo:
+async def revoke_key(key_id: KeyId, store: Store, auth: Auth) -> KeyInfo:
     try:
-        record = await _store(store.revoke, key_id)
+        record = await in_store_thread(_OUTAGE, store.revoke, key_id)
     except KeyError as exc:
         raise NotFound(f"no API key with id '{key_id}'", field="key_id") from exc
     auth.invalidate(key_id)
@@ -151,16 +133,12 @@ async def revoke_key(
     ),
     responses=problem_responses(400, 401, 403, 409, 422, 503),
 )
-async def import_keys(
-    body: KeyExport,
-    store: Annotated[KeyStore, Depends(get_store)],
-    auth: Annotated[Authenticator, Depends(get_authenticator)],
-) -> ImportKeysResponse:
+async def import_keys(body: KeyExport, store: Store, auth: Auth) -> ImportKeysResponse:
     for index, key in enumerate(body.keys):
         _check_tier(auth, key.tier, field=f"keys.{index}.tier")
     try:
         records = records_from_export(k.model_dump() for k in body.keys)
-        result = await _store(store.import_records, records)
+        result = await in_store_thread(_OUTAGE, store.import_records, records)
     except ValueError as exc:  # a duplicate id inside the batch
         raise BadRequest(str(exc), field="keys") from exc
     except KeyConflict as exc:

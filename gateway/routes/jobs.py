@@ -30,21 +30,12 @@ from gateway.protocol.rest import (
 from gateway.tenancy.context import RequestContext
 from serving.limits import DEFAULT_LIMITS
 
-from ._deps import get_context
+from ._deps import app_state, get_context, get_image_urls, get_jobs
 
 router = APIRouter(prefix="/v1/images/jobs", tags=["image jobs"])
 
 
-async def get_jobs(request: Request) -> ImageJobs:
-    return request.app.state.jobs  # type: ignore[no-any-return]
-
-
-async def get_image_urls(request: Request) -> ImageUrlSigner:
-    return request.app.state.image_urls  # type: ignore[no-any-return]
-
-
-async def get_runner(request: Request) -> JobRunner:
-    return request.app.state.job_runner  # type: ignore[no-any-return]
+get_runner = app_state("job_runner")
 
 
 Jobs = Annotated[ImageJobs, Depends(get_jobs)]

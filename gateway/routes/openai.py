@@ -38,19 +38,15 @@ from gateway.tasks.openai import OpenAITasks
 from gateway.tasks.openai_inputs import IMAGE_FORMATS
 from gateway.tenancy.context import RequestContext
 
-from ._deps import get_context
+from ._deps import app_state, get_context, get_image_urls, get_jobs
 from ._pooled_json import PooledJsonRoute
 
 # Embeddings inputs and image prompts can be megabytes of JSON: decoded off the loop when big.
 router = APIRouter(prefix="/v1", tags=["openai"], route_class=PooledJsonRoute)
 
 
-async def get_tasks(request: Request) -> OpenAITasks:
-    return request.app.state.openai  # type: ignore[no-any-return]
-
-
-async def get_images(request: Request) -> ImageStore:
-    return request.app.state.images  # type: ignore[no-any-return]
+get_tasks = app_state("openai")
+get_images = app_state("images")
 
 
 Tasks = Annotated[OpenAITasks, Depends(get_tasks)]
@@ -109,14 +105,6 @@ async def embeddings(body: EmbeddingsRequest, tasks: Tasks, ctx: Context) -> Emb
         model=body.model,
         usage=Usage(prompt_tokens=result.tokens, total_tokens=result.tokens),
     )
-
-
-async def get_image_urls(request: Request) -> ImageUrlSigner:
-    return request.app.state.image_urls  # type: ignore[no-any-return]
-
-
-async def get_jobs(request: Request) -> ImageJobs:
-    return request.app.state.jobs  # type: ignore[no-any-return]
 
 
 @router.post(

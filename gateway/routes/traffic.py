@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Request
+from fastapi import APIRouter, Depends, Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.backends.catalog import check_model_name
@@ -17,7 +17,7 @@ from gateway.protocol.rest import problem_responses
 from gateway.tasks.service import InferenceService
 from gateway.tenancy.traffic import MAX_VERSIONS, MAX_WEIGHT, TrafficSplit
 
-from ._deps import get_service
+from ._deps import app_state, get_service
 
 # The auth middleware demands the admin token on every /admin/ path.
 router = APIRouter(prefix="/admin/traffic", tags=["admin"])
@@ -52,8 +52,7 @@ class TrafficTable(BaseModel):
     models: dict[str, dict[str, float]] = Field(description="model -> version -> normalised share")
 
 
-async def get_traffic(request: Request) -> TrafficSplit:
-    return request.app.state.traffic  # type: ignore[no-any-return]
+get_traffic = app_state("traffic")
 
 
 Traffic = Annotated[TrafficSplit, Depends(get_traffic)]

@@ -7,7 +7,7 @@ import datetime as dt
 import io
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Response
 from pydantic import BaseModel, Field
 
 from gateway.errors import BadRequest, ServiceUnavailable
@@ -15,7 +15,7 @@ from gateway.protocol.rest import problem_responses
 from gateway.tenancy.context import RequestContext
 from gateway.tenancy.usage import UsageMeter, UsageRow, UsageStoreError
 
-from ._deps import get_context
+from ._deps import app_state, get_context
 
 router = APIRouter(tags=["usage"])
 
@@ -58,6 +58,15 @@ class UsageReport(BaseModel):
     totals: dict[str, float] = Field(description="sums over data")
 
 
+# one row's counts, so they are the totals too
+_EXAMPLE_COUNTS = {
+    "requests": 120,
+    "failed": 1,
+    "images": 0,
+    "inputs": 480,
+    "tokens": 9120,
+    "compute_ms": 5130.2,
+}
 _EXAMPLE = {
     "start": "2026-12-01",
     "end": "2026-12-02",
@@ -67,22 +76,10 @@ _EXAMPLE = {
             "day": "2026-12-02",
             "client": "key:3f9a0c1b2d4e",
             "model": "text_embedding",
-            "requests": 120,
-            "failed": 1,
-            "images": 0,
-            "inputs": 480,
-            "tokens": 9120,
-            "compute_ms": 5130.2,
+            **_EXAMPLE_COUNTS,
         }
     ],
-    "totals": {
-        "requests": 120,
-        "failed": 1,
-        "images": 0,
-        "inputs": 480,
-        "tokens": 9120,
-        "compute_ms": 5130.2,
-    },
+    "totals": _EXAMPLE_COUNTS,
 }
 _DESCRIPTION = (
     "Counts per client, model and UTC day, for every request admitted past scope and rate limits "
@@ -100,8 +97,7 @@ Format = Annotated[Literal["json", "csv"], Query(description="json (default) or 
 ModelFilter = Annotated[str | None, Query(description="only this model", max_length=128)]
 
 
-async def get_meter(request: Request) -> UsageMeter:
-    return request.app.state.meter  # type: ignore[no-any-return]
+get_meter = app_state("meter")
 
 
 def _days(start: dt.date | None, end: dt.date | None) -> tuple[dt.date, dt.date]:

@@ -34,6 +34,11 @@ class ModelReads:
     backend: InferenceBackend
     admission: AdmissionControl
 
+    @property
+    def _read_timeout_s(self) -> float:
+        """The deadline of every read here but readiness: four health-probe deadlines."""
+        return self.settings.triton_health_timeout_s * 4
+
     async def _known(self, ctx: RequestContext, model: str, version: str) -> tuple[str, str]:
         """Admission's first steps for a read of model information: name, scope, existence."""
         triton_model = self.admission.check_scope(ctx, model)
@@ -50,7 +55,7 @@ class ModelReads:
         """
         model, version = await self._known(ctx, model, version)
         return await self.backend.model_metadata(
-            model, timeout_s=self.settings.triton_health_timeout_s * 4, version=version
+            model, timeout_s=self._read_timeout_s, version=version
         )
 
     async def model_config(
@@ -63,7 +68,7 @@ class ModelReads:
         """
         model, version = await self._known(ctx, model, version)
         return await self.backend.model_config(
-            model, timeout_s=self.settings.triton_health_timeout_s * 4, version=version
+            model, timeout_s=self._read_timeout_s, version=version
         )
 
     async def model_ready(self, ctx: RequestContext, model: str, version: str = "") -> bool:
@@ -79,9 +84,7 @@ class ModelReads:
 
     async def server_metadata(self, ctx: RequestContext) -> dict[str, Any]:
         """Triton's server metadata, listing only the protocol extensions the gateway serves."""
-        meta = await self.backend.server_metadata(
-            timeout_s=self.settings.triton_health_timeout_s * 4
-        )
+        meta = await self.backend.server_metadata(timeout_s=self._read_timeout_s)
         extensions = [e for e in meta.get("extensions", []) if e in SERVED_EXTENSIONS]
         return {
             "name": str(meta.get("name", "triton")),
@@ -98,9 +101,7 @@ class ModelReads:
             PermissionDenied: the caller is not the admin credential.
         """
         _require_admin(ctx, "the model repository index")
-        index = await self.backend.repository_index(
-            timeout_s=self.settings.triton_health_timeout_s * 4
-        )
+        index = await self.backend.repository_index(timeout_s=self._read_timeout_s)
         return [entry for entry in index if entry.get("state") == "READY"] if ready_only else index
 
     async def statistics(
@@ -116,7 +117,7 @@ class ModelReads:
         if model:
             model, version = await self._known(ctx, model, version)
         return await self.backend.statistics(
-            timeout_s=self.settings.triton_health_timeout_s * 4, model=model, version=version
+            timeout_s=self._read_timeout_s, model=model, version=version
         )
 
     async def ready(self) -> bool:

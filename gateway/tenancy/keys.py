@@ -17,14 +17,18 @@ plaintext): ``export`` from one, :meth:`KeyStore.import_records` into the other.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import re
 import secrets
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
+
+from gateway.errors import StateStoreUnavailable
 
 __all__ = [
     "ALL_MODELS",
@@ -37,6 +41,7 @@ __all__ = [
     "KeyStore",
     "KeyStoreUnavailable",
     "hash_key",
+    "in_store_thread",
     "new_key",
     "parse_key",
 ]
@@ -47,6 +52,8 @@ _ID_BYTES = 6  # 12 hex chars: public, only has to be unique
 _SECRET_BYTES = 32
 KEY_ID_PATTERN = r"^[0-9a-f]{12}$"
 KEY_HASH_PATTERN = r"^[0-9a-f]{64}$"
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -183,7 +190,6 @@ class KeyStore(ABC):
     Store errors surface as :class:`KeyStoreUnavailable`; a missing key as ``KeyError``.
     """
 
-    @abstractmethod
     def create(
         self, name: str, scopes: Sequence[str] = (ALL_MODELS,), tier: str = "free"
     ) -> tuple[str, str]:
@@ -200,6 +206,20 @@ class KeyStore(ABC):
         Raises:
             ValueError: ``scopes`` is empty.
         """
+        if not scopes:
+            raise ValueError("a key needs at least one scope (a model name or '*')")
+        for _ in range(5):  # an id collision is astronomically rare; retry rather than fail
+            key_id, plaintext = new_key()
+            record = ApiKeyRecord(
+                key_id, name, tuple(scopes), tier, time.time(), None, None, hash_key(plaintext)
+            )
+            if self._add_new(record):
+                return key_id, plaintext
+        raise RuntimeError("could not allocate a unique key id")
+
+    @abstractmethod
+    def _add_new(self, record: ApiKeyRecord) -> bool:
+        """Store a new ``record``; ``False`` (nothing written) when its id is taken."""
 
     @abstractmethod
     def get(self, key_id: str) -> ApiKeyRecord | None:
@@ -220,13 +240,21 @@ class KeyStore(ABC):
             KeyError: no such unrevoked key.
         """
 
-    @abstractmethod
     def revoke(self, key_id: str) -> ApiKeyRecord:
         """Revoke ``key_id`` (idempotent: revoking twice keeps the first time).
 
         Raises:
             KeyError: no such key.
         """
+        self._mark_revoked(key_id)
+        record = self.get(key_id)
+        if record is None:
+            raise KeyError(key_id)
+        return record
+
+    @abstractmethod
+    def _mark_revoked(self, key_id: str) -> None:
+        """Stamp ``key_id`` revoked now unless it already is (a missing key: nothing, or ``KeyError``)."""
 
     @abstractmethod
     def import_records(self, records: Sequence[ApiKeyRecord]) -> ImportResult:
@@ -289,3 +317,13 @@ def records_from_export(entries: Iterable[dict[str, Any]]) -> list[ApiKeyRecord]
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"keys[{index}]: {type(exc).__name__}: {exc}") from exc
     return out
+
+
+async def in_store_thread(
+    outage: str, func: Callable[P, R], *args: P.args, **kwargs: P.kwargs
+) -> R:
+    """Run a blocking store call off the event loop; an unreachable store is a 503 that starts with ``outage``."""
+    try:
+        return await asyncio.to_thread(func, *args, **kwargs)
+    except KeyStoreUnavailable as exc:
+        raise StateStoreUnavailable(f"{outage}: {exc}", retry_after_s=1) from exc

@@ -15,7 +15,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from gateway.tenancy.keys import (
-    ALL_MODELS,
     ApiKeyRecord,
     ImportResult,
     KeyStore,
@@ -78,30 +77,23 @@ class SqliteKeyStore(KeyStore):
             key_hash=row["key_hash"],
         )
 
-    def create(
-        self, name: str, scopes: Sequence[str] = (ALL_MODELS,), tier: str = "free"
-    ) -> tuple[str, str]:
-        if not scopes:
-            raise ValueError("a key needs at least one scope (a model name or '*')")
-        for _ in range(5):  # an id collision is astronomically rare; retry rather than fail
-            key_id, plaintext = new_key()
-            try:
-                with self._connect() as db:
-                    db.execute(
-                        "INSERT INTO api_keys (key_id, name, key_hash, scopes, tier, created_at) VALUES (?,?,?,?,?,?)",
-                        (
-                            key_id,
-                            name,
-                            hash_key(plaintext),
-                            json.dumps(list(scopes)),
-                            tier,
-                            time.time(),
-                        ),
-                    )
-            except sqlite3.IntegrityError:
-                continue
-            return key_id, plaintext
-        raise RuntimeError("could not allocate a unique key id")
+    def _add_new(self, record: ApiKeyRecord) -> bool:
+        try:
+            with self._connect() as db:
+                db.execute(
+                    "INSERT INTO api_keys (key_id, name, key_hash, scopes, tier, created_at) VALUES (?,?,?,?,?,?)",
+                    (
+                        record.key_id,
+                        record.name,
+                        record.key_hash,
+                        json.dumps(list(record.scopes)),
+                        record.tier,
+                        record.created_at,
+                    ),
+                )
+        except sqlite3.IntegrityError:
+            return False
+        return True
 
     def get(self, key_id: str) -> ApiKeyRecord | None:
         with self._connect() as db:
@@ -124,16 +116,12 @@ class SqliteKeyStore(KeyStore):
             raise KeyError(key_id)
         return plaintext
 
-    def revoke(self, key_id: str) -> ApiKeyRecord:
+    def _mark_revoked(self, key_id: str) -> None:
         with self._connect() as db:
             db.execute(
                 "UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?) WHERE key_id = ?",
                 (time.time(), key_id),
             )
-        record = self.get(key_id)
-        if record is None:
-            raise KeyError(key_id)
-        return record
 
     def import_records(self, records: Sequence[ApiKeyRecord]) -> ImportResult:
         check_import(records)

@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import redis
 
 from gateway.tenancy.keys import (
-    ALL_MODELS,
     ApiKeyRecord,
     ImportResult,
     KeyStore,
@@ -160,27 +159,15 @@ class RedisKeyStore(KeyStore):
         pipe.hset(self._key(record.key_id), mapping=_to_hash(record))  # type: ignore[arg-type]
         pipe.zadd(self._index, {record.key_id: record.created_at})
 
-    def create(
-        self, name: str, scopes: Sequence[str] = (ALL_MODELS,), tier: str = "free"
-    ) -> tuple[str, str]:
-        if not scopes:
-            raise ValueError("a key needs at least one scope (a model name or '*')")
-        for _ in range(5):  # an id collision is astronomically rare; retry rather than fail
-            key_id, plaintext = new_key()
-            record = ApiKeyRecord(
-                key_id, name, tuple(scopes), tier, time.time(), None, None, hash_key(plaintext)
-            )
+    def _add_new(self, record: ApiKeyRecord) -> bool:
+        def body(pipe: Pipeline) -> bool:
+            if pipe.exists(self._key(record.key_id)):
+                return False
+            pipe.multi()
+            self._write(pipe, record)  # no version bump: see the module docstring
+            return True
 
-            def body(pipe: Pipeline, record: ApiKeyRecord = record) -> bool:
-                if pipe.exists(self._key(record.key_id)):
-                    return False
-                pipe.multi()
-                self._write(pipe, record)  # no version bump: see the module docstring
-                return True
-
-            if self._transaction([self._key(key_id)], body):
-                return key_id, plaintext
-        raise RuntimeError("could not allocate a unique key id")
+        return self._transaction([self._key(record.key_id)], body)
 
     def get(self, key_id: str) -> ApiKeyRecord | None:
         with _unavailable_on_error():
@@ -216,7 +203,7 @@ class RedisKeyStore(KeyStore):
             raise KeyError(key_id)
         return plaintext
 
-    def revoke(self, key_id: str) -> ApiKeyRecord:
+    def _mark_revoked(self, key_id: str) -> None:
         def body(pipe: Pipeline) -> bool:
             fields: dict[str, str] = pipe.hgetall(self._key(key_id))  # type: ignore[assignment]
             if not fields:
@@ -229,10 +216,6 @@ class RedisKeyStore(KeyStore):
 
         if not self._transaction([self._key(key_id)], body):
             raise KeyError(key_id)
-        record = self.get(key_id)
-        if record is None:
-            raise KeyError(key_id)
-        return record
 
     def import_records(self, records: Sequence[ApiKeyRecord]) -> ImportResult:
         check_import(records)

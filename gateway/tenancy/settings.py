@@ -12,8 +12,8 @@ from enum import StrEnum
 from pathlib import Path
 
 from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from gateway.env_settings import EnvSettings
 from gateway.tenancy.tiers import DEFAULT_TIER, DEFAULT_TIER_LIMITS, TierLimit
 
 __all__ = [
@@ -51,11 +51,9 @@ class RedisFailurePolicy(StrEnum):
     CLOSED = "closed"  # refuse with 503 + Retry-After (strict limits over availability)
 
 
-class TenancySettings(BaseSettings):
+class TenancySettings(EnvSettings):
     """The key, credential, ``jwt_*``, ``redis_failure_policy``/``redis_*_s``, tier, in-flight,
     ``usage_*`` fields and ``dev_insecure``."""
-
-    model_config = SettingsConfigDict(env_prefix="GATEWAY_", extra="ignore", frozen=True)
 
     keys_db: Path = DEFAULT_KEYS_DB
     key_cache_ttl_s: float = Field(DEFAULT_KEY_CACHE_TTL_S, ge=0)

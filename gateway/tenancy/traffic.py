@@ -27,17 +27,16 @@ request still draws its version from the in-memory copy: the hot path never wait
 
 from __future__ import annotations
 
-import asyncio
 import math
 import random
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ParamSpec, Protocol, TypeVar
+from typing import Protocol
 
 from gateway.backends.catalog import check_model_name, model_name_problem
 from gateway.errors import BadRequest, StateStoreUnavailable
-from gateway.tenancy.keys import KeyStoreUnavailable
+from gateway.tenancy.keys import in_store_thread
 
 __all__ = [
     "MAX_VERSIONS",
@@ -61,8 +60,8 @@ MODEL_TARGET = "model:"
 # Triton model versions are positive int64 numbers, written in ASCII digits.
 _VERSION = re.compile(r"[1-9][0-9]{0,18}")
 
-P = ParamSpec("P")
-R = TypeVar("R")
+# the start of the 503 when the shared store is unreachable
+_OUTAGE = "canary weights are unavailable"
 
 
 Counts = dict[str, dict[str, list[int]]]
@@ -157,15 +156,6 @@ def _is_target(key: str) -> bool:
     return _VERSION.fullmatch(key) is not None
 
 
-async def _in_thread(func: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
-    try:
-        return await asyncio.to_thread(func, *args, **kwargs)
-    except KeyStoreUnavailable as exc:
-        raise StateStoreUnavailable(
-            f"canary weights are unavailable: {exc}", retry_after_s=1
-        ) from exc
-
-
 class TrafficSplit:
     """Version weights per model.
 
@@ -217,7 +207,7 @@ class TrafficSplit:
             return
         counts, self._counts = self._counts, {}
         try:
-            await _in_thread(self.store.add_outcomes, counts)
+            await in_store_thread(_OUTAGE, self.store.add_outcomes, counts)
         except StateStoreUnavailable:
             for model, targets in counts.items():
                 for target, (answered, failed) in targets.items():
@@ -235,7 +225,7 @@ class TrafficSplit:
         """
         if self.store is not None:
             await self.flush()
-            counts = await _in_thread(self.store.outcomes, model)
+            counts = await in_store_thread(_OUTAGE, self.store.outcomes, model)
         else:
             counts = self._counts.get(model, {})
         return {
@@ -252,7 +242,7 @@ class TrafficSplit:
         """
         kept = check_weights(weights)
         if self.store is not None:
-            await _in_thread(self.store.save, model, kept)
+            await in_store_thread(_OUTAGE, self.store.save, model, kept)
         self.set(model, kept)
 
     async def remove(self, model: str) -> bool:
@@ -263,7 +253,7 @@ class TrafficSplit:
         """
         existed = False
         if self.store is not None:
-            existed = bool(await _in_thread(self.store.delete, model))
+            existed = bool(await in_store_thread(_OUTAGE, self.store.delete, model))
         return self.clear(model) or existed
 
     async def reload(self) -> None:
@@ -274,7 +264,7 @@ class TrafficSplit:
         """
         if self.store is None:
             return
-        table = await _in_thread(self.store.load)
+        table = await in_store_thread(_OUTAGE, self.store.load)
         fresh: dict[str, tuple[tuple[str, ...], tuple[float, ...]]] = {}
         for model, weights in table.items():
             kept = {

@@ -18,7 +18,6 @@ upsert per row that adds to the stored counts, and the batch marker, in one tran
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import json
 import sqlite3
@@ -26,6 +25,7 @@ import time
 from pathlib import Path
 
 from gateway.observe.redis_series import read_client_hashes
+from gateway.observe.store_calls import open_redis, redis_call, sqlite_call
 from gateway.tenancy.private_files import create_private
 from gateway.tenancy.usage import METRICS, UsageRow, UsageStoreError
 
@@ -81,11 +81,7 @@ class RedisUsageStore:
         timeout_s: float = 0.25,
         retention_days: int = DEFAULT_RETENTION_DAYS,
     ) -> None:
-        import redis.asyncio as aioredis  # the gateway extra provides it; imported only when used
-
-        self._redis = aioredis.Redis.from_url(
-            url, socket_timeout=max(1.0, timeout_s * 4), socket_connect_timeout=timeout_s
-        )
+        self._redis = open_redis(url, timeout_s)
         self._prefix = f"{prefix}usage:"
         self._retention_s = retention_days * 86_400
         self._add = self._redis.register_script(_ADD_LUA)
@@ -114,23 +110,20 @@ class RedisUsageStore:
             json.dumps(expiry),
             json.dumps(clients),
         ]
-        try:
-            await self._add(keys=keys, args=args)
-        except Exception as exc:  # any Redis/socket failure
-            raise UsageStoreError(f"Redis: {type(exc).__name__}: {exc}") from exc
+        await redis_call(UsageStoreError, self._add(keys=keys, args=args))
 
     async def read(self, first_day: str, last_day: str, client: str | None) -> list[UsageRow]:
         days = days_between(first_day, last_day)
-        try:
-            series = await read_client_hashes(
+        series = await redis_call(
+            UsageStoreError,
+            read_client_hashes(
                 self._redis,
                 days,
                 client,
                 lambda day: f"{self._prefix}{day}:clients",
                 lambda day, owner: f"{self._prefix}{day}:{owner}",
-            )
-        except Exception as exc:  # any Redis/socket failure
-            raise UsageStoreError(f"Redis: {type(exc).__name__}: {exc}") from exc
+            ),
+        )
         rows: dict[tuple[str, str, str], UsageRow] = {}
         for day, owner, counts in series:
             for raw_field, raw_value in counts.items():
@@ -215,16 +208,10 @@ class SqliteUsageStore:
             db.close()
 
     async def add(self, batch: str, rows: list[UsageRow]) -> None:
-        try:
-            await asyncio.to_thread(self._add, batch, rows)
-        except sqlite3.Error as exc:
-            raise UsageStoreError(f"SQLite: {exc}") from exc
+        await sqlite_call(UsageStoreError, self._add, batch, rows)
 
     async def read(self, first_day: str, last_day: str, client: str | None) -> list[UsageRow]:
-        try:
-            return await asyncio.to_thread(self._read, first_day, last_day, client)
-        except sqlite3.Error as exc:
-            raise UsageStoreError(f"SQLite: {exc}") from exc
+        return await sqlite_call(UsageStoreError, self._read, first_day, last_day, client)
 
     async def close(self) -> None:
         return None

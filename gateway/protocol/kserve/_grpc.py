@@ -44,7 +44,7 @@ from gateway.protocol.kserve._types import (
     numpy_dtype,
 )
 
-__all__ = ["GrpcBody", "parse_grpc", "response_from_rest"]
+__all__ = ["GrpcBody", "infer_parameter", "parse_grpc", "response_from_rest"]
 
 # Which InferTensorContents field carries each datatype (FP16 and BF16 travel raw only).
 _CONTENTS_FIELD = {
@@ -246,7 +246,8 @@ class GrpcBody:
         return replace(request, timeout_us=self.deadline_us)
 
 
-def _to_parameter(value: Any) -> pb.InferParameter:
+def infer_parameter(value: Any) -> pb.InferParameter:
+    """``value`` (a bool, int, float or string) as an ``InferParameter`` of the matching kind."""
     if isinstance(value, bool):
         return pb.InferParameter(bool_param=value)
     if isinstance(value, int):
@@ -293,7 +294,7 @@ def response_from_rest(body: bytes, headers: Mapping[str, str]) -> pb.ModelInfer
         id=str(document.get("id", "")),
     )
     for key, value in (document.get("parameters") or {}).items():
-        response.parameters[key].CopyFrom(_to_parameter(value))
+        response.parameters[key].CopyFrom(infer_parameter(value))
     offset = 0
     for output in document.get("outputs", []):
         raw, offset = _output_bytes(output, tail, offset)
@@ -302,6 +303,6 @@ def response_from_rest(body: bytes, headers: Mapping[str, str]) -> pb.ModelInfer
         )
         for key, value in (output.get("parameters") or {}).items():
             if key != "binary_data_size":
-                tensor.parameters[key].CopyFrom(_to_parameter(value))
+                tensor.parameters[key].CopyFrom(infer_parameter(value))
         response.raw_output_contents.append(raw)
     return response
