@@ -40,7 +40,8 @@ newest version is loaded. Parameters: ``size``, ``resize``, ``mean``, ``std`` (t
 ``cuda_graphs``, ``batch_sizes`` (as the pytorch backend), ``pipeline_chunk`` (images per chunk;
 0, the default: the whole batch at once), ``overlap`` (``true``: the overlapped way above; then
 ``pipeline_chunk`` does not apply) and ``overlap_depth`` (batches taken before ``execute()`` waits;
-2: one decoded while the one before is on the GPU).
+2: one decoded while the one before is on the GPU) and ``overlap_send_threads`` (responses sent at
+once, 8).
 """
 
 from __future__ import annotations
@@ -150,8 +151,10 @@ class TritonPythonModel:
             compile_threads=1,
         )
         self.max_batch = int(config["max_batch_size"])
-        chunk = int(params.get("pipeline_chunk", "0"))
-        # One run takes at most a chunk: the graphs only need to go that far.
+        overlap = params.get("overlap", "false") == "true"
+        # One run takes at most a chunk: the graphs only need to go that far. The overlapped way
+        # runs whole batches (it overlaps Triton's batches instead of chunks of one).
+        chunk = 0 if overlap else int(params.get("pipeline_chunk", "0"))
         self.chunk = min(chunk, self.max_batch) if chunk > 0 and use_cuda else self.max_batch
         listed = [int(s) for s in params.get("batch_sizes", "").split(",") if s.strip()]
         sizes = capture_sizes(self.chunk, sizes=listed) if listed else capture_sizes(self.chunk)
@@ -175,7 +178,7 @@ class TritonPythonModel:
             ("inputs", "decode", "queue_gpu", "wait_gpu", "respond"),
         )
         self.streamed: StreamedExecute | None = None
-        if params.get("overlap", "false") == "true":
+        if overlap:
             pipeline = StreamingPipeline(
                 TopK(classifier, self.k),
                 self.p,
@@ -192,6 +195,7 @@ class TritonPythonModel:
                 self.answers,
                 self.steps,
                 pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+                send_threads=int(params.get("overlap_send_threads", "8")),
             )
             return
         self.runner = BatchRunner(
@@ -330,7 +334,7 @@ class TritonPythonModel:
 
     def finalize(self) -> None:
         if self.streamed is not None:  # answers what it took before the process goes
-            self.streamed.pipeline.close()
+            self.streamed.close()
         self.steps.flush()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
