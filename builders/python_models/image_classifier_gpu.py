@@ -189,6 +189,7 @@ class TritonPythonModel:
                 limits=self.limits,
                 depth=int(params.get("overlap_depth", "2")),
             )
+            pipeline.warm_up()  # ready means fast: the first requests do not pay the lazy start
             self.streamed = StreamedExecute(
                 pipeline,
                 self._rows,

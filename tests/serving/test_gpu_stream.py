@@ -143,6 +143,17 @@ def test_submit_waits_while_depth_batches_are_in_flight() -> None:
     assert sorted(answers.got) == [1, 2]
 
 
+def test_warm_up_runs_one_image_through_and_leaves_the_stream_ready() -> None:
+    answers = _Answers()
+    with StreamingPipeline(
+        TopK(_Tiny().eval()), P, torch.device("cpu"), (2,), dtype=torch.float32
+    ) as pipeline:
+        pipeline.warm_up(timeout_s=30.0)
+        pipeline.submit(_encoded(list(jpeg_images()[:2])), answers.done(0))  # type: ignore[arg-type]
+        answers.wait_for(1)
+    assert isinstance(answers.got[0], BatchResult) and answers.got[0].rows == [0, 1]
+
+
 def test_a_batch_larger_than_prepared_is_refused() -> None:
     encoded = _encoded(list(jpeg_images()[:3]))
     with StreamingPipeline(
