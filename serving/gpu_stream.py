@@ -7,9 +7,10 @@ each batch as soon as it is done, not when the next one arrives. :class:`Streami
 batch with :meth:`~StreamingPipeline.submit`, which returns at once, and calls the batch's ``done``
 from its own thread when the outputs are on the host:
 
-    caller (execute):  submit(batch, done) -> returns; blocks only while ``depth`` batches are in
-                       flight, so that the rest wait in Triton's queue, where its queue policy,
-                       timeouts and priorities apply
+    caller (execute):  submit(batch, done), then wait_for_room(): returns once fewer than ``depth``
+                       batches are in flight, so that the rest wait in Triton's queue (where its
+                       queue policy, timeouts and priorities apply) and Triton's next batch is
+                       formed only when the pipeline can take it
     decode thread:     headers -> nvJPEG                               (OverlappedPipeline's own)
     GPU thread:        resize + model of batch n queued; if batch n + 1 is decoded by then, it is
                        queued before n is waited for; else n is waited for at once (there is
@@ -91,6 +92,21 @@ class StreamingPipeline(OverlappedPipeline):
             self._submitted += 1
             self._done[index] = done
             self._todo.put((index, list(encoded)))
+
+    def wait_for_room(self) -> None:
+        """Block until fewer than ``depth`` batches are in flight (at once if they are).
+
+        A server calls it after :meth:`submit`, before it takes its next batch: Triton forms a batch
+        when ``execute()`` returns, so returning only once there is room lets that batch gather
+        the requests that arrived meanwhile, instead of being formed early and small and then waiting.
+
+        Raises:
+            RuntimeError: the pipeline is closing.
+        """
+        while not self._in_flight.acquire(timeout=_POLL_S):
+            if self._draining or self._closed.is_set():
+                raise RuntimeError("the pipeline is closing")
+        self._in_flight.release()
 
     def warm_up(self, timeout_s: float = 120.0) -> None:
         """Run one small JPEG through every step and wait for it: the decoder's and the threads' lazy

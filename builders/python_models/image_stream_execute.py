@@ -100,13 +100,15 @@ class StreamedExecute:
                     owner = len(batch.senders)
                     batch.senders.append(sender)
                     batch.wants_labels.append("LABELS" in request.requested_output_names())
-                    copied = (
-                        rows.clone()
-                    )  # the request's own tensor is freed when execute() returns
+                    # The request's own tensor is freed when execute() returns.
+                    copied = rows.clone()
                     batch.encoded += [copied[r] for r in range(copied.shape[0])]
                     batch.owners += [owner] * copied.shape[0]
             if batch.encoded:
                 self.pipeline.submit(batch.encoded, functools.partial(self._answer, batch))
+                batch = _Batch()  # taken: the pipeline answers it from here on
+            # Triton forms the next batch when this returns: not before the pipeline has room.
+            self.pipeline.wait_for_room()
         except Exception as exc:  # every request this call took must still get its one response
             for sender in batch.senders:
                 sender.send(self.answers.failure(f"the batch failed: {exc}"), flags=self.final)

@@ -137,7 +137,13 @@ def test_submit_waits_while_depth_batches_are_in_flight() -> None:
         waiter.join(1.0)
         # ... but the one after waits until a batch is answered (the slow callback holds the thread).
         assert waiter.is_alive()
+        room = threading.Thread(target=pipeline.wait_for_room)
+        room.start()
+        room.join(0.5)
+        assert room.is_alive()  # no room either until a batch is answered
         release.set()
+        room.join(30)
+        assert not room.is_alive()
         waiter.join(30)
         answers.wait_for(2)
     assert sorted(answers.got) == [1, 2]
