@@ -47,7 +47,7 @@ from gateway.routes.openapi_doc import document_security
 from gateway.settings import GatewaySettings
 from gateway.tenancy.inflight_bytes import InFlightBytes
 from gateway.tenancy.ratelimit import RateLimiter
-from gateway.tenancy.refusals import RefusalCharge
+from gateway.tenancy.refusals import RefusalCharge, RetryAfterWatch
 
 __all__ = [
     "ERROR_SHAPES",
@@ -170,6 +170,9 @@ def _middleware(
             meter=parts.meter,
             server_timing=settings.server_timing,
             refusals=refusals,
+            retry_after=RetryAfterWatch(settings.hold_ignored_retry_after_s)
+            if settings.hold_ignored_retry_after_s > 0
+            else None,
         ),
         Middleware(DisconnectMiddleware),
         Middleware(

@@ -101,5 +101,12 @@ class ConnectionSettings(EnvSettings):
         ge=1,
         description="new connections one peer address may open back to back",
     )
+    hold_ignored_retry_after_s: float = Field(
+        10.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="when a key sends before the Retry-After of its last 429 has passed, its "
+        "connection is not read for the rest of that wait, at most this long (0: never)",
+    )
     keep_alive_timeout_s: float = Field(DEFAULT_KEEP_ALIVE_TIMEOUT_S, gt=0)
     max_requests_per_connection: int = Field(DEFAULT_MAX_REQUESTS_PER_CONNECTION, ge=1)

@@ -46,6 +46,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from gateway.http.accept_rate import AcceptRate
 from gateway.http.connection_caps import PeerCounts, idle_victim
 from gateway.http.problems import raw_problem_response
+from gateway.http.read_hold import ReadHold
 from gateway.http.server_limits import ServerLimits
 
 __all__ = ["LimitedHttpToolsProtocol", "uvicorn_options"]
@@ -111,13 +112,12 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._head_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
         self._discarding = False
-        self._peer: str | None = (
-            None  # counted in ``peers`` from connection_made to connection_lost
-        )
+        # counted in ``peers`` from connection_made to connection_lost
+        self._peer: str | None = None
         self._idle_from = 0
-        self._rate_refused: asyncio.TimerHandle | None = (
-            None  # the linger of a rate-refused connection
-        )
+        self._hold = ReadHold()  # not read for a while after a key ignored Retry-After
+        # the linger of a rate-refused connection
+        self._rate_refused: asyncio.TimerHandle | None = None
 
     # -- connection ------------------------------------------------------------------------------
 
@@ -220,6 +220,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def on_response_complete(self) -> None:
         super().on_response_complete()
         self._idle_from = next(self.idle_clock)
+        self._hold.after_response(self.scope, self.flow, self.transport)  # type: ignore[arg-type]
 
     def data_received(self, data: bytes) -> None:
         if self._discarding or self._rate_refused is not None:
@@ -384,6 +385,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             timer.cancel()
 
     def _cancel_timers(self) -> None:
+        self._hold.cancel()
         self._cancel(self._head_timer)
         self._cancel(self._body_timer)
         self._head_timer = self._body_timer = None

@@ -30,10 +30,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.errors import GatewayError, PayloadTooLarge
 from gateway.http.problems import ProblemRenderer
+from gateway.http.read_hold import HOLD_SCOPE_KEY
 from gateway.observe.stats import LatencyTracker
 from gateway.tenancy.auth import Authenticator
 from gateway.tenancy.context import CONTEXT_KEY, RequestContext
-from gateway.tenancy.refusals import RefusalCharge
+from gateway.tenancy.refusals import RefusalCharge, RetryAfterWatch
 from gateway.tenancy.usage import UsageMeter
 
 __all__ = ["AuthMiddleware", "BodyLimitMiddleware", "ContextMiddleware", "DisconnectMiddleware"]
@@ -67,6 +68,9 @@ class ContextMiddleware:
         tracker: where admitted requests' latencies go.
         meter: where admitted requests' usage goes (per key, model and day).
         server_timing: whether to send the ``Server-Timing`` header.
+        refusals: charges refused requests a token.
+        retry_after: notes each 429 a key gets; a key that did not wait the last one out has its
+            connection held (:mod:`gateway.http.read_hold`).
     """
 
     def __init__(
@@ -76,12 +80,14 @@ class ContextMiddleware:
         meter: UsageMeter | None = None,
         server_timing: bool = True,
         refusals: RefusalCharge | None = None,
+        retry_after: RetryAfterWatch | None = None,
     ) -> None:
         self.app = app
         self.tracker = tracker
         self.meter = meter
         self.server_timing = server_timing
         self.refusals = refusals
+        self.retry_after = retry_after
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -108,6 +114,8 @@ class ContextMiddleware:
                 if self.server_timing and ctx.principal is not None:
                     total_s = time.perf_counter() - ctx.started
                     headers.append((b"server-timing", ctx.stages.header(total_s).encode()))
+                if status == 429:
+                    self._note_retry_after(scope, ctx, headers)
                 message["headers"] = headers
             elif message["type"] == "http.response.body" and not message.get("more_body", False):
                 await send(message)
@@ -120,6 +128,21 @@ class ContextMiddleware:
             await send(message)
 
         await self.app(scope, receive, send_wrapper)
+
+    def _note_retry_after(
+        self, scope: Scope, ctx: RequestContext, headers: list[tuple[bytes, bytes]]
+    ) -> None:
+        principal = ctx.principal
+        if self.retry_after is None or principal is None or principal.kind == "admin":
+            return
+        value = next((v for k, v in headers if k.lower() == b"retry-after"), None)
+        try:
+            wait_s = float(value) if value is not None else 0.0
+        except ValueError:  # an HTTP date: ours are seconds
+            return
+        hold_s = self.retry_after.note(principal.client_id, wait_s)
+        if hold_s > 0:
+            scope[HOLD_SCOPE_KEY] = hold_s  # read by the connection's protocol (read_hold)
 
     async def _charge(self, ctx: RequestContext, status: int) -> None:
         assert self.refusals is not None

@@ -18,7 +18,7 @@ from gateway.tenancy.admission import key_bucket
 from gateway.tenancy.context import Principal, RequestContext
 from gateway.tenancy.ratelimit import Decision, RateLimiter
 
-__all__ = ["RefusalCharge", "refusal_bucket"]
+__all__ = ["RefusalCharge", "RetryAfterWatch", "refusal_bucket"]
 
 
 def refusal_bucket(client_id: str) -> str:
@@ -111,3 +111,30 @@ class RefusalCharge:
             if len(self._blocked) > _MAX_BLOCKED:
                 self._blocked.clear()
             self._blocked[principal.client_id] = (self._clock() + max(wait, 0.0), decision)
+
+
+class RetryAfterWatch:
+    """Which keys send again before the ``Retry-After`` of their last 429 has passed.
+
+    Such a key's connection is then not read for the rest of that wait
+    (:mod:`gateway.http.read_hold`): its closed loop of refused requests stops costing the event loop.
+
+    Args:
+        hold_max_s: the longest hold, whatever the ``Retry-After`` said.
+        clock: monotonic seconds.
+    """
+
+    def __init__(self, hold_max_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.hold_max_s = hold_max_s
+        self._clock = clock
+        self._told: dict[str, float] = {}  # client id -> when its last Retry-After ends
+
+    def note(self, client_id: str, retry_after_s: float) -> float:
+        """Record a 429 telling ``client_id`` to wait ``retry_after_s``; the seconds to hold its
+        connection (0: it had not been told to wait, or its wait was over)."""
+        now = self._clock()
+        told = self._told.get(client_id, 0.0)
+        if len(self._told) > _MAX_BLOCKED:
+            self._told.clear()
+        self._told[client_id] = max(told, now + retry_after_s)
+        return min(told - now, self.hold_max_s) if told > now else 0.0

@@ -107,6 +107,9 @@ def start_gateway(workdir: Path, triton_http_url: str, **settings: object) -> Ga
         # rate in connections per second would make their answers depend on the machine's speed.
         # The accept rate's own tests (test_gateway_accept_rate.py) switch it on with their settings.
         "accept_rate_per_s": 0,
+        # Tests drive keys past their limits in tight loops on pooled connections: held connections
+        # would make them wait out each Retry-After. test_gateway_read_hold.py switches it on.
+        "hold_ignored_retry_after_s": 0,
         "log_level": "info",
     }
     values.update(settings)
