@@ -30,7 +30,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.errors import GatewayError, PayloadTooLarge
 from gateway.http.problems import ProblemRenderer
-from gateway.http.read_hold import HOLD_SCOPE_KEY
+from gateway.http.read_hold import mark_hold
 from gateway.observe.stats import LatencyTracker
 from gateway.tenancy.auth import Authenticator
 from gateway.tenancy.context import CONTEXT_KEY, RequestContext
@@ -114,8 +114,9 @@ class ContextMiddleware:
                 if self.server_timing and ctx.principal is not None:
                     total_s = time.perf_counter() - ctx.started
                     headers.append((b"server-timing", ctx.stages.header(total_s).encode()))
-                if status == 429:
-                    self._note_retry_after(scope, ctx, headers)
+                principal = ctx.principal
+                if status == 429 and self.retry_after and principal and principal.kind != "admin":
+                    mark_hold(scope, principal.client_id, headers, self.retry_after.note)
                 message["headers"] = headers
             elif message["type"] == "http.response.body" and not message.get("more_body", False):
                 await send(message)
@@ -128,21 +129,6 @@ class ContextMiddleware:
             await send(message)
 
         await self.app(scope, receive, send_wrapper)
-
-    def _note_retry_after(
-        self, scope: Scope, ctx: RequestContext, headers: list[tuple[bytes, bytes]]
-    ) -> None:
-        principal = ctx.principal
-        if self.retry_after is None or principal is None or principal.kind == "admin":
-            return
-        value = next((v for k, v in headers if k.lower() == b"retry-after"), None)
-        try:
-            wait_s = float(value) if value is not None else 0.0
-        except ValueError:  # an HTTP date: ours are seconds
-            return
-        hold_s = self.retry_after.note(principal.client_id, wait_s)
-        if hold_s > 0:
-            scope[HOLD_SCOPE_KEY] = hold_s  # read by the connection's protocol (read_hold)
 
     async def _charge(self, ctx: RequestContext, status: int) -> None:
         assert self.refusals is not None

@@ -17,12 +17,32 @@ past the keep-alive timeout the connection is closed as any idle one.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
-__all__ = ["HOLD_SCOPE_KEY", "ReadHold"]
+__all__ = ["HOLD_SCOPE_KEY", "ReadHold", "mark_hold"]
 
 #: the scope key the app sets (seconds) on a request whose connection is not to be read for a while
 HOLD_SCOPE_KEY = "gateway.hold_reading_s"
+
+
+def mark_hold(
+    scope: MutableMapping[str, Any],
+    client_id: str,
+    headers: list[tuple[bytes, bytes]],
+    note: Callable[[str, float], float],
+) -> None:
+    """For a 429 answer to ``client_id`` with these ``headers``: ``note(client_id, retry_after_s)``
+    says how long to hold the connection (:class:`gateway.tenancy.refusals.RetryAfterWatch`); a hold
+    is marked in ``scope`` for the protocol."""
+    value = next((v for k, v in headers if k.lower() == b"retry-after"), None)
+    try:
+        wait_s = float(value) if value is not None else 0.0
+    except ValueError:  # an HTTP date: ours are seconds
+        return
+    hold_s = note(client_id, wait_s)
+    if hold_s > 0:
+        scope[HOLD_SCOPE_KEY] = hold_s
 
 
 class ReadHold:
@@ -32,7 +52,7 @@ class ReadHold:
         self._timer: asyncio.TimerHandle | None = None
 
     def after_response(
-        self, scope: dict[str, Any] | None, flow: Any, transport: asyncio.Transport
+        self, scope: Mapping[str, Any] | None, flow: Any, transport: asyncio.Transport
     ) -> None:
         """Pause reading for the seconds the finished request's ``scope`` names, if any."""
         seconds = scope.get(HOLD_SCOPE_KEY) if scope else None
