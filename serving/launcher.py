@@ -25,9 +25,12 @@ from serving.stub_watch import remove_regions, stub_processes
 __all__ = ["TritonPorts", "TritonServer", "TritonStartError", "assemble_backends"]
 
 _BACKENDS_SOURCE = Path(__file__).parent / "backends"
-#: the batching core every Python-based backend imports; Triton puts only the backend's own folder
-#: on sys.path, so a copy goes beside each backend's model.py
-BATCHING_CORE = _BACKENDS_SOURCE / "batching_core.py"
+#: the batching core every Python-based backend imports (and the module it imports); Triton puts only
+#: the backend's own folder on sys.path, so a copy of each goes beside each backend's model.py
+SHARED_MODULES = (
+    _BACKENDS_SOURCE / "batching_core.py",
+    _BACKENDS_SOURCE / "ragged_groups.py",
+)
 DEFAULT_STARTUP_TIMEOUT_S = 180.0
 
 
@@ -74,7 +77,7 @@ def assemble_backends(target: Path) -> Path:
 
     Every folder under ``serving/backends`` (``onnxruntime``, ``pytorch``) becomes a backend of that
     name, so ``platform: "onnxruntime_onnx"`` and ``pytorch_libtorch`` configs load unchanged. Each
-    gets its ``model.py``, its other modules and a copy of the shared ``batching_core.py`` beside it
+    gets its ``model.py``, its other modules and a copy of the shared :data:`SHARED_MODULES` beside it
     (the stub puts the backend's folder on ``sys.path``, so ``model.py`` imports them by name).
     """
     root = _pytriton_root()
@@ -92,7 +95,8 @@ def assemble_backends(target: Path) -> Path:
         dest.mkdir(exist_ok=True)
         for module in sorted(backend.glob("*.py")):  # model.py and the modules beside it
             shutil.copy2(module, dest / module.name)
-        shutil.copy2(BATCHING_CORE, dest / BATCHING_CORE.name)
+        for shared in SHARED_MODULES:
+            shutil.copy2(shared, dest / shared.name)
     return target
 
 

@@ -36,7 +36,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from loadtest.bench.gpu_report import evaluate_targets, print_gpu_report
+from loadtest.bench.gpu_goals import evaluate_targets
+from loadtest.bench.gpu_report import print_gpu_report
 from loadtest.bench.gpu_run import run_gpu_bench
 from loadtest.bench.gpu_settings import GpuBenchSettings
 from loadtest.bench.gpu_setup import parse_points

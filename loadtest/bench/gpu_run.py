@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from loadtest.bench.cpu_split import cpu_snapshot, cpu_split
-from loadtest.bench.gpu_report import evaluate_targets, print_gpu_report, result_row
+from loadtest.bench.gpu_goals import evaluate_targets
+from loadtest.bench.gpu_report import print_gpu_report, result_row
 from loadtest.bench.gpu_sanity import sanity
 from loadtest.bench.gpu_settings import GpuBenchSettings
 from loadtest.bench.gpu_setup import (

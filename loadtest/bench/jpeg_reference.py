@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from loadtest.bench.inprocess_jpeg import overlapped
+from loadtest.bench.inprocess_measure import overlapped
 from loadtest.bench.settings import Result
 
 __all__ = ["INPROCESS_OVERLAPPED", "jpeg_overlapped"]

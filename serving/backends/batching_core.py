@@ -20,14 +20,10 @@ requests of different lengths in one execution (without it, the batcher cuts a b
 request whose shape differs, so mixed-length traffic barely batches). Triton's native backends would
 concatenate such an input into one flat tensor; here each request still arrives whole, so the core
 sorts the requests by length (axis 1 of their ragged inputs, which must agree within a request), groups
-them, zero-pads each group's ragged inputs to the group's longest, runs each group once,
-and slices every output whose first axis after the batch is dynamic back to each request's own length.
-Zero padding is only right for models that mask it out (a transformer's ``attention_mask`` of 0).
-The groups: with the config parameter ``ragged_run_cost`` (what one run costs, in padded positions),
-the split of the sorted requests that costs least in all (run costs plus positions computed): on a CPU,
-where a padded position costs about what a run does, nearly one group per length; on a GPU, where a run
-costs thousands of positions, one group. Otherwise by the edges of ``ragged_length_buckets`` (e.g.
-``"16,32,64,128"``; neither parameter: one group).
+them (``ragged_groups.py``: by cost or by length edges), zero-pads each group's ragged inputs to the
+group's longest, runs each group once, and slices every output whose first axis after the batch is
+dynamic back to each request's own length. Zero padding is only right for models that mask it out (a
+transformer's ``attention_mask`` of 0).
 
 A backend subclasses :class:`BatchingModel` and keeps only what differs: :meth:`~BatchingModel.load`
 (session or module, device) and :meth:`~BatchingModel.run` (merged inputs -> outputs). A runner that
@@ -45,9 +41,9 @@ does not recognise), torch's are handled. Without torch the numpy path is used, 
 numpy 1.x; :meth:`BatchingModel.initialize` logs a warning for numpy 2 without torch.
 
 Deployment: Triton imports a Python-based backend's ``model.py`` with that backend's folder on
-``sys.path``, so this file must sit beside each ``model.py``: ``serving.launcher.assemble_backends``
-copies it there (and into a NGC container's ``/opt/tritonserver/backends/<name>/`` by hand, see the
-README).
+``sys.path``, so this file and ``ragged_groups.py`` must sit beside each ``model.py``:
+``serving.launcher.assemble_backends`` copies them there (and into a NGC container's
+``/opt/tritonserver/backends/<name>/`` by hand, see the README).
 """
 
 from __future__ import annotations
@@ -56,10 +52,15 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+
+if TYPE_CHECKING:
+    from serving.backends.ragged_groups import Pending, length_groups
+else:  # Triton imports this file with its folder (holding a copy of ragged_groups.py) on sys.path
+    from ragged_groups import Pending, length_groups
 
 _torch: Any
 try:
@@ -110,14 +111,6 @@ def parameter(config: Mapping[str, Any], key: str, default: str) -> str:
 def dtype_name(value: Any) -> str:
     """``float32`` for a numpy array or a torch tensor alike (torch spells it ``torch.float32``)."""
     return str(value.dtype).removeprefix("torch.")
-
-
-@dataclass
-class _Pending:
-    index: int
-    arrays: list[Any]
-    size: int
-    length: int = 0  # axis 1 of the ragged inputs (0: none)
 
 
 class BatchingModel(ABC):
@@ -210,12 +203,12 @@ class BatchingModel(ABC):
 
     def execute(self, requests: list[Any]) -> list[Any]:
         responses: list[Any] = [None] * len(requests)
-        pending: list[_Pending] = []
+        pending: list[Pending] = []
         for index, request in enumerate(requests):
             try:
                 arrays = self.gather(request)
                 pending.append(
-                    _Pending(
+                    Pending(
                         index,
                         arrays,
                         int(arrays[0].shape[0]) if self.batched and arrays else 1,
@@ -233,37 +226,11 @@ class BatchingModel(ABC):
                 responses[item.index] = self._run_alone(item)
         return responses
 
-    def groups(self, pending: list[_Pending]) -> list[list[_Pending]]:
+    def groups(self, pending: list[Pending]) -> list[list[Pending]]:
         """The requests that run together: all of them, or for ragged inputs, by length bucket."""
         if not self.ragged or len(pending) < 2:
             return [pending] if pending else []
-        ordered = sorted(pending, key=lambda p: p.length)
-        if self.run_cost > 0:
-            return self._cheapest_groups(ordered)
-        groups: dict[int, list[_Pending]] = {}
-        for item in ordered:
-            bucket = next((edge for edge in self.length_buckets if item.length <= edge), 0)
-            groups.setdefault(bucket, []).append(item)
-        return list(groups.values())
-
-    def _cheapest_groups(self, ordered: list[_Pending]) -> list[list[_Pending]]:
-        """Runs of the length-sorted requests that cost least in all: each run costs ``run_cost`` plus its
-        rows times its longest length (padded positions computed). Exact, by dynamic programming over the
-        cut points (a batch holds at most ``max_batch_size`` requests)."""
-        count = len(ordered)
-        best, cut = [0.0] + [float("inf")] * count, [0] * (count + 1)
-        for end in range(1, count + 1):
-            rows = 0
-            for start in range(end - 1, -1, -1):
-                rows += ordered[start].size
-                cost = best[start] + self.run_cost + rows * ordered[end - 1].length
-                if cost < best[end]:
-                    best[end], cut[end] = cost, start
-        groups, end = [], count
-        while end > 0:
-            groups.append(ordered[cut[end] : end])
-            end = cut[end]
-        return groups[::-1]
+        return length_groups(pending, self.length_buckets, self.run_cost)
 
     def _length(self, arrays: list[Any]) -> int:
         """The common axis-1 length of a request's ragged inputs (0 without ragged inputs).
@@ -310,7 +277,7 @@ class BatchingModel(ABC):
             raise RequestError(f"inputs have different batch sizes {sorted(sizes)}")
         return arrays
 
-    def _run_merged(self, pending: list[_Pending], responses: list[Any]) -> bool:
+    def _run_merged(self, pending: list[Pending], responses: list[Any]) -> bool:
         """One run for every pending request; False (nothing answered) if any step of it raised."""
         try:
             longest = max(p.length for p in pending)
@@ -346,13 +313,13 @@ class BatchingModel(ABC):
             responses[item.index] = answer
         return True
 
-    def _own_length(self, spec: TensorConfig, value: Any, item: _Pending) -> Any:
+    def _own_length(self, spec: TensorConfig, value: Any, item: Pending) -> Any:
         """A ragged batch's output cut back to the request's own length (outputs with a dynamic axis 1)."""
         if self.ragged and spec.dims and spec.dims[0] == -1 and len(value.shape) > 1:
             return value[:, : item.length]
         return value
 
-    def _run_alone(self, item: _Pending) -> Any:
+    def _run_alone(self, item: Pending) -> Any:
         try:
             return self._respond(
                 self._checked_run(item.arrays, item.size if self.batched else None)

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from loadtest.bench.gpu import GpuBenchSettings, build_parser
-from loadtest.bench.gpu_report import evaluate_targets, print_gpu_report
+from loadtest.bench.gpu_goals import evaluate_targets
+from loadtest.bench.gpu_report import print_gpu_report
 from loadtest.bench.gpu_run import _not_run, _point_cost, _points
 from loadtest.bench.gpu_setup import PIPELINE, TENSOR, Clock, _candidates
 from loadtest.bench.settings import Result

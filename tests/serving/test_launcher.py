@@ -18,6 +18,10 @@ def test_backend_directory_has_python_and_our_backends(tmp_path: Path) -> None:
     assert (target / "python" / "libtriton_python.so").exists()
     assert (target / "python" / "triton_python_backend_stub").exists()
     assert (target / "onnxruntime" / "model.py").exists()
+    # model.py imports the shared core (and the core its grouping) by bare name: a copy of each beside it
+    for backend in ("onnxruntime", "pytorch"):
+        for shared in ("batching_core.py", "ragged_groups.py"):
+            assert (target / backend / shared).exists()
 
 
 def test_a_taken_port_is_named(tmp_path: Path) -> None:
