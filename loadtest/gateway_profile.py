@@ -7,7 +7,8 @@ as ``inferctl up`` starts it) and drives one path with the platform's load gener
 - ``admitted``: the protected enterprise key's tiny KServe v2 JSON request in a closed loop (what
   ``gateway_cpu_ms_per_request`` of the benchmark measures);
 - ``refused``: a free key sending the same request as fast as answered, Retry-After ignored, so all
-  but its first few requests are 429s refused before the body is read.
+  but its first few requests are 429s refused before the body is read (with the read hold off, which
+  would otherwise stop reading such a key's connections).
 
 It prints the gateway process's CPU per answered request (user + system, the benchmark's own
 :class:`loadtest.isolation_stack.CpuMeter`) and, from a second gateway started under cProfile, the
@@ -91,7 +92,11 @@ def measure_path(path: str, settings: IsolationSettings, profile_to: Path | None
         The gateway's CPU per request answered in the measured window.
     """
     with tempfile.TemporaryDirectory(prefix="gateway-profile-") as tmp:
-        with platform(Path(tmp), settings, profile_to=profile_to) as stack:
+        # The refused path is a closed loop that ignores Retry-After: with the read hold on (the
+        # default), its connections would be held and nothing measured. This measures what each
+        # refusal costs, so the hold is off here.
+        hold = {"GATEWAY_HOLD_IGNORED_RETRY_AFTER_S": "0"} if path == "refused" else None
+        with platform(Path(tmp), settings, profile_to=profile_to, gateway_env=hold) as stack:
             spec = LoadSpec(
                 target=_target(stack, path),
                 concurrency=settings.protected_concurrency,

@@ -99,12 +99,16 @@ class Stack(NamedTuple):
 
 @contextlib.contextmanager
 def platform(
-    workdir: Path, settings: IsolationSettings, profile_to: Path | None = None
+    workdir: Path,
+    settings: IsolationSettings,
+    profile_to: Path | None = None,
+    gateway_env: dict[str, str] | None = None,
 ) -> Iterator[Stack]:
     """Triton with the benchmark's model and the gateway as ``inferctl up`` starts it (default tiers,
     generated secrets, no development switch); yields the :class:`Stack`. With ``profile_to``, the
     gateway runs under cProfile (:mod:`loadtest._profiled_gateway`), which writes its statistics
-    there when the gateway stops (:mod:`loadtest.gateway_profile`)."""
+    there when the gateway stops (:mod:`loadtest.gateway_profile`); ``gateway_env`` adds
+    ``GATEWAY_*`` settings to its environment."""
     from gateway.tenancy.keys_sqlite import SqliteKeyStore
     from inferctl.up_secrets import load_or_create_secrets
 
@@ -121,7 +125,7 @@ def platform(
         entry = (
             ("gateway",) if profile_to is None else ("loadtest._profiled_gateway", str(profile_to))
         )
-        env = child_env({**secrets, "GATEWAY_LOG_LEVEL": "warning"})
+        env = child_env({**secrets, "GATEWAY_LOG_LEVEL": "warning", **(gateway_env or {})})
         launch = replace(
             GatewayLaunch.local(
                 port, triton.http_url, keys_db, env=env, log_path=workdir / "gateway.log"

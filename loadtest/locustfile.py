@@ -42,6 +42,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -129,12 +130,18 @@ def _add_arguments(parser: Any) -> None:
 
 class _GatewayUser(HttpUser):
     abstract = True
-    wait_time = _think
     #: which environment variable holds this user's key, and which header carries it
     key_variable = "LOADTEST_API_KEY"
     key_header = "bearer"
     #: a 429 with Retry-After is expected (tier users)
     rate_limited_ok = False
+
+    #: when this user may send again: a 429's Retry-After is honoured, as a well-behaved client does
+    #: (the gateway holds the connection of a key that does not: gateway/http/read_hold.py)
+    _retry_at = 0.0
+
+    def wait_time(self) -> float:
+        return max(_think(self), self._retry_at - time.monotonic())
 
     def on_start(self) -> None:
         key = os.environ.get(self.key_variable, "")
@@ -171,6 +178,11 @@ class _GatewayUser(HttpUser):
     def _handle(self, response: Any, check: Callable[[Any], str | None]) -> None:
         if response.status_code == 429 and self.rate_limited_ok:
             if response.headers.get("Retry-After"):
+                try:
+                    wait_s = float(response.headers["Retry-After"])
+                except ValueError:  # an HTTP date: the gateway sends seconds
+                    wait_s = 1.0
+                self._retry_at = time.monotonic() + wait_s
                 response.request_meta["name"] = (
                     f"{response.request_meta['name']} [429 rate limited]"
                 )

@@ -220,7 +220,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def on_response_complete(self) -> None:
         super().on_response_complete()
         self._idle_from = next(self.idle_clock)
-        self._hold.after_response(self.scope, self.flow, self.transport)  # type: ignore[arg-type]
+        self._hold.after_response(self)
 
     def data_received(self, data: bytes) -> None:
         if self._discarding or self._rate_refused is not None:

@@ -10,14 +10,14 @@ So when a key sends a request before the ``Retry-After`` it was given has passed
 answer (:data:`HOLD_SCOPE_KEY` in the request's scope, the seconds left of that ``Retry-After``, at
 most ``hold_ignored_retry_after_s``), and the connection's protocol stops reading from the socket
 once the answer is written, until then. The client's next request waits in its socket buffer at no
-cost to the gateway. A client that honours ``Retry-After`` sends nothing meanwhile and never notices;
-past the keep-alive timeout the connection is closed as any idle one.
+cost to the gateway and is answered when the hold ends (the keep-alive timer waits for the hold). A
+client that honours ``Retry-After`` sends nothing meanwhile and never notices.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 __all__ = ["HOLD_SCOPE_KEY", "ReadHold", "mark_hold"]
@@ -51,22 +51,32 @@ class ReadHold:
     def __init__(self) -> None:
         self._timer: asyncio.TimerHandle | None = None
 
-    def after_response(
-        self, scope: Mapping[str, Any] | None, flow: Any, transport: asyncio.Transport
-    ) -> None:
-        """Pause reading for the seconds the finished request's ``scope`` names, if any."""
+    def after_response(self, protocol: Any) -> None:
+        """Pause reading ``protocol``'s connection for the seconds its finished request's scope
+        names, if any (``protocol``: uvicorn's httptools protocol, just after its answer)."""
+        scope = getattr(protocol, "scope", None)
         seconds = scope.get(HOLD_SCOPE_KEY) if scope else None
+        transport = protocol.transport
         if not seconds or transport.is_closing():
             return
         self.cancel()
-        flow.pause_reading()
+        # uvicorn's keep-alive timer would close the connection while the client's next request
+        # waits unread: the client gets its answer late instead, and the timer starts again after.
+        if protocol.timeout_keep_alive_task is not None:
+            protocol.timeout_keep_alive_task.cancel()
+            protocol.timeout_keep_alive_task = None
+        protocol.flow.pause_reading()
 
         def release() -> None:
             self._timer = None
-            if not transport.is_closing():
-                flow.resume_reading()
+            if transport.is_closing():
+                return
+            protocol.flow.resume_reading()  # a waiting request is read now and cancels the timer
+            protocol.timeout_keep_alive_task = protocol.loop.call_later(
+                protocol.timeout_keep_alive, protocol.timeout_keep_alive_handler
+            )
 
-        self._timer = asyncio.get_running_loop().call_later(seconds, release)
+        self._timer = protocol.loop.call_later(seconds, release)
 
     @property
     def holding(self) -> bool:

@@ -4,8 +4,9 @@ The real gateway process with the hold on (``hold_ignored_retry_after_s``) in fr
 Triton, and a "tiny" key (a burst of 4, then one token a minute); its requests have no inputs, so
 its first answers are 400s, which still cost a token. On one keep-alive connection the key gets its first 429 (told to wait), sends again at
 once (a second 429: it ignored the wait), and its next request is then left unread on that connection
-while another key's connection is served. The hold is set short (2 s) so the held request is
-answered within the test.
+while another key's connection is served; when the hold ends the waiting request is answered (the
+keep-alive timeout, shorter than the hold, does not close the held connection). The hold is set
+short (2 s) so the held request is answered within the test.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ def held(gateway_factory, tiny_triton):  # type: ignore[no-untyped-def]
     return gateway_factory(
         tiny_triton.http_url,
         hold_ignored_retry_after_s=HOLD_S,
-        keep_alive_timeout_s=60.0,
+        # Shorter than the hold: a held connection is not closed as idle meanwhile.
+        keep_alive_timeout_s=HOLD_S / 2,
         header_timeout_s=60.0,
     )
 

@@ -44,8 +44,12 @@ def test_scenarios_can_be_chosen_and_every_attack_leaves_from_the_attacker_addre
 
 
 def test_isolation_benchmark_runs_and_reports(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The attackers ignore Retry-After, so the gateway holds their connections (up to 10 s by
+    # default); in these one-second windows that would leave them no answer at all. A short hold
+    # keeps the read hold on and the attackers' answers inside the window.
+    monkeypatch.setenv("GATEWAY_HOLD_IGNORED_RETRY_AFTER_S", "0.2")
     out = tmp_path / "isolation"
     code = run_named(
         "isolation",
