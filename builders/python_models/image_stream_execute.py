@@ -88,59 +88,74 @@ class StreamedExecute:
 
     def __call__(self, requests: list[Any]) -> None:
         batch = _Batch()
-        try:
-            with self.steps.step("inputs"):
-                for request in requests:
-                    sender = request.get_response_sender()
-                    try:
-                        rows = self.rows(request)
-                    except ImageError as exc:
-                        sender.send(self.answers.error(str(exc)), flags=self.final)
-                        continue
-                    owner = len(batch.senders)
-                    batch.senders.append(sender)
-                    batch.wants_labels.append("LABELS" in request.requested_output_names())
+        with self.steps.step("inputs"):
+            for request in requests:
+                sender = request.get_response_sender()
+                try:
+                    rows = self.rows(request)
+                    wants_labels = "LABELS" in request.requested_output_names()
                     # The request's own tensor is freed when execute() returns.
                     copied = rows.clone()
-                    batch.encoded += [copied[r] for r in range(copied.shape[0])]
-                    batch.owners += [owner] * copied.shape[0]
+                except ImageError as exc:
+                    sender.send(self.answers.error(str(exc)), flags=self.final)
+                    continue
+                except Exception as exc:  # this request fails alone; it still gets its one answer
+                    message = f"reading the request failed: {exc}"
+                    sender.send(self.answers.failure(message), flags=self.final)
+                    continue
+                owner = len(batch.senders)
+                batch.senders.append(sender)
+                batch.wants_labels.append(wants_labels)
+                batch.encoded += [copied[r] for r in range(copied.shape[0])]
+                batch.owners += [owner] * copied.shape[0]
+        try:
             if batch.encoded:
                 self.pipeline.submit(batch.encoded, functools.partial(self._answer, batch))
                 batch = _Batch()  # taken: the pipeline answers it from here on
             # Triton forms the next batch when this returns: not before the pipeline has room.
             self.pipeline.wait_for_room()
-        except Exception as exc:  # every request this call took must still get its one response
-            for sender in batch.senders:
-                sender.send(self.answers.failure(f"the batch failed: {exc}"), flags=self.final)
+        except Exception as exc:  # every request this call took must still get its one answer
+            self._fail(batch.senders, f"the batch failed: {exc}")
         return None
+
+    def _fail(self, senders: list[Any], message: str) -> None:
+        for sender in senders:
+            self._senders.submit(self._send, sender, self.answers.failure(message))
 
     def _answer(self, batch: _Batch, result: BatchResult | BaseException) -> None:
         """Called from the pipeline's thread once the batch's outputs are on the host."""
         if isinstance(result, BaseException):
-            for sender in batch.senders:
-                sender.send(self.answers.failure(f"the batch failed: {result}"), flags=self.final)
+            self._fail(batch.senders, f"the batch failed: {result}")
             return
         for step in ("decode", "queue_gpu", "wait_gpu"):
             self.steps.add(step, result.steps_ms.get(step, 0.0) / 1000.0)
         self.steps.add("decode", result.steps_ms.get("headers", 0.0) / 1000.0)
         with self.steps.step("respond"):
-            responses: list[Any] = [None] * len(batch.senders)
-            # A request fails whole: one bad image fails the images it came with.
-            for image, error in enumerate(result.errors):
-                if error is not None and responses[batch.owners[image]] is None:
-                    responses[batch.owners[image]] = self.answers.error(error)
-            good = [r for r, i in enumerate(result.rows) if responses[batch.owners[i]] is None]
-            if good:
-                scores, ids = result.outputs
-                if len(good) < len(result.rows):
-                    keep = torch.tensor(good, dtype=torch.long)
-                    scores, ids = scores.index_select(0, keep), ids.index_select(0, keep)
-                owners = [batch.owners[result.rows[r]] for r in good]
-                self.answers.rows(
-                    responses, owners, scores, ids, lambda owner: batch.wants_labels[owner]
-                )
+            try:
+                responses = self._responses(batch, result)
+            except Exception as exc:  # every request of the batch must still get its one answer
+                self._fail(batch.senders, f"answering the batch failed: {exc}")
+                return
             for sender, response in zip(batch.senders, responses, strict=True):
-                sender.send(
-                    response or self.answers.failure("no answer was made"), flags=self.final
-                )
+                answer = response or self.answers.failure("no answer was made")
+                self._senders.submit(self._send, sender, answer)
         self.steps.executed(len(batch.encoded))
+
+    def _responses(self, batch: _Batch, result: BatchResult) -> list[Any]:
+        """One response per request of ``batch`` (``None`` where none was made)."""
+        responses: list[Any] = [None] * len(batch.senders)
+        # A request fails whole: one bad image fails the images it came with.
+        for image, error in enumerate(result.errors):
+            if error is not None and responses[batch.owners[image]] is None:
+                responses[batch.owners[image]] = self.answers.error(error)
+        good = [r for r, i in enumerate(result.rows) if responses[batch.owners[i]] is None]
+        if good:
+            scores, ids = result.outputs
+            if len(good) < len(result.rows):
+                keep = torch.tensor(good, dtype=torch.long)
+                scores, ids = scores.index_select(0, keep), ids.index_select(0, keep)
+            owners = [batch.owners[result.rows[r]] for r in good]
+            self.answers.rows(
+                responses, owners, scores, ids, lambda owner: batch.wants_labels[owner]
+            )
+        return responses
