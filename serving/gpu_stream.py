@@ -81,9 +81,7 @@ class StreamingPipeline(OverlappedPipeline):
         """
         if not 1 <= len(encoded) <= self.max_batch:
             raise ValueError(f"a batch of {len(encoded)} images is outside 1..{self.max_batch}")
-        while not self._in_flight.acquire(timeout=_POLL_S):
-            if self._draining or self._closed.is_set():
-                raise RuntimeError("the pipeline is closing")
+        self._take_slot()
         with self._lock:
             if self._draining or self._closed.is_set():
                 self._in_flight.release()
@@ -103,10 +101,18 @@ class StreamingPipeline(OverlappedPipeline):
         Raises:
             RuntimeError: the pipeline is closing.
         """
+        self._take_slot()
+        self._in_flight.release()
+
+    def _take_slot(self) -> None:
+        """One of the ``depth`` in-flight places, waiting for it (without the GIL) until one is free.
+
+        Raises:
+            RuntimeError: the pipeline is closing.
+        """
         while not self._in_flight.acquire(timeout=_POLL_S):
             if self._draining or self._closed.is_set():
                 raise RuntimeError("the pipeline is closing")
-        self._in_flight.release()
 
     def warm_up(self, timeout_s: float = 120.0) -> None:
         """Run one small JPEG through every step and wait for it: the decoder's and the threads' lazy
