@@ -133,6 +133,21 @@ def _metric(gateway_url: str, name: str, labels: str) -> float:
     return sum(float(line[len(prefix) :]) for line in text.splitlines() if line.startswith(prefix))
 
 
+def _stubs_without_region(triton_pid: int, grace_s: float = 15.0) -> list[int]:
+    """Stubs that keep running without their ``/dev/shm`` region (pids).
+
+    A stub the reload replaced can still be in Triton's process tree for a moment after Triton
+    itself removed its region (python_backend's teardown unlinks the region, then waits for the
+    stub to exit); only a stub still running without it after ``grace_s`` is a defect.
+    """
+    deadline = time.monotonic() + grace_s
+    while True:
+        missing = [s.pid for s in stub_processes(triton_pid) if not (SHM_DIR / s.region).exists()]
+        if not missing or time.monotonic() > deadline:
+            return missing
+        time.sleep(0.2)
+
+
 def test_a_killed_stub_is_replaced_while_the_breaker_answers_503(healing_triton, gateways) -> None:  # type: ignore[no-untyped-def]
     gateway = gateways(healing_triton.http_url, log_level="warning", upstream_timeout_s=15)
     headers, _ = create_key(gateway)
@@ -210,8 +225,7 @@ def test_a_killed_stub_is_replaced_while_the_breaker_answers_503(healing_triton,
     assert not (SHM_DIR / victim.region).exists(), (
         "the dead stub's shared memory was left in /dev/shm"
     )
-    live = {s.region for s in stub_processes(healing_triton.pid)}
-    assert all((SHM_DIR / region).exists() for region in live), "a live stub lost its shared memory"
+    assert not _stubs_without_region(healing_triton.pid), "a live stub lost its shared memory"
 
 
 def test_a_stub_over_its_memory_limit_dies_alone_and_is_healed(healing_triton, gateways) -> None:  # type: ignore[no-untyped-def]
