@@ -139,7 +139,7 @@ class StubWatch:
     triton_pid: int
     default_limit_mb: int = field(default_factory=default_limit_mb)
     killed: list[Stub] = field(default_factory=list)
-    _regions: dict[int, Stub] = field(default_factory=dict, init=False, repr=False)
+    _regions: dict[tuple[int, str], Stub] = field(default_factory=dict, init=False, repr=False)
     _limits: dict[Path, int] = field(default_factory=dict, init=False, repr=False)
 
     def limit_mb(self, stub: Stub) -> int:
@@ -159,12 +159,14 @@ class StubWatch:
         """
         live = stub_processes(self.triton_pid)
         for stub in live:
-            self._regions.setdefault(stub.pid, stub)
+            self._regions.setdefault((stub.pid, stub.region), stub)
             self._enforce(stub)
-        alive = {stub.pid for stub in live}
-        gone = [stub for pid, stub in self._regions.items() if pid not in alive]
+        # Keyed by pid and region: a new stub that reuses a dead one's pid must not hide the dead
+        # one's region (it would never be removed).
+        alive = {(stub.pid, stub.region) for stub in live}
+        gone = [stub for key, stub in self._regions.items() if key not in alive]
         for stub in gone:
-            del self._regions[stub.pid]
+            del self._regions[(stub.pid, stub.region)]
         named = {stub.region for stub in live}
         removed = remove_regions({stub.region for stub in gone} - named)
         for region in removed:
