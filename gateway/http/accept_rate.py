@@ -6,6 +6,16 @@ for each of them, even when every request is then refused. :class:`AcceptRate` i
 protocol's ``connection_made`` (:mod:`gateway.http.limits`), before any byte is parsed: a peer over
 its rate gets a canned 429 and the connection is closed, which costs microseconds.
 
+Microseconds a refusal, but a client that reconnects as soon as it is refused makes thousands a
+second: the isolation benchmark's 1,000 idle connections came back 2,700 times a second, on the
+loop every tenant shares, and the attacker's own reconnecting took the rest of a small machine. So
+with ``max_debt_s`` set, a refused connection costs its address a token too (the debt is bounded by
+``max_debt_s``), and :class:`RefusedConnection` answers it only when the address may connect again
+(at most ``max_debt_s`` later), leaving it unread meanwhile. A client that waits as told is
+answered in milliseconds and never notices; one that keeps coming back waits longer each time,
+which is what slows it, at the cost of a file descriptor and a timer per held connection (held
+connections are bounded; past the bound they are answered at once, as without a debt).
+
 Each address has a GCRA bucket (one float: the theoretical arrival time of its next connection), so
 ``burst`` connections may come back to back and then ``rate_per_s`` a second. A bucket that has
 refilled says nothing a missing one would not, so it is dropped: the table holds the addresses seen in
@@ -15,11 +25,15 @@ go first past it, which at worst hands an address a fresh burst).
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import Callable
+from functools import lru_cache
 
-__all__ = ["DEFAULT_MAX_PEERS", "AcceptRate"]
+from gateway.http.problems import raw_problem_response
+
+__all__ = ["DEFAULT_MAX_PEERS", "AcceptRate", "RefusedConnection", "accept_rate_answer"]
 
 #: addresses remembered at most (a float and a string each: a few MB at the cap)
 DEFAULT_MAX_PEERS = 65_536
@@ -33,6 +47,8 @@ class AcceptRate:
     Args:
         rate_per_s: sustained connections per second from one address; 0 switches the check off.
         burst: connections one address may open back to back.
+        max_debt_s: how far past its bucket refused connections may push an address (seconds of
+            tokens); 0: refused connections cost nothing.
         max_peers: addresses remembered at most.
         clock: monotonic seconds.
     """
@@ -42,10 +58,12 @@ class AcceptRate:
         rate_per_s: float,
         burst: int,
         *,
+        max_debt_s: float = 0.0,
         max_peers: int = DEFAULT_MAX_PEERS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.enabled = rate_per_s > 0
+        self.max_debt_s = max_debt_s
         self._interval = 1.0 / rate_per_s if self.enabled else 0.0
         # How far ahead of now an address's next arrival may be and still be admitted.
         self._tolerance = (max(burst, 1) - 1) * self._interval
@@ -67,12 +85,19 @@ class AcceptRate:
         tat = max(self._tat.pop(peer, now), now)
         wait = tat - now - self._tolerance
         if wait > 0:
-            self._tat[peer] = tat  # refused: the bucket is not charged, only moved to the end
+            # Refused: charged too, up to the debt bound (never lowered by it); moved to the end.
+            debt_limit = now + self._tolerance + self.max_debt_s
+            self._tat[peer] = max(tat, min(tat + self._interval, debt_limit))
             self._sweep(now)
             return wait
         self._tat[peer] = tat + self._interval
         self._sweep(now)
         return 0.0
+
+    def wait_of(self, peer: str) -> float:
+        """Seconds until ``peer`` may connect again (0.0: now), without taking anything."""
+        tat = self._tat.get(peer)
+        return 0.0 if tat is None else max(0.0, tat - self._clock() - self._tolerance)
 
     def retry_after_s(self, wait: float) -> int:
         """Whole seconds for a ``Retry-After`` header (at least 1)."""
@@ -91,3 +116,71 @@ class AcceptRate:
 
     def __len__(self) -> int:
         return len(self._tat)
+
+
+@lru_cache(maxsize=64)
+def accept_rate_answer(retry_after_s: int) -> bytes:
+    """The canned 429 of a connection over its address's accept rate (built once per Retry-After)."""
+    return raw_problem_response(
+        429,
+        "Too Many Requests",
+        "this address opens connections faster than the gateway accepts from one address; retry "
+        f"after {retry_after_s} s",
+        "",
+        {"retry-after": str(retry_after_s)},
+    )
+
+
+class RefusedConnection:
+    """A connection over its address's accept rate, from ``connection_made`` to its close.
+
+    It is answered (the canned 429, then the sending side shut) when its address may connect again,
+    at once where that is under a millisecond or ``held`` already has ``max_held`` members, else
+    after at most ``rate.max_debt_s`` with the connection unread meanwhile; then what the client
+    still sends is dropped until it closes, for at most ``linger_s`` (closing with its request unread
+    would reset the connection before the client reads the answer).
+    """
+
+    def __init__(
+        self,
+        transport: asyncio.Transport,
+        peer: str,
+        wait: float,
+        *,
+        rate: AcceptRate,
+        held: set[RefusedConnection],
+        max_held: int,
+        linger_s: float,
+    ) -> None:
+        self.transport, self._peer, self._rate, self._held = transport, peer, rate, held
+        self._linger_s = linger_s
+        loop = asyncio.get_running_loop()
+        hold_s = min(wait, rate.max_debt_s)
+        if hold_s < 0.001 or len(held) >= max_held:
+            self._timer = self._answer(loop)
+            return
+        transport.pause_reading()
+        held.add(self)
+        self._timer = loop.call_later(hold_s, self._end_hold, loop)
+
+    def _end_hold(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._held.discard(self)
+        if not self.transport.is_closing():
+            self.transport.resume_reading()  # read (and dropped) while the client takes the answer
+            self._timer = self._answer(loop)
+
+    def _answer(self, loop: asyncio.AbstractEventLoop) -> asyncio.TimerHandle:
+        wait = self._rate.wait_of(self._peer)
+        self.transport.write(accept_rate_answer(self._rate.retry_after_s(wait)))
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        return loop.call_later(self._linger_s, self.transport.close)
+
+    def eof_received(self) -> None:
+        """The client closed its side: it has read the answer, or given up waiting for it."""
+        self.transport.close()
+
+    def lost(self) -> None:
+        """The connection is gone (the protocol's ``connection_lost``)."""
+        self._timer.cancel()
+        self._held.discard(self)

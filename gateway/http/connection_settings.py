@@ -106,7 +106,9 @@ class ConnectionSettings(EnvSettings):
         ge=0,
         allow_inf_nan=False,
         description="when a key sends before the Retry-After of its last 429 has passed, its "
-        "connection is not read for the rest of that wait, at most this long (0: never)",
+        "connection is not read for the rest of that wait, at most this long; a connection refused at "
+        "accept is answered when its address may connect again, at most this long after (0: never, "
+        "and refused connections cost no token)",
     )
     keep_alive_timeout_s: float = Field(DEFAULT_KEEP_ALIVE_TIMEOUT_S, gt=0)
     max_requests_per_connection: int = Field(DEFAULT_MAX_REQUESTS_PER_CONNECTION, ge=1)

@@ -16,9 +16,10 @@ instead of a connection reset):
   (a body deadline that passes after the answer was sent just closes the connection)
 - 429 (Retry-After) a peer address opens connections faster than ``accept_rate_per_s`` (past a
   burst of ``accept_burst``, :mod:`gateway.http.accept_rate`): checked when the connection is made,
-  before any byte is parsed; the canned answer is written, the sending side shut, and what the
-  client still sends is dropped until it closes (closing with its request unread would reset the
-  connection before the client reads the answer). Such a connection never counts against the caps.
+  before any byte is parsed; the canned answer is written when the address may connect again (at
+  once for a client that waits as told; up to ``hold_ignored_retry_after_s`` later, unread meanwhile,
+  for one that keeps coming back), the sending side shut, and what the client still sends is
+  dropped until it closes. Such a connection never counts against the caps.
 - 429 (Retry-After) more than ``max_connections`` connections are open, or more than
   ``max_connections_per_peer`` from the new connection's peer address, and none of them is idle:
   shed load the client should back off from, like the in-flight bound, not an outage. Where one
@@ -37,13 +38,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Iterator
-from functools import lru_cache
 from typing import Any, ClassVar
 
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from gateway.http.accept_rate import AcceptRate
+from gateway.http.accept_rate import AcceptRate, RefusedConnection
 from gateway.http.connection_caps import PeerCounts, idle_victim
 from gateway.http.problems import raw_problem_response
 from gateway.http.read_hold import ReadHold
@@ -61,19 +61,6 @@ class _Refused(Exception):
         self.status, self.title, self.detail = status, title, detail
 
 
-@lru_cache(maxsize=64)
-def _accept_rate_answer(retry_after_s: int) -> bytes:
-    """The canned 429 of a connection over its address's accept rate (built once per Retry-After)."""
-    return raw_problem_response(
-        429,
-        "Too Many Requests",
-        "this address opens connections faster than the gateway accepts from one address; retry "
-        f"after {retry_after_s} s",
-        "",
-        {"retry-after": str(retry_after_s)},
-    )
-
-
 class LimitedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol plus :class:`ServerLimits` (see the module docstring).
 
@@ -84,6 +71,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     limits: ClassVar[ServerLimits]
     peers: ClassVar[PeerCounts]  # connections per peer address, one table per bound class (server)
     accept_rate: ClassVar[AcceptRate]  # new connections per peer address, one table per server
+    held_refusals: ClassVar[
+        set[RefusedConnection]
+    ]  # rate-refused connections waiting for their answer
     # Orders when connections became idle. Not the loop's clock: uvloop's ticks in milliseconds, so
     # connections accepted in one tick would tie and the victim would be any of them.
     idle_clock: ClassVar[Iterator[int]]
@@ -97,7 +87,12 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             {
                 "limits": limits,
                 "peers": PeerCounts(),
-                "accept_rate": AcceptRate(limits.accept_rate_per_s, limits.accept_burst),
+                "accept_rate": AcceptRate(
+                    limits.accept_rate_per_s,
+                    limits.accept_burst,
+                    max_debt_s=limits.hold_ignored_retry_after_s,
+                ),
+                "held_refusals": set(),
                 "idle_clock": itertools.count(),
             },
         )
@@ -116,8 +111,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._peer: str | None = None
         self._idle_from = 0
         self._hold = ReadHold()  # not read for a while after a key ignored Retry-After
-        # the linger of a rate-refused connection
-        self._rate_refused: asyncio.TimerHandle | None = None
+        self._rate_refused: RefusedConnection | None = None  # over its address's accept rate
 
     # -- connection ------------------------------------------------------------------------------
 
@@ -145,7 +139,18 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             address = peername[0] if isinstance(peername, tuple) else ""
             wait = self.accept_rate.admit(address)
             if wait > 0:
-                self._refuse_rate(transport, self.accept_rate.retry_after_s(wait))
+                # Nothing of uvicorn's connection is set up (no parser, no entry in the server's
+                # connection set, no caps): only the answer and the end of the connection.
+                self.transport = transport
+                self._rate_refused = RefusedConnection(
+                    transport,
+                    address,
+                    wait,
+                    rate=self.accept_rate,
+                    held=self.held_refusals,
+                    max_held=self.limits.max_connections,
+                    linger_s=LINGER_S,
+                )
                 return
         super().connection_made(transport)
         self._idle_from = next(self.idle_clock)
@@ -191,25 +196,13 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         victim.transport.close()
         return True
 
-    def _refuse_rate(self, transport: asyncio.Transport, retry_after_s: int) -> None:
-        """Answer a connection over its address's accept rate with the canned 429 and end it.
-
-        Nothing of uvicorn's connection is set up (no parser, no entry in the server's connection
-        set, no caps): only the answer, the end of our side, and a bounded wait for the client's.
-        """
-        self.transport = transport
-        transport.write(_accept_rate_answer(retry_after_s))
-        if transport.can_write_eof():
-            transport.write_eof()
-        self._rate_refused = self.loop.call_later(LINGER_S, transport.close)
-
     def eof_received(self) -> None:
         if self._rate_refused is not None:
-            self.transport.close()  # the client has read the answer and closed its side
+            self._rate_refused.eof_received()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._rate_refused is not None:
-            self._rate_refused.cancel()
+            self._rate_refused.lost()
             return  # never made into one of uvicorn's connections
         self._cancel_timers()
         if self._peer is not None:

@@ -31,6 +31,8 @@ class ServerLimits:
         accept_rate_per_s: new connections per second from one peer address (0: no limit); past
             it and the burst a new connection gets a canned 429 before any parsing.
         accept_burst: new connections one peer address may open back to back.
+        hold_ignored_retry_after_s: the longest a client that comes back before its Retry-After
+            has passed is kept waiting (a refused connection unanswered; a held connection unread).
     """
 
     max_header_bytes: int
@@ -43,6 +45,7 @@ class ServerLimits:
     max_requests_per_connection: int
     accept_rate_per_s: float
     accept_burst: int
+    hold_ignored_retry_after_s: float
 
     @classmethod
     def from_settings(cls, settings: GatewaySettings) -> ServerLimits:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 
 import pytest
 
@@ -83,6 +84,72 @@ def test_refused_connections_never_count_against_the_connection_caps(rated) -> N
     finally:
         for sock in held:
             sock.close()
+
+
+HOLD_S = 4.0
+
+
+@pytest.fixture(scope="module")
+def holding(gateway_factory):  # type: ignore[no-untyped-def]
+    # No token ever comes back (one per 1,000 s), so every refused connection of an address is held
+    # the whole HOLD_S; two held connections at most (max_connections bounds them).
+    gateway = gateway_factory(
+        "127.0.0.1:9",
+        accept_rate_per_s=0.001,
+        accept_burst=1,
+        hold_ignored_retry_after_s=HOLD_S,
+        max_connections=2,
+        header_timeout_s=60.0,
+        keep_alive_timeout_s=60.0,
+    )
+    return ("127.0.0.1", int(gateway.url.rsplit(":", 1)[1]))
+
+
+def _send(address: Address, source: str) -> socket.socket:
+    sock = socket.create_connection(address, timeout=20, source_address=(source, 0))
+    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    return sock
+
+
+def _read_all(sock: socket.socket) -> bytes:
+    chunks = []
+    while chunk := sock.recv(65536):
+        chunks.append(chunk)
+    sock.close()
+    return b"".join(chunks)
+
+
+def test_a_peer_that_keeps_coming_back_is_answered_only_when_it_may_connect_again(holding) -> None:  # type: ignore[no-untyped-def]
+    assert _get(holding, "127.0.0.5").startswith(b"HTTP/1.1 200")  # its burst
+    started = time.monotonic()
+    held = [_send(holding, "127.0.0.5") for _ in range(2)]
+    # Past the bound of held connections: answered at once, while the two held wait.
+    _, problem = _problem(_get(holding, "127.0.0.5"), 429)
+    assert "opens connections faster" in str(problem["detail"])
+    for sock in held:
+        sock.setblocking(False)
+        with pytest.raises(BlockingIOError):  # nothing answered yet, and not closed
+            sock.recv(1)
+        sock.setblocking(True)
+    for sock in held:
+        head, _ = _problem(_read_all(sock), 429)
+        assert b"retry-after: " in head
+    # Held the whole HOLD_S (a lower bound: a timer never fires early), then answered and closed.
+    assert time.monotonic() - started >= HOLD_S - 0.1
+    assert _get(holding, "127.0.0.6").startswith(b"HTTP/1.1 200")  # another address is served
+
+
+def test_refused_connections_cost_a_token_up_to_the_debt_bound() -> None:
+    clock = FakeClock(100.0)
+    rate = AcceptRate(10.0, 1, max_debt_s=0.5, clock=clock)
+    assert rate.admit("a") == 0.0
+    waits = [rate.admit("a") for _ in range(20)]  # each refusal pushes the next arrival back
+    assert waits[:5] == pytest.approx([0.1, 0.2, 0.3, 0.4, 0.5])
+    assert max(waits) == pytest.approx(0.5)  # the debt is bounded
+    assert rate.wait_of("a") == pytest.approx(0.5)
+    clock.now += 0.5  # a client that waits as told is served
+    assert rate.admit("a") == 0.0
+    assert rate.wait_of("b") == 0.0
 
 
 def test_the_bucket_allows_a_burst_then_the_rate() -> None:
