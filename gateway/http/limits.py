@@ -46,7 +46,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from gateway.http.accept_rate import AcceptRate, RefusedConnection
 from gateway.http.connection_caps import PeerCounts, idle_victim
 from gateway.http.problems import raw_problem_response
-from gateway.http.read_hold import ReadHold
+from gateway.http.read_hold import PROTOCOL_SCOPE_KEY, ReadHold
 from gateway.http.server_limits import ServerLimits
 
 __all__ = ["LimitedHttpToolsProtocol", "uvicorn_options"]
@@ -283,6 +283,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._cancel(self._head_timer)
         self._head_timer = None
         super().on_headers_complete()
+        # The app's late answer asks whether the body still arrives (uvicorn types its scope closed).
+        self.scope[PROTOCOL_SCOPE_KEY] = self  # type: ignore[literal-required]
         self._requests += 1
         if self._requests >= self.limits.max_requests_per_connection and self.cycle is not None:
             self.cycle.keep_alive = False

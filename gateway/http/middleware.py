@@ -30,7 +30,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.errors import GatewayError, PayloadTooLarge
 from gateway.http.problems import ProblemRenderer
-from gateway.http.read_hold import mark_hold
+from gateway.http.read_hold import answer_late, mark_hold
 from gateway.observe.stats import LatencyTracker
 from gateway.tenancy.auth import Authenticator
 from gateway.tenancy.context import CONTEXT_KEY, RequestContext
@@ -117,6 +117,8 @@ class ContextMiddleware:
                 principal = ctx.principal
                 if status == 429 and self.retry_after and principal and principal.kind != "admin":
                     mark_hold(scope, principal.client_id, headers, self.retry_after.note)
+                    if late_s := answer_late(scope, headers):
+                        await asyncio.sleep(late_s)
                 message["headers"] = headers
             elif message["type"] == "http.response.body" and not message.get("more_body", False):
                 await send(message)

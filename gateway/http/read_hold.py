@@ -12,6 +12,14 @@ most ``hold_ignored_retry_after_s``), and the connection's protocol stops readin
 once the answer is written, until then. The client's next request waits in its socket buffer at no
 cost to the gateway and is answered when the hold ends (the keep-alive timer waits for the hold). A
 client that honours ``Retry-After`` sends nothing meanwhile and never notices.
+
+Not while the refused request's body is still arriving: a client sending a 15 MiB body that gets its
+429 early gives up that connection and opens another, and a connection left unread keeps the
+megabytes already sent in the kernel's buffers for the whole hold, its client gone unnoticed (the
+protocol reads nothing, so it sees no end either). So there the hold comes before the answer
+instead (:func:`answer_late`): the app waits before its 429, uvicorn stops reading once 64 KiB of
+the body are buffered, the client waits for its answer instead of sending again, and the connection
+is closed after the answer (``Connection: close``).
 """
 
 from __future__ import annotations
@@ -20,10 +28,12 @@ import asyncio
 from collections.abc import Callable, MutableMapping
 from typing import Any
 
-__all__ = ["HOLD_SCOPE_KEY", "ReadHold", "mark_hold"]
+__all__ = ["HOLD_SCOPE_KEY", "PROTOCOL_SCOPE_KEY", "ReadHold", "answer_late", "mark_hold"]
 
 #: the scope key the app sets (seconds) on a request whose connection is not to be read for a while
 HOLD_SCOPE_KEY = "gateway.hold_reading_s"
+#: the scope key under which the connection's protocol puts itself (whether the body is still arriving)
+PROTOCOL_SCOPE_KEY = "gateway.protocol"
 
 
 def mark_hold(
@@ -43,6 +53,20 @@ def mark_hold(
     hold_s = note(client_id, wait_s)
     if hold_s > 0:
         scope[HOLD_SCOPE_KEY] = hold_s
+
+
+def answer_late(scope: MutableMapping[str, Any], headers: list[tuple[bytes, bytes]]) -> float:
+    """For a held answer (:func:`mark_hold`) whose request body is still arriving: the seconds to
+    wait before sending it; the hold is moved there from after the answer, and ``headers`` get
+    ``Connection: close``. 0.0 otherwise."""
+    hold_s = scope.get(HOLD_SCOPE_KEY)
+    protocol = scope.get(PROTOCOL_SCOPE_KEY)
+    cycle = getattr(protocol, "cycle", None)
+    if not hold_s or cycle is None or cycle.scope is not scope or not cycle.more_body:
+        return 0.0
+    del scope[HOLD_SCOPE_KEY]
+    headers.append((b"connection", b"close"))
+    return float(hold_s)
 
 
 class ReadHold:

@@ -34,10 +34,10 @@ def held(gateway_factory, tiny_triton):  # type: ignore[no-untyped-def]
     )
 
 
-def _request(key: str) -> bytes:
+def _request(key: str, model: str = "tiny_linear") -> bytes:
     body = b'{"inputs": []}'
     return (
-        b"POST /v2/models/tiny_linear/infer HTTP/1.1\r\nHost: x\r\n"
+        f"POST /v2/models/{model}/infer HTTP/1.1\r\nHost: x\r\n".encode()
         + f"Authorization: Bearer {key}\r\nContent-Type: application/json\r\n".encode()
         + f"Content-Length: {len(body)}\r\n\r\n".encode()
         + body
@@ -108,3 +108,41 @@ def test_a_key_that_waits_is_never_held(held) -> None:  # type: ignore[no-untype
     with socket.create_connection(address, timeout=HOLD_S / 2) as sock:
         sock.sendall(_request(str(key["api_key"])))
         assert _answer(sock)[0] == 429
+
+
+def test_a_key_that_ignores_retry_after_while_its_body_still_arrives_is_answered_late(held) -> None:  # type: ignore[no-untyped-def]
+    """The hold moves before the answer: the connection is not left unread with a body in flight.
+
+    The key's refused requests use up the tokens they are charged (four 404s: the last one finds
+    the bucket empty), so its next request is refused as soon as its head is read, before any of
+    its body, as the isolation benchmark's big-body attacker is."""
+    _, attacker = create_key(held, tier="tiny")
+    address = ("127.0.0.1", int(held.url.rsplit(":", 1)[1]))
+    with socket.create_connection(address, timeout=30) as sock:
+        statuses = []
+        for model in ["tiny_linear"] * 5 + ["no_such_model"] * 4:  # 4 tokens, told 429, 404s
+            sock.sendall(_request(str(attacker["api_key"]), model))
+            statuses.append(_answer(sock)[0])
+        assert statuses == [400] * 4 + [429] + [404] * 4, statuses
+    declared = 1024 * 1024
+    with socket.create_connection(address, timeout=30) as sock:
+        # Ignores the wait, on a new connection, with a body that is still arriving.
+        sock.sendall(
+            b"POST /v2/models/tiny_linear/infer HTTP/1.1\r\nHost: x\r\n"
+            + f"Authorization: Bearer {attacker['api_key']}\r\n".encode()
+            + f"Content-Type: application/json\r\nContent-Length: {declared}\r\n\r\n".encode()
+            + b" " * (128 * 1024)
+        )
+        sent = time.monotonic()
+        sock.settimeout(HOLD_S / 4)
+        with pytest.raises(TimeoutError):  # not answered while the hold lasts
+            sock.recv(1)
+        sock.settimeout(30)
+        status, head = _answer(sock)
+        assert status == 429 and b"retry-after: " in head
+        assert b"connection: close" in head
+        assert time.monotonic() - sent >= HOLD_S * 0.9
+        try:  # and the connection is closed after the answer
+            assert sock.recv(65536) == b""
+        except ConnectionResetError:
+            pass  # the rest of the body was never read: closing resets the connection
