@@ -28,6 +28,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import grpc
@@ -107,6 +108,8 @@ def _not_served(name: str) -> Callable[..., Awaitable[Any]]:
     return method
 
 
+# eq=False: one object with its own state, compared (and hashed) by identity.
+@dataclass(eq=False)
 class KServeGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     """``inference.GRPCInferenceService`` on top of the gateway's service layer.
 
@@ -119,21 +122,12 @@ class KServeGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         server_timing: whether authenticated calls get a ``server-timing`` trailer (:mod:`gateway.observe.timing`).
     """
 
-    def __init__(
-        self,
-        service: InferenceService,
-        authenticator: Authenticator,
-        renderer: ProblemRenderer,
-        tracker: LatencyTracker,
-        meter: UsageMeter | None = None,
-        server_timing: bool = True,
-    ) -> None:
-        self.service = service
-        self.authenticator = authenticator
-        self.renderer = renderer
-        self.tracker = tracker
-        self.meter = meter
-        self.server_timing = server_timing
+    service: InferenceService
+    authenticator: Authenticator
+    renderer: ProblemRenderer
+    tracker: LatencyTracker
+    meter: UsageMeter | None = None
+    server_timing: bool = True
 
     # -- the plumbing every method shares --------------------------------------------------
 
