@@ -19,6 +19,7 @@ from pydantic import Field, SecretStr
 
 from gateway.backends.residency_settings import ResidencySettings
 from gateway.backends.triton_settings import TritonSettings
+from gateway.env_settings import count, seconds
 from gateway.http.connection_settings import ConnectionSettings
 from gateway.jobs.settings import JobSettings
 from gateway.observe.settings import ObserveSettings
@@ -78,16 +79,14 @@ class GatewaySettings(
 
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
-    grpc_port: int = Field(
+    grpc_port: int = count(
         DEFAULT_GRPC_PORT,
-        ge=0,
-        le=65535,
-        description="port of the KServe v2 gRPC entry (same host); 0: none",
+        "port of the KServe v2 gRPC entry (same host); 0: none",
+        least=0,
+        most=65535,
     )
-    grpc_max_concurrent_rpcs: int = Field(
-        DEFAULT_GRPC_MAX_CONCURRENT_RPCS,
-        ge=1,
-        description="gRPC calls served at once; more are refused",
+    grpc_max_concurrent_rpcs: int = count(
+        DEFAULT_GRPC_MAX_CONCURRENT_RPCS, "gRPC calls served at once; more are refused"
     )
     redis_url: SecretStr = Field(
         SecretStr(""),
@@ -96,32 +95,24 @@ class GatewaySettings(
     redis_prefix: str = Field(
         DEFAULT_REDIS_PREFIX, min_length=1, description="namespace of every Redis key"
     )
-    state_sync_interval_s: float = Field(
+    state_sync_interval_s: float = seconds(
         DEFAULT_STATE_SYNC_INTERVAL_S,
-        gt=0,
-        le=1.0,
-        description="how often each process checks Redis for changed keys / canary weights",
+        "how often each process checks Redis for changed keys / canary weights",
+        most=1.0,
     )
-    workers: int = Field(
-        DEFAULT_WORKERS, ge=0, le=256, description="gateway processes; 0: automatic"
-    )
+    workers: int = count(DEFAULT_WORKERS, "gateway processes; 0: automatic", least=0, most=256)
     public_url: str = Field(
         "",
         description="the gateway's external base URL, for image URLs; empty: the request's own Host",
     )
-    image_url_ttl_s: float = Field(
-        DEFAULT_IMAGE_URL_TTL_S, gt=0, description="how long an image URL is served"
-    )
-    image_async_after_s: float = Field(
+    image_url_ttl_s: float = seconds(DEFAULT_IMAGE_URL_TTL_S, "how long an image URL is served")
+    image_async_after_s: float = seconds(
         DEFAULT_IMAGE_ASYNC_AFTER_S,
-        gt=0,
-        description="an image generation estimated to take longer is answered as a job (202 + its URL), not held "
+        "an image generation estimated to take longer is answered as a job (202 + its URL), not held "
         "until the deadline",
     )
-    image_url_max_bytes: int = Field(
-        DEFAULT_IMAGE_URL_MAX_BYTES,
-        ge=1,
-        description="bytes of generated images kept for URLs (oldest go first)",
+    image_url_max_bytes: int = count(
+        DEFAULT_IMAGE_URL_MAX_BYTES, "bytes of generated images kept for URLs (oldest go first)"
     )
     log_level: str = "info"
 

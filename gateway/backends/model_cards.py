@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 
 from gateway.backends.triton import InferenceBackend
 from serving.model_card import ModelCard
@@ -22,6 +23,8 @@ __all__ = ["DEFAULT_CARD_TTL_S", "ModelCards"]
 DEFAULT_CARD_TTL_S = 10.0
 
 
+# eq=False: one object with its own state, compared (and hashed) by identity.
+@dataclass(eq=False)
 class ModelCards:
     """Cards of Triton's models, each re-read at most every ``ttl_s`` seconds.
 
@@ -32,19 +35,14 @@ class ModelCards:
         clock: monotonic seconds (tests pass their own).
     """
 
-    def __init__(
-        self,
-        backend: InferenceBackend,
-        *,
-        timeout_s: float,
-        ttl_s: float = DEFAULT_CARD_TTL_S,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._backend = backend
-        self._timeout_s = timeout_s
-        self._ttl_s = ttl_s
-        self._clock = clock
-        self._cards: dict[str, tuple[float, ModelCard, frozenset[str], int]] = {}
+    backend: InferenceBackend
+    _: KW_ONLY
+    timeout_s: float
+    ttl_s: float = DEFAULT_CARD_TTL_S
+    clock: Callable[[], float] = time.monotonic
+    _cards: dict[str, tuple[float, ModelCard, frozenset[str], int]] = field(
+        default_factory=dict, init=False, repr=False
+    )
 
     async def outputs(self, model: str) -> frozenset[str]:
         """The names of ``model``'s outputs (an entry built before an output existed lacks it)."""
@@ -63,11 +61,11 @@ class ModelCards:
             ModelNotFound: Triton does not serve ``model``.
             UpstreamUnavailable, UpstreamTimeout: the config could not be read.
         """
-        now = self._clock()
+        now = self.clock()
         cached = self._cards.get(model)
-        if cached is not None and now - cached[0] < self._ttl_s:
+        if cached is not None and now - cached[0] < self.ttl_s:
             return cached[1]
-        config = await self._backend.model_config(model, timeout_s=self._timeout_s)
+        config = await self.backend.model_config(model, timeout_s=self.timeout_s)
         card = ModelCard.from_config({**config, "name": model})
         outputs = frozenset(
             str(o.get("name", "")) for o in config.get("output", []) if isinstance(o, dict)

@@ -30,6 +30,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import KW_ONLY, InitVar, dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
@@ -53,6 +54,8 @@ DEFAULT_HEAL_MAX_BACKOFF_S = 30.0
 DEFAULT_HEAL_LOAD_TIMEOUT_S = 120.0
 
 
+# eq=False: one object with its own state, compared (and hashed) by identity.
+@dataclass(eq=False)
 class ModelHealer:
     """Owns the breakers and heals what opens them (the module docstring says how).
 
@@ -70,25 +73,17 @@ class ModelHealer:
             A dead worker still opens the breaker.
     """
 
-    def __init__(
-        self,
-        backend: InferenceBackend,
-        breakers: Breakers,
-        registry: CollectorRegistry,
-        *,
-        load_timeout_s: float = DEFAULT_HEAL_LOAD_TIMEOUT_S,
-        probe_timeout_s: float = 30.0,
-        first_backoff_s: float = DEFAULT_HEAL_FIRST_BACKOFF_S,
-        max_backoff_s: float = DEFAULT_HEAL_MAX_BACKOFF_S,
-        under_rollout: Callable[[str], bool] = lambda model: False,
-    ) -> None:
-        self.backend = backend
-        self.breakers = breakers
-        self._load_timeout_s = load_timeout_s
-        self._probe_timeout_s = probe_timeout_s
-        self._first_backoff_s = first_backoff_s
-        self._max_backoff_s = max_backoff_s
-        self._under_rollout = under_rollout
+    backend: InferenceBackend
+    breakers: Breakers
+    registry: InitVar[CollectorRegistry]
+    _: KW_ONLY
+    load_timeout_s: float = DEFAULT_HEAL_LOAD_TIMEOUT_S
+    probe_timeout_s: float = 30.0
+    first_backoff_s: float = DEFAULT_HEAL_FIRST_BACKOFF_S
+    max_backoff_s: float = DEFAULT_HEAL_MAX_BACKOFF_S
+    under_rollout: Callable[[str], bool] = lambda model: False
+
+    def __post_init__(self, registry: CollectorRegistry) -> None:
         self._waiting: dict[str, set[str]] = {}  # reload target -> models whose breakers wait on it
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self.reloads = Counter(
@@ -126,7 +121,7 @@ class ModelHealer:
             return
         if not isinstance(exc, GatewayError):
             return
-        if not isinstance(exc, ModelUnhealthy) and self._under_rollout(model):
+        if not isinstance(exc, ModelUnhealthy) and self.under_rollout(model):
             return
         trip = self.breakers.failure(model, exc)
         if trip is not None:
@@ -148,7 +143,7 @@ class ModelHealer:
             )
 
     async def _heal(self, target: str) -> None:
-        backoff = self._first_backoff_s
+        backoff = self.first_backoff_s
         attempt = 0
         try:
             while self._waiting.get(target):
@@ -158,7 +153,7 @@ class ModelHealer:
                 for model in self._waiting.get(target, ()):
                     self.breakers.retry_at(model, time.monotonic() + backoff)
                 await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, self._max_backoff_s)
+                backoff = min(backoff * 2, self.max_backoff_s)
         finally:
             self._tasks.pop(target, None)
 
@@ -166,7 +161,7 @@ class ModelHealer:
         """One reload of ``target`` and a probe of every model waiting on it; whether all passed."""
         started = time.monotonic()
         try:
-            await self.backend.reload_model(target, timeout_s=self._load_timeout_s)
+            await self.backend.reload_model(target, timeout_s=self.load_timeout_s)
         except GatewayError as exc:
             self.reloads.labels(target, "failed").inc()
             log.error("model %r: reload attempt %d failed: %s", target, attempt, exc.detail)
@@ -192,9 +187,9 @@ class ModelHealer:
 
     async def _probe(self, model: str) -> str | None:
         try:
-            config = await self.backend.model_config(model, timeout_s=self._probe_timeout_s)
+            config = await self.backend.model_config(model, timeout_s=self.probe_timeout_s)
             await self.backend.infer(
-                model, synthetic_inputs(config), None, timeout_s=self._probe_timeout_s
+                model, synthetic_inputs(config), None, timeout_s=self.probe_timeout_s
             )
         except GatewayError as exc:
             return exc.detail

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from dataclasses import dataclass, field
 
 from gateway.backends.residency_memory import MemoryMeter
 from gateway.backends.residency_metrics import MemoryReadings, ResidencyMetrics
@@ -29,6 +30,8 @@ __all__ = ["Evictor"]
 log = logging.getLogger(__name__)
 
 
+# eq=False: an evictor is one object with its own state, compared (and hashed) by identity.
+@dataclass(eq=False)
 class Evictor:
     """Claims and unloads victims for the residency manager.
 
@@ -41,22 +44,13 @@ class Evictor:
         drain_timeout_s: how long a load waits for requests in flight on its victims.
     """
 
-    def __init__(
-        self,
-        table: ResidencyTable,
-        repository: TritonRepository,
-        meter: MemoryMeter,
-        metrics: ResidencyMetrics,
-        readings: MemoryReadings,
-        drain_timeout_s: float,
-    ) -> None:
-        self.table = table
-        self.repository = repository
-        self.meter = meter
-        self.metrics = metrics
-        self.readings = readings
-        self.drain_timeout_s = drain_timeout_s
-        self._released = asyncio.Event()
+    table: ResidencyTable
+    repository: TritonRepository
+    meter: MemoryMeter
+    metrics: ResidencyMetrics
+    readings: MemoryReadings
+    drain_timeout_s: float
+    _released: asyncio.Event = field(default_factory=asyncio.Event, init=False, repr=False)
 
     def released(self) -> None:
         """A model's last request in flight finished: a load waiting for room may find it now."""

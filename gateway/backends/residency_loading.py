@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import NoReturn
 
 from gateway.backends.residency_eviction import Evictor
@@ -34,6 +35,8 @@ __all__ = ["Loader"]
 log = logging.getLogger(__name__)
 
 
+# eq=False: one object with its own state, compared (and hashed) by identity.
+@dataclass(eq=False)
 class Loader:
     """Loads charged models into Triton and keeps what each one costs.
 
@@ -45,22 +48,16 @@ class Loader:
         evictor: evicts when a measured footprint turns out larger than its estimate.
     """
 
-    def __init__(
-        self,
-        config: ResidencyConfig,
-        table: ResidencyTable,
-        repository: TritonRepository,
-        meter: MemoryMeter,
-        evictor: Evictor,
-    ) -> None:
-        self.config = config
-        self.table = table
-        self.repository = repository
-        self.meter = meter
-        self.evictor = evictor
-        self.metrics: ResidencyMetrics = evictor.metrics
-        self.readings: MemoryReadings = evictor.readings
-        self._footprints = FootprintBook(config.footprints_path)
+    config: ResidencyConfig
+    table: ResidencyTable
+    repository: TritonRepository
+    meter: MemoryMeter
+    evictor: Evictor
+
+    def __post_init__(self) -> None:
+        self.metrics: ResidencyMetrics = self.evictor.metrics
+        self.readings: MemoryReadings = self.evictor.readings
+        self._footprints = FootprintBook(self.config.footprints_path)
         self._in_progress = 0
 
     def entry(self, name: str) -> Entry:

@@ -14,7 +14,7 @@ from pydantic import Field
 from pydantic_settings import NoDecode
 
 from gateway.backends.catalog import ModelNameList
-from gateway.env_settings import EnvSettings
+from gateway.env_settings import EnvSettings, count, seconds
 
 __all__ = [
     "DEFAULT_RESIDENCY_ESTIMATE_BYTES",
@@ -31,22 +31,22 @@ DEFAULT_RESIDENCY_FAILURE_BACKOFF_S = 5.0
 class ResidencySettings(EnvSettings):
     """The ``residency_*`` fields."""
 
-    residency_budget_bytes: int = Field(
+    residency_budget_bytes: int = count(
         0,
-        ge=0,
-        description="memory the models of one Triton instance may take together; 0: residency off "
+        "memory the models of one Triton instance may take together; 0: residency off "
         "(every model stays as Triton loaded it)",
+        least=0,
     )
     residency_memory: Literal["process", "gpu"] = Field(
         "process",
         description="what the budget measures: 'process' (RSS of the tritonserver process tree, "
         "CPU, same host) or 'gpu' (Triton's nv_gpu_memory_used_bytes)",
     )
-    residency_triton_pid: int = Field(
+    residency_triton_pid: int = count(
         0,
-        ge=0,
-        description="pid of tritonserver for the 'process' meter; 0: the tritonserver process whose "
+        "pid of tritonserver for the 'process' meter; 0: the tritonserver process whose "
         "command line names triton_http_url's port",
+        least=0,
     )
     residency_metrics_url: str = Field(
         "",
@@ -63,33 +63,29 @@ class ResidencySettings(EnvSettings):
         None,
         description="the model repository, read for estimates (size on disk x 1.25) of unmeasured models",
     )
-    residency_default_estimate_bytes: int = Field(
+    residency_default_estimate_bytes: int = count(
         DEFAULT_RESIDENCY_ESTIMATE_BYTES,
-        ge=1,
-        description="the charge of an unmeasured model whose files cannot be read",
+        "the charge of an unmeasured model whose files cannot be read",
     )
     residency_footprints_path: Path | None = Field(
         None,
         description="JSON file measured footprints are kept in (default: model_footprints.json next to "
         "the key store)",
     )
-    residency_max_pending_loads: int = Field(
+    residency_max_pending_loads: int = count(
         DEFAULT_RESIDENCY_MAX_PENDING_LOADS,
-        ge=1,
-        description="model loads queued at most; more cold requests get 429",
+        "model loads queued at most; more cold requests get 429",
     )
-    residency_max_concurrent_loads: int = Field(
+    residency_max_concurrent_loads: int = count(
         1,
-        ge=1,
-        le=64,
-        description="Triton loads in progress at once; on a GPU each Python-backend load spends "
+        "Triton loads in progress at once; on a GPU each Python-backend load spends "
         "seconds starting its stub (importing torch), which overlap well across cores",
+        most=64,
     )
-    residency_load_timeout_s: float = Field(
-        DEFAULT_RESIDENCY_LOAD_TIMEOUT_S, gt=0, description="the deadline of one load or unload"
+    residency_load_timeout_s: float = seconds(
+        DEFAULT_RESIDENCY_LOAD_TIMEOUT_S, "the deadline of one load or unload"
     )
-    residency_failure_backoff_s: float = Field(
+    residency_failure_backoff_s: float = seconds(
         DEFAULT_RESIDENCY_FAILURE_BACKOFF_S,
-        gt=0,
-        description="wait after a failed load before the model is tried again (doubles per failure, at most 300 s)",
+        "wait after a failed load before the model is tried again (doubles per failure, at most 300 s)",
     )

@@ -16,7 +16,7 @@ from pydantic_settings import NoDecode
 from gateway.backends.catalog import ModelNameList, check_model_names
 from gateway.backends.model_breaker import DEFAULT_BREAKER_FAILURES
 from gateway.backends.model_healer import DEFAULT_HEAL_LOAD_TIMEOUT_S, DEFAULT_HEAL_MAX_BACKOFF_S
-from gateway.env_settings import EnvSettings
+from gateway.env_settings import EnvSettings, count, seconds
 
 __all__ = [
     "DEFAULT_MODEL_INDEX_MIN_REFRESH_S",
@@ -66,19 +66,15 @@ class TritonSettings(EnvSettings):
     triton_protocol: TritonProtocol = Field(
         TritonProtocol.HTTP, description="gateway -> Triton transport"
     )
-    triton_pool_size: int = Field(DEFAULT_TRITON_POOL_SIZE, ge=1)
-    triton_grpc_channels: int = Field(
-        DEFAULT_TRITON_GRPC_CHANNELS,
-        ge=1,
-        le=64,
-        description="gRPC channels to Triton, used in turn",
+    triton_pool_size: int = count(DEFAULT_TRITON_POOL_SIZE)
+    triton_grpc_channels: int = count(
+        DEFAULT_TRITON_GRPC_CHANNELS, "gRPC channels to Triton, used in turn", most=64
     )
-    triton_health_timeout_s: float = Field(DEFAULT_TRITON_HEALTH_TIMEOUT_S, gt=0)
-    upstream_timeout_s: float = Field(
+    triton_health_timeout_s: float = seconds(DEFAULT_TRITON_HEALTH_TIMEOUT_S)
+    upstream_timeout_s: float = seconds(
         DEFAULT_UPSTREAM_TIMEOUT_S,
-        gt=0,
-        le=3600,
-        description="each request's deadline; Triton gets what is left of it as the request timeout",
+        "each request's deadline; Triton gets what is left of it as the request timeout",
+        most=3600,
     )
     classifier_model: str = "image_classifier"
     embedding_model: str = "text_embedding"
@@ -87,41 +83,34 @@ class TritonSettings(EnvSettings):
         default_factory=dict,
         description='public name -> Triton model, e.g. {"all-MiniLM-L6-v2": "text_embedding"}',
     )
-    model_index_ttl_s: float = Field(
-        DEFAULT_MODEL_INDEX_TTL_S, gt=0, description="how long Triton's model list is trusted"
+    model_index_ttl_s: float = seconds(
+        DEFAULT_MODEL_INDEX_TTL_S, "how long Triton's model list is trusted"
     )
-    model_index_min_refresh_s: float = Field(
+    model_index_min_refresh_s: float = seconds(
         DEFAULT_MODEL_INDEX_MIN_REFRESH_S,
-        ge=0,
-        description="an unknown model name re-reads Triton's model list at most this often",
+        "an unknown model name re-reads Triton's model list at most this often",
+        zero=True,
     )
     ready_models: Annotated[ModelNameList, NoDecode] = Field(
         (),
         description="Triton models /readyz requires: each READY and answering one synthetic inference "
         "(comma-separated in the environment); empty: Triton's server readiness only",
     )
-    ready_cache_s: float = Field(
-        DEFAULT_READY_CACHE_S, ge=0, description="how long a /readyz answer is reused"
+    ready_cache_s: float = seconds(
+        DEFAULT_READY_CACHE_S, "how long a /readyz answer is reused", zero=True
     )
-    ready_timeout_s: float = Field(
-        DEFAULT_READY_TIMEOUT_S,
-        gt=0,
-        description="deadline of each /readyz call to Triton (synthetic inference too)",
+    ready_timeout_s: float = seconds(
+        DEFAULT_READY_TIMEOUT_S, "deadline of each /readyz call to Triton (synthetic inference too)"
     )
-    breaker_failures: int = Field(
+    breaker_failures: int = count(
         DEFAULT_BREAKER_FAILURES,
-        ge=1,
-        description="internal errors in a row that open a model's circuit breaker (a dead worker opens it at once)",
+        "internal errors in a row that open a model's circuit breaker (a dead worker opens it at once)",
     )
-    heal_max_backoff_s: float = Field(
-        DEFAULT_HEAL_MAX_BACKOFF_S,
-        gt=0,
-        description="longest wait between two reloads of a model being healed",
+    heal_max_backoff_s: float = seconds(
+        DEFAULT_HEAL_MAX_BACKOFF_S, "longest wait between two reloads of a model being healed"
     )
-    heal_load_timeout_s: float = Field(
-        DEFAULT_HEAL_LOAD_TIMEOUT_S,
-        gt=0,
-        description="deadline of one model reload through Triton's repository API",
+    heal_load_timeout_s: float = seconds(
+        DEFAULT_HEAL_LOAD_TIMEOUT_S, "deadline of one model reload through Triton's repository API"
     )
 
     @field_validator("triton_http_url", "triton_grpc_url")

@@ -8,6 +8,7 @@ accounting is :mod:`gateway.tenancy.inflight_bytes`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -19,6 +20,8 @@ from gateway.tenancy.inflight_bytes import InFlightBytes
 __all__ = ["InFlightBytesMiddleware"]
 
 
+# eq=False: one object with its own state, compared (and hashed) by identity.
+@dataclass(eq=False)
 class InFlightBytesMiddleware:
     """Refuses a body that would take its key past its tier's ``max_inflight_bytes`` (429).
 
@@ -37,19 +40,11 @@ class InFlightBytesMiddleware:
         retry_after_s: the ``Retry-After`` of a 429.
     """
 
-    def __init__(
-        self,
-        app: ASGIApp,
-        ledger: InFlightBytes,
-        bound: Callable[[str], int | None],
-        renderer: ProblemRenderer,
-        retry_after_s: float,
-    ) -> None:
-        self.app = app
-        self.ledger = ledger
-        self.bound = bound
-        self.renderer = renderer
-        self.retry_after_s = retry_after_s
+    app: ASGIApp
+    ledger: InFlightBytes
+    bound: Callable[[str], int | None]
+    renderer: ProblemRenderer
+    retry_after_s: float
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         ctx: RequestContext | None = scope.get(CONTEXT_KEY) if scope["type"] == "http" else None

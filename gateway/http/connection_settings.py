@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from gateway.env_settings import EnvSettings
+from gateway.env_settings import EnvSettings, count, seconds
 
 __all__ = [
     "DEFAULT_ACCEPT_BURST",
@@ -52,42 +52,35 @@ DEFAULT_MAX_REQUESTS_PER_CONNECTION = 10_000
 class ConnectionSettings(EnvSettings):
     """The connection limits, ``max_body_bytes`` and the ``parse_*`` fields."""
 
-    max_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, ge=1)
-    parse_workers: int = Field(
+    max_body_bytes: int = count(DEFAULT_MAX_BODY_BYTES)
+    parse_workers: int = count(
         DEFAULT_PARSE_WORKERS,
-        ge=0,
-        le=64,
-        description="processes that parse big KServe v2 REST bodies and decode big OpenAI JSON bodies off the "
+        "processes that parse big KServe v2 REST bodies and decode big OpenAI JSON bodies off the "
         "serving process; 0: a thread (KServe) or the loop (OpenAI)",
+        least=0,
+        most=64,
     )
-    parse_process_min_bytes: int = Field(
+    parse_process_min_bytes: int = count(
         DEFAULT_PARSE_PROCESS_MIN_BYTES,
-        ge=0,
-        description="bodies whose parse weighs at least this many bytes of JSON go to a parse process",
+        "bodies whose parse weighs at least this many bytes of JSON go to a parse process",
+        least=0,
     )
     max_header_bytes: int = Field(
         DEFAULT_MAX_HEADER_BYTES, ge=1024, description="request line plus headers"
     )
-    max_header_count: int = Field(DEFAULT_MAX_HEADER_COUNT, ge=1)
-    header_timeout_s: float = Field(
-        DEFAULT_HEADER_TIMEOUT_S,
-        gt=0,
-        description="from a request's first byte to the end of its headers",
+    max_header_count: int = count(DEFAULT_MAX_HEADER_COUNT)
+    header_timeout_s: float = seconds(
+        DEFAULT_HEADER_TIMEOUT_S, "from a request's first byte to the end of its headers"
     )
-    body_timeout_s: float = Field(
-        DEFAULT_BODY_TIMEOUT_S,
-        gt=0,
-        description="from the end of the headers to the last byte of the body",
+    body_timeout_s: float = seconds(
+        DEFAULT_BODY_TIMEOUT_S, "from the end of the headers to the last byte of the body"
     )
-    max_connections: int = Field(
-        DEFAULT_MAX_CONNECTIONS,
-        ge=1,
-        description="open connections; past it an idle one is closed, else 429",
+    max_connections: int = count(
+        DEFAULT_MAX_CONNECTIONS, "open connections; past it an idle one is closed, else 429"
     )
-    max_connections_per_peer: int = Field(
+    max_connections_per_peer: int = count(
         DEFAULT_MAX_CONNECTIONS_PER_PEER,
-        ge=1,
-        description="open connections from one peer address; past it its longest idle one is closed, else 429",
+        "open connections from one peer address; past it its longest idle one is closed, else 429",
     )
     accept_rate_per_s: float = Field(
         DEFAULT_ACCEPT_RATE_PER_S,
@@ -96,10 +89,8 @@ class ConnectionSettings(EnvSettings):
         description="new connections per second from one peer address (0: no limit); past it and the "
         "burst a canned 429 before any parsing",
     )
-    accept_burst: int = Field(
-        DEFAULT_ACCEPT_BURST,
-        ge=1,
-        description="new connections one peer address may open back to back",
+    accept_burst: int = count(
+        DEFAULT_ACCEPT_BURST, "new connections one peer address may open back to back"
     )
     hold_ignored_retry_after_s: float = Field(
         10.0,
@@ -110,5 +101,5 @@ class ConnectionSettings(EnvSettings):
         "accept is answered when its address may connect again, at most this long after (0: never, "
         "and refused connections cost no token)",
     )
-    keep_alive_timeout_s: float = Field(DEFAULT_KEEP_ALIVE_TIMEOUT_S, gt=0)
-    max_requests_per_connection: int = Field(DEFAULT_MAX_REQUESTS_PER_CONNECTION, ge=1)
+    keep_alive_timeout_s: float = seconds(DEFAULT_KEEP_ALIVE_TIMEOUT_S)
+    max_requests_per_connection: int = count(DEFAULT_MAX_REQUESTS_PER_CONNECTION)

@@ -25,6 +25,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -57,6 +58,8 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None if value is None else value.decode("latin-1")
 
 
+# eq=False: one object with its own state, compared (and hashed) by identity.
+@dataclass(eq=False)
 class ContextMiddleware:
     """Creates the request's :class:`RequestContext` and turns it into headers and statistics.
 
@@ -73,21 +76,12 @@ class ContextMiddleware:
             connection held (:mod:`gateway.http.read_hold`).
     """
 
-    def __init__(
-        self,
-        app: ASGIApp,
-        tracker: LatencyTracker,
-        meter: UsageMeter | None = None,
-        server_timing: bool = True,
-        refusals: RefusalCharge | None = None,
-        retry_after: RetryAfterWatch | None = None,
-    ) -> None:
-        self.app = app
-        self.tracker = tracker
-        self.meter = meter
-        self.server_timing = server_timing
-        self.refusals = refusals
-        self.retry_after = retry_after
+    app: ASGIApp
+    tracker: LatencyTracker
+    meter: UsageMeter | None = None
+    server_timing: bool = True
+    refusals: RefusalCharge | None = None
+    retry_after: RetryAfterWatch | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -160,6 +154,7 @@ class ContextMiddleware:
             )
 
 
+@dataclass(eq=False)
 class BodyLimitMiddleware:
     """Refuses bodies over ``max_bytes`` without reading them whole.
 
@@ -173,17 +168,10 @@ class BodyLimitMiddleware:
         renderer: the problem renderer.
     """
 
-    def __init__(
-        self,
-        app: ASGIApp,
-        max_bytes: int,
-        renderer: ProblemRenderer,
-        tier_max_bytes: Callable[[str], int | None] | None = None,
-    ) -> None:
-        self.app = app
-        self.max_bytes = max_bytes
-        self.renderer = renderer
-        self.tier_max_bytes = tier_max_bytes
+    app: ASGIApp
+    max_bytes: int
+    renderer: ProblemRenderer
+    tier_max_bytes: Callable[[str], int | None] | None = None
 
     def _limit(self, ctx: RequestContext | None) -> tuple[int, str]:
         """The cap for this request: the caller's tier's once authentication has named it."""

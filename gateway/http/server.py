@@ -138,6 +138,56 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+#: the CLI's options for the connection and request limits: (flag, type, help)
+_LIMIT_OPTIONS: tuple[tuple[str, type, str], ...] = (
+    ("--max-body-bytes", int, "largest accepted request body (also once decompressed)"),
+    (
+        "--max-header-bytes",
+        int,
+        f"largest request line plus headers (431 past it; default {DEFAULT_MAX_HEADER_BYTES})",
+    ),
+    (
+        "--max-header-count",
+        int,
+        f"most header fields per request (431 past it; default {DEFAULT_MAX_HEADER_COUNT})",
+    ),
+    (
+        "--header-timeout-s",
+        float,
+        f"seconds for a request's line and headers to arrive (408 after it; default {DEFAULT_HEADER_TIMEOUT_S:g})",
+    ),
+    (
+        "--body-timeout-s",
+        float,
+        f"seconds for a body to arrive once the headers have (408 after it; default {DEFAULT_BODY_TIMEOUT_S:g})",
+    ),
+    (
+        "--max-connections",
+        int,
+        f"open connections; past it the longest idle one is closed, or a new one gets 429 when none is "
+        f"idle (default {DEFAULT_MAX_CONNECTIONS})",
+    ),
+    (
+        "--max-connections-per-peer",
+        int,
+        "open connections from one peer address; past it that address's longest idle one is closed, or a "
+        f"new one gets 429 when none is idle (default {DEFAULT_MAX_CONNECTIONS_PER_PEER}; behind a proxy, raise it "
+        "to --max-connections)",
+    ),
+    (
+        "--keep-alive-timeout-s",
+        float,
+        f"seconds an idle keep-alive connection stays open (default {DEFAULT_KEEP_ALIVE_TIMEOUT_S:g})",
+    ),
+    (
+        "--max-requests-per-connection",
+        int,
+        f"requests on one connection before it is closed (default {DEFAULT_MAX_REQUESTS_PER_CONNECTION})",
+    ),
+    ("--max-in-flight-per-model", int, "concurrent requests per model and worker before 429"),
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The CLI's options; each one overrides the matching ``GATEWAY_*`` environment variable."""
     parser = argparse.ArgumentParser(
@@ -189,57 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=[p.value for p in RedisFailurePolicy],
         help="when Redis is down: admit (open) or refuse (closed)",
     )
-    parser.add_argument(
-        "--max-body-bytes", type=int, help="largest accepted request body (also once decompressed)"
-    )
-    parser.add_argument(
-        "--max-header-bytes",
-        type=int,
-        help=f"largest request line plus headers (431 past it; default {DEFAULT_MAX_HEADER_BYTES})",
-    )
-    parser.add_argument(
-        "--max-header-count",
-        type=int,
-        help=f"most header fields per request (431 past it; default {DEFAULT_MAX_HEADER_COUNT})",
-    )
-    parser.add_argument(
-        "--header-timeout-s",
-        type=float,
-        help=f"seconds for a request's line and headers to arrive (408 after it; default {DEFAULT_HEADER_TIMEOUT_S:g})",
-    )
-    parser.add_argument(
-        "--body-timeout-s",
-        type=float,
-        help=f"seconds for a body to arrive once the headers have (408 after it; default {DEFAULT_BODY_TIMEOUT_S:g})",
-    )
-    parser.add_argument(
-        "--max-connections",
-        type=int,
-        help=f"open connections; past it the longest idle one is closed, or a new one gets 429 when none is "
-        f"idle (default {DEFAULT_MAX_CONNECTIONS})",
-    )
-    parser.add_argument(
-        "--max-connections-per-peer",
-        type=int,
-        help="open connections from one peer address; past it that address's longest idle one is closed, or a "
-        f"new one gets 429 when none is idle (default {DEFAULT_MAX_CONNECTIONS_PER_PEER}; behind a proxy, raise it "
-        "to --max-connections)",
-    )
-    parser.add_argument(
-        "--keep-alive-timeout-s",
-        type=float,
-        help=f"seconds an idle keep-alive connection stays open (default {DEFAULT_KEEP_ALIVE_TIMEOUT_S:g})",
-    )
-    parser.add_argument(
-        "--max-requests-per-connection",
-        type=int,
-        help=f"requests on one connection before it is closed (default {DEFAULT_MAX_REQUESTS_PER_CONNECTION})",
-    )
-    parser.add_argument(
-        "--max-in-flight-per-model",
-        type=int,
-        help="concurrent requests per model and worker before 429",
-    )
+    for flag, kind, text in _LIMIT_OPTIONS:
+        parser.add_argument(flag, type=kind, help=text)
     parser.add_argument(
         "--ready-models",
         help="comma-separated Triton models /readyz requires (each READY and passing one synthetic inference; "

@@ -16,7 +16,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -42,6 +42,8 @@ class Delivery:
     error: str = ""
 
 
+# eq=False: one object with its own state, compared (and hashed) by identity.
+@dataclass(eq=False)
 class CallbackSender:
     """Signs and sends callbacks under a :class:`CallbackPolicy`.
 
@@ -52,24 +54,19 @@ class CallbackSender:
         clock: wall-clock seconds, for the signature's timestamp.
     """
 
-    def __init__(
-        self,
-        policy: CallbackPolicy,
-        secret: bytes,
-        timeout_s: float,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.policy = policy
-        self._secret = secret
-        self.timeout_s = timeout_s
-        self._clock = clock
+    policy: CallbackPolicy
+    secret: bytes = field(repr=False)  # the signing key never shows in a repr or a log line
+    timeout_s: float
+    clock: Callable[[], float] = time.time
+
+    def __post_init__(self) -> None:
         # No proxies from the environment (they would connect to the name, not the checked address),
         # no redirects, and no kept-alive connections: a pooled connection is keyed by the address, and
         # one made (and verified) for one host name must not carry another's callback.
         self._client = httpx.AsyncClient(
             trust_env=False,
             follow_redirects=False,
-            timeout=timeout_s,
+            timeout=self.timeout_s,
             limits=httpx.Limits(max_keepalive_connections=0),
         )
 
@@ -87,7 +84,7 @@ class CallbackSender:
                     "Host": target.host_header,
                     "Content-Type": "application/json",
                     "User-Agent": "triton-platform-gateway-callbacks/1",
-                    SIGNATURE_HEADER: sign(self._secret, body, int(self._clock())),
+                    SIGNATURE_HEADER: sign(self.secret, body, int(self.clock())),
                     JOB_ID_HEADER: job_id,
                 }
                 extensions = {"sni_hostname": target.host} if target.scheme == "https" else {}

@@ -35,6 +35,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from gateway.errors import GatewayError, Overloaded, ServiceUnavailable, StateStoreUnavailable
 from gateway.http.problems import ProblemRenderer
@@ -62,6 +63,8 @@ def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
+# eq=False: one object with its own state, compared (and hashed) by identity.
+@dataclass(eq=False)
 class JobRunner:
     """Runs jobs and sends callbacks for one gateway process.
 
@@ -75,24 +78,16 @@ class JobRunner:
         clock: wall-clock seconds.
     """
 
-    def __init__(
-        self,
-        settings: GatewaySettings,
-        store: JobStore,
-        tasks: OpenAITasks,
-        renderer: ProblemRenderer,
-        meter: UsageMeter,
-        sender: CallbackSender | None = None,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.settings = settings
-        self.store = store
-        self.tasks = tasks
-        self.renderer = renderer
-        self.meter = meter
-        self.sender = sender
-        self.worker = worker_name()
-        self._clock = clock
+    settings: GatewaySettings
+    store: JobStore
+    tasks: OpenAITasks
+    renderer: ProblemRenderer
+    meter: UsageMeter
+    sender: CallbackSender | None = None
+    clock: Callable[[], float] = time.time
+    worker: str = field(default_factory=worker_name, init=False)
+
+    def __post_init__(self) -> None:
         self._wake_jobs = asyncio.Event()
         self._wake_callbacks = asyncio.Event()
         self._running: dict[str, asyncio.Task[list[bytes]]] = {}
@@ -152,7 +147,7 @@ class JobRunner:
             principal=Principal(job.owner, frozenset(job.scopes), job.tier, job.kind),
         )
         request = ImageRequest.from_json(job.request)
-        remaining = settings.job_timeout_s - max(0.0, self._clock() - job.created_at)
+        remaining = settings.job_timeout_s - max(0.0, self.clock() - job.created_at)
         run = asyncio.create_task(
             self.tasks.run_image_job(ctx, job.model, request, max(1.0, remaining))
         )
@@ -218,7 +213,7 @@ class JobRunner:
         if exc is None:
             media_type = IMAGE_FORMATS[request.output_format][1]
             return Outcome(JobStatus.SUCCEEDED, tuple(run.result()), media_type)
-        remaining_s = self.settings.job_timeout_s - (self._clock() - job.created_at)
+        remaining_s = self.settings.job_timeout_s - (self.clock() - job.created_at)
         if isinstance(exc, Overloaded | ServiceUnavailable) and remaining_s > 1:
             delay = min(MAX_RETRY_DELAY_S, max(1.0, exc.retry_after_s), remaining_s)
             log.info("job %s: %s; back to the queue for %.0f s", job.id, exc.detail, delay)
@@ -265,7 +260,7 @@ class JobRunner:
             document = job_document(job, settings.image_generation_model)
             event = {
                 "type": f"{document['object']}.{job.status.value}",
-                "created": int(self._clock()),
+                "created": int(self.clock()),
                 "data": document,
             }
             result = await self.sender.send(job.callback_url, self.sender.body(event), job.id)

@@ -82,6 +82,8 @@ def _is_admin(principal: Principal | None) -> bool:
     return principal is not None and principal.kind == "admin"
 
 
+# eq=False: one object with its own state, compared (and hashed) by identity.
+@dataclass(eq=False)
 class ImageJobs:
     """The job API's operations.
 
@@ -94,21 +96,12 @@ class ImageJobs:
         clock: wall-clock seconds.
     """
 
-    def __init__(
-        self,
-        tasks: OpenAITasks,
-        store: JobStore,
-        policy: CallbackPolicy,
-        wake: Callable[[], None] = lambda: None,
-        limits: JobLimits = DEFAULT_LIMITS.jobs,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.tasks = tasks
-        self.store = store
-        self.policy = policy
-        self.wake = wake
-        self.limits = limits
-        self._clock = clock
+    tasks: OpenAITasks
+    store: JobStore
+    policy: CallbackPolicy
+    wake: Callable[[], None] = lambda: None
+    limits: JobLimits = DEFAULT_LIMITS.jobs
+    clock: Callable[[], float] = time.time
 
     @property
     def default_model(self) -> str:
@@ -155,7 +148,7 @@ class ImageJobs:
             scopes=tuple(sorted(principal.scopes)),
             model=triton_model,
             request={**request.to_json(), "response_format": response_format},
-            created_at=self._clock(),
+            created_at=self.clock(),
             callback_url=callback_url or "",
         )
         await self.store.submit(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from gateway.env_settings import EnvSettings
+from gateway.env_settings import EnvSettings, count, seconds
 from gateway.jobs.callback_policy import AllowedOrigin
 
 __all__ = ["JobSettings"]
@@ -38,49 +38,39 @@ class JobSettings(EnvSettings):
         description="SQLite file of generation jobs when there is no Redis (default: gateway_jobs.sqlite3 next to "
         "keys_db)",
     )
-    job_workers: int = Field(
+    job_workers: int = count(
         DEFAULT_JOB_WORKERS,
-        ge=0,
-        le=64,
-        description="generation jobs each gateway process runs at once; 0: this process accepts and serves jobs "
+        "generation jobs each gateway process runs at once; 0: this process accepts and serves jobs "
         "but runs none (other replicas do)",
+        least=0,
+        most=64,
     )
-    job_timeout_s: float = Field(
+    job_timeout_s: float = seconds(
         DEFAULT_JOB_TIMEOUT_S,
-        gt=0,
-        le=86_400,
-        description="a job's deadline once it runs (Triton gets what is left of it); a job that cannot start "
+        "a job's deadline once it runs (Triton gets what is left of it); a job that cannot start "
         "(Triton unavailable, the model busy) fails this long after it was submitted",
+        most=86_400,
     )
-    job_result_ttl_s: float = Field(
+    job_result_ttl_s: float = seconds(
         DEFAULT_JOB_RESULT_TTL_S,
-        gt=0,
-        le=30 * 86_400,
-        description="how long a finished job and its images are kept",
+        "how long a finished job and its images are kept",
+        most=30 * 86_400,
     )
-    job_lease_s: float = Field(
+    job_lease_s: float = seconds(
         DEFAULT_JOB_LEASE_S,
-        gt=0,
-        le=3600,
-        description="a running job is taken over by another worker this long after its worker stopped renewing",
+        "a running job is taken over by another worker this long after its worker stopped renewing",
+        most=3600,
     )
-    job_heartbeat_s: float = Field(
+    job_heartbeat_s: float = seconds(
         DEFAULT_JOB_HEARTBEAT_S,
-        gt=0,
-        le=60,
-        description="how often a worker renews its lease and checks whether its job was cancelled elsewhere",
+        "how often a worker renews its lease and checks whether its job was cancelled elsewhere",
+        most=60,
     )
-    job_poll_interval_s: float = Field(
-        DEFAULT_JOB_POLL_INTERVAL_S,
-        gt=0,
-        le=60,
-        description="how often an idle worker looks for queued jobs",
+    job_poll_interval_s: float = seconds(
+        DEFAULT_JOB_POLL_INTERVAL_S, "how often an idle worker looks for queued jobs", most=60
     )
-    job_max_attempts: int = Field(
-        DEFAULT_JOB_MAX_ATTEMPTS,
-        ge=1,
-        le=100,
-        description="times a job is started before a lost worker fails it",
+    job_max_attempts: int = count(
+        DEFAULT_JOB_MAX_ATTEMPTS, "times a job is started before a lost worker fails it", most=100
     )
     callback_allow: tuple[str, ...] = Field(
         (),
@@ -96,18 +86,12 @@ class JobSettings(EnvSettings):
         SecretStr(""),
         description="the HMAC-SHA256 key callbacks are signed with (required with callback_allow)",
     )
-    callback_timeout_s: float = Field(
-        DEFAULT_CALLBACK_TIMEOUT_S,
-        gt=0,
-        le=60,
-        description="one delivery attempt, resolving included",
+    callback_timeout_s: float = seconds(
+        DEFAULT_CALLBACK_TIMEOUT_S, "one delivery attempt, resolving included", most=60
     )
-    callback_max_attempts: int = Field(DEFAULT_CALLBACK_MAX_ATTEMPTS, ge=1, le=20)
-    callback_backoff_s: float = Field(
-        DEFAULT_CALLBACK_BACKOFF_S,
-        gt=0,
-        le=300,
-        description="wait before the second attempt; doubles after each",
+    callback_max_attempts: int = count(DEFAULT_CALLBACK_MAX_ATTEMPTS, most=20)
+    callback_backoff_s: float = seconds(
+        DEFAULT_CALLBACK_BACKOFF_S, "wait before the second attempt; doubles after each", most=300
     )
 
     @field_validator("callback_allow")

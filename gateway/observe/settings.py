@@ -11,7 +11,7 @@ from typing import Self
 
 from pydantic import Field, model_validator
 
-from gateway.env_settings import EnvSettings
+from gateway.env_settings import EnvSettings, count, seconds
 
 __all__ = [
     "DEFAULT_MAX_CLIENT_LABELS",
@@ -38,31 +38,26 @@ class ObserveSettings(EnvSettings):
         True,
         description="send authenticated callers a Server-Timing header with the gateway's stages",
     )
-    triton_stats_interval_s: float = Field(
-        DEFAULT_TRITON_STATS_INTERVAL_S, ge=0, description="0 switches polling off"
+    triton_stats_interval_s: float = seconds(
+        DEFAULT_TRITON_STATS_INTERVAL_S, "0 switches polling off", zero=True
     )
-    stats_window_s: float = Field(DEFAULT_STATS_WINDOW_S, gt=0, le=86_400)
-    stats_bucket_s: float = Field(
-        DEFAULT_STATS_BUCKET_S,
-        gt=0,
-        description="time resolution of the stats window (one sketch per bucket)",
+    stats_window_s: float = seconds(DEFAULT_STATS_WINDOW_S, most=86_400)
+    stats_bucket_s: float = seconds(
+        DEFAULT_STATS_BUCKET_S, "time resolution of the stats window (one sketch per bucket)"
     )
-    stats_max_series: int = Field(
+    stats_max_series: int = count(
         DEFAULT_STATS_MAX_SERIES,
-        ge=1,
-        description="(model, client) pairs per time bucket before new clients are counted as _other",
+        "(model, client) pairs per time bucket before new clients are counted as _other",
     )
-    stats_publish_interval_s: float = Field(
-        DEFAULT_STATS_PUBLISH_INTERVAL_S,
-        gt=0,
-        description="how often a process shares its latency sketches",
+    stats_publish_interval_s: float = seconds(
+        DEFAULT_STATS_PUBLISH_INTERVAL_S, "how often a process shares its latency sketches"
     )
     stats_db: Path | None = Field(
         None,
         description="SQLite file the gateway processes of one host share latency sketches through when "
         "there is no Redis (several workers); unset with no Redis: each process reports its own traffic",
     )
-    max_client_labels: int = Field(DEFAULT_MAX_CLIENT_LABELS, ge=1)
+    max_client_labels: int = count(DEFAULT_MAX_CLIENT_LABELS)
 
     @model_validator(mode="after")
     def _stats_buckets(self) -> Self:

@@ -28,10 +28,12 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import grpc
 from google.protobuf import json_format
+from google.protobuf.message import Message
 from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
@@ -52,6 +54,7 @@ log = logging.getLogger(__name__)
 access_log = logging.getLogger("gateway.access")
 
 T = TypeVar("T")
+M = TypeVar("M", bound=Message)
 
 #: HTTP status (from the app's one exception table) -> gRPC status code.
 GRPC_STATUS: dict[int, grpc.StatusCode] = {
@@ -107,6 +110,8 @@ def _not_served(name: str) -> Callable[..., Awaitable[Any]]:
     return method
 
 
+# eq=False: one object with its own state, compared (and hashed) by identity.
+@dataclass(eq=False)
 class KServeGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     """``inference.GRPCInferenceService`` on top of the gateway's service layer.
 
@@ -119,21 +124,12 @@ class KServeGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         server_timing: whether authenticated calls get a ``server-timing`` trailer (:mod:`gateway.observe.timing`).
     """
 
-    def __init__(
-        self,
-        service: InferenceService,
-        authenticator: Authenticator,
-        renderer: ProblemRenderer,
-        tracker: LatencyTracker,
-        meter: UsageMeter | None = None,
-        server_timing: bool = True,
-    ) -> None:
-        self.service = service
-        self.authenticator = authenticator
-        self.renderer = renderer
-        self.tracker = tracker
-        self.meter = meter
-        self.server_timing = server_timing
+    service: InferenceService
+    authenticator: Authenticator
+    renderer: ProblemRenderer
+    tracker: LatencyTracker
+    meter: UsageMeter | None = None
+    server_timing: bool = True
 
     # -- the plumbing every method shares --------------------------------------------------
 
@@ -204,6 +200,20 @@ class KServeGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 ctx.model or "-",
             )
 
+    async def _json_read(
+        self,
+        method: str,
+        context: Any,
+        response: type[M],
+        read: Callable[[RequestContext], Awaitable[dict[str, Any]]],
+    ) -> M:
+        """``method`` answered with the JSON document ``read`` gives, parsed into ``response``."""
+
+        async def handler(ctx: RequestContext, call: _Call) -> M:
+            return json_format.ParseDict(await read(ctx), response(), ignore_unknown_fields=True)
+
+        return await self._run(method, context, response(), handler)
+
     async def _infer(
         self, ctx: RequestContext, call: _Call, request: pb.ModelInferRequest
     ) -> pb.ModelInferResponse:
@@ -259,13 +269,12 @@ class KServeGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelMetadata(
         self, request: pb.ModelMetadataRequest, context: Any
     ) -> pb.ModelMetadataResponse:
-        async def handler(ctx: RequestContext, call: _Call) -> pb.ModelMetadataResponse:
-            meta = await self.service.model_metadata(ctx, request.name, request.version)
-            return json_format.ParseDict(
-                meta, pb.ModelMetadataResponse(), ignore_unknown_fields=True
-            )
-
-        return await self._run("ModelMetadata", context, pb.ModelMetadataResponse(), handler)
+        return await self._json_read(
+            "ModelMetadata",
+            context,
+            pb.ModelMetadataResponse,
+            lambda ctx: self.service.model_metadata(ctx, request.name, request.version),
+        )
 
     async def ModelConfig(
         self, request: pb.ModelConfigRequest, context: Any
@@ -282,24 +291,20 @@ class KServeGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def RepositoryIndex(
         self, request: pb.RepositoryIndexRequest, context: Any
     ) -> pb.RepositoryIndexResponse:
-        async def handler(ctx: RequestContext, call: _Call) -> pb.RepositoryIndexResponse:
-            index = await self.service.repository_index(ctx, ready_only=request.ready)
-            return json_format.ParseDict(
-                {"models": index}, pb.RepositoryIndexResponse(), ignore_unknown_fields=True
-            )
+        async def read(ctx: RequestContext) -> dict[str, Any]:
+            return {"models": await self.service.repository_index(ctx, ready_only=request.ready)}
 
-        return await self._run("RepositoryIndex", context, pb.RepositoryIndexResponse(), handler)
+        return await self._json_read("RepositoryIndex", context, pb.RepositoryIndexResponse, read)
 
     async def ModelStatistics(
         self, request: pb.ModelStatisticsRequest, context: Any
     ) -> pb.ModelStatisticsResponse:
-        async def handler(ctx: RequestContext, call: _Call) -> pb.ModelStatisticsResponse:
-            stats = await self.service.statistics(ctx, request.name, request.version)
-            return json_format.ParseDict(
-                {"model_stats": stats}, pb.ModelStatisticsResponse(), ignore_unknown_fields=True
-            )
+        async def read(ctx: RequestContext) -> dict[str, Any]:
+            return {
+                "model_stats": await self.service.statistics(ctx, request.name, request.version)
+            }
 
-        return await self._run("ModelStatistics", context, pb.ModelStatisticsResponse(), handler)
+        return await self._json_read("ModelStatistics", context, pb.ModelStatisticsResponse, read)
 
     # -- inference --------------------------------------------------------------------------
 

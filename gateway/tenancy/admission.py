@@ -104,6 +104,8 @@ def _tighter(a: Decision, b: Decision | None) -> Decision:
     return a if b is None or a.remaining <= b.remaining else b
 
 
+# eq=False: one object with its own state, compared (and hashed) by identity.
+@dataclass(eq=False)
 class AdmissionControl:
     """Admits requests in the order the module docstring gives, and counts them in flight.
 
@@ -115,19 +117,14 @@ class AdmissionControl:
         healer: the per-model circuit breakers and their healing (``None``: none).
     """
 
-    def __init__(
-        self,
-        settings: GatewaySettings,
-        catalog: ModelCatalog,
-        limiter: RateLimiter,
-        tracker: LatencyTracker,
-        healer: ModelHealer | None = None,
-    ) -> None:
-        self.settings = settings
-        self.catalog = catalog
-        self.limiter = limiter
-        self.tracker = tracker
-        self.healer = healer
+    settings: GatewaySettings
+    catalog: ModelCatalog
+    limiter: RateLimiter
+    tracker: LatencyTracker
+    healer: ModelHealer | None = None
+
+    def __post_init__(self) -> None:
+        settings = self.settings
         self._in_flight: dict[str, int] = {}
         #: loads models on demand under a memory budget (:mod:`gateway.backends.residency`); ``None``: off
         self.residency: ResidencyManager | None = None

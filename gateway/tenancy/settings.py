@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pydantic import Field, SecretStr, field_validator
 
-from gateway.env_settings import EnvSettings
+from gateway.env_settings import EnvSettings, count, seconds
 from gateway.tenancy.tiers import DEFAULT_TIER, DEFAULT_TIER_LIMITS, TierLimit
 
 __all__ = [
@@ -56,7 +56,7 @@ class TenancySettings(EnvSettings):
     ``usage_*`` fields and ``dev_insecure``."""
 
     keys_db: Path = DEFAULT_KEYS_DB
-    key_cache_ttl_s: float = Field(DEFAULT_KEY_CACHE_TTL_S, ge=0)
+    key_cache_ttl_s: float = seconds(DEFAULT_KEY_CACHE_TTL_S, zero=True)
     admin_token: SecretStr = SecretStr(DEFAULT_ADMIN_TOKEN)
     metrics_token: SecretStr = Field(
         SecretStr(""),
@@ -69,11 +69,11 @@ class TenancySettings(EnvSettings):
     jwt_audience: str = ""
     jwt_algorithms: tuple[str, ...] = ("RS256", "HS256")
     redis_failure_policy: RedisFailurePolicy = RedisFailurePolicy.OPEN
-    redis_timeout_s: float = Field(DEFAULT_REDIS_TIMEOUT_S, gt=0)
-    redis_retry_after_s: float = Field(DEFAULT_REDIS_RETRY_AFTER_S, ge=0)
+    redis_timeout_s: float = seconds(DEFAULT_REDIS_TIMEOUT_S)
+    redis_retry_after_s: float = seconds(DEFAULT_REDIS_RETRY_AFTER_S, zero=True)
     tier_limits: dict[str, TierLimit] = Field(default_factory=lambda: dict(DEFAULT_TIER_LIMITS))
     default_tier: str = DEFAULT_TIER
-    max_in_flight_per_model: int = Field(DEFAULT_MAX_IN_FLIGHT_PER_MODEL, ge=1)
+    max_in_flight_per_model: int = count(DEFAULT_MAX_IN_FLIGHT_PER_MODEL)
     in_flight_reserve: float = Field(
         DEFAULT_IN_FLIGHT_RESERVE,
         ge=0,
@@ -81,21 +81,18 @@ class TenancySettings(EnvSettings):
         allow_inf_nan=False,
         description="share of each model's in-flight bound only the highest tier may use (503 for the others)",
     )
-    retry_after_s: int = Field(DEFAULT_RETRY_AFTER_S, ge=1)
+    retry_after_s: int = count(DEFAULT_RETRY_AFTER_S)
     usage_db: Path | None = Field(
         None,
         description="SQLite file of usage counts when there is no Redis (default: gateway_usage.sqlite3 "
         "next to keys_db)",
     )
-    usage_flush_interval_s: float = Field(
+    usage_flush_interval_s: float = seconds(
         DEFAULT_USAGE_FLUSH_INTERVAL_S,
-        gt=0,
-        le=60,
-        description="how often a process adds its usage counts to the store",
+        "how often a process adds its usage counts to the store",
+        most=60,
     )
-    usage_retention_days: int = Field(
-        DEFAULT_USAGE_RETENTION_DAYS, ge=1, description="days of usage Redis keeps"
-    )
+    usage_retention_days: int = count(DEFAULT_USAGE_RETENTION_DAYS, "days of usage Redis keeps")
     dev_insecure: bool = Field(
         False,
         description="development only: serve although a secret is empty or a placeholder (a warning is "

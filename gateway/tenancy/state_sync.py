@@ -24,6 +24,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from gateway.errors import StateStoreUnavailable
 from gateway.tenancy.keys import KeyStoreUnavailable
@@ -35,6 +36,8 @@ __all__ = ["StateSync"]
 log = logging.getLogger(__name__)
 
 
+# eq=False: one object with its own state, compared (and hashed) by identity.
+@dataclass(eq=False)
 class StateSync:
     """Polls the version counters and applies what moved.
 
@@ -45,30 +48,25 @@ class StateSync:
         interval_s: seconds between checks.
     """
 
-    def __init__(
-        self,
-        read_versions: Callable[[], StateVersions],
-        drop_keys: Callable[[], None],
-        traffic: TrafficSplit,
-        interval_s: float,
-    ) -> None:
-        self._read_versions = read_versions
-        self._drop_keys = drop_keys
-        self._traffic = traffic
-        self.interval_s = interval_s
-        self.seen: StateVersions | None = None
-        self.last_ok: float | None = None  # monotonic time of the last complete check
-        self._healthy: bool | None = None  # for one log line per change, not one per check
+    read_versions: Callable[[], StateVersions]
+    drop_keys: Callable[[], None]
+    traffic: TrafficSplit
+    interval_s: float
+    seen: StateVersions | None = field(default=None, init=False)
+    #: monotonic time of the last complete check
+    last_ok: float | None = field(default=None, init=False)
+    # for one log line per change, not one per check
+    _healthy: bool | None = field(default=None, init=False)
 
     async def refresh(self) -> bool:
         """One check; ``True`` when it completed (the caches now match the store as of this check)."""
         try:
-            current = await asyncio.to_thread(self._read_versions)
+            current = await asyncio.to_thread(self.read_versions)
             if self.seen is None or current.keys != self.seen.keys:
-                self._drop_keys()
+                self.drop_keys()
             if self.seen is None or current.traffic != self.seen.traffic:
-                await self._traffic.reload()
-            await self._traffic.flush()  # canary outcomes counted here since the last check
+                await self.traffic.reload()
+            await self.traffic.flush()  # canary outcomes counted here since the last check
         except (KeyStoreUnavailable, StateStoreUnavailable) as exc:
             if self._healthy is not False:
                 log.warning(

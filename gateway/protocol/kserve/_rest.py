@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,6 +104,21 @@ def _name(value: Any, where: str, limits: ParseLimits) -> str:
     if len(value) > limits.max_name_chars or _CONTROL.search(value):
         raise _bad(f"{where} must be at most {limits.max_name_chars} printable characters", where)
     return value
+
+
+_TWICE = {"inputs": "input '{}' is given twice", "outputs": "output '{}' is asked for twice"}
+
+
+def _tensor_entry(
+    value: Any, allowed: frozenset[str], where: str, limits: ParseLimits, taken: Iterable[str]
+) -> tuple[dict[str, Any], str]:
+    """An entry of ``inputs`` or ``outputs`` at ``where`` ("inputs.2") and its name, refused when
+    the name is ``taken`` already."""
+    item = _object(value, allowed, where)
+    name = _name(item.get("name"), f"{where}.name", limits)
+    if name in taken:
+        raise _bad(_TWICE[where.partition(".")[0]].format(name), f"{where}.name")
+    return item, name
 
 
 def _int(value: Any, where: str, low: int, high: int) -> int:
@@ -281,10 +297,7 @@ def parse_rest(
     offset = 0
     for index, item in enumerate(raw_inputs):
         where = f"inputs.{index}"
-        item = _object(item, _INPUT_KEYS, where)
-        name = _name(item.get("name"), f"{where}.name", limits)
-        if any(t.name == name for t in inputs):
-            raise _bad(f"input '{name}' is given twice", f"{where}.name")
+        item, name = _tensor_entry(item, _INPUT_KEYS, where, limits, (t.name for t in inputs))
         datatype = item.get("datatype")
         if datatype not in DATATYPES:
             raise _bad(
@@ -356,10 +369,7 @@ def _parse_outputs(value: Any, limits: ParseLimits) -> tuple[RequestedOutput, ..
     outputs: list[RequestedOutput] = []
     for index, item in enumerate(value):
         where = f"outputs.{index}"
-        item = _object(item, _OUTPUT_KEYS, where)
-        name = _name(item.get("name"), f"{where}.name", limits)
-        if any(o.name == name for o in outputs):
-            raise _bad(f"output '{name}' is asked for twice", f"{where}.name")
+        item, name = _tensor_entry(item, _OUTPUT_KEYS, where, limits, (o.name for o in outputs))
         params = _tensor_parameters(
             item.get("parameters"),
             f"{where}.parameters",
