@@ -29,7 +29,7 @@ from typing import Any
 from builders import repository as repo
 from builders.report import REPORT_NAME, BuildReport
 from builders.triton_config import read_config
-from promote.canary import CanaryVerdict, CanaryWatch
+from promote.canary import CanaryWatch
 from promote.dependents import Dependent
 from promote.evaluation import EvaluationData, Outcome, compare, infer_batch
 from promote.gates import PromotionPolicy
@@ -112,7 +112,7 @@ class Rollout:
     def gateway(self) -> GatewayTraffic | None:
         return self.target.gateway
 
-    def _judged(self, name: str, verdict: Outcome | CanaryVerdict, failure: str) -> None:
+    def _judged(self, name: str, verdict: Outcome, failure: str) -> None:
         """Record a judged step with the figures it was judged on; a failed one fails the rollout
         (``failure``: what the exception's message names)."""
         self._saved(
