@@ -17,7 +17,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from builders.engine import EngineOptions
 from builders.report import BuildReport
 from builders.spec import ModelSpec
-from builders.triton_config import model_config, tensorrt_accelerator
+from builders.triton_config import spec_config, tensorrt_accelerator
 
 __all__ = ["BuildContext", "onnx_entry_config"]
 
@@ -76,16 +76,14 @@ def onnx_entry_config(
     INT8 (Q/DQ) entry gets the CUDA provider only: the TensorRT provider's INT8 path is not verified.
     ``ragged``: the spec's ``ragged_inputs`` get ``allow_ragged_batch`` (not for native backends).
     """
-    config = model_config(
+    config = spec_config(
+        spec,
         name,
         platform="onnxruntime_onnx",
-        inputs=spec.inputs,
-        outputs=spec.outputs,
-        batching=spec.batching,
-        parameters=spec.model_parameters(),
+        filename="model.onnx",
         gpu=gpu,
+        parameters=spec.model_parameters(),
     )
-    config.default_model_filename = "model.onnx"
     for message in config.input:
         message.allow_ragged_batch = ragged and message.name in spec.ragged_inputs
     if gpu and precision in ("fp32", "fp16"):

@@ -24,7 +24,7 @@ from builders.errors import EngineBuildError
 from builders.publication import Publication, current_report, digest_of
 from builders.report import BuildReport, file_sha256
 from builders.spec import ModelSpec
-from builders.triton_config import model_config
+from builders.triton_config import spec_config
 
 __all__ = [
     "build_engine_entry",
@@ -184,13 +184,7 @@ def build_engine_entry(
         f"platform tensorrt_plan for {target.name}; the embedded CPU Triton cannot load it "
         "(inferctl up leaves it out)"
     )
-    config = model_config(
-        name,
-        platform="tensorrt_plan",
-        inputs=spec.inputs,
-        outputs=spec.outputs,
-        batching=spec.batching,
-        gpu=True,
+    config = spec_config(
+        spec, name, platform="tensorrt_plan", filename=engine.ENGINE_NAME, gpu=True
     )
-    config.default_model_filename = engine.ENGINE_NAME
     return Publication(report, config, files)

@@ -165,12 +165,7 @@ def build_specs(
             notify=notify,
         )
         for spec in specs:
-            digest = digests[spec.name] = inputs_hash(
-                spec,
-                _requirement_hashes(spec, digests, options.repository),
-                gpu=options.gpu,
-                native_backends=options.native_backends,
-            )
+            digest = _digest(spec, digests, options)
             if cache is not None:
                 restored = cache.restore(
                     options.repository, spec.name, digest, variants=options.variants
@@ -201,12 +196,7 @@ def stale(names: Iterable[str], options: BuildOptions) -> list[str]:
     found: list[str] = []
     digests: dict[str, str] = {}
     for spec in (as_built(s, options) for s in resolve(names, options.weights)):
-        digest = digests[spec.name] = inputs_hash(
-            spec,
-            _requirement_hashes(spec, digests, options.repository),
-            gpu=options.gpu,
-            native_backends=options.native_backends,
-        )
+        digest = _digest(spec, digests, options)
         if options.force or current_report(options.repository, spec.name, digest) is None:
             found.append(spec.name)
         if isinstance(spec, ModelSpec) and options.variants:
@@ -221,6 +211,18 @@ def stale(names: Iterable[str], options: BuildOptions) -> list[str]:
                 ):
                     found.append(name)
     return found
+
+
+def _digest(spec: Spec, digests: dict[str, str], options: BuildOptions) -> str:
+    """``spec``'s inputs hash for a build with ``options``, recorded in ``digests`` (the hashes of
+    the specs before it, which the specs requiring them hash)."""
+    digest = digests[spec.name] = inputs_hash(
+        spec,
+        _requirement_hashes(spec, digests, options.repository),
+        gpu=options.gpu,
+        native_backends=options.native_backends,
+    )
+    return digest
 
 
 def _requirement_hashes(spec: Spec, built: Mapping[str, str], repository: Path) -> dict[str, str]:

@@ -14,7 +14,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.utils import np_to_triton_dtype
 
-from builders.spec import BatchingPolicy, TensorSpec
+from builders.spec import BatchingPolicy, ModelSpec, TensorSpec
 from serving.limits import DEFAULT_LIMITS, QueueLimits
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "ensemble_config",
     "model_config",
     "read_config",
+    "spec_config",
     "tensorrt_accelerator",
     "write_config",
 ]
@@ -114,6 +115,30 @@ def model_config(
                 )
             )
         config.model_warmup.append(sample)
+    return config
+
+
+def spec_config(
+    spec: ModelSpec,
+    name: str,
+    *,
+    platform: str,
+    filename: str,
+    gpu: bool,
+    parameters: Mapping[str, str] | None = None,
+) -> mc.ModelConfig:
+    """:func:`model_config` of an entry ``name`` serving ``spec``'s own tensors with its batching,
+    from the file ``filename`` of its version folder."""
+    config = model_config(
+        name,
+        platform=platform,
+        inputs=spec.inputs,
+        outputs=spec.outputs,
+        batching=spec.batching,
+        parameters=parameters,
+        gpu=gpu,
+    )
+    config.default_model_filename = filename
     return config
 
 

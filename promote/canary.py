@@ -8,9 +8,8 @@ production's in the same window (:meth:`CanaryWatch.wait`). :mod:`promote.rollou
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Any
 
+from promote.evaluation import Outcome
 from promote.gates import PromotionPolicy
 from promote.gateway_traffic import GatewayTraffic
 
@@ -20,13 +19,9 @@ __all__ = ["CanaryVerdict", "CanaryWatch"]
 _POLL_S = 0.2
 
 
-@dataclass(frozen=True)
-class CanaryVerdict:
-    """Whether the canary passed, why not, and the counts it was judged on."""
-
-    passed: bool
-    reason: str
-    figures: dict[str, Any]
+#: whether the canary passed, why not, and the counts it was judged on: an evaluation's outcome, as
+#: the smoke test's is (the rollout records both the same way)
+CanaryVerdict = Outcome
 
 
 class CanaryWatch:

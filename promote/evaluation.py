@@ -45,6 +45,8 @@ class EvaluationData:
 
 @dataclass(frozen=True)
 class Outcome:
+    """Whether a check passed, why not, and the figures it was judged on."""
+
     passed: bool
     reason: str
     figures: dict[str, Any]

@@ -31,7 +31,7 @@ from builders.report import REPORT_NAME, BuildReport
 from builders.triton_config import read_config
 from promote.canary import CanaryWatch
 from promote.dependents import Dependent
-from promote.evaluation import EvaluationData, compare, infer_batch
+from promote.evaluation import EvaluationData, Outcome, compare, infer_batch
 from promote.gates import PromotionPolicy
 from promote.gateway_traffic import GatewayTraffic, model_target
 from promote.records import PromotionRecord
@@ -112,25 +112,23 @@ class Rollout:
     def gateway(self) -> GatewayTraffic | None:
         return self.target.gateway
 
+    def _judged(self, name: str, verdict: Outcome, failure: str) -> None:
+        """Record a judged step with the figures it was judged on; a failed one fails the rollout
+        (``failure``: what the exception's message names)."""
+        self._saved(
+            self.record.step(
+                name, ok=verdict.passed, error=verdict.reason or None, **verdict.figures
+            )
+        )
+        if not verdict.passed:
+            raise RolloutFailed(f"{failure}: {verdict.reason}")
+
     # -- forward ---------------------------------------------------------------------------------
 
     def pin_production(self) -> None:
         """Traffic and ensembles on N before N+1 can be loaded."""
         self.touched |= {"gateway", "triton"}
-        if self.gateway is not None:
-            gateway = self.gateway
-            self._must(
-                "gateway: traffic pinned to N",
-                lambda: gateway.split(self.model, {self.production: 1.0}),
-                version=self.production,
-            )
-        for dependent in self.dependents:
-            config = dependent.pinned(self.model, self.production)
-            self._must(
-                f"ensemble {dependent.name} pinned to N",
-                partial(self.triton.load_config, config),
-                version=self.production,
-            )
+        self._route_to(self.production, "N", "gateway: traffic pinned to N")
 
     def publish(self, candidate_dir: Path, report: BuildReport) -> None:
         """Copy the candidate's version folder (every file, sub-folders too) as N+1, marked unfinished."""
@@ -172,13 +170,7 @@ class Rollout:
                 self.record.step("smoke test", ok=False, error=f"{type(exc).__name__}: {exc}")
             )
             raise RolloutFailed(f"smoke test: version {self.new} did not answer: {exc}") from exc
-        self._saved(
-            self.record.step(
-                "smoke test", ok=outcome.passed, error=outcome.reason or None, **outcome.figures
-            )
-        )
-        if not outcome.passed:
-            raise RolloutFailed(f"smoke test: {outcome.reason}")
+        self._judged("smoke test", outcome, "smoke test")
 
     def canary(self) -> None:
         """A share of the model's traffic, and of each ensemble's, on N+1, watched in Triton's statistics."""
@@ -216,32 +208,30 @@ class Rollout:
             f"{self.model}: canary: {share:.0%} of traffic on version {new} (and through "
             f"{len(self.dependents)} ensemble copies) for at least {self.policy.canary_duration_s:g} s"
         )
-        verdict = watch.wait(self.policy)
-        self._saved(
-            self.record.step(
-                "canary watched", ok=verdict.passed, error=verdict.reason or None, **verdict.figures
-            )
-        )
-        if not verdict.passed:
-            raise RolloutFailed(f"canary: {verdict.reason}")
+        self._judged("canary watched", watch.wait(self.policy), "canary")
 
     def shift(self) -> None:
         """All traffic to N+1: the model's weights, then each ensemble (pinned to N+1, its canary share back)."""
+        self._route_to(self.new, "N+1", "gateway: traffic on N+1", unpin=True)
+
+    def _route_to(
+        self, version: int, label: str, gateway_step: str, *, unpin: bool = False
+    ) -> None:
+        """The gateway's weights (step ``gateway_step``), then each ensemble, all on ``version``
+        (``label`` in the step names); ``unpin``: each ensemble's gateway pin is cleared after it."""
         gateway = self.gateway
         if gateway is not None:
             self._must(
-                "gateway: traffic on N+1",
-                lambda: gateway.split(self.model, {self.new: 1.0}),
-                version=self.new,
+                gateway_step, lambda: gateway.split(self.model, {version: 1.0}), version=version
             )
         for dependent in self.dependents:
-            config = dependent.pinned(self.model, self.new)
+            config = dependent.pinned(self.model, version)
             self._must(
-                f"ensemble {dependent.name} pinned to N+1",
+                f"ensemble {dependent.name} pinned to {label}",
                 partial(self.triton.load_config, config),
-                version=self.new,
+                version=version,
             )
-            if gateway is not None:
+            if unpin and gateway is not None:
                 self._must(
                     f"gateway: {dependent.name} unpinned", partial(gateway.clear, dependent.name)
                 )

@@ -46,29 +46,11 @@ from typing import Any
 import torch
 
 try:  # beside a Triton model: the copies the build placed there
+    import gpu_images
     from batch_runner import BatchRunner, InputSpec
-    from gpu_images import (
-        DecodedImages,
-        DecodeLimits,
-        ImageError,
-        Preprocessing,
-        decode,
-        host_bytes,
-        preprocess_into,
-        read_header,
-    )
 except ImportError:  # imported from the source tree
+    from serving import gpu_images
     from serving.backends.pytorch.batch_runner import BatchRunner, InputSpec
-    from serving.gpu_images import (
-        DecodedImages,
-        DecodeLimits,
-        ImageError,
-        Preprocessing,
-        decode,
-        host_bytes,
-        preprocess_into,
-        read_header,
-    )
 
 __all__ = ["BatchResult", "OverlappedPipeline", "TopK"]
 
@@ -118,7 +100,7 @@ class BatchResult:
 @dataclass
 class _Decoded:
     index: int
-    decoded: DecodedImages | None = None
+    decoded: gpu_images.DecodedImages | None = None
     ready: Any = None  # torch.cuda.Event on the decode stream (None on the CPU)
     steps_ms: dict[str, float] = field(default_factory=dict)
     failure: BaseException | None = None
@@ -160,18 +142,18 @@ class OverlappedPipeline:
     def __init__(
         self,
         forward: Callable[[torch.Tensor], Sequence[torch.Tensor]],
-        p: Preprocessing,
+        p: gpu_images.Preprocessing,
         device: torch.device,
         batch_sizes: Sequence[int],
         dtype: torch.dtype = torch.float16,
         cuda_graphs: bool = True,
-        limits: DecodeLimits | None = None,
+        limits: gpu_images.DecodeLimits | None = None,
         timing: bool = False,
     ) -> None:
         self.cuda = device.type == "cuda"
         if self.cuda and device.index is None:  # the decode thread sets it: name the index
             device = torch.device("cuda", torch.cuda.current_device())
-        self.p, self.device, self.limits = p, device, limits or DecodeLimits()
+        self.p, self.device, self.limits = p, device, limits or gpu_images.DecodeLimits()
         self.timing = timing and self.cuda
         self.runner = BatchRunner(
             forward,
@@ -247,12 +229,14 @@ class OverlappedPipeline:
         live, headers = [], []
         for i, data in enumerate(encoded):
             try:
-                headers.append(read_header(host_bytes(data), self.p, self.limits))
+                headers.append(
+                    gpu_images.read_header(gpu_images.host_bytes(data), self.p, self.limits)
+                )
                 live.append(i)
-            except (ImageError, ValueError) as exc:
+            except (gpu_images.ImageError, ValueError) as exc:
                 errors[i] = str(exc)
         read = time.perf_counter()
-        decoded = decode([encoded[i] for i in live], headers, self.device)
+        decoded = gpu_images.decode([encoded[i] for i in live], headers, self.device)
         # Back to the batch's positions: one DecodedImages per batch, header errors included.
         images: list[torch.Tensor | None] = [None] * len(encoded)
         for i, image, error in zip(live, decoded.images, decoded.errors, strict=True):
@@ -264,7 +248,7 @@ class OverlappedPipeline:
         finished = time.perf_counter()
         return _Decoded(
             index,
-            DecodedImages(images, errors),
+            gpu_images.DecodedImages(images, errors),
             ready,
             {"headers": (read - started) * 1000.0, "decode": (finished - read) * 1000.0},
         )
@@ -336,7 +320,7 @@ class OverlappedPipeline:
         resized = self._resized[slot][:n]
         if not self.cuda:
             with torch.inference_mode():
-                preprocess_into(images, resized, self.p)
+                gpu_images.preprocess_into(images, resized, self.p)
                 flight.outputs = tuple(
                     o.clone() for o in self.runner.run(n, lambda rows: rows[0].copy_(resized))
                 )
@@ -353,7 +337,7 @@ class OverlappedPipeline:
             )  # the model of batch n - 2 has copied this slot
             if events:
                 events[0].record()
-            preprocess_into(images, resized, self.p)
+            gpu_images.preprocess_into(images, resized, self.p)
             if events:
                 events[1].record()
             model_stream.wait_stream(self._resize_stream)

@@ -66,6 +66,19 @@ class _SDComponent(ModelSpec):
     def _rng(self) -> np.random.Generator:
         return np.random.default_rng(1234)
 
+    def _load_diffusers(self, class_name: str):  # type: ignore[no-untyped-def]
+        """The component as diffusers' ``class_name`` loads it from its sub-folder, wrapped for tracing."""
+        import diffusers
+
+        model = (
+            getattr(diffusers, class_name)
+            .from_pretrained(
+                str(self.checkpoint.path), subfolder=self.component, local_files_only=True
+            )
+            .eval()
+        )
+        return _wrap(model, self.component), self.checkpoint.weights_info(self.component)
+
     def evaluation(self) -> Evaluation:
         # The samples are drawn from a fixed seed (and real prompts): pixel / PSNR parity with production.
         return Evaluation(
@@ -179,12 +192,7 @@ class SDUNet(_SDComponent):
         self.outputs = (TensorSpec("noise_pred", "float32", (int(unet["out_channels"]), -1, -1)),)
 
     def load(self):  # type: ignore[no-untyped-def]
-        from diffusers import UNet2DConditionModel
-
-        model = UNet2DConditionModel.from_pretrained(
-            str(self.checkpoint.path), subfolder="unet", local_files_only=True
-        ).eval()
-        return _wrap(model, "unet"), self.checkpoint.weights_info("unet")
+        return self._load_diffusers("UNet2DConditionModel")
 
     def sample_inputs(self) -> dict[str, np.ndarray]:
         import torch
@@ -226,12 +234,7 @@ class SDVAEDecoder(_SDComponent):
         self.outputs = (TensorSpec("image", "float32", (int(vae.get("out_channels", 3)), -1, -1)),)
 
     def load(self):  # type: ignore[no-untyped-def]
-        from diffusers import AutoencoderKL
-
-        model = AutoencoderKL.from_pretrained(
-            str(self.checkpoint.path), subfolder="vae", local_files_only=True
-        ).eval()
-        return _wrap(model, "vae"), self.checkpoint.weights_info("vae")
+        return self._load_diffusers("AutoencoderKL")
 
     def sample_inputs(self) -> dict[str, np.ndarray]:
         vae = self.checkpoint.config("vae")
