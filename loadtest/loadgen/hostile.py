@@ -63,6 +63,39 @@ async def _close(writer: asyncio.StreamWriter, abort: bool) -> None:
         await writer.wait_closed()
 
 
+async def _status_line(
+    host: str,
+    port: int,
+    source_address: str | None,
+    request: bytes,
+    wait_s: float,
+    abort: bool,
+) -> bytes | None | Outcome:
+    """One connection: ``request`` written (if any), then up to ``wait_s`` for the server's first line.
+
+    The connection is closed after, with a reset where ``abort`` (and always when it failed). Returns
+    the line (empty when the server closed without one), ``None`` when none came in ``wait_s``, or the
+    failed connection's outcome (status 0).
+    """
+    try:
+        reader, writer = await _open(host, port, source_address)
+    except OSError as exc:
+        return 0, None, None, f"no connection: {exc!r}"
+    try:
+        if request:
+            writer.write(request)
+            await writer.drain()
+        line = await asyncio.wait_for(reader.readline(), wait_s)
+    except TimeoutError:
+        await _close(writer, abort=abort)
+        return None
+    except OSError as exc:
+        await _close(writer, abort=True)
+        return 0, None, None, f"reset: {exc!r}"
+    await _close(writer, abort=abort)
+    return line
+
+
 @dataclass(frozen=True, kw_only=True)
 class IdleConnectionTarget:
     """Connections that say nothing.
@@ -86,20 +119,14 @@ class IdleConnectionTarget:
         host, port, _ = _host_port(self.url)
 
         async def send(worker: int, index: int) -> Outcome:
-            try:
-                reader, writer = await _open(host, port, self.source_address)
-            except OSError as exc:
-                return 0, None, None, f"no connection: {exc!r}"
-            try:
-                # What the server says (if anything) before it closes: its head deadline's 408.
-                line = await asyncio.wait_for(reader.readline(), self.hold_s)
-            except TimeoutError:
-                await _close(writer, abort=False)
+            # What the server says (if anything) before it closes: its head deadline's 408.
+            line = await _status_line(
+                host, port, self.source_address, b"", self.hold_s, abort=False
+            )
+            if line is None:
                 return 200, None, None, None  # held the whole time: the attack did what it meant to
-            except OSError as exc:
-                await _close(writer, abort=True)
-                return 0, None, None, f"reset: {exc!r}"
-            await _close(writer, abort=False)
+            if not isinstance(line, bytes):
+                return line
             status = _status_of(line[:_STATUS_LINE_BYTES])
             return (
                 (status or 0),
@@ -146,21 +173,13 @@ class DisconnectTarget:
         request = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + self.body
 
         async def send(worker: int, index: int) -> Outcome:
-            try:
-                reader, writer = await _open(host, port, self.source_address)
-            except OSError as exc:
-                return 0, None, None, f"no connection: {exc!r}"
-            try:
-                writer.write(request)
-                await writer.drain()
-                line = await asyncio.wait_for(reader.readline(), self.abandon_after_s)
-            except TimeoutError:
-                await _close(writer, abort=True)
+            line = await _status_line(
+                host, port, self.source_address, request, self.abandon_after_s, abort=True
+            )
+            if line is None:
                 return ABANDONED, None, None, "abandoned before the answer"
-            except OSError as exc:
-                await _close(writer, abort=True)
-                return 0, None, None, f"reset: {exc!r}"
-            await _close(writer, abort=True)
+            if not isinstance(line, bytes):
+                return line
             status = _status_of(line[:_STATUS_LINE_BYTES])
             return (
                 (status or 0),
