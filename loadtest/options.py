@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_run_time_arguments", "settings_record"]
+__all__ = ["add_run_time_arguments", "given_options", "settings_record"]
 
 
 def add_run_time_arguments(
@@ -21,6 +21,11 @@ def add_run_time_arguments(
     parser.add_argument(
         "--warmup", type=float, default=warmup_s, help=f"seconds of warm-up per {per}"
     )
+
+
+def given_options(**values: Any) -> dict[str, Any]:
+    """The options the command line gave (not ``None``), to override a settings class's defaults."""
+    return {key: value for key, value in values.items() if value is not None}
 
 
 def settings_record(values: Mapping[str, Any]) -> dict[str, Any]:
