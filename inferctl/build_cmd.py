@@ -29,13 +29,18 @@ def _weights_pair(text: str) -> str:
     return text
 
 
-def add_build_options(parser: argparse.ArgumentParser) -> None:
+def add_repository_option(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--repository``, by default :data:`DEFAULT_REPOSITORY`: ``what`` it is to the command, for --help."""
     parser.add_argument(
         "--repository",
         type=Path,
         default=DEFAULT_REPOSITORY,
-        help="model repository to write (default: %(default)s)",
+        help=f"{what} (default: %(default)s)",
     )
+
+
+def add_build_options(parser: argparse.ArgumentParser) -> None:
+    add_repository_option(parser, "model repository to write")
     parser.add_argument(
         "--weights",
         action="append",

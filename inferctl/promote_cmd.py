@@ -7,7 +7,12 @@ import os
 from dataclasses import asdict
 from pathlib import Path
 
-from inferctl.build_cmd import _weights_pair, add_json_option, parse_weights
+from inferctl.build_cmd import (
+    _weights_pair,
+    add_json_option,
+    add_repository_option,
+    parse_weights,
+)
 from serving.console import json_document, make_console
 
 DEFAULT_RECORDS = Path("promotions")
@@ -35,12 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--candidate", type=Path, required=True, help="candidate repository holding the new build"
     )
-    parser.add_argument(
-        "--repository",
-        type=Path,
-        default=Path("model_repository"),
-        help="the served repository (default: %(default)s)",
-    )
+    add_repository_option(parser, "the served repository")
     parser.add_argument(
         "--triton-url",
         default="127.0.0.1:8000",

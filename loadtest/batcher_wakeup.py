@@ -42,7 +42,7 @@ from tritonclient.utils import triton_to_np_dtype
 from builders.triton_config import read_config, write_config
 from loadtest.bench.report import machine_description, machine_line
 from loadtest.loadgen import LoadResult, LoadSpec, TritonTarget, run_load
-from loadtest.options import settings_record
+from loadtest.options import run_time_values, settings_record
 from loadtest.plotting import saved_figure
 from loadtest.registry import UsageError
 from serving.console import Table, make_console, number_cell, print_table
@@ -317,8 +317,7 @@ def run(args: argparse.Namespace) -> int:
             repository=args.repository,
             model=args.model,
             concurrencies=concurrencies,
-            warmup_s=args.warmup,
-            duration_s=args.duration,
+            **run_time_values(args),
             out_dir=args.out,
         )
     )

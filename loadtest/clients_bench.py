@@ -236,17 +236,14 @@ def table(
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from inferctl.build_cmd import add_repository_option
+
     parser = argparse.ArgumentParser(
         prog="python -m loadtest.clients_bench",
         description="Gateway vs direct Triton over KServe v2 HTTP and gRPC (tritonclient aio clients): "
         "starts its own Triton and gateway, prints a table (and --json).",
     )
-    parser.add_argument(
-        "--repository",
-        type=Path,
-        default=Path("model_repository"),
-        help="a built model repository (default: %(default)s)",
-    )
+    add_repository_option(parser, "a built model repository")
     parser.add_argument(
         "--model", default="efficientnet_lite0", help="a tensor model in it (default: %(default)s)"
     )

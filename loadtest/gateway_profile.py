@@ -38,6 +38,7 @@ from loadtest.isolation_stack import (
 )
 from loadtest.loadgen import HttpTarget, LoadSpec
 from loadtest.loadgen import run as run_specs
+from loadtest.options import run_time_values
 
 __all__ = ["PATHS", "build_parser", "measure_path", "run"]
 
@@ -158,8 +159,7 @@ def run(args: argparse.Namespace) -> int:
     """``inferctl bench gateway-profile``: the parsed options in, the exit status out."""
     settings = replace(
         DEFAULT_SETTINGS,
-        duration_s=args.duration,
-        warmup_s=args.warmup,
+        **run_time_values(args),
         protected_concurrency=args.concurrency,
     )
     print(measure_path(args.path, settings).describe(args.path, settings.duration_s), flush=True)

@@ -54,8 +54,15 @@ from loadtest.isolation_stack import (
 from loadtest.loadgen import HttpTarget, LoadSpec, Target
 from loadtest.loadgen import run as run_specs
 from loadtest.loadgen.hostile import DisconnectTarget, IdleConnectionTarget, PacedTarget
-from loadtest.options import add_run_time_arguments, settings_record
-from loadtest.qos import add_model_arguments
+from loadtest.options import (
+    FieldOption,
+    add_field_options,
+    add_run_time_arguments,
+    field_values,
+    run_time_values,
+    settings_record,
+)
+from loadtest.qos import MODEL_OPTIONS
 from serving.console import make_console, print_table
 
 __all__ = ["ATTACKER_ADDRESS", "GOAL_RATIO", "build_parser", "run", "run_isolation", "scenarios"]
@@ -289,6 +296,20 @@ def run_isolation(settings: IsolationSettings) -> dict[str, Any]:
     return detail
 
 
+_PROTECTED_OPTIONS: tuple[FieldOption, ...] = (
+    ("--protected-concurrency", int, "the protected key's requests in flight"),
+)
+_ATTACK_OPTIONS: tuple[FieldOption, ...] = (
+    ("--big-body-bytes", int, "size of the big bodies"),
+    ("--big-body-concurrency", int, "big bodies in flight"),
+    ("--idle-connections", int, "idle connections held"),
+    ("--disconnect-concurrency", int, "abandoned requests in flight"),
+    ("--abandon-after-ms", float, "how long after sending the client hangs up"),
+    ("--flood-multiple", float, "the paced flood's rate, times the free tier's key rate"),
+    ("--flood-concurrency", int, "flood workers"),
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     d = DEFAULT_SETTINGS
     parser = argparse.ArgumentParser(
@@ -298,47 +319,9 @@ def build_parser() -> argparse.ArgumentParser:
         "the real gateway with generated secrets, the platform's load generator). Prints a table, writes "
         "isolation.json, isolation-detail.json, isolation.txt and isolation.png.",
     )
-    add_model_arguments(parser, service_ms=d.service_ms, instances=d.instances)
-    parser.add_argument(
-        "--protected-concurrency",
-        type=int,
-        default=d.protected_concurrency,
-        help="the protected key's requests in flight",
-    )
+    add_field_options(parser, d, MODEL_OPTIONS + _PROTECTED_OPTIONS)
     add_run_time_arguments(parser, duration_s=d.duration_s, warmup_s=d.warmup_s, per="run")
-    parser.add_argument(
-        "--big-body-bytes", type=int, default=d.big_body_bytes, help="size of the big bodies"
-    )
-    parser.add_argument(
-        "--big-body-concurrency",
-        type=int,
-        default=d.big_body_concurrency,
-        help="big bodies in flight",
-    )
-    parser.add_argument(
-        "--idle-connections", type=int, default=d.idle_connections, help="idle connections held"
-    )
-    parser.add_argument(
-        "--disconnect-concurrency",
-        type=int,
-        default=d.disconnect_concurrency,
-        help="abandoned requests in flight",
-    )
-    parser.add_argument(
-        "--abandon-after-ms",
-        type=float,
-        default=d.abandon_after_ms,
-        help="how long after sending the client hangs up",
-    )
-    parser.add_argument(
-        "--flood-multiple",
-        type=float,
-        default=d.flood_multiple,
-        help="the paced flood's rate, times the free tier's key rate",
-    )
-    parser.add_argument(
-        "--flood-concurrency", type=int, default=d.flood_concurrency, help="flood workers"
-    )
+    add_field_options(parser, d, _ATTACK_OPTIONS)
     parser.add_argument("--out", type=Path, default=d.out_dir, help="folder for the results")
     parser.add_argument(
         "--scenario",
@@ -355,18 +338,8 @@ def run(args: argparse.Namespace) -> int:
     """``inferctl bench isolation``: the parsed options in, the exit status out."""
     settings = replace(
         DEFAULT_SETTINGS,
-        service_ms=args.service_ms,
-        instances=args.instances,
-        protected_concurrency=args.protected_concurrency,
-        duration_s=args.duration,
-        warmup_s=args.warmup,
-        big_body_bytes=args.big_body_bytes,
-        big_body_concurrency=args.big_body_concurrency,
-        idle_connections=args.idle_connections,
-        disconnect_concurrency=args.disconnect_concurrency,
-        abandon_after_ms=args.abandon_after_ms,
-        flood_multiple=args.flood_multiple,
-        flood_concurrency=args.flood_concurrency,
+        **field_values(args, MODEL_OPTIONS + _PROTECTED_OPTIONS + _ATTACK_OPTIONS),
+        **run_time_values(args),
         out_dir=args.out,
         only=tuple(args.scenario),
     )

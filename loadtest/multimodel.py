@@ -42,7 +42,13 @@ from loadtest.loadgen.mix import ModelMixTarget
 from loadtest.loadgen.samples import Samples
 from loadtest.local_gateway import local_gateway
 from loadtest.multimodel_report import load_figures, report_table, scrape_metrics, write_report
-from loadtest.options import add_run_time_arguments
+from loadtest.options import (
+    FieldOption,
+    add_field_options,
+    add_run_time_arguments,
+    field_values,
+    run_time_values,
+)
 from serving.console import print_table
 from serving.launcher import TritonPorts, TritonServer
 
@@ -312,6 +318,24 @@ def run_multimodel(settings: MultiModelSettings) -> dict[str, Any]:
     )
 
 
+_SIZE_OPTIONS: tuple[FieldOption, ...] = (
+    ("--models", int, "classifier variants"),
+    ("--budget-models", int, "how many fit the budget"),
+    ("--concurrency", int, "requests in flight"),
+)
+_TRAFFIC_OPTIONS: tuple[FieldOption, ...] = (
+    ("--zipf-s", float, "Zipf exponent of the traffic"),
+    ("--seed", int, "weights and traffic seed"),
+)
+_LOAD_OPTIONS: tuple[FieldOption, ...] = (
+    (
+        "--concurrent-loads",
+        int,
+        "the gateway's GATEWAY_RESIDENCY_MAX_CONCURRENT_LOADS (Triton loads at once)",
+    ),
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     d = DEFAULT_SETTINGS
     parser = argparse.ArgumentParser(
@@ -321,28 +345,16 @@ def build_parser() -> argparse.ArgumentParser:
         "(real Triton, real gateway, the platform's load generator). Prints a table, writes multimodel.json, "
         "multimodel-detail.json and multimodel.png.",
     )
-    parser.add_argument("--models", type=int, default=d.models, help="classifier variants")
-    parser.add_argument(
-        "--budget-models", type=int, default=d.budget_models, help="how many fit the budget"
-    )
-    parser.add_argument("--concurrency", type=int, default=d.concurrency, help="requests in flight")
+    add_field_options(parser, d, _SIZE_OPTIONS)
     add_run_time_arguments(parser, duration_s=d.duration_s, warmup_s=d.warmup_s, per="phase")
-    parser.add_argument(
-        "--zipf-s", type=float, default=d.zipf_s, help="Zipf exponent of the traffic"
-    )
-    parser.add_argument("--seed", type=int, default=d.seed, help="weights and traffic seed")
+    add_field_options(parser, d, _TRAFFIC_OPTIONS)
     parser.add_argument(
         "--device",
         choices=("cpu", "gpu"),
         default=d.device,
         help="cpu: ONNX variants, process-tree meter; gpu: TorchScript KIND_GPU variants, Triton's GPU meter",
     )
-    parser.add_argument(
-        "--concurrent-loads",
-        type=int,
-        default=d.concurrent_loads,
-        help="the gateway's GATEWAY_RESIDENCY_MAX_CONCURRENT_LOADS (Triton loads at once)",
-    )
+    add_field_options(parser, d, _LOAD_OPTIONS)
     parser.add_argument("--out", type=Path, default=d.out_dir, help="folder for the results")
     return parser
 
@@ -353,15 +365,9 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit("--budget-models must be at least 1 and fewer than --models")
     settings = replace(
         DEFAULT_SETTINGS,
-        models=args.models,
-        budget_models=args.budget_models,
-        concurrency=args.concurrency,
-        duration_s=args.duration,
-        warmup_s=args.warmup,
-        zipf_s=args.zipf_s,
-        seed=args.seed,
+        **field_values(args, _SIZE_OPTIONS + _TRAFFIC_OPTIONS + _LOAD_OPTIONS),
+        **run_time_values(args),
         device=args.device,
-        concurrent_loads=args.concurrent_loads,
         out_dir=args.out,
     )
     detail = run_multimodel(settings)

@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -152,27 +153,19 @@ def call_model(
 ) -> httpx.Response:
     """One request to ``model`` through its public route, as a client would send it."""
     url, headers = stack.base_url, stack.headers
+    public: tuple[str, dict[str, Any]] | None = None
     if task == Task.CLASSIFICATION:
-        return httpx.post(
-            f"{url}/v1/classify",
-            headers=headers,
-            timeout=timeout_s,
-            files={"file": ("probe.png", probe_png(32), "image/png")},
+        public = "/v1/classify", {"files": {"file": ("probe.png", probe_png(32), "image/png")}}
+    elif task == Task.EMBEDDINGS:
+        public = "/v1/embeddings", {"json": {"model": model, "input": "hello world"}}
+    elif task == Task.IMAGE_GENERATION:
+        public = (
+            "/v1/images/generations",
+            {"json": {"model": model, "prompt": "a red apple on a table"}},
         )
-    if task == Task.EMBEDDINGS:
-        return httpx.post(
-            f"{url}/v1/embeddings",
-            headers=headers,
-            timeout=timeout_s,
-            json={"model": model, "input": "hello world"},
-        )
-    if task == Task.IMAGE_GENERATION:
-        return httpx.post(
-            f"{url}/v1/images/generations",
-            headers=headers,
-            timeout=timeout_s,
-            json={"model": model, "prompt": "a red apple on a table"},
-        )
+    if public is not None:
+        path, request = public
+        return httpx.post(f"{url}{path}", headers=headers, timeout=timeout_s, **request)
     config = httpx.get(f"{url}/v2/models/{model}/config", headers=headers, timeout=30).json()
     body, extra = infer_body(probe_inputs(config))
     return httpx.post(

@@ -4,11 +4,22 @@ and the settings a run used, as every benchmark's JSON document records them."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_run_time_arguments", "settings_record"]
+__all__ = [
+    "FieldOption",
+    "add_field_options",
+    "add_run_time_arguments",
+    "field_values",
+    "given_options",
+    "run_time_values",
+    "settings_record",
+]
+
+#: ``(flag, type, help)``: an option ``--some-field`` that sets the settings field ``some_field``
+FieldOption = tuple[str, Callable[[str], Any], str]
 
 
 def add_run_time_arguments(
@@ -21,6 +32,33 @@ def add_run_time_arguments(
     parser.add_argument(
         "--warmup", type=float, default=warmup_s, help=f"seconds of warm-up per {per}"
     )
+
+
+def run_time_values(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings' ``duration_s`` and ``warmup_s`` from ``--duration`` and ``--warmup``."""
+    return {"duration_s": args.duration, "warmup_s": args.warmup}
+
+
+def _field(flag: str) -> str:
+    return flag.removeprefix("--").replace("-", "_")  # argparse's own dest for the flag
+
+
+def add_field_options(
+    parser: argparse.ArgumentParser, defaults: object, options: Sequence[FieldOption]
+) -> None:
+    """Each option of ``options``, its default the field of the same name in ``defaults``."""
+    for flag, kind, text in options:
+        parser.add_argument(flag, type=kind, default=getattr(defaults, _field(flag)), help=text)
+
+
+def field_values(args: argparse.Namespace, options: Sequence[FieldOption]) -> dict[str, Any]:
+    """The settings fields ``options`` set, from the parsed ``args``."""
+    return {_field(flag): getattr(args, _field(flag)) for flag, _, _ in options}
+
+
+def given_options(**values: Any) -> dict[str, Any]:
+    """The options the command line gave (not ``None``), to override a settings class's defaults."""
+    return {key: value for key, value in values.items() if value is not None}
 
 
 def settings_record(values: Mapping[str, Any]) -> dict[str, Any]:

@@ -38,7 +38,14 @@ from builders.triton_config import model_config, write_config
 from loadtest.loadgen import HttpTarget, LoadResult, LoadSpec, run_load
 from loadtest.loadgen import run as run_specs
 from loadtest.local_gateway import local_gateway
-from loadtest.options import add_run_time_arguments, settings_record
+from loadtest.options import (
+    FieldOption,
+    add_field_options,
+    add_run_time_arguments,
+    field_values,
+    run_time_values,
+    settings_record,
+)
 from loadtest.qos_report import TierFigures, report_table, save_plot, tier_figures
 from serving.console import make_console, print_table
 from serving.launcher import TritonPorts, TritonServer
@@ -46,7 +53,7 @@ from serving.launcher import TritonPorts, TritonServer
 __all__ = [
     "DEFAULT_SETTINGS",
     "QosSettings",
-    "add_model_arguments",
+    "MODEL_OPTIONS",
     "build_parser",
     "run",
     "run_qos",
@@ -261,15 +268,24 @@ def run_qos(settings: QosSettings) -> dict[str, Any]:
     return document
 
 
-def add_model_arguments(
-    parser: argparse.ArgumentParser, *, service_ms: float, instances: int
-) -> None:
-    """``--service-ms`` and ``--instances``: the fixed-service-time model of :func:`prepare_repository`
-    (this benchmark's, and :mod:`loadtest.isolation`'s)."""
-    parser.add_argument(
-        "--service-ms", type=float, default=service_ms, help="model service time per request"
-    )
-    parser.add_argument("--instances", type=int, default=instances, help="model instances")
+#: ``--service-ms`` and ``--instances``: the fixed-service-time model of :func:`prepare_repository`
+#: (this benchmark's, and :mod:`loadtest.isolation`'s)
+MODEL_OPTIONS: tuple[FieldOption, ...] = (
+    ("--service-ms", float, "model service time per request"),
+    ("--instances", int, "model instances"),
+)
+
+
+_LOAD_OPTIONS: tuple[FieldOption, ...] = (
+    ("--load", float, "offered concurrency / saturating concurrency"),
+    ("--premium-fraction", float, "share of the offered concurrency that is premium"),
+    (
+        "--max-in-flight",
+        int,
+        "gateway in-flight bound per model (default: the offered concurrency)",
+    ),
+)
+_PROCESS_OPTIONS: tuple[FieldOption, ...] = (("--processes", int, "load-generator processes"),)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -280,22 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
         "saturating load, with tier priorities off and on, side by side (real Triton, real gateways, the "
         "platform's load generator). Prints a table, writes qos.json and qos.png.",
     )
-    add_model_arguments(parser, service_ms=d.service_ms, instances=d.instances)
-    parser.add_argument(
-        "--load", type=float, default=d.load, help="offered concurrency / saturating concurrency"
-    )
-    parser.add_argument(
-        "--premium-fraction",
-        type=float,
-        default=d.premium_fraction,
-        help="share of the offered concurrency that is premium",
-    )
-    parser.add_argument(
-        "--max-in-flight",
-        type=int,
-        default=d.max_in_flight,
-        help="gateway in-flight bound per model (default: the offered concurrency)",
-    )
+    add_field_options(parser, d, MODEL_OPTIONS + _LOAD_OPTIONS)
     add_run_time_arguments(parser, duration_s=d.duration_s, warmup_s=d.warmup_s, per="run")
     parser.add_argument(
         "--sweep-seconds", type=float, default=d.sweep_s, help="seconds per saturation step"
@@ -303,9 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--impolite", action="store_true", help="clients resend at once after a 429"
     )
-    parser.add_argument(
-        "--processes", type=int, default=d.processes, help="load-generator processes"
-    )
+    add_field_options(parser, d, _PROCESS_OPTIONS)
     parser.add_argument(
         "--out", type=Path, default=d.out_dir, help="folder for qos.json and qos.png"
     )
@@ -316,16 +315,10 @@ def run(args: argparse.Namespace) -> int:
     """``inferctl bench qos``: the parsed options in, the exit status out."""
     settings = replace(
         DEFAULT_SETTINGS,
-        service_ms=args.service_ms,
-        instances=args.instances,
-        load=args.load,
-        premium_fraction=args.premium_fraction,
-        max_in_flight=args.max_in_flight,
-        duration_s=args.duration,
-        warmup_s=args.warmup,
+        **field_values(args, MODEL_OPTIONS + _LOAD_OPTIONS + _PROCESS_OPTIONS),
+        **run_time_values(args),
         sweep_s=args.sweep_seconds,
         polite=not args.impolite,
-        processes=args.processes,
         out_dir=args.out,
     )
     document = run_qos(settings)

@@ -196,16 +196,12 @@ def run_scaling(repository: Path, settings: ScalingSettings) -> list[Row]:
 
 def build_parser() -> argparse.ArgumentParser:
     from gateway.settings import usable_cores
+    from inferctl.build_cmd import add_repository_option
 
     parser = argparse.ArgumentParser(
         prog="python -m loadtest.scaling", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument(
-        "--repository",
-        type=Path,
-        default=Path("model_repository"),
-        help="a built model repository holding --model (default: %(default)s)",
-    )
+    add_repository_option(parser, "a built model repository holding --model")
     parser.add_argument(
         "--model", default="efficientnet_lite0", help="the image model (default: %(default)s)"
     )

@@ -9,6 +9,7 @@ from typing import Any
 from loadtest.bench.settings import ALL_CONFIGS, DEFAULT_MODEL, DEFAULT_OUT, BenchSettings
 from loadtest.bench.side_by_side import run_bench
 from loadtest.loadgen.shm import KINDS
+from loadtest.options import given_options
 
 __all__ = ["build_parser", "run", "settings_from_args"]
 
@@ -83,18 +84,18 @@ def settings_from_args(args: argparse.Namespace) -> BenchSettings:
         "protocol": args.protocol,
         "shared_memory": args.shared_memory,
     }
-    for key, value in (
-        ("concurrency", args.concurrency),
-        ("duration_s", args.duration),
-        ("warmup_s", args.warmup),
-        ("raw_batches", args.raw_batches),
-        ("repository", args.repository),
-        ("clients", args.clients),
-        ("configs", args.configs),
-        ("naive_threads", args.naive_threads),
-    ):
-        if value is not None:
-            overrides[key] = value
+    overrides.update(
+        given_options(
+            concurrency=args.concurrency,
+            duration_s=args.duration,
+            warmup_s=args.warmup,
+            raw_batches=args.raw_batches,
+            repository=args.repository,
+            clients=args.clients,
+            configs=args.configs,
+            naive_threads=args.naive_threads,
+        )
+    )
     return BenchSettings.quick_settings(**overrides) if args.quick else BenchSettings(**overrides)
 
 

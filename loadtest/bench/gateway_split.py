@@ -30,6 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from loadtest.bench.report import config_table
+
 __all__ = ["GatewaySplit", "gateway_counters", "gateway_split", "gateway_table"]
 
 STAGES = ("auth", "admit", "parse", "upstream")
@@ -113,17 +115,15 @@ def gateway_split(before: dict[str, float], after: dict[str, float]) -> GatewayS
 def gateway_table(rows: list[dict[str, Any]]) -> Any:
     """A rich table of gateway points: each row has ``config``, ``concurrency``, ``client_mean_ms``,
     ``outside_triton_ms`` and ``gateway`` (:meth:`GatewaySplit.as_dict`); rows without ``gateway`` are skipped."""
-    from rich.table import Table
-
-    table = Table(
-        title="Where the gateway's time goes (means per request, ms; the gateway's stage metrics, "
-        "see loadtest.bench.gateway_split)"
-    )
     columns = ("before_app", "auth", "admit", "parse", "to_triton", "other", "loop_lag")
-    for column in ("config", "concurrency", "client", "outside Triton", *columns):
-        table.add_column(
-            column.replace("_", " "), justify="left" if column == "config" else "right"
-        )
+    table = config_table(
+        (
+            c.replace("_", " ")
+            for c in ("config", "concurrency", "client", "outside Triton", *columns)
+        ),
+        title="Where the gateway's time goes (means per request, ms; the gateway's stage metrics, "
+        "see loadtest.bench.gateway_split)",
+    )
     for row in rows:
         if "gateway" in row:
             stages = row["gateway"]

@@ -43,6 +43,7 @@ from loadtest.bench.gpu_settings import GpuBenchSettings
 from loadtest.bench.gpu_setup import parse_points
 from loadtest.bench.plot import save_gpu_plot
 from loadtest.bench.settings import Result
+from loadtest.options import given_options
 
 __all__ = ["GpuBenchSettings", "build_parser", "run", "run_gpu_bench"]
 
@@ -182,16 +183,16 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.raw_batches:
         overrides["raw_batches"] = tuple(int(b) for b in args.raw_batches.split(","))
-    for key, value in (
-        ("duration_s", args.duration),
-        ("clients", args.clients),
-        ("gateway_workers", args.gateway_workers),
-        ("warmup_s", args.warmup),
-        ("capacity_s", args.capacity_duration),
-        ("budget_s", args.budget_s),
-    ):
-        if value is not None:
-            overrides[key] = value
+    overrides.update(
+        given_options(
+            duration_s=args.duration,
+            clients=args.clients,
+            gateway_workers=args.gateway_workers,
+            warmup_s=args.warmup,
+            capacity_s=args.capacity_duration,
+            budget_s=args.budget_s,
+        )
+    )
     document = run_gpu_bench(GpuBenchSettings(**overrides))
     failed = [r for r in document["results"] if r["errors"]]
     return 1 if failed else 0

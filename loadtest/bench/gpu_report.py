@@ -9,51 +9,30 @@ from typing import Any
 
 from loadtest.bench.gateway_split import gateway_table
 from loadtest.bench.gpu_goals import CEILING_CONFIGS
-from loadtest.bench.report import machine_line
-from loadtest.bench.settings import Result
+from loadtest.bench.report import config_table, machine_line
+from loadtest.bench.settings import Result, result_row
 
 __all__ = ["print_gpu_report", "result_row"]
-
-
-def result_row(name: str, result: Any, capacity: float | None, per_request: int = 1) -> Result:
-    """A load result (``loadtest.loadgen``) as a table row: throughput and the client's capacity in
-    images per second, for requests of ``per_request`` images."""
-    capacity = capacity * per_request if capacity else capacity
-    return Result(
-        config=name,
-        concurrency=result.concurrency,
-        requests=result.requests,
-        errors=result.errors,
-        duration_s=result.duration_s,
-        throughput=result.throughput * per_request,
-        p50_ms=result.p50_ms,
-        p95_ms=result.p95_ms,
-        p99_ms=result.p99_ms,
-        mean_ms=result.mean_ms,
-        capacity=capacity,
-        capacity_used=result.throughput * per_request / capacity if capacity else None,
-        error_rate=result.error_rate,
-        error_messages=result.error_summary(),
-    )
 
 
 def _tables(rows: list[Result], document: dict[str, Any]) -> list[Any]:
     from rich.table import Table
 
     machine = document["machine"]
-    served = Table(title=f"GPU benchmark: {machine_line(machine)}")
-    for column in (
-        "config",
-        "concurrency",
-        "images/s",
-        "P50 ms",
-        "P95 ms",
-        "P99 ms",
-        "errors",
-        "client capacity/s",
-        "capacity used",
-    ):
-        served.add_column(column, justify="left" if column == "config" else "right")
+    served = config_table(
+        (
+            "config",
+            "concurrency",
+            "images/s",
+            "P50 ms",
+            "P95 ms",
+            "P99 ms",
+            "errors",
+            "client capacity/s",
+            "capacity used",
+        ),
+        title=f"GPU benchmark: {machine_line(machine)}",
+    )
     for r in rows:
         if r.config.startswith("raw"):
             continue
@@ -116,8 +95,6 @@ def _tables(rows: list[Result], document: dict[str, Any]) -> list[Any]:
 
 def _cpu_table(rows: list[dict[str, Any]], cpus: int) -> Any:
     """Each point's busy cores per process group (and CPU ms per request), beside the host's."""
-    from rich.table import Table
-
     # The groups that did something (an idle model's stubs would only widen the table).
     groups = sorted(
         {
@@ -127,12 +104,11 @@ def _cpu_table(rows: list[dict[str, Any]], cpus: int) -> Any:
             if g != "host" and used["cores"] >= 0.05
         }
     )
-    table = Table(
+    table = config_table(
+        ("config", "concurrency", "host", *groups),
         title=f"Who used the CPUs: cores busy over each point (CPU ms per request; the busiest process's cores); "
-        f"the host has {cpus or '?'} cores"
+        f"the host has {cpus or '?'} cores",
     )
-    for column in ("config", "concurrency", "host", *groups):
-        table.add_column(column, justify="left" if column == "config" else "right")
     for row in rows:
         cpu = row.get("cpu", {})
         if not cpu:
@@ -149,23 +125,20 @@ def _cpu_table(rows: list[dict[str, Any]], cpus: int) -> Any:
 
 def _split_table(rows: list[dict[str, Any]]) -> Any:
     """Each Triton point's mean request time: outside Triton (client, HTTP, gateway) and in its stages."""
-    from rich.table import Table
-
-    table = Table(
-        title="Where the time goes (means per request, ms; Triton's statistics over each point)"
+    table = config_table(
+        (
+            "config",
+            "concurrency",
+            "client",
+            "outside Triton",
+            "queue",
+            "input",
+            "infer (stub)",
+            "output",
+            "images per execution",
+        ),
+        title="Where the time goes (means per request, ms; Triton's statistics over each point)",
     )
-    for column in (
-        "config",
-        "concurrency",
-        "client",
-        "outside Triton",
-        "queue",
-        "input",
-        "infer (stub)",
-        "output",
-        "images per execution",
-    ):
-        table.add_column(column, justify="left" if column == "config" else "right")
     for row in rows:
         table.add_row(
             row["config"],
@@ -183,16 +156,13 @@ def _split_table(rows: list[dict[str, Any]]) -> Any:
 
 def _steps_table(rows: list[dict[str, Any]]) -> Any:
     """Inside the stub's execute(): the model's own steps (``serving/step_metrics.py``), per execution."""
-    from rich.table import Table
-
     steps = list(dict.fromkeys(step for row in rows for step in row.get("steps_ms", {})))
     # Triton counts an execution's whole duration against each of its requests, so 'infer (stub)' is
     # already an execution's time (weighted by requests); what the steps leave of it is the stub's IPC.
-    table = Table(
-        title="Inside execute() (means per execution, ms; the model's step metrics beside Triton's 'infer (stub)')"
+    table = config_table(
+        ("config", "concurrency", "infer (stub)", *steps, "steps together"),
+        title="Inside execute() (means per execution, ms; the model's step metrics beside Triton's 'infer (stub)')",
     )
-    for column in ("config", "concurrency", "infer (stub)", *steps, "steps together"):
-        table.add_column(column, justify="left" if column == "config" else "right")
     for row in rows:
         found = row.get("steps_ms", {})
         if not found:

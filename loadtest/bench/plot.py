@@ -44,14 +44,7 @@ def save_plot(
             ax.plot(
                 x, [r.p50_ms for r in rows], "--", color=colour, alpha=0.6, label=f"{config} P50"
             )
-            for r in rows:
-                ax.annotate(
-                    f"c={r.concurrency}",
-                    (r.throughput, r.p99_ms),
-                    textcoords="offset points",
-                    xytext=(4, 4),
-                    fontsize=7,
-                )
+            _mark_concurrency(ax, rows, offset=4)
         raw = [r for r in results if r.config == "raw"]
         if raw:
             best = max(raw, key=lambda r: r.throughput)
@@ -74,6 +67,18 @@ def save_plot(
         )
         fig.text(0.01, 0.01, settings_line, fontsize=7, wrap=True)
     return path
+
+
+def _mark_concurrency(ax: Any, points: Sequence[Result], offset: int) -> None:
+    """Each P99 point labelled with its concurrency, ``offset`` points up and to the right of it."""
+    for r in points:
+        ax.annotate(
+            f"c={r.concurrency}",
+            (r.throughput, r.p99_ms),
+            textcoords="offset points",
+            xytext=(offset, offset),
+            fontsize=7,
+        )
 
 
 def save_bar_plot(path: Path, title: str, rows: Sequence[Any]) -> None:
@@ -131,14 +136,7 @@ def _draw_gpu_paths(ax: Any, colours: Any, rows: list[Result], document: dict[st
             color=colour,
             alpha=0.5,
         )
-        for r in points:
-            ax.annotate(
-                f"c={r.concurrency}",
-                (r.throughput, r.p99_ms),
-                textcoords="offset points",
-                xytext=(3, 3),
-                fontsize=7,
-            )
+        _mark_concurrency(ax, points, offset=3)
     ceiling = max(
         (r for r in rows if r.config in _CEILING), key=lambda r: r.throughput, default=None
     )

@@ -5,13 +5,31 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from loadtest.bench.settings import Result
 
-__all__ = ["compute_ratios", "cpu_model", "machine_description", "machine_line", "print_report"]
+__all__ = [
+    "compute_ratios",
+    "config_table",
+    "cpu_model",
+    "machine_description",
+    "machine_line",
+    "print_report",
+]
+
+
+def config_table(columns: Iterable[str], **table: Any) -> Any:
+    """A rich table (``table``: its title, caption) of ``columns``: the configuration's name reads from
+    the left, every figure from the right."""
+    from rich.table import Table
+
+    made = Table(**table)
+    for column in columns:
+        made.add_column(column, justify="left" if column == "config" else "right")
+    return made
 
 
 def cpu_model() -> str | None:
@@ -139,21 +157,23 @@ def print_report(
     from rich.table import Table
 
     console = Console(width=160)
-    table = Table(title=f"Side-by-side benchmark: {machine_line(machine)}", caption=settings_line)
-    for column in (
-        "config",
-        "concurrency",
-        "batch",
-        "throughput/s",
-        "P50 ms",
-        "P95 ms",
-        "P99 ms",
-        "errors",
-        "error rate",
-        "client capacity/s",
-        "capacity used",
-    ):
-        table.add_column(column, justify="left" if column == "config" else "right")
+    table = config_table(
+        (
+            "config",
+            "concurrency",
+            "batch",
+            "throughput/s",
+            "P50 ms",
+            "P95 ms",
+            "P99 ms",
+            "errors",
+            "error rate",
+            "client capacity/s",
+            "capacity used",
+        ),
+        title=f"Side-by-side benchmark: {machine_line(machine)}",
+        caption=settings_line,
+    )
     for r in results:
         capacity = "-" if r.capacity is None else f"{r.capacity:,.1f}"
         used = "-" if r.capacity_used is None else f"{r.capacity_used:.0%}"

@@ -6,7 +6,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ALL_CONFIGS", "DEFAULT_CONFIGS", "JPEG_CONFIGS", "PIPELINE", "BenchSettings", "Result"]
+__all__ = [
+    "ALL_CONFIGS",
+    "DEFAULT_CONFIGS",
+    "JPEG_CONFIGS",
+    "PIPELINE",
+    "BenchSettings",
+    "Result",
+    "result_row",
+]
 
 DEFAULT_CONFIGS: tuple[str, ...] = (
     "triton-batching",
@@ -93,3 +101,25 @@ class Result:
     capacity_used: float | None = None  # throughput / capacity: near 1, the client was the limit
     error_rate: float = 0.0
     error_messages: str = ""
+
+
+def result_row(name: str, result: Any, capacity: float | None, per_request: int = 1) -> Result:
+    """A load result (``loadtest.loadgen``) as a table row: throughput and the client's capacity in
+    images per second, for requests of ``per_request`` images."""
+    capacity = capacity * per_request if capacity else capacity
+    return Result(
+        config=name,
+        concurrency=result.concurrency,
+        requests=result.requests,
+        errors=result.errors,
+        duration_s=result.duration_s,
+        throughput=result.throughput * per_request,
+        p50_ms=result.p50_ms,
+        p95_ms=result.p95_ms,
+        p99_ms=result.p99_ms,
+        mean_ms=result.mean_ms,
+        capacity=capacity,
+        capacity_used=result.throughput * per_request / capacity if capacity else None,
+        error_rate=result.error_rate,
+        error_messages=result.error_summary(),
+    )

@@ -31,10 +31,16 @@ from loadtest.bench.raw import raw_ceiling
 from loadtest.bench.report import compute_ratios, machine_description, print_report
 from loadtest.bench.repository import copy_pipeline, prepare_repository, tensor_names
 from loadtest.bench.servers import BenchGateway, gateway_server, naive_server, naive_target
-from loadtest.bench.settings import ALL_CONFIGS, JPEG_CONFIGS, PIPELINE, BenchSettings, Result
+from loadtest.bench.settings import (
+    ALL_CONFIGS,
+    JPEG_CONFIGS,
+    PIPELINE,
+    BenchSettings,
+    Result,
+    result_row,
+)
 from loadtest.loadgen import (
     HttpTarget,
-    LoadResult,
     LoadSpec,
     Target,
     TritonTarget,
@@ -70,25 +76,6 @@ def _settings_line(
         f"against an instant twin of the model in the same Triton; {instances} Triton instance(s), intra-op threads = runtime "
         f"default (physical cores), inter-op 1; naive server torch threads "
         f"{settings.naive_threads or 'default (physical cores)'}; raw batches {list(settings.raw_batches)}"
-    )
-
-
-def _row(config: str, result: LoadResult, capacity: float) -> Result:
-    return Result(
-        config=config,
-        concurrency=result.concurrency,
-        requests=result.requests,
-        errors=result.errors,
-        duration_s=result.duration_s,
-        throughput=result.throughput,
-        p50_ms=result.p50_ms,
-        p95_ms=result.p95_ms,
-        p99_ms=result.p99_ms,
-        mean_ms=result.mean_ms,
-        capacity=capacity,
-        capacity_used=result.with_capacity(capacity).capacity_used,
-        error_rate=result.error_rate,
-        error_messages=result.error_summary(),
     )
 
 
@@ -347,13 +334,15 @@ def run_bench(settings: BenchSettings) -> dict[str, Any]:
                     or not name.startswith("gateway")
                     or not isinstance(target, TritonTarget)
                 ):
-                    results.append(_row(name, run_load(spec, settings.clients), capacities[kind]))
+                    results.append(
+                        result_row(name, run_load(spec, settings.clients), capacities[kind])
+                    )
                     continue
                 # A gateway point also gets the gateway's own split of its time outside Triton.
                 probe = PointProbe.start(
                     triton.http_url, target.model, gateway=(gateway.url, gateway.metrics_token)
                 )
-                results.append(_row(name, run_load(spec, settings.clients), capacities[kind]))
+                results.append(result_row(name, run_load(spec, settings.clients), capacities[kind]))
                 splits.append(probe.row(name, concurrency, results[-1].mean_ms))
         if "raw" in configs:
             raw_runs.append(raw_ceiling(settings, repo, entry, images))

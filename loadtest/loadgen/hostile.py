@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -63,6 +63,43 @@ async def _close(writer: asyncio.StreamWriter, abort: bool) -> None:
         await writer.wait_closed()
 
 
+async def _exchange(
+    host: str,
+    port: int,
+    source_address: str | None,
+    request: bytes,
+    wait_s: float,
+    *,
+    abort: bool,
+    on_timeout: Outcome,
+    detail: Callable[[int | None, bytes], str | None],
+) -> Outcome:
+    """One connection: ``request`` written (if any), then up to ``wait_s`` for the server's first line.
+
+    The connection is closed after, with a reset where ``abort`` (and always when it failed). The
+    outcome: ``on_timeout`` when no line came in ``wait_s``; status 0 for a failed connection; else the
+    line's status (0: none) with ``detail(status, the line's first 200 bytes)`` as its message.
+    """
+    try:
+        reader, writer = await _open(host, port, source_address)
+    except OSError as exc:
+        return 0, None, None, f"no connection: {exc!r}"
+    try:
+        if request:
+            writer.write(request)
+            await writer.drain()
+        line = await asyncio.wait_for(reader.readline(), wait_s)
+    except TimeoutError:
+        await _close(writer, abort=abort)
+        return on_timeout
+    except OSError as exc:
+        await _close(writer, abort=True)
+        return 0, None, None, f"reset: {exc!r}"
+    await _close(writer, abort=abort)
+    status = _status_of(line[:_STATUS_LINE_BYTES])
+    return (status or 0), None, None, detail(status, line[:200])
+
+
 @dataclass(frozen=True, kw_only=True)
 class IdleConnectionTarget:
     """Connections that say nothing.
@@ -86,26 +123,17 @@ class IdleConnectionTarget:
         host, port, _ = _host_port(self.url)
 
         async def send(worker: int, index: int) -> Outcome:
-            try:
-                reader, writer = await _open(host, port, self.source_address)
-            except OSError as exc:
-                return 0, None, None, f"no connection: {exc!r}"
-            try:
-                # What the server says (if anything) before it closes: its head deadline's 408.
-                line = await asyncio.wait_for(reader.readline(), self.hold_s)
-            except TimeoutError:
-                await _close(writer, abort=False)
-                return 200, None, None, None  # held the whole time: the attack did what it meant to
-            except OSError as exc:
-                await _close(writer, abort=True)
-                return 0, None, None, f"reset: {exc!r}"
-            await _close(writer, abort=False)
-            status = _status_of(line[:_STATUS_LINE_BYTES])
-            return (
-                (status or 0),
-                None,
-                None,
-                line[:200].decode(errors="replace") or "closed by the server",
+            # What the server says (if anything) before it closes: its head deadline's 408. Held
+            # the whole time (the timeout) is a 200: the attack did what it meant to.
+            return await _exchange(
+                host,
+                port,
+                self.source_address,
+                b"",
+                self.hold_s,
+                abort=False,
+                on_timeout=(200, None, None, None),
+                detail=lambda _, head: head.decode(errors="replace") or "closed by the server",
             )
 
         yield send
@@ -146,27 +174,17 @@ class DisconnectTarget:
         request = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + self.body
 
         async def send(worker: int, index: int) -> Outcome:
-            try:
-                reader, writer = await _open(host, port, self.source_address)
-            except OSError as exc:
-                return 0, None, None, f"no connection: {exc!r}"
-            try:
-                writer.write(request)
-                await writer.drain()
-                line = await asyncio.wait_for(reader.readline(), self.abandon_after_s)
-            except TimeoutError:
-                await _close(writer, abort=True)
-                return ABANDONED, None, None, "abandoned before the answer"
-            except OSError as exc:
-                await _close(writer, abort=True)
-                return 0, None, None, f"reset: {exc!r}"
-            await _close(writer, abort=True)
-            status = _status_of(line[:_STATUS_LINE_BYTES])
-            return (
-                (status or 0),
-                None,
-                None,
-                None if status == 200 else line[:200].decode(errors="replace"),
+            return await _exchange(
+                host,
+                port,
+                self.source_address,
+                request,
+                self.abandon_after_s,
+                abort=True,
+                on_timeout=(ABANDONED, None, None, "abandoned before the answer"),
+                detail=lambda status, head: (
+                    None if status == 200 else head.decode(errors="replace")
+                ),
             )
 
         yield send
