@@ -29,11 +29,18 @@ import asyncio
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from gateway.http.problems import raw_problem_response
 
-__all__ = ["DEFAULT_MAX_PEERS", "AcceptRate", "RefusedConnection", "accept_rate_answer"]
+__all__ = [
+    "DEFAULT_MAX_PEERS",
+    "AcceptRate",
+    "HeldRefusals",
+    "RefusedConnection",
+    "accept_rate_answer",
+]
 
 #: addresses remembered at most (a float and a string each: a few MB at the cap)
 DEFAULT_MAX_PEERS = 65_536
@@ -131,50 +138,57 @@ def accept_rate_answer(retry_after_s: int) -> bytes:
     )
 
 
+@dataclass(eq=False)
+class HeldRefusals:
+    """The refused connections of one server waiting for their answer (:class:`RefusedConnection`).
+
+    Args:
+        rate: the server's accept rate (its ``max_debt_s`` bounds a hold).
+        max_held: connections held at most; past it they are answered at once.
+        linger_s: how long an answered connection is kept for the client to read its answer.
+    """
+
+    rate: AcceptRate
+    max_held: int
+    linger_s: float
+    members: set[RefusedConnection] = field(default_factory=set)
+
+
 class RefusedConnection:
     """A connection over its address's accept rate, from ``connection_made`` to its close.
 
-    It is answered (the canned 429, then the sending side shut) when its address may connect again,
-    at once where that is under a millisecond or ``held`` already has ``max_held`` members, else
-    after at most ``rate.max_debt_s`` with the connection unread meanwhile; then what the client
-    still sends is dropped until it closes, for at most ``linger_s`` (closing with its request unread
-    would reset the connection before the client reads the answer).
+    It is answered (the canned 429, then the sending side shut) when its address may connect again:
+    at once where that is under a millisecond or ``held.max_held`` connections are held already,
+    else after at most ``held.rate.max_debt_s`` with the connection unread meanwhile. Then what the
+    client still sends is dropped until it closes, for at most ``held.linger_s`` (closing with its
+    request unread would reset the connection before the client reads the answer).
     """
 
     def __init__(
-        self,
-        transport: asyncio.Transport,
-        peer: str,
-        wait: float,
-        *,
-        rate: AcceptRate,
-        held: set[RefusedConnection],
-        max_held: int,
-        linger_s: float,
+        self, transport: asyncio.Transport, peer: str, wait: float, held: HeldRefusals
     ) -> None:
-        self.transport, self._peer, self._rate, self._held = transport, peer, rate, held
-        self._linger_s = linger_s
+        self.transport, self._peer, self._held = transport, peer, held
         loop = asyncio.get_running_loop()
-        hold_s = min(wait, rate.max_debt_s)
-        if hold_s < 0.001 or len(held) >= max_held:
+        hold_s = min(wait, held.rate.max_debt_s)
+        if hold_s < 0.001 or len(held.members) >= held.max_held:
             self._timer = self._answer(loop)
             return
         transport.pause_reading()
-        held.add(self)
+        held.members.add(self)
         self._timer = loop.call_later(hold_s, self._end_hold, loop)
 
     def _end_hold(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._held.discard(self)
+        self._held.members.discard(self)
         if not self.transport.is_closing():
             self.transport.resume_reading()  # read (and dropped) while the client takes the answer
             self._timer = self._answer(loop)
 
     def _answer(self, loop: asyncio.AbstractEventLoop) -> asyncio.TimerHandle:
-        wait = self._rate.wait_of(self._peer)
-        self.transport.write(accept_rate_answer(self._rate.retry_after_s(wait)))
+        rate = self._held.rate
+        self.transport.write(accept_rate_answer(rate.retry_after_s(rate.wait_of(self._peer))))
         if self.transport.can_write_eof():
             self.transport.write_eof()
-        return loop.call_later(self._linger_s, self.transport.close)
+        return loop.call_later(self._held.linger_s, self.transport.close)
 
     def eof_received(self) -> None:
         """The client closed its side: it has read the answer, or given up waiting for it."""
@@ -183,4 +197,4 @@ class RefusedConnection:
     def lost(self) -> None:
         """The connection is gone (the protocol's ``connection_lost``)."""
         self._timer.cancel()
-        self._held.discard(self)
+        self._held.members.discard(self)

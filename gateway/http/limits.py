@@ -43,7 +43,7 @@ from typing import Any, ClassVar
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from gateway.http.accept_rate import AcceptRate, RefusedConnection
+from gateway.http.accept_rate import AcceptRate, HeldRefusals, RefusedConnection
 from gateway.http.connection_caps import PeerCounts, idle_victim
 from gateway.http.problems import raw_problem_response
 from gateway.http.read_hold import PROTOCOL_SCOPE_KEY, ReadHold
@@ -71,9 +71,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     limits: ClassVar[ServerLimits]
     peers: ClassVar[PeerCounts]  # connections per peer address, one table per bound class (server)
     accept_rate: ClassVar[AcceptRate]  # new connections per peer address, one table per server
-    held_refusals: ClassVar[
-        set[RefusedConnection]
-    ]  # rate-refused connections waiting for their answer
+    held_refusals: ClassVar[HeldRefusals]  # connections over the accept rate awaiting their answer
     # Orders when connections became idle. Not the loop's clock: uvloop's ticks in milliseconds, so
     # connections accepted in one tick would tie and the victim would be any of them.
     idle_clock: ClassVar[Iterator[int]]
@@ -81,18 +79,19 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     @classmethod
     def with_limits(cls, limits: ServerLimits) -> type[LimitedHttpToolsProtocol]:
         """A subclass bound to ``limits`` and its own peer table (uvicorn instantiates the class it is given)."""
+        rate = AcceptRate(
+            limits.accept_rate_per_s,
+            limits.accept_burst,
+            max_debt_s=limits.hold_ignored_retry_after_s,
+        )
         return type(
             cls.__name__,
             (cls,),
             {
                 "limits": limits,
                 "peers": PeerCounts(),
-                "accept_rate": AcceptRate(
-                    limits.accept_rate_per_s,
-                    limits.accept_burst,
-                    max_debt_s=limits.hold_ignored_retry_after_s,
-                ),
-                "held_refusals": set(),
+                "accept_rate": rate,
+                "held_refusals": HeldRefusals(rate, limits.max_connections, LINGER_S),
                 "idle_clock": itertools.count(),
             },
         )
@@ -142,15 +141,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
                 # Nothing of uvicorn's connection is set up (no parser, no entry in the server's
                 # connection set, no caps): only the answer and the end of the connection.
                 self.transport = transport
-                self._rate_refused = RefusedConnection(
-                    transport,
-                    address,
-                    wait,
-                    rate=self.accept_rate,
-                    held=self.held_refusals,
-                    max_held=self.limits.max_connections,
-                    linger_s=LINGER_S,
-                )
+                self._rate_refused = RefusedConnection(transport, address, wait, self.held_refusals)
                 return
         super().connection_made(transport)
         self._idle_from = next(self.idle_clock)
