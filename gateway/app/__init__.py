@@ -45,11 +45,13 @@ from gateway.routes import (
 from gateway.routes import traffic as traffic_routes
 from gateway.routes.openapi_doc import document_security
 from gateway.settings import GatewaySettings
+from gateway.tenancy.auth import AuthRoutes
 from gateway.tenancy.inflight_bytes import InFlightBytes
 from gateway.tenancy.ratelimit import RateLimiter
 from gateway.tenancy.refusals import RefusalCharge, RetryAfterWatch
 
 __all__ = [
+    "AUTH_ROUTES",
     "ERROR_SHAPES",
     "ERROR_STATUS",
     "METRICS_PATHS",
@@ -74,6 +76,13 @@ PUBLIC_PREFIXES = ("/docs/", "/v1/images/files/")
 SIGNED_PATHS = re.compile(r"/v1/images/jobs/[^/]+/images/[0-9]+")
 # Metrics name every model and client: behind GATEWAY_METRICS_TOKEN (or the admin token).
 METRICS_PATHS = ("/metrics",)
+# The classes above as the auth middleware takes them (the admin API keeps its default prefix).
+AUTH_ROUTES = AuthRoutes(
+    public=frozenset(PUBLIC_PATHS),
+    public_prefixes=PUBLIC_PREFIXES,
+    metrics_paths=frozenset(METRICS_PATHS),
+    signed_paths=SIGNED_PATHS,
+)
 
 _DESCRIPTION = """\
 Authenticated, rate-limited access to the models Triton serves.
@@ -185,10 +194,7 @@ def _middleware(
             AuthMiddleware,
             authenticator=parts.authenticator,
             renderer=renderer,
-            public=PUBLIC_PATHS,
-            public_prefixes=PUBLIC_PREFIXES,
-            metrics_paths=METRICS_PATHS,
-            signed_paths=SIGNED_PATHS,
+            routes=AUTH_ROUTES,
             refusals=refusals,
         ),
         # Inside auth (the key's tier is known), outside decompression (the bytes the client sent).

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from gateway.errors import GatewayError, PayloadTooLarge
 from gateway.http.problems import ProblemRenderer
 from gateway.http.read_hold import answer_late, mark_hold
 from gateway.observe.stats import LatencyTracker
-from gateway.tenancy.auth import Authenticator
+from gateway.tenancy.auth import Authenticator, AuthRoutes
 from gateway.tenancy.context import CONTEXT_KEY, RequestContext
 from gateway.tenancy.refusals import RefusalCharge, RetryAfterWatch
 from gateway.tenancy.usage import UsageMeter
@@ -244,12 +243,7 @@ class AuthMiddleware:
         app: the next ASGI app.
         authenticator: checks credentials.
         renderer: the problem renderer.
-        public: exact paths anyone may call (health, docs, metrics).
-        public_prefixes: path prefixes anyone may call.
-        admin_prefix: paths that need the admin credential instead of a client one.
-        metrics_paths: exact paths that need the metrics (or admin) credential.
-        signed_paths: paths that, with a ``signature`` in the query and no ``Authorization``, pass
-            without a credential: their route checks the signature (signed image URLs).
+        routes: which paths are public, admin, metrics or signed.
         refusals: refuses (429) a key whose refused requests used up its tokens, before its body.
     """
 
@@ -258,22 +252,19 @@ class AuthMiddleware:
         app: ASGIApp,
         authenticator: Authenticator,
         renderer: ProblemRenderer,
-        public: Iterable[str],
-        public_prefixes: Iterable[str] = (),
-        admin_prefix: str = "/admin/",
-        metrics_paths: Iterable[str] = (),
-        signed_paths: re.Pattern[str] | None = None,
+        routes: AuthRoutes,
         refusals: RefusalCharge | None = None,
     ) -> None:
         self.app = app
         self.refusals = refusals
         self.authenticator = authenticator
         self.renderer = renderer
-        self.public = frozenset(public)
-        self.public_prefixes = tuple(public_prefixes)
-        self.admin_prefix = admin_prefix
-        self.metrics_paths = frozenset(metrics_paths)
-        self.signed_paths = signed_paths
+        # Copied onto the middleware: every request reads them, one attribute lookup each.
+        self.public = routes.public
+        self.public_prefixes = routes.public_prefixes
+        self.admin_prefix = routes.admin_prefix
+        self.metrics_paths = routes.metrics_paths
+        self.signed_paths = routes.signed_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope.get("path", "")

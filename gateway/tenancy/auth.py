@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import re
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import jwt
@@ -38,13 +40,35 @@ from gateway.tenancy.context import Principal
 from gateway.tenancy.keys import ApiKeyRecord, KeyStore, KeyStoreUnavailable, parse_key
 from gateway.tenancy.settings import RedisFailurePolicy
 
-__all__ = ["Authenticator", "extract_credential"]
+__all__ = ["AuthRoutes", "Authenticator", "extract_credential"]
 
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="gateway"'}
 #: entries each key cache (known ids, unknown ids) holds before it is emptied
 _CACHE_ENTRIES = 10_000
 #: share of ``key_cache_ttl_s`` after which a key in use is looked up again in the background
 _REFRESH_AT = 0.8
+
+
+@dataclass(frozen=True)
+class AuthRoutes:
+    """Which credential each path needs: the app's route classes as one value, so the app factory
+    states them in one place and :class:`gateway.http.middleware.AuthMiddleware` takes them as one
+    argument.
+
+    Attributes:
+        public: exact paths anyone may call (health, docs).
+        public_prefixes: path prefixes anyone may call.
+        admin_prefix: paths that need the admin credential instead of a client one.
+        metrics_paths: exact paths that need the metrics (or admin) credential.
+        signed_paths: paths that, with a ``signature`` in the query and no ``Authorization``, pass
+            without a credential: their route checks the signature (signed image URLs).
+    """
+
+    public: frozenset[str]
+    public_prefixes: tuple[str, ...] = ()
+    admin_prefix: str = "/admin/"
+    metrics_paths: frozenset[str] = frozenset()
+    signed_paths: re.Pattern[str] | None = None
 
 
 def extract_credential(headers: Mapping[str, str]) -> str | None:
