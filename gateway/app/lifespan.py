@@ -31,7 +31,7 @@ from gateway.protocol.kserve import ParsePool
 from gateway.routes.kserve_grpc import start_grpc_server
 from gateway.settings import GatewaySettings
 from gateway.tasks.openai import OpenAITasks
-from gateway.tasks.service import InferenceService
+from gateway.tasks.service import InferenceService, ServiceOptions
 from gateway.tenancy.ratelimit import RateLimiter
 from gateway.tenancy.usage import UsageStore, UsageStoreError
 
@@ -112,7 +112,11 @@ async def _start(
         parse_pool.start()
     app.state.parse_pool = parse_pool
     app.state.service = InferenceService(
-        settings, backend, limiter, tracker, parts.traffic, parse_pool=parse_pool
+        settings,
+        backend,
+        limiter,
+        tracker,
+        ServiceOptions(traffic=parts.traffic, parse_pool=parse_pool),
     )
     residency = build_residency(
         settings, settings.triton_http_url, settings.keys_db, tracker.registry

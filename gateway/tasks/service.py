@@ -35,7 +35,7 @@ from gateway.tenancy.ratelimit import RateLimiter
 from gateway.tenancy.traffic import Route, TrafficSplit, check_target, check_version, check_weights
 from serving.limits import DEFAULT_LIMITS, RequestLimits
 
-__all__ = ["PARSE_INLINE_WORK", "Classification", "InferenceService"]
+__all__ = ["PARSE_INLINE_WORK", "Classification", "InferenceService", "ServiceOptions"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -63,6 +63,26 @@ class Classification:
     class_ids: list[int]
 
 
+@dataclass(frozen=True)
+class ServiceOptions:
+    """The parts of an :class:`InferenceService` that have a default: one value, so the service
+    takes its four required collaborators and this (the app passes traffic and the parse pool, unit
+    tests nothing).
+
+    Attributes:
+        traffic: per-model version weights (canary routing); unpinned when ``None``.
+        catalog: the known model names (default: read from the backend's repository index).
+        limits: the request limits (default: :data:`serving.limits.DEFAULT_LIMITS`).
+        parse_pool: the processes that parse REST bodies of ``parse_process_min_bytes`` and more
+            (the app's; ``None``: a thread parses them).
+    """
+
+    traffic: TrafficSplit | None = None
+    catalog: ModelCatalog | None = None
+    limits: RequestLimits = DEFAULT_LIMITS
+    parse_pool: ParsePool | None = None
+
+
 class InferenceService(ModelReads):
     """The inference tasks the routes expose, each behind admission control.
 
@@ -71,11 +91,7 @@ class InferenceService(ModelReads):
         backend: the inference server.
         limiter: the rate limiter (in process or Redis).
         tracker: latency and rejection statistics.
-        traffic: per-model version weights (canary routing); unpinned when ``None``.
-        catalog: the known model names (default: read from ``backend``'s repository index).
-        limits: the request limits (default: :data:`serving.limits.DEFAULT_LIMITS`).
-        parse_pool: the processes that parse REST bodies of ``parse_process_min_bytes`` and more
-            (the app's; ``None``: a thread parses them).
+        options: traffic split, catalog, request limits and parse pool (each has a default).
     """
 
     def __init__(
@@ -84,18 +100,15 @@ class InferenceService(ModelReads):
         backend: InferenceBackend,
         limiter: RateLimiter,
         tracker: LatencyTracker,
-        traffic: TrafficSplit | None = None,
-        catalog: ModelCatalog | None = None,
-        limits: RequestLimits = DEFAULT_LIMITS,
-        parse_pool: ParsePool | None = None,
+        options: ServiceOptions = ServiceOptions(),
     ) -> None:
         self.settings = settings
         self.backend = backend
         self.limiter = limiter
         self.tracker = tracker
-        self.traffic = traffic or TrafficSplit()
-        self.limits = limits
-        self.catalog = catalog or ModelCatalog(
+        self.traffic = options.traffic or TrafficSplit()
+        self.limits = options.limits
+        self.catalog = options.catalog or ModelCatalog(
             backend,
             aliases=settings.model_aliases,
             ttl_s=settings.model_index_ttl_s,
@@ -119,7 +132,7 @@ class InferenceService(ModelReads):
             timeout_s=settings.ready_timeout_s,
         )
         self._parse_limits = ParseLimits()
-        self.parse_pool = parse_pool
+        self.parse_pool = options.parse_pool
 
     def resolve(self, model: str) -> str:
         """The Triton model behind a public name (aliases from the settings; no lookup)."""
