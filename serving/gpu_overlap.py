@@ -52,7 +52,7 @@ except ImportError:  # imported from the source tree
     from serving import gpu_images
     from serving.backends.pytorch.batch_runner import BatchRunner, InputSpec
 
-__all__ = ["BatchResult", "OverlappedPipeline", "TopK"]
+__all__ = ["BatchResult", "OverlappedPipeline", "PipelineOptions", "TopK"]
 
 #: how long a blocked queue operation waits before it looks whether the pipeline was closed
 _POLL_S = 0.05
@@ -119,6 +119,24 @@ class _InFlight:
     events: tuple[Any, ...] = ()  # resize start/end, model start/end (timing on)
 
 
+@dataclass(frozen=True)
+class PipelineOptions:
+    """How an :class:`OverlappedPipeline` runs, beyond what it runs and where: one value, so the
+    pipeline takes the model, the preprocessing, the device and the batch sizes, and this.
+
+    Attributes:
+        dtype: the pixels' dtype (FP16 on the GPU).
+        cuda_graphs: capture the model as CUDA graphs.
+        limits: the header checks' limits (default: :class:`gpu_images.DecodeLimits`' own).
+        timing: record CUDA events around the resize and the model (``steps_ms``).
+    """
+
+    dtype: torch.dtype = torch.float16
+    cuda_graphs: bool = True
+    limits: gpu_images.DecodeLimits | None = None
+    timing: bool = False
+
+
 class OverlappedPipeline:
     """Encoded images -> ``forward``'s outputs, batch after batch, decode overlapping the GPU work.
 
@@ -128,15 +146,12 @@ class OverlappedPipeline:
     decoded fails alone (its ``errors`` entry says why).
 
     Args:
-        forward: the model on one batch of pixels (``[n, 3, size, size]``, ``dtype``), returning its
-            output tensors (see :class:`TopK`); run by a :class:`BatchRunner`.
+        forward: the model on one batch of pixels (``[n, 3, size, size]``, ``options.dtype``),
+            returning its output tensors (see :class:`TopK`); run by a :class:`BatchRunner`.
         p: the preprocessing (size, resize, mean, std).
         device: where to decode and run.
         batch_sizes: the batch sizes the runner prepares (ascending); the last is the largest batch.
-        dtype: the pixels' dtype (FP16 on the GPU).
-        cuda_graphs: capture the model as CUDA graphs.
-        limits: the header checks' limits.
-        timing: record CUDA events around the resize and the model (``steps_ms``).
+        options: the pixels' dtype, CUDA graphs or not, the header checks' limits, timing.
     """
 
     def __init__(
@@ -145,22 +160,21 @@ class OverlappedPipeline:
         p: gpu_images.Preprocessing,
         device: torch.device,
         batch_sizes: Sequence[int],
-        dtype: torch.dtype = torch.float16,
-        cuda_graphs: bool = True,
-        limits: gpu_images.DecodeLimits | None = None,
-        timing: bool = False,
+        options: PipelineOptions = PipelineOptions(),
     ) -> None:
         self.cuda = device.type == "cuda"
         if self.cuda and device.index is None:  # the decode thread sets it: name the index
             device = torch.device("cuda", torch.cuda.current_device())
-        self.p, self.device, self.limits = p, device, limits or gpu_images.DecodeLimits()
-        self.timing = timing and self.cuda
+        self.p, self.device = p, device
+        self.limits = options.limits or gpu_images.DecodeLimits()
+        self.timing = options.timing and self.cuda
+        dtype = options.dtype
         self.runner = BatchRunner(
             forward,
             [InputSpec((3, p.size, p.size), dtype)],
             device,
             batch_sizes,
-            cuda_graphs=cuda_graphs,
+            cuda_graphs=options.cuda_graphs,
         )
         self.max_batch = self.runner.max_batch
         shape = (self.max_batch, 3, p.size, p.size)

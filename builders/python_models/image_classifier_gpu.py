@@ -64,7 +64,7 @@ from gpu_images import (
     preprocess_into,
     read_header,
 )
-from gpu_overlap import TopK
+from gpu_overlap import PipelineOptions, TopK
 from gpu_stream import StreamingPipeline
 from image_answers import Answers
 from image_stream_execute import StreamedExecute
@@ -184,9 +184,7 @@ class TritonPythonModel:
                 self.p,
                 self.device,
                 sizes if use_cuda else (self.max_batch,),
-                dtype=dtype,
-                cuda_graphs=graphs,
-                limits=self.limits,
+                PipelineOptions(dtype=dtype, cuda_graphs=graphs, limits=self.limits),
                 depth=int(params.get("overlap_depth", "2")),
             )
             pipeline.warm_up()  # ready means fast: the first requests do not pay the lazy start

@@ -153,7 +153,7 @@ def overlapped(
     thread may wait for the GIL behind the thread that launches the GPU work."""
     import torch
 
-    from serving.gpu_overlap import OverlappedPipeline, TopK
+    from serving.gpu_overlap import OverlappedPipeline, PipelineOptions, TopK
 
     default_switch = sys.getswitchinterval()
     if switch_interval_ms > 0:
@@ -161,7 +161,7 @@ def overlapped(
     dtype = torch.float16 if device.type == "cuda" else torch.float32
     try:
         with OverlappedPipeline(
-            TopK(model), p, device, (batch,), dtype=dtype, timing=timing
+            TopK(model), p, device, (batch,), PipelineOptions(dtype=dtype, timing=timing)
         ) as pipeline:
             for _ in pipeline.map(_batches(encoded, batch, 3)):
                 pass

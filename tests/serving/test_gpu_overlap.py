@@ -13,7 +13,7 @@ import torch
 from loadtest.payloads import jpeg_images
 from serving.backends.pytorch.batch_runner import BatchRunner, InputSpec
 from serving.gpu_images import Preprocessing, decode, host_bytes, preprocess_into, read_header
-from serving.gpu_overlap import BatchResult, OverlappedPipeline, TopK
+from serving.gpu_overlap import BatchResult, OverlappedPipeline, PipelineOptions, TopK
 
 P = Preprocessing()
 needs_cuda = pytest.mark.skipif(
@@ -62,7 +62,7 @@ def _overlapped(
 ) -> list[BatchResult]:
     encoded = _encoded(list(jpeg_images()))
     batches = [encoded[i : i + batch] for i in range(0, len(encoded), batch)]
-    with OverlappedPipeline(model, P, device, (batch,), dtype=dtype) as pipeline:
+    with OverlappedPipeline(model, P, device, (batch,), PipelineOptions(dtype=dtype)) as pipeline:
         return list(pipeline.map(batches))
 
 
@@ -90,7 +90,9 @@ def test_bad_images_fail_alone() -> None:
     bad = b"this is not an image"
     encoded = _encoded([good[0], bad, good[1], good[2][: len(good[2]) // 4]])
     model = TopK(_Tiny().eval())
-    with OverlappedPipeline(model, P, torch.device("cpu"), (4,), dtype=torch.float32) as pipeline:
+    with OverlappedPipeline(
+        model, P, torch.device("cpu"), (4,), PipelineOptions(dtype=torch.float32)
+    ) as pipeline:
         first, only_bad = pipeline.map([encoded, [encoded[1]]])
     assert first.errors[1] is not None and "not a decodable image" in first.errors[1]
     assert first.errors[0] is None and first.errors[2] is None
@@ -103,7 +105,7 @@ def test_bad_images_fail_alone() -> None:
 def test_stopping_early_leaves_no_thread_behind() -> None:
     encoded = _encoded(list(jpeg_images()[:2]))
     pipeline = OverlappedPipeline(
-        TopK(_Tiny().eval()), P, torch.device("cpu"), (2,), dtype=torch.float32
+        TopK(_Tiny().eval()), P, torch.device("cpu"), (2,), PipelineOptions(dtype=torch.float32)
     )
     results = pipeline.map([encoded] * 10)
     assert next(results).index == 0
@@ -117,7 +119,7 @@ def test_stopping_early_leaves_no_thread_behind() -> None:
 def test_a_batch_larger_than_prepared_is_refused() -> None:
     encoded = _encoded(list(jpeg_images()[:3]))
     with OverlappedPipeline(
-        TopK(_Tiny().eval()), P, torch.device("cpu"), (2,), dtype=torch.float32
+        TopK(_Tiny().eval()), P, torch.device("cpu"), (2,), PipelineOptions(dtype=torch.float32)
     ) as pipeline:
         with pytest.raises(ValueError, match="outside 1..2"):
             list(pipeline.map([encoded]))

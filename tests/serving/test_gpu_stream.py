@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from loadtest.payloads import jpeg_images
-from serving.gpu_overlap import BatchResult, TopK
+from serving.gpu_overlap import BatchResult, PipelineOptions, TopK
 from serving.gpu_stream import StreamingPipeline
 from tests.serving.test_gpu_overlap import P, _encoded, _serial, _Tiny, needs_cuda
 
@@ -44,7 +44,7 @@ def _stream_all(device: torch.device, dtype: torch.dtype, batch: int) -> list[Ba
     encoded = _encoded(list(jpeg_images()))
     batches = [encoded[i : i + batch] for i in range(0, len(encoded), batch)]
     answers = _Answers()
-    with StreamingPipeline(model, P, device, (batch,), dtype=dtype) as pipeline:
+    with StreamingPipeline(model, P, device, (batch,), PipelineOptions(dtype=dtype)) as pipeline:
         for index, images in enumerate(batches):
             pipeline.submit(images, answers.done(index))  # type: ignore[arg-type]
         answers.wait_for(len(batches))
@@ -73,7 +73,7 @@ def test_a_lone_batch_is_answered_without_waiting_for_the_next() -> None:
     answers = _Answers()
     encoded = _encoded(list(jpeg_images()[:2]))
     with StreamingPipeline(
-        TopK(_Tiny().eval()), P, torch.device("cpu"), (2,), dtype=torch.float32
+        TopK(_Tiny().eval()), P, torch.device("cpu"), (2,), PipelineOptions(dtype=torch.float32)
     ) as pipeline:
         pipeline.submit(encoded, answers.done(0))  # type: ignore[arg-type]
         answers.wait_for(1, timeout_s=30.0)  # the pipeline is still open: nothing else arrives
@@ -85,7 +85,7 @@ def test_bad_images_fail_alone_and_the_stream_goes_on() -> None:
     encoded = _encoded([good[0], b"this is not an image", good[1]])
     answers = _Answers()
     with StreamingPipeline(
-        TopK(_Tiny().eval()), P, torch.device("cpu"), (3,), dtype=torch.float32
+        TopK(_Tiny().eval()), P, torch.device("cpu"), (3,), PipelineOptions(dtype=torch.float32)
     ) as pipeline:
         pipeline.submit(encoded, answers.done(0))  # type: ignore[arg-type]
         pipeline.submit([encoded[1]], answers.done(1))  # type: ignore[arg-type]
@@ -102,7 +102,12 @@ def test_close_answers_what_was_submitted_and_then_refuses() -> None:
     encoded = _encoded(list(jpeg_images()[:2]))
     answers = _Answers()
     pipeline = StreamingPipeline(
-        TopK(_Tiny().eval()), P, torch.device("cpu"), (2,), dtype=torch.float32, depth=4
+        TopK(_Tiny().eval()),
+        P,
+        torch.device("cpu"),
+        (2,),
+        PipelineOptions(dtype=torch.float32),
+        depth=4,
     )
     for index in range(4):
         pipeline.submit(encoded, answers.done(index))  # type: ignore[arg-type]
@@ -126,7 +131,12 @@ def test_submit_waits_while_depth_batches_are_in_flight() -> None:
 
     answers = _Answers()
     with StreamingPipeline(
-        TopK(_Tiny().eval()), P, torch.device("cpu"), (2,), dtype=torch.float32, depth=1
+        TopK(_Tiny().eval()),
+        P,
+        torch.device("cpu"),
+        (2,),
+        PipelineOptions(dtype=torch.float32),
+        depth=1,
     ) as pipeline:
         pipeline.submit(encoded, slow)
         assert entered.wait(30)
@@ -152,7 +162,7 @@ def test_submit_waits_while_depth_batches_are_in_flight() -> None:
 def test_warm_up_runs_one_image_through_and_leaves_the_stream_ready() -> None:
     answers = _Answers()
     with StreamingPipeline(
-        TopK(_Tiny().eval()), P, torch.device("cpu"), (2,), dtype=torch.float32
+        TopK(_Tiny().eval()), P, torch.device("cpu"), (2,), PipelineOptions(dtype=torch.float32)
     ) as pipeline:
         pipeline.warm_up(timeout_s=30.0)
         pipeline.submit(_encoded(list(jpeg_images()[:2])), answers.done(0))  # type: ignore[arg-type]
@@ -163,7 +173,7 @@ def test_warm_up_runs_one_image_through_and_leaves_the_stream_ready() -> None:
 def test_a_batch_larger_than_prepared_is_refused() -> None:
     encoded = _encoded(list(jpeg_images()[:3]))
     with StreamingPipeline(
-        TopK(_Tiny().eval()), P, torch.device("cpu"), (2,), dtype=torch.float32
+        TopK(_Tiny().eval()), P, torch.device("cpu"), (2,), PipelineOptions(dtype=torch.float32)
     ) as pipeline:
         with pytest.raises(ValueError, match="outside 1..2"):
             pipeline.submit(encoded, lambda result: None)
