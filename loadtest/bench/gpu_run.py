@@ -245,7 +245,6 @@ def _sweeps(
             sweep(
                 triton,
                 root,
-                target.model,
                 target,
                 settings,
                 at,
