@@ -216,13 +216,7 @@ def run(args: argparse.Namespace) -> int:
     locust = run_locust(
         args.host,
         [s.strip() for s in args.scenarios.split(",") if s.strip()],
-        LocustSettings(
-            users=args.users,
-            spawn_rate=args.spawn_rate,
-            run_time=args.run_time,
-            out_dir=args.out,
-            prefix=args.prefix,
-        ),
+        LocustSettings(args.users, args.spawn_rate, args.run_time, args.out, args.prefix),
         env=env,
     )
     print(locust.output[-4000:])
