@@ -91,7 +91,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from promote.promoter import ALL_GATES, GatewayTraffic, PromotionError, PromotionTarget, promote
+    from promote.promoter import (
+        ALL_GATES,
+        GatewayTraffic,
+        PromotionError,
+        PromotionOptions,
+        PromotionTarget,
+        promote,
+    )
 
     # With --json, stdout carries only the record; the step-by-step log goes to stderr.
     console = make_console(stderr=args.json)
@@ -109,11 +116,13 @@ def run(args: argparse.Namespace) -> int:
             args.model,
             args.candidate,
             target,
-            gates=args.gate or ALL_GATES,
-            publish=publish,
-            log=console.print,
-            observer=lambda step: console.print(_describe(args.model, step)),
-            weights=parse_weights(args.weights),
+            options=PromotionOptions(
+                gates=args.gate or ALL_GATES,
+                publish=publish,
+                log=console.print,
+                observer=lambda step: console.print(_describe(args.model, step)),
+                weights=parse_weights(args.weights),
+            ),
         )
     except PromotionError as exc:
         console.print(f"[red]{exc}[/red]")

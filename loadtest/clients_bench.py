@@ -33,7 +33,7 @@ from serving.gateway_process import GatewayLaunch, start_gateway_process
 from serving.quantiles import summarize
 from serving.triton_clients import triton_client
 
-__all__ = ["PATHS", "PathFigures", "build_parser", "run", "run_benchmark"]
+__all__ = ["PATHS", "ClientsSettings", "PathFigures", "build_parser", "run", "run_benchmark"]
 
 #: (label, protocol, through the gateway)
 PATHS: tuple[tuple[str, str, bool], ...] = (
@@ -113,20 +113,26 @@ def _sample_inputs(triton_http: str, model: str, batch: int) -> dict[str, np.nda
     return arrays
 
 
-def run_benchmark(
-    repository: Path,
-    model: str,
-    concurrencies: Sequence[int],
-    duration_s: float,
-    rounds: int = DEFAULT_ROUNDS,
-    batch: int = 1,
-    processes: int = 1,
-) -> list[PathFigures]:
+@dataclass(frozen=True)
+class ClientsSettings:
+    """The load on each path: every concurrency for ``duration_s`` measured seconds, split over
+    ``rounds`` alternating rounds; ``batch`` rows per request; ``processes`` load generators."""
+
+    concurrencies: Sequence[int]
+    duration_s: float
+    rounds: int = DEFAULT_ROUNDS
+    batch: int = 1
+    processes: int = 1
+
+
+def run_benchmark(repository: Path, model: str, settings: ClientsSettings) -> list[PathFigures]:
     """Start Triton and a gateway, measure the four paths at each concurrency, stop both.
 
     Returns:
         One :class:`PathFigures` per (concurrency, path), in :data:`PATHS` order.
     """
+    concurrencies, duration_s, rounds = settings.concurrencies, settings.duration_s, settings.rounds
+    batch, processes = settings.batch, settings.processes
     from gateway.settings import GatewaySettings
     from gateway.tenancy.key_stores import bootstrap_first_key
     from gateway.tenancy.secret_policy import generate_secret
@@ -279,11 +285,7 @@ def run(args: argparse.Namespace) -> int:
     figures = run_benchmark(
         args.repository,
         args.model,
-        args.concurrency,
-        args.duration_s,
-        args.rounds,
-        args.batch,
-        args.processes,
+        ClientsSettings(args.concurrency, args.duration_s, args.rounds, args.batch, args.processes),
     )
     if args.json:
         print(json.dumps([asdict(f) for f in figures], indent=2))

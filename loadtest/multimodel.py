@@ -41,7 +41,13 @@ from loadtest.loadgen import closed_loop
 from loadtest.loadgen.mix import ModelMixTarget
 from loadtest.loadgen.samples import Samples
 from loadtest.local_gateway import local_gateway
-from loadtest.multimodel_report import load_figures, report_table, scrape_metrics, write_report
+from loadtest.multimodel_report import (
+    MemoryRecord,
+    load_figures,
+    report_table,
+    scrape_metrics,
+    write_report,
+)
 from loadtest.options import (
     FieldOption,
     add_field_options,
@@ -309,11 +315,8 @@ def run_multimodel(settings: MultiModelSettings) -> dict[str, Any]:
         asdict(settings),
         on_demand,
         all_loaded,
-        memory,
         loads,
-        baseline=baseline,
-        budget=budget,
-        footprint=footprint,
+        MemoryRecord(baseline, budget, footprint, memory),
         device=device,
     )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,14 @@ from loadtest.plotting import saved_figure
 from serving.console import Table
 from serving.quantiles import quantile
 
-__all__ = ["load_figures", "report_table", "save_plot", "scrape_metrics", "write_report"]
+__all__ = [
+    "MemoryRecord",
+    "load_figures",
+    "report_table",
+    "save_plot",
+    "scrape_metrics",
+    "write_report",
+]
 
 
 def load_figures(metrics_text: str) -> dict[str, Any]:
@@ -78,23 +86,32 @@ def _ms(values: np.ndarray, q: float) -> float:
     return float(quantile(values, q) * 1000) if values.size else math.nan
 
 
+@dataclass(frozen=True)
+class MemoryRecord:
+    """The memory side of a run, in bytes: what the meter read before any model was loaded, the
+    budget the gateway was given, one model's footprint, and the ``(seconds, used)`` samples."""
+
+    baseline: int
+    budget: int
+    footprint: int
+    samples: list[tuple[float, int]]
+
+
 def write_report(
     settings: dict[str, Any],
     on_demand: Samples,
     all_loaded: Samples,
-    memory: list[tuple[float, int]],
     loads: dict[str, Any],
+    memory: MemoryRecord,
     *,
-    baseline: int,
-    budget: int,
-    footprint: int,
     device: str = "cpu",
 ) -> dict[str, Any]:
+    baseline, budget, footprint = memory.baseline, memory.budget, memory.footprint
     ok = on_demand.status == 200
     hits = on_demand.latency_s[ok & (on_demand.correct == 1)]
     cold = on_demand.latency_s[ok & (on_demand.correct == 0)]
     every = all_loaded.latency_s[all_loaded.status == 200]
-    over = max((used - baseline - budget for _, used in memory), default=0)
+    over = max((used - baseline - budget for _, used in memory.samples), default=0)
     figures = {
         "device": device,
         "models": settings["models"],
@@ -125,7 +142,7 @@ def write_report(
             "baseline_bytes": baseline,
             "budget_bytes": budget,
             "footprint_bytes": footprint,
-            "samples": [[round(t, 2), used] for t, used in memory],
+            "samples": [[round(t, 2), used] for t, used in memory.samples],
         },
         "settings": settings_record(settings),
     }

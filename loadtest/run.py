@@ -27,7 +27,15 @@ from typing import Any
 from loadtest.scenarios import SCENARIOS
 from serving.processes import child_env
 
-__all__ = ["LOCUSTFILE", "LocustRun", "build_parser", "parse_duration", "run", "run_locust"]
+__all__ = [
+    "LOCUSTFILE",
+    "LocustRun",
+    "LocustSettings",
+    "build_parser",
+    "parse_duration",
+    "run",
+    "run_locust",
+]
 
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
 DEFAULT_OUT = Path("reports/loadtest")
@@ -82,31 +90,42 @@ def _classes(scenarios: Sequence[str]) -> list[str]:
     return names
 
 
+@dataclass(frozen=True)
+class LocustSettings:
+    """How one locust run is shaped, and where its reports go.
+
+    Attributes:
+        max_requests: end the run as soon as this many requests were answered (``run_time`` stays
+            the upper bound); 0 runs for ``run_time``.
+    """
+
+    users: int = 4
+    spawn_rate: float = 4
+    run_time: str = "30s"
+    out_dir: Path = DEFAULT_OUT
+    prefix: str = "loadtest"
+    max_requests: int = 0
+
+
 def run_locust(
     host: str,
     scenarios: Sequence[str] = ("all",),
+    settings: LocustSettings = LocustSettings(),
     *,
-    users: int = 4,
-    spawn_rate: float = 4,
-    run_time: str = "30s",
-    out_dir: Path = DEFAULT_OUT,
-    prefix: str = "loadtest",
     env: Mapping[str, str] | None = None,
-    max_requests: int = 0,
 ) -> LocustRun:
-    """Run locust headless against ``host`` for ``run_time`` and read back its CSV stats.
+    """Run locust headless against ``host`` for ``settings.run_time`` and read back its CSV stats.
 
     Args:
         host: base URL of the gateway (or of Triton with ``LOADTEST_TARGET=triton``).
         scenarios: names from :data:`loadtest.scenarios.SCENARIOS` (or User class names); ``all``
             runs every class in the locustfile.
         env: extra environment for the locust process (keys, ``LOADTEST_*`` settings).
-        max_requests: end the run as soon as this many requests were answered (``run_time`` stays
-            the upper bound); 0 runs for ``run_time``.
 
     Raises:
         subprocess.TimeoutExpired: locust outlived ``run_time`` plus the grace period (it is killed).
     """
+    out_dir, prefix, run_time = settings.out_dir, settings.prefix, settings.run_time
     out_dir.mkdir(parents=True, exist_ok=True)
     csv_prefix, html = out_dir / prefix, out_dir / f"{prefix}.html"
     summary_file = out_dir / f"{prefix}_summary.json"
@@ -121,9 +140,9 @@ def run_locust(
         "--host",
         host,
         "-u",
-        str(users),
+        str(settings.users),
         "-r",
-        str(spawn_rate),
+        str(settings.spawn_rate),
         "--run-time",
         run_time,
         "--stop-timeout",
@@ -143,7 +162,7 @@ def run_locust(
         env=child_env(
             {
                 **(env or {}),
-                "LOADTEST_MAX_REQUESTS": str(max_requests),
+                "LOADTEST_MAX_REQUESTS": str(settings.max_requests),
                 "LOADTEST_SUMMARY": str(summary_file),
             }
         ),
@@ -197,11 +216,7 @@ def run(args: argparse.Namespace) -> int:
     locust = run_locust(
         args.host,
         [s.strip() for s in args.scenarios.split(",") if s.strip()],
-        users=args.users,
-        spawn_rate=args.spawn_rate,
-        run_time=args.run_time,
-        out_dir=args.out,
-        prefix=args.prefix,
+        LocustSettings(args.users, args.spawn_rate, args.run_time, args.out, args.prefix),
         env=env,
     )
     print(locust.output[-4000:])

@@ -20,7 +20,7 @@ from typing import Any
 from builders.report import REPORT_NAME, BuildReport, file_sha256
 from builders.spec import ModelSpec
 from promote.evaluation import EvaluationData, compare, infer_batch
-from promote.measure import LoadResult, run_load
+from promote.measure import LoadResult, LoadShape, run_load
 
 __all__ = ["GateResult", "PromotionPolicy", "accuracy_gate", "latency_gate", "parity_gate"]
 
@@ -127,9 +127,9 @@ def latency_gate(
                     model,
                     request,
                     version=version,
-                    concurrency=policy.load_concurrency,
-                    duration_s=policy.load_duration_s,
-                    warmup_s=policy.load_warmup_s,
+                    shape=LoadShape(
+                        policy.load_concurrency, policy.load_duration_s, policy.load_warmup_s
+                    ),
                 )
             )
 

@@ -31,7 +31,15 @@ from promote.records import PromotionRecord, history
 from promote.rollout import PromotionTarget, Rollout, RolloutFailed, StepObserver
 from promote.triton_control import TritonControl
 
-__all__ = ["ALL_GATES", "GatewayTraffic", "PromotionError", "PromotionTarget", "promote", "recover"]
+__all__ = [
+    "ALL_GATES",
+    "GatewayTraffic",
+    "PromotionError",
+    "PromotionOptions",
+    "PromotionTarget",
+    "promote",
+    "recover",
+]
 
 ALL_GATES = ("parity", "accuracy", "latency")
 _UNFINISHED = ("pending", "rollback-incomplete")
@@ -74,33 +82,45 @@ def _candidate(candidate_repo: Path, model: str) -> tuple[Path, int, BuildReport
     return entry, version, BuildReport.read(report_path)
 
 
+@dataclass(frozen=True)
+class PromotionOptions:
+    """What one :func:`promote` call runs and whom it tells.
+
+    Attributes:
+        gates: the gates to run (those already passed for the same artifact are skipped).
+        publish: roll the candidate out once every gate has passed.
+        observer: called with every rollout step once it is recorded (progress; tests inject faults).
+        weights: where the spec finds local weights or checkpoints (as ``inferctl build --weights``);
+            a family's evaluation may need them (diffusion: the checkpoint's tokenizer).
+    """
+
+    gates: Iterable[str] = ALL_GATES
+    publish: bool = True
+    log: Callable[[str], None] = print
+    observer: StepObserver | None = None
+    weights: Mapping[str, str] | None = None
+
+
 def promote(
     model: str,
     candidate_repo: Path,
     target: PromotionTarget,
     *,
     policy: PromotionPolicy | None = None,
-    gates: Iterable[str] = ALL_GATES,
-    publish: bool = True,
-    log: Callable[[str], None] = print,
-    observer: StepObserver | None = None,
-    weights: Mapping[str, str] | None = None,
+    options: PromotionOptions = PromotionOptions(),
 ) -> PromotionRecord:
-    """Run the gates on a candidate and, when they pass and ``publish`` is set, roll it out.
+    """Run the gates on a candidate and, when they pass and ``options.publish`` is set, roll it out.
 
     Gates that an earlier record already passed for the same candidate artifact are not run again
     (so CI can run each gate as its own step and publish last).
-
-    Args:
-        observer: called with every rollout step once it is recorded (progress; tests inject faults).
-        weights: where the spec finds local weights or checkpoints (as ``inferctl build --weights``);
-            a family's evaluation may need them (diffusion: the checkpoint's tokenizer).
 
     Raises:
         PromotionError: the candidate or production entry is missing, or the model's family says
             nothing about how to judge it.
     """
     policy = policy or PromotionPolicy()
+    gates, publish, log, observer = options.gates, options.publish, options.log, options.observer
+    weights = options.weights
     spec = _spec(model, weights)
     entry, candidate_version, report = _candidate(candidate_repo, model)
     sha = report.artifacts.get("model", {}).get("sha256", "")

@@ -36,9 +36,8 @@ from loadtest.bench.plot import save_gpu_plot
 from loadtest.bench.point_split import PointProbe
 from loadtest.bench.report import machine_description
 from loadtest.bench.servers import BenchGateway, gateway_server, naive_server
-from loadtest.bench.settings import Result
+from loadtest.bench.settings import Result, point_spec
 from loadtest.loadgen import (
-    LoadSpec,
     Target,
     TritonTarget,
     instant_twin,
@@ -245,7 +244,6 @@ def _sweeps(
             sweep(
                 triton,
                 root,
-                target.model,
                 target,
                 settings,
                 at,
@@ -280,13 +278,7 @@ def _point(
         _log(f"{name} at concurrency {concurrency}: not run, the time budget is spent")
         return
     triton, gateway = servers.triton, servers.gateway
-    spec = LoadSpec(
-        target=target,
-        concurrency=concurrency,
-        duration_s=settings.duration_s,
-        warmup_s=settings.warmup_s,
-        name=name,
-    )
+    spec = point_spec(target, concurrency, settings, name)
     if (client, concurrency) not in capacities:
         twin = servers.twins[PIPELINE] if "jpeg" in name else servers.twins[TENSOR]
         if isinstance(target, TritonTarget):

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from loadtest.bench.report import machine_description
-from loadtest.loadgen import LoadSpec, Target, run_load
+from loadtest.loadgen import LoadSpec, Target, TritonTarget, run_load
 from serving.launcher import TritonServer
 from serving.triton_clients import triton_client
 
@@ -263,18 +263,19 @@ def _until_answering(target: Target, limit_s: float = 90.0) -> None:
 def sweep(
     triton: TritonServer,
     root: Path,
-    name: str,
-    target: Target,
+    target: TritonTarget,
     settings: GpuBenchSettings,
     concurrency: int,
     fits: Callable[[float], bool] = lambda cost: True,
 ) -> dict[str, Any]:
-    """Measure each candidate configuration of ``name`` at ``concurrency``; load the best and record it.
+    """Measure each candidate configuration of ``target``'s entry (its model) at ``concurrency``;
+    load the best and record it.
 
     ``fits(seconds)`` says whether a step of that many seconds fits the run's budget: a candidate
     that would not fit is listed as not measured; the rest of the sweep still decides among the others.
     """
 
+    name = target.model
     client = triton_client(triton.http_url, network_timeout=600, connection_timeout=600)
     base = client.get_model_config(name)
     measure_s = (

@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ import numpy as np
 from loadtest.bench.inprocess_measure import (
     FLAVOURS,
     VARIANTS,
+    BatchStream,
     classifier_file,
     gil_probes,
     overlapped,
@@ -44,27 +46,37 @@ from loadtest.bench.inprocess_measure import (
 )
 from loadtest.registry import UsageError
 
-__all__ = ["build_parser", "format_table", "inprocess_jpeg", "run"]
+__all__ = ["InprocessSettings", "build_parser", "format_table", "inprocess_jpeg", "run"]
 
 
 def _log(message: str) -> None:
     print(f"[inprocess-jpeg] {message}", file=sys.stderr, flush=True)
 
 
+@dataclass(frozen=True)
+class InprocessSettings:
+    """What :func:`inprocess_jpeg` measures: on ``device_name``, each classifier flavour at each batch
+    size, ``count`` batches per measurement, each overlapped variant ``repeats`` times (GPU)."""
+
+    device_name: str
+    flavours: Sequence[str]
+    batches: Sequence[int]
+    count: int
+    repeats: int = 3
+
+
 def inprocess_jpeg(
-    device_name: str,
-    flavours: Sequence[str],
-    batches: Sequence[int],
-    count: int,
+    settings: InprocessSettings,
     jpegs: Sequence[bytes],
     workdir: Path,
-    repeats: int = 3,
     checkpoint: Callable[[dict[str, Any]], object] | None = None,
 ) -> dict[str, Any]:
     """Every figure of the module's docstring, per classifier flavour and batch size; on the GPU each
-    overlapped variant (:data:`VARIANTS`) is measured ``repeats`` times, interleaved, and its median
-    reported (with every run's figure). ``checkpoint`` gets the document after each run (a run cut
-    short keeps what it measured)."""
+    overlapped variant (:data:`VARIANTS`) is measured ``settings.repeats`` times, interleaved, and its
+    median reported (with every run's figure). ``checkpoint`` gets the document after each run (a run
+    cut short keeps what it measured)."""
+    device_name, flavours, batches = settings.device_name, settings.flavours, settings.batches
+    count, repeats = settings.count, settings.repeats
     import torch
 
     from loadtest.bench.report import machine_description
@@ -106,7 +118,7 @@ def inprocess_jpeg(
             for _ in range(repeats if gpu else 1):
                 for name, kwargs in variants.items():
                     tries[name].append(
-                        overlapped(model, p, device, encoded, batch, count, **kwargs)
+                        overlapped(model, p, device, BatchStream(encoded, batch, count), **kwargs)
                     )
             for name, measured in tries.items():
                 rates = [m["images_per_s"] for m in measured]
@@ -117,7 +129,7 @@ def inprocess_jpeg(
                 }
             if gpu:
                 run["overlapped_timed"] = overlapped(
-                    model, p, device, encoded, batch, count, timing=True
+                    model, p, device, BatchStream(encoded, batch, count), timing=True
                 )
             _log(
                 f"{flavour} b{batch}: "
@@ -235,13 +247,9 @@ def run(args: argparse.Namespace) -> int:
 
     with tempfile.TemporaryDirectory(prefix="inprocess-jpeg-") as tmp:
         document = inprocess_jpeg(
-            args.device,
-            flavours,
-            batches,
-            args.count,
+            InprocessSettings(args.device, flavours, batches, args.count, args.repeats),
             _read_jpegs(args.jpeg_dir),
             Path(tmp),
-            args.repeats,
             save,
         )
     print(save(document))

@@ -14,6 +14,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ import numpy as np
 
 __all__ = [
     "FLAVOURS",
+    "BatchStream",
     "VARIANTS",
     "classifier_file",
     "gil_probe",
@@ -137,24 +139,33 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 
 
+@dataclass(frozen=True)
+class BatchStream:
+    """``count`` batches of ``batch`` images cycling through ``encoded`` (see :func:`_batches`)."""
+
+    encoded: Sequence[Any]
+    batch: int
+    count: int
+
+
 def overlapped(
     model: Any,
     p: Any,
     device: Any,
-    encoded: Sequence[Any],
-    batch: int,
-    count: int,
+    stream: BatchStream,
+    *,
     timing: bool = False,
     switch_interval_ms: float = 0.0,
 ) -> dict[str, Any]:
-    """Images/s of :class:`OverlappedPipeline` over ``count`` batches (after a warm-up of 3) and the
-    median ms per batch of each step. ``switch_interval_ms`` > 0 sets the interpreter's GIL switch
+    """Images/s of :class:`OverlappedPipeline` over ``stream.count`` batches (after a warm-up of 3)
+    and the median ms per batch of each step. ``switch_interval_ms`` > 0 sets the interpreter's GIL switch
     interval for the measurement (``sys.setswitchinterval``; 5 ms by default): how long the decode
     thread may wait for the GIL behind the thread that launches the GPU work."""
     import torch
 
     from serving.gpu_overlap import OverlappedPipeline, PipelineOptions, TopK
 
+    encoded, batch, count = stream.encoded, stream.batch, stream.count
     default_switch = sys.getswitchinterval()
     if switch_interval_ms > 0:
         sys.setswitchinterval(switch_interval_ms / 1000.0)

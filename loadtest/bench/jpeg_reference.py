@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from loadtest.bench.inprocess_measure import overlapped
+from loadtest.bench.inprocess_measure import BatchStream, overlapped
 from loadtest.bench.settings import Result
 
 __all__ = ["INPROCESS_OVERLAPPED", "jpeg_overlapped"]
@@ -40,7 +40,9 @@ def jpeg_overlapped(
     rows: list[Result] = []
     for batch in batches:
         rates = sorted(
-            overlapped(model, Preprocessing(), device, encoded, batch, count)["images_per_s"]
+            overlapped(model, Preprocessing(), device, BatchStream(encoded, batch, count))[
+                "images_per_s"
+            ]
             for _ in range(repeats)
         )
         rate = rates[len(rates) // 2]

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+
+from loadtest.loadgen import LoadSpec, Target
 
 __all__ = [
     "ALL_CONFIGS",
@@ -12,7 +14,9 @@ __all__ = [
     "JPEG_CONFIGS",
     "PIPELINE",
     "BenchSettings",
+    "PointWindow",
     "Result",
+    "point_spec",
     "result_row",
 ]
 
@@ -122,4 +126,26 @@ def result_row(name: str, result: Any, capacity: float | None, per_request: int 
         capacity_used=result.throughput * per_request / capacity if capacity else None,
         error_rate=result.error_rate,
         error_messages=result.error_summary(),
+    )
+
+
+class PointWindow(Protocol):
+    """A benchmark's settings as far as one load point reads them (both benchmarks' settings are)."""
+
+    @property
+    def duration_s(self) -> float: ...
+
+    @property
+    def warmup_s(self) -> float: ...
+
+
+def point_spec(target: Target, concurrency: int, settings: PointWindow, name: str) -> LoadSpec:
+    """One load point of a benchmark: ``target`` at ``concurrency`` for the run's measured window
+    after its warm-up, its rows named ``name``."""
+    return LoadSpec(
+        target=target,
+        concurrency=concurrency,
+        duration_s=settings.duration_s,
+        warmup_s=settings.warmup_s,
+        name=name,
     )

@@ -37,11 +37,11 @@ from loadtest.bench.settings import (
     PIPELINE,
     BenchSettings,
     Result,
+    point_spec,
     result_row,
 )
 from loadtest.loadgen import (
     HttpTarget,
-    LoadSpec,
     Target,
     TritonTarget,
     instant_twin,
@@ -311,13 +311,7 @@ def run_bench(settings: BenchSettings) -> dict[str, Any]:
                 str, float
             ] = {}  # one capacity per distinct client at this concurrency
             for name, target in targets.items():
-                spec = LoadSpec(
-                    target=target,
-                    concurrency=concurrency,
-                    duration_s=settings.duration_s,
-                    warmup_s=settings.warmup_s,
-                    name=name,
-                )
+                spec = point_spec(target, concurrency, settings, name)
                 kind = clients[name]
                 if kind not in capacities:
                     print(

@@ -47,11 +47,18 @@ def _status_of(line: bytes) -> int | None:
     return None
 
 
-async def _open(
-    host: str, port: int, source_address: str | None
-) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    local = None if source_address is None else (source_address, 0)
-    return await asyncio.open_connection(host, port, local_addr=local)
+@dataclass(frozen=True)
+class _Endpoint:
+    """Where a connection goes, and the local address it leaves from (``None``: the system's)."""
+
+    host: str
+    port: int
+    source_address: str | None
+
+
+async def _open(endpoint: _Endpoint) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    local = None if endpoint.source_address is None else (endpoint.source_address, 0)
+    return await asyncio.open_connection(endpoint.host, endpoint.port, local_addr=local)
 
 
 async def _close(writer: asyncio.StreamWriter, abort: bool) -> None:
@@ -64,9 +71,7 @@ async def _close(writer: asyncio.StreamWriter, abort: bool) -> None:
 
 
 async def _exchange(
-    host: str,
-    port: int,
-    source_address: str | None,
+    endpoint: _Endpoint,
     request: bytes,
     wait_s: float,
     *,
@@ -81,7 +86,7 @@ async def _exchange(
     line's status (0: none) with ``detail(status, the line's first 200 bytes)`` as its message.
     """
     try:
-        reader, writer = await _open(host, port, source_address)
+        reader, writer = await _open(endpoint)
     except OSError as exc:
         return 0, None, None, f"no connection: {exc!r}"
     try:
@@ -126,9 +131,7 @@ class IdleConnectionTarget:
             # What the server says (if anything) before it closes: its head deadline's 408. Held
             # the whole time (the timeout) is a 200: the attack did what it meant to.
             return await _exchange(
-                host,
-                port,
-                self.source_address,
+                _Endpoint(host, port, self.source_address),
                 b"",
                 self.hold_s,
                 abort=False,
@@ -175,9 +178,7 @@ class DisconnectTarget:
 
         async def send(worker: int, index: int) -> Outcome:
             return await _exchange(
-                host,
-                port,
-                self.source_address,
+                _Endpoint(host, port, self.source_address),
                 request,
                 self.abandon_after_s,
                 abort=True,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtest.clients_bench import PATHS, run_benchmark, table
+from loadtest.clients_bench import PATHS, ClientsSettings, run_benchmark, table
 from tests.support.tiny_repo import TINY_MODEL, build_tiny_repository
 
 pytestmark = pytest.mark.integration
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.integration
 
 def test_every_path_answers_and_the_table_quotes_the_direct_path(tmp_path: Path) -> None:
     repository = build_tiny_repository(tmp_path / "repository")
-    figures = run_benchmark(repository, TINY_MODEL, [2], duration_s=1.0, rounds=1)
+    figures = run_benchmark(repository, TINY_MODEL, ClientsSettings([2], duration_s=1.0, rounds=1))
     assert [f.path for f in figures] == [label for label, _, _ in PATHS]
     assert all(f.requests > 0 and f.errors == 0 for f in figures), figures
     rows = table(figures, TINY_MODEL, 1, 1.0, 1).as_records()

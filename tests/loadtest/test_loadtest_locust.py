@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtest.run import parse_duration, run_locust
+from loadtest.run import LocustSettings, parse_duration, run_locust
 from serving.launcher import TritonServer
 
 pytestmark = pytest.mark.integration
@@ -32,13 +32,15 @@ def test_v2_scenario_direct_to_triton(loadtest_triton: TritonServer, tmp_path: P
     run = run_locust(
         f"http://{loadtest_triton.http_url}",
         ["v2"],
-        users=2,
-        spawn_rate=2,
-        run_time="60s",
-        out_dir=tmp_path,
-        prefix="triton",
+        LocustSettings(
+            users=2,
+            spawn_rate=2,
+            run_time="60s",
+            out_dir=tmp_path,
+            prefix="triton",
+            max_requests=6,
+        ),
         env={"LOADTEST_TARGET": "triton", "LOADTEST_WAIT": "0.05,0.2"},
-        max_requests=6,
     )
     assert run.html.exists() and run.html.stat().st_size > 0, run.output[-2000:]
     for suffix in ("_stats.csv", "_stats_history.csv", "_failures.csv"):
@@ -57,13 +59,15 @@ def test_gateway_scenarios_with_keys_and_tiers(gateway: dict[str, str], tmp_path
     run = run_locust(
         gateway["url"],
         ["classify", "v2", "free"],
-        users=3,
-        spawn_rate=3,
-        run_time="60s",
-        out_dir=tmp_path,
-        prefix="gateway",
+        LocustSettings(
+            users=3,
+            spawn_rate=3,
+            run_time="60s",
+            out_dir=tmp_path,
+            prefix="gateway",
+            max_requests=30,
+        ),
         env=env,
-        max_requests=30,
     )
     assert run.html.exists(), run.output[-2000:]
     assert run.count("/v1/classify") > 0, run.output[-2000:]
@@ -76,12 +80,14 @@ def test_unauthenticated_requests_are_failures(gateway: dict[str, str], tmp_path
     run = run_locust(
         gateway["url"],
         ["v2"],
-        users=1,
-        spawn_rate=1,
-        run_time="60s",
-        out_dir=tmp_path,
-        prefix="nokey",
+        LocustSettings(
+            users=1,
+            spawn_rate=1,
+            run_time="60s",
+            out_dir=tmp_path,
+            prefix="nokey",
+            max_requests=3,
+        ),
         env={"LOADTEST_API_KEY": "", "LOADTEST_WAIT": "0.1,0.2"},
-        max_requests=3,
     )
     assert run.requests > 0 and run.failures == run.requests, run.output[-2000:]

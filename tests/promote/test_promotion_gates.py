@@ -18,7 +18,7 @@ from builders.repository import versions
 from builders.spec import ModelSpec
 from promote.evaluation import EvaluationData, compare
 from promote.gates import PromotionPolicy
-from promote.promoter import PromotionError, PromotionTarget, promote
+from promote.promoter import PromotionError, PromotionOptions, PromotionTarget, promote
 from serving.launcher import TritonServer
 from tests.support.promotion import (
     CLASSIFIER,
@@ -93,8 +93,7 @@ def test_an_encoder_is_judged_by_embedding_cosine_on_held_out_sentences(
         candidate,
         _target(model_repository, triton, tmp_path),
         policy=POLICY,
-        gates=("parity", "accuracy"),
-        publish=False,
+        options=PromotionOptions(gates=("parity", "accuracy"), publish=False),
     )
     assert record.decision == "gates-passed", record.reason
     figures = record.gates["accuracy"]["figures"]
@@ -115,9 +114,11 @@ def test_a_diffusion_network_is_judged_by_psnr_at_a_fixed_seed(
         candidate,
         _target(sd_repository, sd_triton, tmp_path),
         policy=POLICY,
-        gates=("parity", "accuracy"),
-        publish=False,
-        weights={"stable_diffusion": str(sd_checkpoint)},
+        options=PromotionOptions(
+            gates=("parity", "accuracy"),
+            publish=False,
+            weights={"stable_diffusion": str(sd_checkpoint)},
+        ),
     )
     assert record.decision == "gates-passed", record.reason
     figures = record.gates["accuracy"]["figures"]

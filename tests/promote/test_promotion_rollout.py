@@ -22,7 +22,7 @@ from builders import repository as repo
 from builders.triton_config import read_config
 from promote.dependents import CANARY_SUFFIX
 from promote.gates import PromotionPolicy
-from promote.promoter import GatewayTraffic, PromotionTarget, promote, recover
+from promote.promoter import GatewayTraffic, PromotionOptions, PromotionTarget, promote, recover
 from promote.records import PromotionRecord
 from serving.launcher import TritonPorts, TritonServer
 from tests.support.gateway_procs import ADMIN_TOKEN, GatewayProcess, create_key, start_gateway
@@ -114,7 +114,13 @@ def copy_of_production(model_repository: Path, served: Served, tmp_path: Path) -
 
 def _gated(served: Served, candidate: Path) -> Path:
     """Run the gates first, without the client streams (the rollout reuses their records)."""
-    record = promote(CLASSIFIER, candidate, served.target(None), policy=POLICY, publish=False)
+    record = promote(
+        CLASSIFIER,
+        candidate,
+        served.target(None),
+        policy=POLICY,
+        options=PromotionOptions(publish=False),
+    )
     assert record.decision == "gates-passed", record.reason
     return candidate
 
@@ -150,7 +156,11 @@ def _promote_under_streams(
 ) -> _Watched:
     try:
         record = promote(
-            CLASSIFIER, candidate, served.target(gateway), policy=POLICY, observer=observer
+            CLASSIFIER,
+            candidate,
+            served.target(gateway),
+            policy=POLICY,
+            options=PromotionOptions(observer=observer),
         )
         returned = time.time()
         direct.after(returned)
@@ -317,7 +327,7 @@ def test_a_promoter_that_dies_leaves_an_unfinished_version_the_next_promotion_cl
                 copy_of_production,
                 served.target(gateway),
                 policy=POLICY,
-                observer=observer,
+                options=PromotionOptions(observer=observer),
             )
         # Half done: N+1 is on disk and loaded, and still not a version for anything reading the repository.
         assert repo.unfinished_versions(served.repository, CLASSIFIER) == [old + 1]
@@ -355,7 +365,11 @@ def test_a_gateway_dying_mid_rollout_leaves_a_record_of_the_steps_that_could_not
     direct, ensemble = _start_streams(gateway)
     try:
         record = promote(
-            CLASSIFIER, copy_of_production, served.target(gateway), policy=POLICY, observer=observer
+            CLASSIFIER,
+            copy_of_production,
+            served.target(gateway),
+            policy=POLICY,
+            options=PromotionOptions(observer=observer),
         )
     finally:
         answers = direct.stop() + ensemble.stop()
