@@ -3,6 +3,7 @@ removed at shutdown (Triton leaves it), and where a stub's memory limit comes fr
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import pytest
@@ -58,3 +59,24 @@ def test_only_stub_region_names_are_ever_removed() -> None:
     assert (
         remove_regions({"../etc/passwd", "not_triton", "triton_gone_region_does_not_exist"}) == []
     )
+
+
+def test_a_new_stub_that_reuses_a_dead_stubs_pid_does_not_hide_its_region(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Unit test: the process table is stubbed; the regions are real files in /dev/shm.
+    tag = uuid.uuid4().hex
+    old, new = f"triton_test_{tag}_old", f"triton_test_{tag}_new"
+    for region in (old, new):
+        (SHM_DIR / region).touch()
+    try:
+        looks = iter([[Stub(42, "m", tmp_path, old)], [Stub(42, "m", tmp_path, new)], []])
+        monkeypatch.setattr("serving.stub_watch.stub_processes", lambda pid: next(looks))
+        watch = StubWatch(1, default_limit_mb=0)
+        assert watch.poll() == []
+        assert watch.poll() == [old]  # pid 42 is another stub now: the first one is gone
+        assert (SHM_DIR / new).exists()
+        assert watch.poll() == [new]
+    finally:
+        for region in (old, new):
+            (SHM_DIR / region).unlink(missing_ok=True)
