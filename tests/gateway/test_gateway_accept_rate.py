@@ -86,7 +86,7 @@ def test_refused_connections_never_count_against_the_connection_caps(rated) -> N
             sock.close()
 
 
-HOLD_S = 4.0
+HOLD_S = 6.0  # the margin the checks of "not answered yet" have on a busy machine
 
 
 @pytest.fixture(scope="module")
