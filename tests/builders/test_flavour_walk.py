@@ -18,7 +18,7 @@ from builders.parity import ParityResult
 from builders.publication import Publication
 from builders.report import BuildReport
 from builders.spec import BatchingPolicy, ModelSpec, TensorSpec, WeightsInfo
-from builders.triton_config import model_config
+from builders.triton_config import ConfigOptions, model_config
 
 
 class _Spec(ModelSpec):
@@ -94,10 +94,10 @@ class _Recording:
         )
         config = model_config(
             spec.name,
-            platform="onnxruntime_onnx",
             inputs=spec.inputs,
             outputs=spec.outputs,
             batching=spec.batching,
+            options=ConfigOptions(platform="onnxruntime_onnx"),
         )
         return Publication(report, config, artifact.files)
 
