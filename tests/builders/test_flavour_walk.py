@@ -13,7 +13,7 @@ import pytest
 from builders import repository as repo
 from builders.errors import ParityError
 from builders.flavours import Artifact, BuildRun, Loaded, build_model
-from builders.flavours.base import next_version
+from builders.flavours.base import ParentEntry, next_version
 from builders.parity import ParityResult
 from builders.publication import Publication
 from builders.report import BuildReport
@@ -105,9 +105,7 @@ class _Recording:
         self,
         spec: ModelSpec,
         loaded: Loaded,
-        parent: BuildReport,
-        artifact: Artifact | None,
-        digest: str,
+        parent: ParentEntry[Artifact],
         workdir: Path,
         run: BuildRun,
     ) -> list[Publication]:
