@@ -43,41 +43,37 @@ from builders.flavours.compiled import (
 )
 from builders.flavours.walk import build_model
 from builders.registry import get_spec
-from builders.spec import BatchingPolicy, ModelSpec
+from builders.spec import ModelSpec
 
-__all__ = ["DEFAULT_MAX_BATCH", "FLAVOURS", "compiled_name", "main", "publish_compiled"]
+__all__ = [
+    "DEFAULT_MAX_BATCH",
+    "FLAVOURS",
+    "CompiledFlavour",
+    "compiled_name",
+    "main",
+    "publish_compiled",
+]
 
 
-def publish_compiled(
-    repository: Path,
-    source: str = "efficientnet_lite0",
-    *,
-    flavour: str = "inductor",
-    device: str = "cuda",
-    name: str | None = None,
-    max_batch: int = DEFAULT_MAX_BATCH,
-    batching: BatchingPolicy | None = None,
-) -> Path:
-    """Export, compile, check and publish ``source`` as a compiled entry for this host.
+def publish_compiled(repository: Path, compiled: CompiledFlavour) -> Path:
+    """Export, compile, check and publish ``compiled.source`` as a compiled entry for this host.
 
-    The steps are :class:`builders.flavours.compiled.CompiledFlavour`'s, walked by
-    :func:`builders.flavours.walk.build_model` like every flavour's.
+    The steps are ``compiled``'s (:class:`builders.flavours.compiled.CompiledFlavour`: source, kind,
+    device, entry name, batch range and batching), walked by
+    :func:`builders.flavours.walk.build_model` like every flavour's. Making the flavour already
+    refused an unknown kind or device, no CUDA device for ``device="cuda"`` and AOTInductor asked
+    for the CPU (its packages are compiled for the GPU they are built on).
 
     Returns:
         The published version folder.
 
     Raises:
-        BuildError: an unknown flavour or device, no CUDA device for ``device="cuda"``, AOTInductor
-            asked for the CPU (its packages are compiled for the GPU they are built on), or a source
-            that is not a single-input PyTorch model.
+        BuildError: a source that is not a single-input PyTorch model.
         ParityError: the compiled module disagrees with PyTorch beyond the variant's tolerance.
     """
-    compiled = CompiledFlavour(
-        source, flavour, device, name=name, max_batch=max_batch, batching=batching
-    )
-    spec = get_spec(source)
+    spec = get_spec(compiled.source)
     if not isinstance(spec, ModelSpec) or len(spec.inputs) != 1:
-        raise BuildError(f"{source} is not a single-input PyTorch model spec")
+        raise BuildError(f"{compiled.source} is not a single-input PyTorch model spec")
     report = build_model(spec, compiled, BuildRun(repository))[0]
     return repository / report.model / str(report.version)
 
@@ -109,16 +105,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--max-batch", type=int, default=DEFAULT_MAX_BATCH)
     args = parser.parse_args(argv)
-    print(
-        publish_compiled(
-            args.repository,
-            args.source,
-            flavour=args.flavour,
-            device=args.device,
-            name=args.name,
-            max_batch=args.max_batch,
-        )
+    compiled = CompiledFlavour(
+        args.source, args.flavour, args.device, name=args.name, max_batch=args.max_batch
     )
+    print(publish_compiled(args.repository, compiled))
     return 0
 
 

@@ -7,6 +7,7 @@ build time, not when Triton loads the model.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ from builders.spec import BatchingPolicy, ModelSpec, TensorSpec
 from serving.limits import DEFAULT_LIMITS, QueueLimits
 
 __all__ = [
+    "ConfigOptions",
     "apply_queue_policy",
     "data_type",
     "is_tensorrt",
@@ -41,18 +43,35 @@ def _io(tensors: Iterable[TensorSpec], cls: type) -> list:
     return [cls(name=t.name, data_type=data_type(t.dtype), dims=list(t.dims)) for t in tensors]
 
 
+@dataclass(frozen=True)
+class ConfigOptions:
+    """How Triton runs one entry, beside its tensors and batching (see :func:`model_config`).
+
+    Attributes:
+        platform: Triton's ``platform`` (``onnxruntime_onnx``, ``pytorch_libtorch``, ...), or "".
+        backend: Triton's ``backend`` (``python``, ...), or "".
+        parameters: the config's ``parameters``, as strings.
+        gpu: ``KIND_GPU`` instances instead of ``KIND_CPU``.
+        warmup: add a zero-input warmup request of batch 1, so the first user request does not pay
+            for session initialisation. Only for numeric inputs (Triton cannot synthesise strings).
+        versions_kept: serve the newest N versions (``version_policy.latest``).
+    """
+
+    platform: str = ""
+    backend: str = ""
+    parameters: Mapping[str, str] = field(default_factory=dict)
+    gpu: bool = False
+    warmup: bool = True
+    versions_kept: int = 1
+
+
 def model_config(
     name: str,
     *,
     inputs: Iterable[TensorSpec],
     outputs: Iterable[TensorSpec],
     batching: BatchingPolicy,
-    platform: str = "",
-    backend: str = "",
-    parameters: Mapping[str, str] | None = None,
-    gpu: bool = False,
-    warmup: bool = True,
-    versions_kept: int = 1,
+    options: ConfigOptions,
 ) -> mc.ModelConfig:
     """Config for a model served by one backend (onnxruntime, python, tensorrt, pytorch).
 
@@ -69,9 +88,7 @@ def model_config(
             default), P99 19-133 ms but still a 576 ms request at concurrency 4; two instances, no
             request over 273 ms. While one instance runs the other is waiting, so a queued request
             waits at most for one execution.
-        warmup: add a zero-input warmup request of batch 1, so the first user request does not pay
-            for session initialisation. Only for numeric inputs (Triton cannot synthesise strings).
-        versions_kept: serve the newest N versions (``version_policy.latest``).
+        options: platform or backend, parameters, instance kind, warmup, versions kept.
     """
     instances = (
         DEFAULT_LIMITS.queue.default_instances
@@ -81,17 +98,19 @@ def model_config(
     inputs, outputs = list(inputs), list(outputs)
     config = mc.ModelConfig(
         name=name,
-        platform=platform,
-        backend=backend,
+        platform=options.platform,
+        backend=options.backend,
         max_batch_size=batching.max_batch_size,
         input=_io(inputs, mc.ModelInput),
         output=_io(outputs, mc.ModelOutput),
         version_policy=mc.ModelVersionPolicy(
-            latest=mc.ModelVersionPolicy.Latest(num_versions=versions_kept)
+            latest=mc.ModelVersionPolicy.Latest(num_versions=options.versions_kept)
         ),
         instance_group=[
             mc.ModelInstanceGroup(
-                kind=mc.ModelInstanceGroup.KIND_GPU if gpu else mc.ModelInstanceGroup.KIND_CPU,
+                kind=mc.ModelInstanceGroup.KIND_GPU
+                if options.gpu
+                else mc.ModelInstanceGroup.KIND_CPU,
                 count=instances,
             )
         ],
@@ -104,9 +123,9 @@ def model_config(
             )
         )
     apply_queue_policy(config)
-    for key, value in (parameters or {}).items():
+    for key, value in options.parameters.items():
         config.parameters[key].string_value = value
-    if warmup and all(t.dtype != "bytes" and -1 not in t.dims for t in inputs):
+    if options.warmup and all(t.dtype != "bytes" and -1 not in t.dims for t in inputs):
         sample = mc.ModelWarmup(name="zeros", batch_size=1 if batching.max_batch_size > 0 else 0)
         for t in inputs:
             sample.inputs[t.name].CopyFrom(
@@ -131,12 +150,10 @@ def spec_config(
     from the file ``filename`` of its version folder."""
     config = model_config(
         name,
-        platform=platform,
         inputs=spec.inputs,
         outputs=spec.outputs,
         batching=spec.batching,
-        parameters=parameters,
-        gpu=gpu,
+        options=ConfigOptions(platform=platform, parameters=parameters or {}, gpu=gpu),
     )
     config.default_model_filename = filename
     return config

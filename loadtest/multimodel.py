@@ -110,7 +110,7 @@ def build_variants(root: Path, settings: MultiModelSettings) -> list[str]:
     from onnx import TensorProto, helper, numpy_helper
 
     from builders.spec import BatchingPolicy, TensorSpec
-    from builders.triton_config import model_config, write_config
+    from builders.triton_config import ConfigOptions, model_config, write_config
 
     names = []
     for index in range(settings.models):
@@ -136,12 +136,14 @@ def build_variants(root: Path, settings: MultiModelSettings) -> list[str]:
         onnx.save(model, str(root / name / "1" / "model.onnx"))
         config = model_config(
             name,
-            platform="onnxruntime_onnx",
             inputs=[TensorSpec("input", "float32", (FEATURES,))],
             outputs=[TensorSpec("logits", "float32", (CLASSES,))],
             batching=BatchingPolicy(max_batch_size=8, max_queue_delay_us=100, instance_count=1),
-            parameters={"intra_op_thread_count": "1", "inter_op_thread_count": "1"},
-            warmup=False,
+            options=ConfigOptions(
+                platform="onnxruntime_onnx",
+                parameters={"intra_op_thread_count": "1", "inter_op_thread_count": "1"},
+                warmup=False,
+            ),
         )
         write_config(config, root / name / "config.pbtxt")
         names.append(name)

@@ -69,7 +69,7 @@ def build_torchscript_variants(
     import torch
 
     from builders.spec import BatchingPolicy, TensorSpec
-    from builders.triton_config import model_config, write_config
+    from builders.triton_config import ConfigOptions, model_config, write_config
 
     for index, name in enumerate(names):
         generator = torch.Generator().manual_seed(seed + index)
@@ -90,12 +90,10 @@ def build_torchscript_variants(
         torch.jit.save(module, str(root / name / "1" / "model.pt"))
         config = model_config(
             name,
-            platform="pytorch_libtorch",
             inputs=[TensorSpec("input", "float32", (features,))],
             outputs=[TensorSpec("logits", "float32", (classes,))],
             batching=BatchingPolicy(max_batch_size=8, max_queue_delay_us=100, instance_count=1),
-            gpu=True,
-            warmup=False,
+            options=ConfigOptions(platform="pytorch_libtorch", gpu=True, warmup=False),
         )
         write_config(config, root / name / "config.pbtxt")
     return list(names)

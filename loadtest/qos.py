@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from builders.spec import BatchingPolicy, TensorSpec
-from builders.triton_config import model_config, write_config
+from builders.triton_config import ConfigOptions, model_config, write_config
 from loadtest.loadgen import HttpTarget, LoadResult, LoadSpec, run_load
 from loadtest.loadgen import run as run_specs
 from loadtest.local_gateway import local_gateway
@@ -107,12 +107,12 @@ def prepare_repository(root: Path, settings: QosSettings) -> Path:
     shutil.copy2(_MODEL_FILE, entry / "1" / "model.py")
     config = model_config(
         MODEL,
-        backend="python",
         inputs=[TensorSpec("X", "int32", (1,))],
         outputs=[TensorSpec("Y", "int32", (1,))],
         batching=BatchingPolicy(max_batch_size=0, instance_count=settings.instances),
-        parameters={"service_ms": f"{settings.service_ms:g}"},
-        warmup=False,
+        options=ConfigOptions(
+            backend="python", parameters={"service_ms": f"{settings.service_ms:g}"}, warmup=False
+        ),
     )
     write_config(config, entry / "config.pbtxt")
     return root

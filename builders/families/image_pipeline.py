@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from builders.spec import AssetSpec, BatchingPolicy, TensorSpec
-from builders.triton_config import ensemble_config, model_config
+from builders.triton_config import ConfigOptions, ensemble_config, model_config
 from serving import image_preprocessing
 from serving.image_preprocessing import Preprocessing
 from serving.limits import DEFAULT_LIMITS
@@ -39,12 +39,18 @@ def preprocess_spec(preprocessing: Preprocessing) -> AssetSpec:
     decode = DEFAULT_LIMITS.image_decode
     config = model_config(
         "image_preprocess",
-        backend="python",
         inputs=[IMAGE],
         outputs=[PIXELS],
         batching=BatchingPolicy(max_batch_size=MAX_BATCH, max_queue_delay_us=500, instance_count=2),
-        parameters={**preprocessing.parameters(), **decode.parameters(), **internal_parameters()},
-        warmup=False,
+        options=ConfigOptions(
+            backend="python",
+            parameters={
+                **preprocessing.parameters(),
+                **decode.parameters(),
+                **internal_parameters(),
+            },
+            warmup=False,
+        ),
     )
     return AssetSpec(
         "image_preprocess",
@@ -61,12 +67,14 @@ def preprocess_spec(preprocessing: Preprocessing) -> AssetSpec:
 def postprocess_spec() -> AssetSpec:
     config = model_config(
         "image_postprocess",
-        backend="python",
         inputs=[LOGITS],
         outputs=list(OUTPUTS),
         batching=BatchingPolicy(max_batch_size=32, max_queue_delay_us=100),
-        parameters={"top_k": str(TOP_K), **internal_parameters()},
-        warmup=False,
+        options=ConfigOptions(
+            backend="python",
+            parameters={"top_k": str(TOP_K), **internal_parameters()},
+            warmup=False,
+        ),
     )
     return AssetSpec(
         "image_postprocess",
@@ -129,20 +137,22 @@ def gpu_classifier_spec(
     limits = DEFAULT_LIMITS.image_decode
     config = model_config(
         "image_classifier_gpu",
-        backend="python",
         inputs=[IMAGE_BYTES],
         outputs=list(OUTPUTS),
         batching=batching,
-        parameters={
-            "classifier": classifier,
-            **preprocessing.parameters(),
-            "top_k": str(TOP_K),
-            "max_source_pixels": str(limits.max_source_pixels),
-            "max_aspect_ratio": str(limits.max_aspect_ratio),
-            "max_resized_pixels": str(limits.max_resized_pixels),
-        },
-        gpu=True,
-        warmup=False,
+        options=ConfigOptions(
+            backend="python",
+            parameters={
+                "classifier": classifier,
+                **preprocessing.parameters(),
+                "top_k": str(TOP_K),
+                "max_source_pixels": str(limits.max_source_pixels),
+                "max_aspect_ratio": str(limits.max_aspect_ratio),
+                "max_resized_pixels": str(limits.max_resized_pixels),
+            },
+            gpu=True,
+            warmup=False,
+        ),
     )
     config.input[0].allow_ragged_batch = True
     for key, value in (

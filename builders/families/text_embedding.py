@@ -36,7 +36,7 @@ from builders.evaluation import EmbeddingCosine, Evaluation
 from builders.export import select_output
 from builders.report import file_sha256
 from builders.spec import AssetSpec, BatchingPolicy, ModelSpec, TensorSpec, Tolerance, WeightsInfo
-from builders.triton_config import ensemble_config, model_config
+from builders.triton_config import ConfigOptions, ensemble_config, model_config
 from serving import text_tokenization, token_ids
 from serving.limits import DEFAULT_LIMITS
 from serving.model_card import ModelCard, Task, internal_parameters
@@ -237,18 +237,20 @@ def tokenizer_spec() -> AssetSpec:
     config = _optional_inputs(
         model_config(
             "text_tokenizer",
-            backend="python",
             inputs=[_TEXT, _TOKEN_IDS],
             outputs=[*_IDS, _TOKENS],
             batching=BatchingPolicy(max_batch_size=MAX_BATCH, max_queue_delay_us=500),
-            parameters={
-                "max_length": str(MAX_LENGTH),
-                # the platform's text limits (serving.limits), enforced again by the tokenizer model
-                "max_text_bytes": str(DEFAULT_LIMITS.embeddings.max_text_bytes),
-                "max_text_chars": str(DEFAULT_LIMITS.embeddings.max_text_chars),
-                **internal_parameters(),
-            },
-            warmup=False,
+            options=ConfigOptions(
+                backend="python",
+                parameters={
+                    "max_length": str(MAX_LENGTH),
+                    # the platform's text limits (serving.limits), enforced again by the tokenizer model
+                    "max_text_bytes": str(DEFAULT_LIMITS.embeddings.max_text_bytes),
+                    "max_text_chars": str(DEFAULT_LIMITS.embeddings.max_text_chars),
+                    **internal_parameters(),
+                },
+                warmup=False,
+            ),
         )
     )
     return AssetSpec(
@@ -268,12 +270,10 @@ def tokenizer_spec() -> AssetSpec:
 def pooling_spec() -> AssetSpec:
     config = model_config(
         "text_pooling",
-        backend="python",
         inputs=[_HIDDEN, _IDS[1]],
         outputs=[_EMBEDDING],
         batching=BatchingPolicy(max_batch_size=MAX_BATCH, max_queue_delay_us=100),
-        parameters=internal_parameters(),
-        warmup=False,
+        options=ConfigOptions(backend="python", parameters=internal_parameters(), warmup=False),
     )
     return AssetSpec(
         "text_pooling",

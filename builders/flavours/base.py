@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -30,6 +30,7 @@ __all__ = [
     "BuildRun",
     "Flavour",
     "Loaded",
+    "ParentEntry",
     "WithoutVariants",
     "compare_outputs",
     "load_reference",
@@ -98,6 +99,24 @@ class Artifact:
 
 
 ArtifactT = TypeVar("ArtifactT", bound=Artifact)
+# Covariant: a flavour that derives nothing takes the parent entry of any artifact.
+_ArtifactCo = TypeVar("_ArtifactCo", bound=Artifact, covariant=True)
+
+
+@dataclass(frozen=True)
+class ParentEntry(Generic[_ArtifactCo]):
+    """The entry a flavour's variants derive from.
+
+    Attributes:
+        report: its build report (the version the variants derive from).
+        digest: its input hash, on which the variants' own hashes build.
+        artifact: what this build made and verified of it; None when the entry was current, so the
+            variants derive from the version being served.
+    """
+
+    report: BuildReport
+    digest: str
+    artifact: _ArtifactCo | None = None
 
 
 class Flavour(Protocol[ArtifactT]):
@@ -160,13 +179,12 @@ class Flavour(Protocol[ArtifactT]):
         self,
         spec: ModelSpec,
         loaded: Loaded,
-        parent: BuildReport,
-        artifact: ArtifactT | None,
-        digest: str,
+        parent: ParentEntry[ArtifactT],
         workdir: Path,
         run: BuildRun,
     ) -> list[Publication]:
-        """Entries derived from the verified one (``artifact`` None: it is current and published).
+        """Entries derived from the verified one (``parent.artifact`` None: it is current and
+        published).
 
         Raises:
             BuildError: a variant failed (parity, conversion, engine build); nothing is published.
@@ -231,9 +249,7 @@ class WithoutVariants:
         self,
         spec: ModelSpec,
         loaded: Loaded,
-        parent: BuildReport,
-        artifact: Artifact | None,
-        digest: str,
+        parent: ParentEntry[Artifact],
         workdir: Path,
         run: BuildRun,
     ) -> list[Publication]:

@@ -30,7 +30,7 @@ from builders.parity import ParityResult, compare
 from builders.publication import Publication
 from builders.report import BuildReport
 from builders.spec import BatchingPolicy, ModelSpec
-from builders.triton_config import model_config
+from builders.triton_config import ConfigOptions, model_config
 
 __all__ = ["DEFAULT_MAX_BATCH", "FLAVOURS", "CompiledFlavour", "compiled_name"]
 
@@ -244,16 +244,18 @@ class CompiledFlavour(WithoutVariants):
         )
         config = model_config(
             name,
-            platform="pytorch_libtorch",
             inputs=positional(spec.inputs, "INPUT"),
             outputs=positional(spec.outputs, "OUTPUT"),
             batching=policy,
-            parameters=(
-                {"precision": "fp16", "FORCE_CPU_ONLY_INPUT_TENSORS": "no"}
-                if gpu
-                else {"precision": "fp32"}
+            options=ConfigOptions(
+                platform="pytorch_libtorch",
+                parameters=(
+                    {"precision": "fp16", "FORCE_CPU_ONLY_INPUT_TENSORS": "no"}
+                    if gpu
+                    else {"precision": "fp32"}
+                ),
+                gpu=gpu,
             ),
-            gpu=gpu,
         )
         config.default_model_filename = FLAVOURS[self.kind]
         if gpu:

@@ -24,6 +24,7 @@ from builders.flavours.base import (
     Artifact,
     BuildRun,
     Loaded,
+    ParentEntry,
     compare_outputs,
     load_reference,
     next_version,
@@ -135,9 +136,7 @@ class OnnxFlavour:
         self,
         spec: ModelSpec,
         loaded: Loaded,
-        parent: BuildReport,
-        artifact: OnnxArtifact | None,
-        digest: str,
+        parent: ParentEntry[OnnxArtifact],
         workdir: Path,
         run: BuildRun,
     ) -> list[Publication]:
@@ -145,17 +144,17 @@ class OnnxFlavour:
             return []
         # Without a fresh export the variants derive from the FP32 ONNX that is being served.
         fp32 = (
-            artifact.path
-            if artifact is not None
-            else run.repository / spec.name / str(parent.version) / "model.onnx"
+            parent.artifact.path
+            if parent.artifact is not None
+            else run.repository / spec.name / str(parent.report.version) / "model.onnx"
         )
         return precision_variants.build_variants(
             BuildContext(
                 spec=spec,
                 repository=run.repository,
                 workdir=workdir,
-                parent=parent,
-                parent_hash=digest,
+                parent=parent.report,
+                parent_hash=parent.digest,
                 fp32_onnx=fp32,
                 feeds=loaded.feeds,
                 reference=loaded.reference,

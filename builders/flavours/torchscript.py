@@ -40,7 +40,7 @@ from builders.parity import ParityResult
 from builders.publication import Publication
 from builders.report import BuildReport, file_sha256
 from builders.spec import BatchingPolicy, ModelSpec
-from builders.triton_config import model_config
+from builders.triton_config import ConfigOptions, model_config
 
 __all__ = [
     "TorchScriptFlavour",
@@ -204,17 +204,19 @@ class TorchScriptFlavour(WithoutVariants):
         inputs, outputs = positional(spec.inputs, "INPUT"), positional(spec.outputs, "OUTPUT")
         config = model_config(
             name,
-            platform="pytorch_libtorch",
             inputs=inputs,
             outputs=outputs,
             batching=options.batching or spec.batching,
-            parameters={
-                "precision": options.precision,
-                "intra_op_thread_count": "0",
-                "device": options.device,
-                **({"FORCE_CPU_ONLY_INPUT_TENSORS": "no"} if options.gpu else {}),
-            },
-            gpu=options.gpu,
+            options=ConfigOptions(
+                platform="pytorch_libtorch",
+                parameters={
+                    "precision": options.precision,
+                    "intra_op_thread_count": "0",
+                    "device": options.device,
+                    **({"FORCE_CPU_ONLY_INPUT_TENSORS": "no"} if options.gpu else {}),
+                },
+                gpu=options.gpu,
+            ),
         )
         config.default_model_filename = "model.pt"
         pinned = pinned_devices(artifact.traced)

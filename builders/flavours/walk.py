@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from builders import repository as repo
-from builders.flavours.base import ArtifactT, BuildRun, Flavour, next_version
+from builders.flavours.base import ArtifactT, BuildRun, Flavour, ParentEntry, next_version
 from builders.publication import Publication, current_report
 from builders.report import BuildReport
 from builders.spec import AssetSpec, ModelSpec
@@ -64,7 +64,8 @@ def build_model(
             # Only variants are missing: they derive from the entry that is being served.
             main = Publication(previous)
         # Variants and engines are built and verified before anything is published.
-        pending = flavour.variants(spec, loaded, main.report, artifact, digest or "", workdir, run)
+        parent = ParentEntry(main.report, digest or "", artifact)
+        pending = flavour.variants(spec, loaded, parent, workdir, run)
         run.status(f"{name}: publishing")
         return [main.publish(run.repository), *(p.publish(run.repository) for p in pending)]
 

@@ -33,7 +33,7 @@ import torch
 if TYPE_CHECKING:
     from builders.python_models.diffusion_request import Request
 
-__all__ = ["Lane", "Networks", "Schedulers", "generate", "lanes_of"]
+__all__ = ["Lane", "Networks", "PipelineParts", "Schedulers", "generate", "lanes_of"]
 
 #: ``done(keys, images)``: the rows of one finished lane, images uint8 [n, H, W, 3] on the CPU
 Done = Callable[[list[Hashable], torch.Tensor], None]
@@ -114,6 +114,29 @@ class Schedulers:
         return self.classes[name].from_config(self.config)
 
 
+@dataclass(frozen=True)
+class PipelineParts:
+    """What the loop generates with: an entry's networks, tokenizer, schedulers and latent space.
+
+    Attributes:
+        networks: where the text encoder, UNet and VAE run.
+        tokenizer: the checkpoint's CLIP tokenizer.
+        schedulers: fresh schedulers by request name.
+        latent_channels: the UNet's input channels.
+        vae_scale_factor: an image side over its latent side.
+        scaling_factor: the VAE's latent scaling (latents are divided by it before decoding).
+        guidance_off: the UNet takes a guidance embedding instead (``time_cond_proj_dim``).
+    """
+
+    networks: Networks
+    tokenizer: Any
+    schedulers: Schedulers
+    latent_channels: int
+    vae_scale_factor: int
+    scaling_factor: float
+    guidance_off: bool = False
+
+
 @dataclass
 class Lane:
     """Rows that share a scheduler, a step count and a guidance scale."""
@@ -192,22 +215,15 @@ def _postprocess(decoded: torch.Tensor) -> torch.Tensor:
 
 def generate(
     rows: Sequence[tuple[Hashable, Request]],
-    *,
-    networks: Networks,
-    tokenizer: Any,
-    schedulers: Schedulers,
-    latent_channels: int,
-    vae_scale_factor: int,
-    scaling_factor: float,
+    parts: PipelineParts,
     done: Done,
-    guidance_off: bool = False,
     timings: dict[str, float] | None = None,
 ) -> None:
     """Generate every row (all of one HEIGHT x WIDTH) in one loop; ``done`` hears of each lane as it ends.
 
     Args:
         rows: (key, request) pairs; the key comes back to ``done`` with the row's image.
-        guidance_off: the UNet takes a guidance embedding instead (``time_cond_proj_dim``).
+        parts: the entry's networks, tokenizer, schedulers and latent space.
         timings: filled with seconds spent in ``prepare`` (prompts, noise), ``denoise`` and ``decode``
             (VAE, post-processing, answers) and the number of ``unet_calls`` (waits for the device
             at each phase's end, so the split is true on a GPU).
@@ -221,7 +237,8 @@ def generate(
     if len(sizes) != 1:
         raise ValueError(f"one loop runs one image size, got {sorted(sizes)}")
     height, width = sizes.pop()
-    lanes = lanes_of(rows, schedulers, guidance_off=guidance_off)
+    networks, tokenizer = parts.networks, parts.tokenizer
+    lanes = lanes_of(rows, parts.schedulers, guidance_off=parts.guidance_off)
     clock = _Clock(networks.device, timings)
     with torch.inference_mode():
         for lane in lanes:
@@ -234,9 +251,9 @@ def generate(
             lane.scheduler.set_timesteps(lane.requests[0].steps, device=networks.device)
             shape = (
                 len(lane.requests),
-                latent_channels,
-                height // vae_scale_factor,
-                width // vae_scale_factor,
+                parts.latent_channels,
+                height // parts.vae_scale_factor,
+                width // parts.vae_scale_factor,
             )
             noise = randn_tensor(
                 shape, generator=lane.generators, device=networks.device, dtype=prompts.dtype
@@ -252,7 +269,7 @@ def generate(
             if ended:
                 clock.lap("denoise")
                 latents = torch.cat([lane.latents for lane in ended])  # type: ignore[misc]
-                images = _postprocess(networks.decode(latents / scaling_factor))
+                images = _postprocess(networks.decode(latents / parts.scaling_factor))
                 start = 0
                 for lane in ended:
                     done(lane.keys, images[start : start + len(lane.keys)])

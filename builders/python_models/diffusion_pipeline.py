@@ -84,7 +84,7 @@ class TritonPythonModel:
             self.runtime.warm_up(int(params.get("warmup_steps", "2")))
         pb_utils.Logger.log_info(
             f"{self.name}: {runtime} runtime on {networks.device} ({networks.dtype}), schedulers "
-            f"{', '.join(n or 'default' for n in self.runtime.schedulers.classes)}"
+            f"{', '.join(n or 'default' for n in self.runtime.parts.schedulers.classes)}"
         )
 
     def _generate(self, rows: list[tuple[Hashable, Request]], done: Any) -> None:

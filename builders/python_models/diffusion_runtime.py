@@ -15,11 +15,17 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING or __package__:  # imported from the builders package (tests, benchmarks)
-    from builders.python_models.diffusion_loop import Done, Networks, Schedulers, generate
+    from builders.python_models.diffusion_loop import (
+        Done,
+        Networks,
+        PipelineParts,
+        Schedulers,
+        generate,
+    )
     from builders.python_models.diffusion_networks import TorchNetworks
     from builders.python_models.diffusion_request import GenerationLimits, Request
 else:  # Triton's Python stub: the helper modules lie beside model.py, on sys.path
-    from diffusion_loop import Done, Networks, Schedulers, generate
+    from diffusion_loop import Done, Networks, PipelineParts, Schedulers, generate
     from diffusion_networks import TorchNetworks
     from diffusion_request import GenerationLimits, Request
 
@@ -44,6 +50,8 @@ def torch_networks(
 class PipelineRuntime:
     """Tokenizer, schedulers, limits and networks of one pipeline entry.
 
+    Its ``parts`` are what the loop runs a cohort with; its ``limits``, what a request may ask.
+
     Args:
         folder: the entry's version folder (``tokenizer/``, ``scheduler/`` and, for the torch
             runtime, the weights).
@@ -55,9 +63,8 @@ class PipelineRuntime:
     def __init__(self, folder: str, parameters: Mapping[str, str], networks: Networks) -> None:
         from transformers import CLIPTokenizer
 
-        self.networks = networks
         self.limits = GenerationLimits.from_parameters(parameters)
-        self.tokenizer = CLIPTokenizer.from_pretrained(
+        tokenizer = CLIPTokenizer.from_pretrained(
             os.path.join(folder, "tokenizer"), local_files_only=True
         )
         classes = dict(
@@ -65,28 +72,22 @@ class PipelineRuntime:
             for item in parameters.get("scheduler_classes", "").split(",")
             if item
         )
-        self.schedulers = Schedulers(
-            os.path.join(folder, "scheduler", "scheduler_config.json"), classes
+        self.parts = PipelineParts(
+            networks=networks,
+            tokenizer=tokenizer,
+            schedulers=Schedulers(
+                os.path.join(folder, "scheduler", "scheduler_config.json"), classes
+            ),
+            latent_channels=int(parameters["latent_channels"]),
+            vae_scale_factor=int(parameters["vae_scale_factor"]),
+            scaling_factor=float(parameters["scaling_factor"]),
+            guidance_off=getattr(networks, "time_cond_proj_dim", None) is not None,
         )
-        self.latent_channels = int(parameters["latent_channels"])
-        self.vae_scale_factor = int(parameters["vae_scale_factor"])
-        self.scaling_factor = float(parameters["scaling_factor"])
 
     def generate(self, rows: Sequence[tuple[Hashable, Request]], done: Done) -> dict[str, float]:
         """Every row (one HEIGHT x WIDTH) in one loop; returns where its time went (see ``generate``)."""
         timings: dict[str, float] = {}
-        generate(
-            rows,
-            networks=self.networks,
-            tokenizer=self.tokenizer,
-            schedulers=self.schedulers,
-            latent_channels=self.latent_channels,
-            vae_scale_factor=self.vae_scale_factor,
-            scaling_factor=self.scaling_factor,
-            done=done,
-            guidance_off=getattr(self.networks, "time_cond_proj_dim", None) is not None,
-            timings=timings,
-        )
+        generate(rows, self.parts, done, timings)
         return timings
 
     def warm_up(self, steps: int) -> dict[str, float]:

@@ -135,18 +135,18 @@ def prepare_repository(root: Path, settings: GpuBenchSettings) -> dict[str, Any]
     _overlapped_twin(root, PIPELINE, PIPELINE_OVERLAP)
     built["entries"].append(PIPELINE_OVERLAP)
     if settings.compiled:
-        from builders.compiled import publish_compiled
+        from builders.compiled import CompiledFlavour, publish_compiled
 
         started = time.perf_counter()
         try:
-            publish_compiled(
-                root,
+            compiled = CompiledFlavour(
                 "efficientnet_lite0",
-                flavour=settings.compiled,
-                device=settings.device,
+                settings.compiled,
+                settings.device,
                 max_batch=policy.max_batch_size,
                 batching=policy,
             )
+            publish_compiled(root, compiled)
             built["entries"].append(compiled_entry(settings.compiled))
             built["compiled_build_s"] = time.perf_counter() - started
             # The pipeline on the compiled classifier.

@@ -20,19 +20,20 @@ from builders.repository import (
     versions,
 )
 from builders.spec import BatchingPolicy, TensorSpec, Tolerance
-from builders.triton_config import model_config, read_config, write_config
+from builders.triton_config import ConfigOptions, model_config, read_config, write_config
 
 
 def _config(name: str = "m"):
     return model_config(
         name,
-        platform="onnxruntime_onnx",
         inputs=[TensorSpec("input", "float32", (3, 8, 8))],
         outputs=[TensorSpec("logits", "float32", (10,))],
         batching=BatchingPolicy(
             max_batch_size=8, preferred_batch_sizes=(4, 8), max_queue_delay_us=1000
         ),
-        parameters={"intra_op_thread_count": "1"},
+        options=ConfigOptions(
+            platform="onnxruntime_onnx", parameters={"intra_op_thread_count": "1"}
+        ),
     )
 
 

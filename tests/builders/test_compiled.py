@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tritonclient.http as http
 
-from builders.compiled import compiled_name, publish_compiled
+from builders.compiled import CompiledFlavour, compiled_name, publish_compiled
 from builders.errors import BuildError
 from builders.report import BuildReport
 from loadtest.bench.gpu_sanity import served_in_batches
@@ -18,7 +18,8 @@ from serving.launcher import TritonPorts, TritonServer
 from tests.support.gpu_repo import cuda_available
 from tests.support.reference import sample_reference
 
-NAME = compiled_name("efficientnet_lite0", "aoti")
+SOURCE = "efficientnet_lite0"
+NAME = compiled_name(SOURCE, "aoti")
 CPU_NAME = "efficientnet_lite0_inductor_cpu"
 
 
@@ -30,22 +31,24 @@ def _served(server: TritonServer, name: str, images: np.ndarray, max_batch: int)
 @pytest.mark.skipif(cuda_available(), reason="checks the refusal on a machine without a GPU")
 def test_refused_without_a_gpu(tmp_path: Path) -> None:
     with pytest.raises(BuildError, match="no CUDA device"):
-        publish_compiled(tmp_path, flavour="aoti", max_batch=8)
+        publish_compiled(tmp_path, CompiledFlavour(SOURCE, "aoti", max_batch=8))
     assert not (tmp_path / NAME).exists()
 
 
 def test_refusals_name_the_problem(tmp_path: Path) -> None:
     with pytest.raises(BuildError, match="unknown flavour 'tensorrt'"):
-        publish_compiled(tmp_path, flavour="tensorrt", device="cpu")
+        publish_compiled(tmp_path, CompiledFlavour(SOURCE, "tensorrt", "cpu"))
     with pytest.raises(BuildError, match="aoti flavour is built for a GPU"):
-        publish_compiled(tmp_path, flavour="aoti", device="cpu")
+        publish_compiled(tmp_path, CompiledFlavour(SOURCE, "aoti", "cpu"))
     assert not any(tmp_path.iterdir())
 
 
 @pytest.fixture(scope="module")
 def cpu_compiled_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
     repository = tmp_path_factory.mktemp("inductor-repository")
-    publish_compiled(repository, flavour="inductor", device="cpu", name=CPU_NAME, max_batch=8)
+    publish_compiled(
+        repository, CompiledFlavour(SOURCE, "inductor", "cpu", name=CPU_NAME, max_batch=8)
+    )
     with TritonServer(repository, models=[CPU_NAME], ports=TritonPorts.free()) as server:
         yield server
 
@@ -78,8 +81,8 @@ def compiled_triton(
             "needs an NVIDIA GPU with CUDA (the GPU flavours compile for the GPU they are built on)"
         )
     repository = tmp_path_factory.mktemp(f"{request.param}-repository")
-    publish_compiled(repository, flavour=request.param, max_batch=16)
-    name = compiled_name("efficientnet_lite0", request.param)
+    publish_compiled(repository, CompiledFlavour(SOURCE, request.param, max_batch=16))
+    name = compiled_name(SOURCE, request.param)
     with TritonServer(repository, models=[name], ports=TritonPorts.free()) as server:
         yield name, server
 

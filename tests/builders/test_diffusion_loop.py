@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from builders.python_models.diffusion_loop import Schedulers, generate
+from builders.python_models.diffusion_loop import PipelineParts, Schedulers, generate
 from builders.python_models.diffusion_networks import TorchNetworks
 from builders.python_models.diffusion_request import (
     GenerationLimits,
@@ -131,17 +131,15 @@ def test_rows_of_every_scheduler_in_one_loop_match_diffusers(sd_checkpoint: Path
         images.update({key: image.numpy() for key, image in zip(keys, batch, strict=True)})
 
     timings: dict[str, float] = {}
-    generate(
-        rows,
+    parts = PipelineParts(
         networks=networks,
         tokenizer=tokenizer,
         schedulers=schedulers,
         latent_channels=4,
         vae_scale_factor=2,
         scaling_factor=0.18215,
-        done=done,
-        timings=timings,
     )
+    generate(rows, parts, done, timings)
     # Lanes end as their steps run out (PNDM takes one call more): the shortest first, each answered then.
     assert finished[0] == ["d"] and sorted(k for keys in finished for k in keys) == list("abcdef")
     assert timings["unet_calls"] == 4 and timings["denoise"] > 0

@@ -13,12 +13,12 @@ import pytest
 from builders import repository as repo
 from builders.errors import ParityError
 from builders.flavours import Artifact, BuildRun, Loaded, build_model
-from builders.flavours.base import next_version
+from builders.flavours.base import ParentEntry, next_version
 from builders.parity import ParityResult
 from builders.publication import Publication
 from builders.report import BuildReport
 from builders.spec import BatchingPolicy, ModelSpec, TensorSpec, WeightsInfo
-from builders.triton_config import model_config
+from builders.triton_config import ConfigOptions, model_config
 
 
 class _Spec(ModelSpec):
@@ -94,10 +94,10 @@ class _Recording:
         )
         config = model_config(
             spec.name,
-            platform="onnxruntime_onnx",
             inputs=spec.inputs,
             outputs=spec.outputs,
             batching=spec.batching,
+            options=ConfigOptions(platform="onnxruntime_onnx"),
         )
         return Publication(report, config, artifact.files)
 
@@ -105,9 +105,7 @@ class _Recording:
         self,
         spec: ModelSpec,
         loaded: Loaded,
-        parent: BuildReport,
-        artifact: Artifact | None,
-        digest: str,
+        parent: ParentEntry[Artifact],
         workdir: Path,
         run: BuildRun,
     ) -> list[Publication]:

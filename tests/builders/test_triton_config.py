@@ -91,7 +91,7 @@ def test_every_generated_model_has_priority_levels_and_a_bounded_rejecting_queue
 
 def test_a_model_gets_the_queue_minimum_of_instances_unless_its_spec_names_a_count() -> None:
     from builders.spec import BatchingPolicy, TensorSpec
-    from builders.triton_config import model_config
+    from builders.triton_config import ConfigOptions, model_config
     from serving.limits import DEFAULT_LIMITS
 
     def counts(batching: BatchingPolicy) -> list[int]:
@@ -100,7 +100,7 @@ def test_a_model_gets_the_queue_minimum_of_instances_unless_its_spec_names_a_cou
             inputs=[TensorSpec("x", "float32", (4,))],
             outputs=[TensorSpec("y", "float32", (4,))],
             batching=batching,
-            backend="python",
+            options=ConfigOptions(backend="python"),
         )
         assert (
             config.dynamic_batching.priority_levels > 0

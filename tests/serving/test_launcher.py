@@ -78,7 +78,7 @@ def test_python_models_run_on_this_interpreter_and_environment(tmp_path: Path, m
     import tritonclient.http as http
 
     from builders.spec import BatchingPolicy, TensorSpec
-    from builders.triton_config import model_config, write_config
+    from builders.triton_config import ConfigOptions, model_config, write_config
 
     entry = tmp_path / "repo" / "probe"
     (entry / "1").mkdir(parents=True)
@@ -86,11 +86,10 @@ def test_python_models_run_on_this_interpreter_and_environment(tmp_path: Path, m
     write_config(
         model_config(
             "probe",
-            backend="python",
             inputs=[TensorSpec("X", "float32", (1,))],
             outputs=[TensorSpec("FACTS", "bytes", (1,))],
             batching=BatchingPolicy(0),
-            warmup=False,
+            options=ConfigOptions(backend="python", warmup=False),
         ),
         entry / "config.pbtxt",
     )

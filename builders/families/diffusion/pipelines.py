@@ -20,7 +20,7 @@ from builders.families.diffusion.networks import TEXT_ENCODER, UNET, VAE_DECODER
 from builders.families.diffusion.torch_flavour import produce_weights
 from builders.python_models.diffusion_request import GenerationLimits
 from builders.spec import AssetSpec, BatchingPolicy, TensorSpec
-from builders.triton_config import model_config
+from builders.triton_config import ConfigOptions, model_config
 from serving.limits import DEFAULT_LIMITS, ImageGenerationLimits
 from serving.model_card import ModelCard, Task
 
@@ -94,7 +94,6 @@ def _entry(
     unet, vae = checkpoint.config("unet"), checkpoint.config("vae")
     config = model_config(
         name,
-        backend="python",
         inputs=[t for t, _ in _INPUTS],
         outputs=[TensorSpec("IMAGE", "uint8", (-1, -1, 3))],
         # One pipeline: a second would hold a second copy of the networks (the torch runtime's are
@@ -106,18 +105,21 @@ def _entry(
             max_queue_delay_us=QUEUE_DELAY_US,
             instance_count=1,
         ),
-        parameters={
-            **runtime_parameters,
-            "latent_channels": str(unet["in_channels"]),
-            "vae_scale_factor": str(checkpoint.vae_scale_factor),
-            "scaling_factor": str(vae.get("scaling_factor", 0.18215)),
-            "scheduler_classes": ",".join(f"{k}={v}" for k, v in classes.items()),
-            "random_init_checkpoint": "true" if checkpoint.random_init is not None else "false",
-            **generation_limits(checkpoint, limits).parameters(),
-            **ModelCard(name, task=Task.IMAGE_GENERATION).parameters(),
-        },
-        gpu=gpu,
-        warmup=False,  # Triton cannot synthesise string inputs; the torch runtime warms itself up
+        options=ConfigOptions(
+            backend="python",
+            parameters={
+                **runtime_parameters,
+                "latent_channels": str(unet["in_channels"]),
+                "vae_scale_factor": str(checkpoint.vae_scale_factor),
+                "scaling_factor": str(vae.get("scaling_factor", 0.18215)),
+                "scheduler_classes": ",".join(f"{k}={v}" for k, v in classes.items()),
+                "random_init_checkpoint": "true" if checkpoint.random_init is not None else "false",
+                **generation_limits(checkpoint, limits).parameters(),
+                **ModelCard(name, task=Task.IMAGE_GENERATION).parameters(),
+            },
+            gpu=gpu,
+            warmup=False,  # Triton cannot synthesise string inputs; the torch runtime warms itself up
+        ),
     )
     for message, (_, optional) in zip(config.input, _INPUTS, strict=True):
         message.optional = optional
