@@ -14,6 +14,7 @@ from gateway.jobs.store_sqlite import SqliteJobStore
 from gateway.observe.stats_store import RedisSketchStore, SketchStore, SqliteSketchStore
 from gateway.settings import GatewaySettings
 from gateway.tenancy.ratelimit import InProcessRateLimiter, RateLimiter, RedisRateLimiter
+from gateway.tenancy.ratelimit_lease import LeasedRateLimiter
 from gateway.tenancy.usage import UsageStore
 from gateway.tenancy.usage_store import RedisUsageStore, SqliteUsageStore
 
@@ -31,12 +32,17 @@ def build_limiter(settings: GatewaySettings) -> RateLimiter:
     url = settings.redis_url.get_secret_value()
     if not url:
         return InProcessRateLimiter()
-    return RedisRateLimiter(
+    shared = RedisRateLimiter(
         url,
         failure_policy=settings.redis_failure_policy,
         timeout_s=settings.redis_timeout_s,
         retry_after_s=settings.redis_retry_after_s,
         prefix=settings.redis_prefix + "rl:",
+    )
+    if not settings.rate_limit_lease_share:
+        return shared
+    return LeasedRateLimiter(
+        shared, share=settings.rate_limit_lease_share, lease_s=settings.rate_limit_lease_s
     )
 
 

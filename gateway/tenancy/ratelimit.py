@@ -33,6 +33,7 @@ __all__ = [
     "RedisRateLimiter",
     "gcra",
     "openai_duration",
+    "policy_value",
 ]
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,8 @@ class Decision:
         retry_after_s: seconds until a refused request would be admitted (0 when allowed).
         policy: the RateLimit-Policy header value, e.g. ``100;w=60;burst=20``.
         degraded: Redis was unreachable and the request was admitted by the fail-open policy.
+        granted: tokens taken from the bucket (1 for a request; up to the number asked for by
+            :meth:`RedisRateLimiter.take_all`, which leases several; 0 when refused).
     """
 
     allowed: bool
@@ -59,6 +62,7 @@ class Decision:
     retry_after_s: float
     policy: str
     degraded: bool = False
+    granted: int = 1
 
     def headers(self) -> dict[str, str]:
         """IETF draft RateLimit headers and OpenAI's ``x-ratelimit-*-requests`` ones, which OpenAI
@@ -89,7 +93,8 @@ def openai_duration(seconds: float) -> str:
     return f"{minutes}m{secs}s" if minutes else f"{secs}s"
 
 
-def _policy(limit: RateLimit) -> str:
+def policy_value(limit: RateLimit) -> str:
+    """The ``RateLimit-Policy`` header value of ``limit``, e.g. ``100;w=60;burst=20``."""
     rate = int(limit.per_minute) if float(limit.per_minute).is_integer() else limit.per_minute
     return f"{rate};w=60;burst={limit.burst}"
 
@@ -111,9 +116,11 @@ def gcra(tat: float, now: float, limit: RateLimit) -> tuple[float, Decision]:
     new_tat = base + interval
     diff = new_tat - now
     if diff > window + 1e-9:
-        return tat, Decision(False, limit.burst, 0, base - now, diff - window, _policy(limit))
+        return tat, Decision(
+            False, limit.burst, 0, base - now, diff - window, policy_value(limit), granted=0
+        )
     remaining = int((window - diff) / interval + 1e-9)
-    return new_tat, Decision(True, limit.burst, remaining, diff, 0.0, _policy(limit))
+    return new_tat, Decision(True, limit.burst, remaining, diff, 0.0, policy_value(limit))
 
 
 class RateLimiter(Protocol):
@@ -167,26 +174,31 @@ class InProcessRateLimiter:
         self._tats.clear()
 
 
-# KEYS: the buckets, in order; ARGV: interval_us and burst of each in turn. Each bucket's answer is
-# {allowed, remaining, reset_us, retry_after_us}, all in one flat list; the first refusal ends it.
+# KEYS: the buckets, in order; ARGV: interval_us, burst and tokens wanted of each in turn. A bucket
+# grants what it has, up to the tokens wanted (GCRA with a cost: TAT moves forward one interval per
+# token), and refuses only when it has none. Each bucket's answer is {allowed, remaining, reset_us,
+# retry_after_us, granted}, all in one flat list; the first refusal ends it. Wanting one token is
+# exactly the one-request GCRA of :func:`gcra`.
 _GCRA_LUA = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local out = {}
 for i, key in ipairs(KEYS) do
-  local interval = tonumber(ARGV[2 * i - 1])
-  local burst = tonumber(ARGV[2 * i])
+  local interval = tonumber(ARGV[3 * i - 2])
+  local burst = tonumber(ARGV[3 * i - 1])
+  local wanted = tonumber(ARGV[3 * i])
   local tat = tonumber(redis.call('GET', key) or '0')
   if tat < now then tat = now end
-  local new_tat = tat + interval
   local window = interval * burst
-  local diff = new_tat - now
-  if diff > window then
-    for _, v in ipairs({0, 0, tat - now, diff - window}) do out[#out + 1] = v end
+  local free = math.floor((window - (tat - now)) / interval)
+  if free < 1 then
+    for _, v in ipairs({0, 0, tat - now, tat + interval - now - window, 0}) do out[#out + 1] = v end
     return out
   end
-  redis.call('SET', key, string.format('%.0f', new_tat), 'PX', math.ceil(diff / 1000) + 1000)
-  for _, v in ipairs({1, math.floor((window - diff) / interval), diff, 0}) do out[#out + 1] = v end
+  local taken = math.min(wanted, free)
+  local diff = tat + taken * interval - now
+  redis.call('SET', key, string.format('%.0f', tat + taken * interval), 'PX', math.ceil(diff / 1000) + 1000)
+  for _, v in ipairs({1, free - taken, diff, 0, taken}) do out[#out + 1] = v end
 end
 return out
 """
@@ -233,11 +245,19 @@ class RedisRateLimiter:
         return (await self.hit_all([(bucket, limit)]))[0]
 
     async def hit_all(self, checks: Sequence[tuple[str, RateLimit]]) -> list[Decision]:
+        return await self.take_all(checks, [1] * len(checks))
+
+    async def take_all(
+        self, checks: Sequence[tuple[str, RateLimit]], wanted: Sequence[int]
+    ) -> list[Decision]:
+        """:meth:`hit_all` taking up to ``wanted[i]`` tokens from bucket ``i`` (at least one, or
+        it refuses): how :class:`gateway.tenancy.ratelimit_lease.LeasedRateLimiter` leases tokens.
+        Each decision's ``granted`` says how many were taken."""
         if not self.available:
             return [self._on_failure(limit) for _, limit in checks]
         args: list[int] = []
-        for _, limit in checks:
-            args += [int(60_000_000 / limit.per_minute), limit.burst]
+        for (_, limit), count in zip(checks, wanted, strict=True):
+            args += [int(60_000_000 / limit.per_minute), limit.burst, max(1, count)]
         try:
             # The client's own socket timeout covers I/O; wait_for also bounds reconnect loops.
             flat = await asyncio.wait_for(
@@ -259,9 +279,10 @@ class RedisRateLimiter:
                 remaining=int(flat[i + 1]),
                 reset_s=int(flat[i + 2]) / 1e6,
                 retry_after_s=int(flat[i + 3]) / 1e6,
-                policy=_policy(limit),
+                policy=policy_value(limit),
+                granted=int(flat[i + 4]),
             )
-            for i, (_, limit) in zip(range(0, len(flat), 4), checks, strict=False)
+            for i, (_, limit) in zip(range(0, len(flat), 5), checks, strict=False)
         ]
 
     def _on_failure(self, limit: RateLimit) -> Decision:
@@ -270,7 +291,9 @@ class RedisRateLimiter:
                 "rate limiter store (Redis) is unreachable and the failure policy is 'closed'",
                 retry_after_s=max(1.0, self._retry_after_s),
             )
-        return Decision(True, limit.burst, limit.burst, 0.0, 0.0, _policy(limit), degraded=True)
+        return Decision(
+            True, limit.burst, limit.burst, 0.0, 0.0, policy_value(limit), degraded=True
+        )
 
     async def ping(self) -> bool:
         """Whether Redis answers now (for readiness details)."""

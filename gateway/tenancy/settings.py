@@ -22,6 +22,8 @@ __all__ = [
     "DEFAULT_KEYS_DB",
     "DEFAULT_KEY_CACHE_TTL_S",
     "DEFAULT_MAX_IN_FLIGHT_PER_MODEL",
+    "DEFAULT_RATE_LIMIT_LEASE_S",
+    "DEFAULT_RATE_LIMIT_LEASE_SHARE",
     "DEFAULT_REDIS_RETRY_AFTER_S",
     "DEFAULT_REDIS_TIMEOUT_S",
     "DEFAULT_RETRY_AFTER_S",
@@ -40,6 +42,8 @@ DEFAULT_KEY_CACHE_TTL_S = 5.0
 DEFAULT_REDIS_TIMEOUT_S = 0.25
 DEFAULT_REDIS_RETRY_AFTER_S = 1.0
 DEFAULT_RETRY_AFTER_S = 1
+DEFAULT_RATE_LIMIT_LEASE_SHARE = 0.02
+DEFAULT_RATE_LIMIT_LEASE_S = 1.0
 DEFAULT_USAGE_FLUSH_INTERVAL_S = 1.0
 DEFAULT_USAGE_RETENTION_DAYS = 400
 
@@ -52,7 +56,8 @@ class RedisFailurePolicy(StrEnum):
 
 
 class TenancySettings(EnvSettings):
-    """The key, credential, ``jwt_*``, ``redis_failure_policy``/``redis_*_s``, tier, in-flight,
+    """The key, credential, ``jwt_*``, ``redis_failure_policy``/``redis_*_s``, ``rate_limit_lease_*``,
+    tier, in-flight,
     ``usage_*`` fields and ``dev_insecure``."""
 
     keys_db: Path = DEFAULT_KEYS_DB
@@ -71,6 +76,19 @@ class TenancySettings(EnvSettings):
     redis_failure_policy: RedisFailurePolicy = RedisFailurePolicy.OPEN
     redis_timeout_s: float = seconds(DEFAULT_REDIS_TIMEOUT_S)
     redis_retry_after_s: float = seconds(DEFAULT_REDIS_RETRY_AFTER_S, zero=True)
+    rate_limit_lease_share: float = Field(
+        DEFAULT_RATE_LIMIT_LEASE_SHARE,
+        ge=0,
+        le=0.5,
+        allow_inf_nan=False,
+        description="with Redis: the largest share of a bucket's burst one process leases at once "
+        "(gateway/tenancy/ratelimit_lease.py); 0: ask Redis for every request",
+    )
+    rate_limit_lease_s: float = seconds(
+        DEFAULT_RATE_LIMIT_LEASE_S,
+        "how long a process holds leased tokens before dropping them",
+        most=60,
+    )
     tier_limits: dict[str, TierLimit] = Field(default_factory=lambda: dict(DEFAULT_TIER_LIMITS))
     default_tier: str = DEFAULT_TIER
     max_in_flight_per_model: int = count(DEFAULT_MAX_IN_FLIGHT_PER_MODEL)
