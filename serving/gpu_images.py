@@ -113,11 +113,22 @@ def _jpeg_header(data: memoryview) -> ImageHeader:
                 break
             height, width = (data[i + 5] << 8) | data[i + 6], (data[i + 7] << 8) | data[i + 8]
             components = data[i + 9]
-            return ImageHeader("jpeg", width, height, gpu=components in (1, 3))
+            # nvJPEG gets only whole files: a truncated one goes to the host's decoder, which
+            # refuses it by name (the overlapped way hung on one on the GPU: benchmarks/h200/run11).
+            return ImageHeader("jpeg", width, height, gpu=components in (1, 3) and _whole(data))
         if marker in (0xDA, 0xD9):  # scan data or the end before any frame header
             break
         i += 2 + length
     raise ImageError("corrupt JPEG: no frame header")
+
+
+def _whole(data: memoryview) -> bool:
+    """Whether a JPEG ends with its end-of-image marker (after the zero padding a row of a batch of
+    differently sized images carries)."""
+    end = len(data)
+    if end and data[end - 1] == 0:  # padded: one copy of the file to strip it
+        end = len(bytes(data).rstrip(b"\0"))
+    return end >= 2 and data[end - 2] == 0xFF and data[end - 1] == 0xD9
 
 
 def read_header(

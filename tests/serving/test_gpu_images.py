@@ -77,6 +77,21 @@ def test_bad_headers_are_refused(data: bytes, words: str) -> None:
         read_header(memoryview(data), P)
 
 
+def test_only_whole_jpegs_go_to_nvjpeg() -> None:
+    """A truncated JPEG is decoded on the host, which refuses it by name; padding is not truncation."""
+    data = jpeg_images()[2]
+    assert read_header(memoryview(data), P).gpu
+    assert read_header(memoryview(data + bytes(5_000)), P).gpu  # a row padded to a longer image
+    truncated = data[: len(data) // 3]
+    header = read_header(memoryview(truncated), P)
+    assert (header.format, header.gpu) == ("jpeg", False)
+    assert not read_header(memoryview(truncated + bytes(100)), P).gpu
+    decoded = decode(
+        [torch.frombuffer(bytearray(truncated), dtype=torch.uint8)], [header], torch.device("cpu")
+    )
+    assert decoded.images == [None] and "not a decodable image" in str(decoded.errors[0])
+
+
 def test_resized_size_limit() -> None:
     with pytest.raises(ImageError, match="would be resized"):
         read_header(memoryview(_png(4000, 1000)), P, DecodeLimits(max_resized_pixels=100_000))
