@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import struct
 import sys
@@ -109,10 +110,7 @@ class ProbeInput:
 
     @property
     def count(self) -> int:
-        count = 1
-        for dim in self.shape:
-            count *= dim
-        return count
+        return math.prod(self.shape)
 
 
 def probe_png(size: int = 8) -> bytes:

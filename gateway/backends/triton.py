@@ -206,18 +206,15 @@ class TritonHttpBackend:
             if outputs
             else None
         )
-        try:
-            async with asyncio.timeout(timeout_s):
-                result = await self._client.infer(
-                    model,
-                    infer_inputs,
-                    model_version=version,
-                    outputs=requested,
-                    priority=priority,
-                    timeout=timeout_us(timeout_s),
-                )
-        except Exception as exc:
-            raise translate_error(exc, model) from exc
+        call = self._client.infer(
+            model,
+            infer_inputs,
+            model_version=version,
+            outputs=requested,
+            priority=priority,
+            timeout=timeout_us(timeout_s),
+        )
+        result = await self._call(call, timeout_s, model)
         response = result.get_response()
         return {o["name"]: result.as_numpy(o["name"]) for o in response.get("outputs", [])}
 

@@ -13,6 +13,7 @@ its shapes, datatypes and data sizes agree.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -93,10 +94,7 @@ class InputTensor:
 
     @property
     def element_count(self) -> int:
-        count = 1
-        for dim in self.shape:
-            count *= dim
-        return count
+        return math.prod(self.shape)
 
     def raw(self) -> bytes:
         """The data in Triton's binary layout (what the REST extension and gRPC carry)."""
