@@ -261,7 +261,6 @@ def save_plot(rows: Sequence[Row], settings: WakeupSettings, path: Path) -> Path
 def build_parser() -> argparse.ArgumentParser:
     d = WakeupSettings()
     parser = argparse.ArgumentParser(
-        prog="python -m loadtest.batcher_wakeup",
         description="Latency of one built model behind Triton's dynamic batcher with the builders' queue policies "
         "(one instance spinning or not, two instances) and without them, side by side (real Triton, the "
         "platform's load generator). Prints a table, writes batcher_wakeup.json and batcher_wakeup.png.",

@@ -246,7 +246,6 @@ def build_parser() -> argparse.ArgumentParser:
     from inferctl.build_cmd import add_repository_option
 
     parser = argparse.ArgumentParser(
-        prog="python -m loadtest.clients_bench",
         description="Gateway vs direct Triton over KServe v2 HTTP and gRPC (tritonclient aio clients): "
         "starts its own Triton and gateway, prints a table (and --json).",
     )

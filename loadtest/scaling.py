@@ -199,9 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     from gateway.settings import usable_cores
     from inferctl.build_cmd import add_repository_option
 
-    parser = argparse.ArgumentParser(
-        prog="python -m loadtest.scaling", description=__doc__.split("\n\n")[0]
-    )
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_repository_option(parser, "a built model repository holding --model")
     parser.add_argument(
         "--model", default="efficientnet_lite0", help="the image model (default: %(default)s)"
