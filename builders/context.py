@@ -19,11 +19,29 @@ from builders.report import BuildReport
 from builders.spec import ModelSpec
 from builders.triton_config import spec_config, tensorrt_accelerator
 
-__all__ = ["BuildContext", "onnx_entry_config"]
+__all__ = ["BuildContext", "GroundTruth", "onnx_entry_config"]
 
 
 def _quiet(message: str) -> None:
     del message
+
+
+@dataclass(frozen=True)
+class GroundTruth:
+    """The spec's real inputs and its PyTorch module's outputs on them, computed before any
+    conversion: what every artifact of the model is checked against.
+
+    Attributes:
+        feeds: the spec's real sample inputs: parity data and INT8 calibration set.
+        reference: PyTorch outputs on ``feeds``.
+        held_out: real inputs no calibration sees (the spec's ``held_out_inputs``), or None.
+        held_out_reference: PyTorch outputs on ``held_out``.
+    """
+
+    feeds: Mapping[str, np.ndarray]
+    reference: Sequence[np.ndarray]
+    held_out: Mapping[str, np.ndarray] | None = None
+    held_out_reference: Sequence[np.ndarray] | None = None
 
 
 @dataclass(frozen=True)
@@ -37,10 +55,7 @@ class BuildContext:
         parent: the FP32 entry's report (version, weights, parity), built now or already current.
         parent_hash: the FP32 entry's input hash; variants and engines derive theirs from it.
         fp32_onnx: the verified FP32 ONNX the variants are converted from.
-        feeds: the spec's real sample inputs: parity data and INT8 calibration set.
-        reference: PyTorch outputs on ``feeds``.
-        held_out: real inputs no calibration sees (the spec's ``held_out_inputs``), or None.
-        held_out_reference: PyTorch outputs on ``held_out``.
+        truth: the inputs and PyTorch outputs every variant is checked against.
         force: rebuild entries even when current.
         engines: build TensorRT engines too, with these options; None skips them.
         gpu: the repository is for a GPU host (ONNX entries get GPU instances and TensorRT acceleration).
@@ -54,10 +69,7 @@ class BuildContext:
     parent: BuildReport
     parent_hash: str
     fp32_onnx: Path
-    feeds: Mapping[str, np.ndarray]
-    reference: Sequence[np.ndarray]
-    held_out: Mapping[str, np.ndarray] | None = None
-    held_out_reference: Sequence[np.ndarray] | None = None
+    truth: GroundTruth
     force: bool = False
     engines: EngineOptions | None = None
     gpu: bool = False

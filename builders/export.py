@@ -12,7 +12,7 @@ from __future__ import annotations
 import shutil
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -148,7 +148,7 @@ def torch_reference(
 
 
 def export_onnx(
-    module: object, spec: ModelSpec, feeds: dict[str, np.ndarray], path: Path
+    module: object, spec: ModelSpec, feeds: Mapping[str, np.ndarray], path: Path
 ) -> ExportResult:
     """Export ``module`` traced on ``feeds``; every input and output gets a dynamic batch axis.
 

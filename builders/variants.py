@@ -165,10 +165,10 @@ def build_variants(ctx: BuildContext) -> list[Publication]:
         raise PrecisionError(
             f"{spec.name} declares unknown precision variants {unknown}; known: {', '.join(PRECISIONS)}"
         )
-    fp32_outputs = run_onnx(ctx.fp32_onnx, dict(ctx.feeds), [o.name for o in spec.outputs])
+    fp32_outputs = run_onnx(ctx.fp32_onnx, dict(ctx.truth.feeds), [o.name for o in spec.outputs])
     fp32_parity = {
         out.name: compare(ref, cand, classes=out.name == spec.class_output)
-        for out, ref, cand in zip(spec.outputs, ctx.reference, fp32_outputs, strict=True)
+        for out, ref, cand in zip(spec.outputs, ctx.truth.reference, fp32_outputs, strict=True)
     }
     target = usable_engine_target(spec, ctx.engines, ctx.notify)
 
@@ -213,11 +213,12 @@ def _build_variant(
     fp32_outputs: Sequence[np.ndarray],
     fp32_parity: Mapping[str, ParityResult],
 ) -> Publication:
-    spec, reference = ctx.spec, ctx.reference
+    spec, truth = ctx.spec, ctx.truth
+    reference = truth.reference
     name = variant_name(spec.name, precision)
     timings: dict[str, float] = {}
     judged_held_out = (
-        precision == "int8" and ctx.held_out is not None and ctx.held_out_reference is not None
+        precision == "int8" and truth.held_out is not None and truth.held_out_reference is not None
     )
     if precision == "int8":
         method, studies = _calibrate(ctx, name, onnx_path, timings)
@@ -227,7 +228,7 @@ def _build_variant(
             precision,
             ctx.fp32_onnx,
             onnx_path,
-            ctx.feeds,
+            truth.feeds,
             fp16=Fp16Options(keep_float=spec.fp16_keep_float),
         )
         timings[f"to_{precision}"] = converted.seconds
@@ -235,13 +236,13 @@ def _build_variant(
 
     ctx.status(f"{name}: checking parity")
     started = time.perf_counter()
-    outputs = run_onnx(onnx_path, dict(ctx.feeds), [o.name for o in spec.outputs])
+    outputs = run_onnx(onnx_path, dict(truth.feeds), [o.name for o in spec.outputs])
     gated_reference, gated_outputs, gated_fp32 = reference, outputs, fp32_outputs
     if judged_held_out:
-        assert ctx.held_out is not None and ctx.held_out_reference is not None
-        gated_reference = ctx.held_out_reference
-        gated_outputs = run_onnx(onnx_path, dict(ctx.held_out), [o.name for o in spec.outputs])
-        gated_fp32 = run_onnx(ctx.fp32_onnx, dict(ctx.held_out), [o.name for o in spec.outputs])
+        assert truth.held_out is not None and truth.held_out_reference is not None
+        gated_reference = truth.held_out_reference
+        gated_outputs = run_onnx(onnx_path, dict(truth.held_out), [o.name for o in spec.outputs])
+        gated_fp32 = run_onnx(ctx.fp32_onnx, dict(truth.held_out), [o.name for o in spec.outputs])
     tolerance = spec.variant_tolerance(precision)
     parity, failures = {}, []
     for index, out in enumerate(spec.outputs):
@@ -320,9 +321,9 @@ def _calibrate(
         without held-out inputs: then the spec's first method is used alone). A build without
         ``BuildOptions.int8_calibration_study`` names one method (``pipeline.as_built``).
     """
-    spec = ctx.spec
+    spec, truth = ctx.spec, ctx.truth
     methods = spec.int8_calibrations or ("minmax",)
-    if ctx.held_out is None or ctx.held_out_reference is None:
+    if truth.held_out is None or truth.held_out_reference is None:
         methods = methods[:1]
     studies: dict[str, dict[str, dict[str, object]]] = {}
     ranked: list[tuple[tuple[float, ...], str, Path]] = []
@@ -333,21 +334,21 @@ def _calibrate(
             "int8",
             ctx.fp32_onnx,
             path,
-            ctx.feeds,
+            truth.feeds,
             int8=Int8Options(
                 op_types=spec.int8_op_types, keep_float=spec.int8_keep_float, method=method
             ),
         )
         timings[f"to_int8_{method}"] = converted.seconds
         if (
-            ctx.held_out is None or ctx.held_out_reference is None
+            truth.held_out is None or truth.held_out_reference is None
         ):  # one method (above): nothing to rank on
             ranked.append(((0.0,), method, path))
             break
-        outputs = run_onnx(path, dict(ctx.held_out), [o.name for o in spec.outputs])
+        outputs = run_onnx(path, dict(truth.held_out), [o.name for o in spec.outputs])
         results = {
             out.name: compare(ref, cand, classes=out.name == spec.class_output)
-            for out, ref, cand in zip(spec.outputs, ctx.held_out_reference, outputs, strict=True)
+            for out, ref, cand in zip(spec.outputs, truth.held_out_reference, outputs, strict=True)
         }
         studies[method] = {out: r.as_dict() for out, r in results.items()}
         judged = results.get(spec.class_output or "", next(iter(results.values())))

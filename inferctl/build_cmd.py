@@ -23,9 +23,8 @@ def parse_weights(pairs: list[str]) -> dict[str, str]:
 
 
 def _weights_pair(text: str) -> str:
-    parse_weights(
-        [text]
-    )  # argparse turns the ArgumentTypeError into a usage error naming the option
+    # argparse turns the ArgumentTypeError into a usage error naming the option
+    parse_weights([text])
     return text
 
 
@@ -39,16 +38,22 @@ def add_repository_option(parser: argparse.ArgumentParser, what: str) -> None:
     )
 
 
-def add_build_options(parser: argparse.ArgumentParser) -> None:
-    add_repository_option(parser, "model repository to write")
+def add_weights_option(parser: argparse.ArgumentParser, text: str) -> None:
+    """``--weights MODEL=PATH``, repeatable (:func:`parse_weights` reads the values); ``text`` is
+    its --help."""
     parser.add_argument(
         "--weights",
         action="append",
         default=[],
         metavar="MODEL=PATH",
         type=_weights_pair,
-        help="local weights file or checkpoint folder for a model (repeatable)",
+        help=text,
     )
+
+
+def add_build_options(parser: argparse.ArgumentParser) -> None:
+    add_repository_option(parser, "model repository to write")
+    add_weights_option(parser, "local weights file or checkpoint folder for a model (repeatable)")
     parser.add_argument(
         "--force", action="store_true", help="rebuild even when the inputs are unchanged"
     )

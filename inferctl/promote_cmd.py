@@ -8,9 +8,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 from inferctl.build_cmd import (
-    _weights_pair,
     add_json_option,
     add_repository_option,
+    add_weights_option,
     parse_weights,
 )
 from serving.console import json_document, make_console
@@ -65,13 +65,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="roll out; gates not yet passed for this exact candidate run first",
     )
-    parser.add_argument(
-        "--weights",
-        action="append",
-        default=[],
-        metavar="MODEL=PATH",
-        type=_weights_pair,
-        help="local weights or checkpoint folder, as for `inferctl build` (diffusion networks "
+    add_weights_option(
+        parser,
+        "local weights or checkpoint folder, as for `inferctl build` (diffusion networks "
         "read their checkpoint's tokenizer to make their evaluation inputs)",
     )
     add_json_option(parser, "the promotion record")

@@ -238,21 +238,12 @@ def save_plot(rows: Sequence[Row], settings: WakeupSettings, path: Path) -> Path
             mine = sorted((r for r in rows if r.config == label), key=lambda r: r.concurrency)
             xs = [r.concurrency for r in mine]
             (line,) = ax.plot(xs, [r.p99_ms for r in mine], "-o", label=f"{label} P99")
+            colour = line.get_color()
             ax.plot(
-                xs,
-                [r.p50_ms for r in mine],
-                "--",
-                color=line.get_color(),
-                alpha=0.6,
-                label=f"{label} P50",
+                xs, [r.p50_ms for r in mine], "--", color=colour, alpha=0.6, label=f"{label} P50"
             )
             ax.plot(
-                xs,
-                [r.max_ms for r in mine],
-                "x",
-                color=line.get_color(),
-                markersize=9,
-                label=f"{label} max",
+                xs, [r.max_ms for r in mine], "x", color=colour, markersize=9, label=f"{label} max"
             )
         ax.set_xscale("log", base=2)
         ax.set_xticks(list(settings.concurrencies), [str(c) for c in settings.concurrencies])
@@ -270,7 +261,6 @@ def save_plot(rows: Sequence[Row], settings: WakeupSettings, path: Path) -> Path
 def build_parser() -> argparse.ArgumentParser:
     d = WakeupSettings()
     parser = argparse.ArgumentParser(
-        prog="python -m loadtest.batcher_wakeup",
         description="Latency of one built model behind Triton's dynamic batcher with the builders' queue policies "
         "(one instance spinning or not, two instances) and without them, side by side (real Triton, the "
         "platform's load generator). Prints a table, writes batcher_wakeup.json and batcher_wakeup.png.",

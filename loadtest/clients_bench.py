@@ -27,6 +27,7 @@ import numpy as np
 
 from loadtest.loadgen import LoadRun, LoadSpec, Samples, TritonTarget
 from loadtest.loadgen import run as run_specs
+from loadtest.options import add_alternating_round_options
 from loadtest.scaling_stack import BENCH_TIER
 from serving.console import Table, make_console, print_table
 from serving.gateway_process import GatewayLaunch, start_gateway_process
@@ -245,7 +246,6 @@ def build_parser() -> argparse.ArgumentParser:
     from inferctl.build_cmd import add_repository_option
 
     parser = argparse.ArgumentParser(
-        prog="python -m loadtest.clients_bench",
         description="Gateway vs direct Triton over KServe v2 HTTP and gRPC (tritonclient aio clients): "
         "starts its own Triton and gateway, prints a table (and --json).",
     )
@@ -253,20 +253,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--model", default="efficientnet_lite0", help="a tensor model in it (default: %(default)s)"
     )
-    parser.add_argument(
-        "--concurrency", type=int, nargs="+", default=[1, 8], help="(default: %(default)s)"
-    )
-    parser.add_argument(
-        "--duration-s",
-        type=float,
-        default=20.0,
-        help="measured seconds per path and concurrency (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--rounds",
-        type=int,
-        default=DEFAULT_ROUNDS,
-        help="alternating rounds (default: %(default)s)",
+    add_alternating_round_options(
+        parser,
+        concurrency=[1, 8],
+        duration_s=20.0,
+        measured="path and concurrency",
+        rounds=DEFAULT_ROUNDS,
     )
     parser.add_argument(
         "--batch", type=int, default=1, help="rows per request (default: %(default)s)"

@@ -139,7 +139,6 @@ def top_functions(profile: Path, limit: int) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m loadtest.gateway_profile",
         description="The gateway's CPU per request on the isolation benchmark's admitted or refused path, and a "
         "cProfile of the same path (the costliest functions, microseconds per request).",
     )

@@ -313,7 +313,6 @@ _ATTACK_OPTIONS: tuple[FieldOption, ...] = (
 def build_parser() -> argparse.ArgumentParser:
     d = DEFAULT_SETTINGS
     parser = argparse.ArgumentParser(
-        prog="python -m loadtest.isolation",
         description="Tenant isolation: an enterprise key's P99 alone and while a free-tier key attacks (big bodies, "
         "idle connections, a disconnect storm, request floods), plus the gateway's CPU per request (real Triton, "
         "the real gateway with generated secrets, the platform's load generator). Prints a table, writes "

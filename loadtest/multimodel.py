@@ -344,7 +344,6 @@ _LOAD_OPTIONS: tuple[FieldOption, ...] = (
 def build_parser() -> argparse.ArgumentParser:
     d = DEFAULT_SETTINGS
     parser = argparse.ArgumentParser(
-        prog="python -m loadtest.multimodel",
         description="Many models under a memory budget: hit rate, cold-load P50/P99 and the P99 of loaded "
         "models beside the same Zipf traffic with every model loaded, memory sampled against the budget "
         "(real Triton, real gateway, the platform's load generator). Prints a table, writes multimodel.json, "

@@ -10,6 +10,7 @@ from typing import Any
 
 __all__ = [
     "FieldOption",
+    "add_alternating_round_options",
     "add_field_options",
     "add_run_time_arguments",
     "field_values",
@@ -31,6 +32,30 @@ def add_run_time_arguments(
     )
     parser.add_argument(
         "--warmup", type=float, default=warmup_s, help=f"seconds of warm-up per {per}"
+    )
+
+
+def add_alternating_round_options(
+    parser: argparse.ArgumentParser,
+    *,
+    concurrency: list[int],
+    duration_s: float,
+    measured: str,
+    rounds: int,
+) -> None:
+    """``--concurrency`` (one or more), ``--duration-s`` and ``--rounds`` of a benchmark that
+    measures its paths in alternating rounds; each ``--duration-s`` is measured per ``measured``."""
+    parser.add_argument(
+        "--concurrency", type=int, nargs="+", default=concurrency, help="(default: %(default)s)"
+    )
+    parser.add_argument(
+        "--duration-s",
+        type=float,
+        default=duration_s,
+        help=f"measured seconds per {measured} (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=rounds, help="alternating rounds (default: %(default)s)"
     )
 
 

@@ -291,7 +291,6 @@ _PROCESS_OPTIONS: tuple[FieldOption, ...] = (("--processes", int, "load-generato
 def build_parser() -> argparse.ArgumentParser:
     d = DEFAULT_SETTINGS
     parser = argparse.ArgumentParser(
-        prog="python -m loadtest.qos",
         description="Quality of service by tier: premium P50/P99 and free-tier shed rate at a multiple of the "
         "saturating load, with tier priorities off and on, side by side (real Triton, real gateways, the "
         "platform's load generator). Prints a table, writes qos.json and qos.png.",

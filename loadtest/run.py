@@ -183,9 +183,7 @@ def run_locust(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m loadtest.run", description=__doc__.split("\n\n")[0]
-    )
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--host", required=True, help="gateway base URL, e.g. http://127.0.0.1:8080"
     )

@@ -34,6 +34,7 @@ import numpy as np
 
 from loadtest.loadgen import LoadResult, LoadRun, LoadSpec, TritonTarget, merge_runs
 from loadtest.loadgen import run as run_specs
+from loadtest.options import add_alternating_round_options
 from loadtest.scaling_report import Row, report_table, save_plot
 from loadtest.scaling_stack import TINY_MODEL, PathConfig, machine_load, services
 from serving.console import make_console, print_table, progress
@@ -198,9 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     from gateway.settings import usable_cores
     from inferctl.build_cmd import add_repository_option
 
-    parser = argparse.ArgumentParser(
-        prog="python -m loadtest.scaling", description=__doc__.split("\n\n")[0]
-    )
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_repository_option(parser, "a built model repository holding --model")
     parser.add_argument(
         "--model", default="efficientnet_lite0", help="the image model (default: %(default)s)"
@@ -211,17 +210,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=usable_cores(),
         help="N, the larger gateway worker count (default: usable cores, %(default)s)",
     )
-    parser.add_argument(
-        "--concurrency", type=int, nargs="+", default=[1, 8, 32], help="(default: %(default)s)"
-    )
-    parser.add_argument(
-        "--duration-s",
-        type=float,
-        default=6.0,
-        help="measured seconds per model, path and concurrency (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--rounds", type=int, default=2, help="alternating rounds (default: %(default)s)"
+    add_alternating_round_options(
+        parser,
+        concurrency=[1, 8, 32],
+        duration_s=6.0,
+        measured="model, path and concurrency",
+        rounds=2,
     )
     parser.add_argument(
         "--warmup-s", type=float, default=0.5, help="unmeasured lead-in of each round"

@@ -19,6 +19,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import numpy as np
 
 from builders import repository as repo
+from builders.context import GroundTruth
 from builders.export import torch_reference
 from builders.parity import ParityResult, compare
 from builders.publication import Publication
@@ -68,18 +69,13 @@ class Loaded:
     Attributes:
         module: the PyTorch module in eval mode (a flavour's ``load`` may have converted it).
         weights: where its weights came from.
-        feeds: the spec's real sample inputs (parity data and INT8 calibration set).
-        reference: the module's outputs on ``feeds``, computed before any conversion.
-        held_out: real inputs no calibration sees, or None; held_out_reference: outputs on them.
+        truth: the spec's real inputs and the module's outputs on them, before any conversion.
         seconds: how long loading took.
     """
 
     module: Any
     weights: WeightsInfo
-    feeds: dict[str, np.ndarray]
-    reference: list[np.ndarray]
-    held_out: dict[str, np.ndarray] | None = None
-    held_out_reference: list[np.ndarray] | None = None
+    truth: GroundTruth
     seconds: float = 0.0
 
 
@@ -156,7 +152,7 @@ class Flavour(Protocol[ArtifactT]):
     def verify(
         self, spec: ModelSpec, loaded: Loaded, artifact: ArtifactT
     ) -> dict[str, ParityResult]:
-        """The artifact's parity with ``loaded.reference``, per output.
+        """The artifact's parity with ``loaded.truth.reference``, per output.
 
         Raises:
             ParityError: it is outside the flavour's tolerance.
@@ -203,10 +199,7 @@ def load_reference(spec: ModelSpec, *, held_out: bool = False) -> Loaded:
     return Loaded(
         module=module,
         weights=weights,
-        feeds=feeds,
-        reference=reference,
-        held_out=kept,
-        held_out_reference=kept_reference,
+        truth=GroundTruth(feeds, reference, kept, kept_reference),
         seconds=time.perf_counter() - started,
     )
 

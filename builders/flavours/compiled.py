@@ -149,7 +149,9 @@ class CompiledFlavour(WithoutVariants):
         from serving.backends.pytorch.torch_module import TorchModule
 
         dtype = torch.float16 if self.gpu else torch.float32
-        example = torch.from_numpy(loaded.feeds[spec.inputs[0].name]).to(self.device).to(dtype)
+        example = (
+            torch.from_numpy(loaded.truth.feeds[spec.inputs[0].name]).to(self.device).to(dtype)
+        )
         if self.gpu:
             example = example.contiguous(memory_format=torch.channels_last)
         timings: dict[str, float] = {}
@@ -198,7 +200,7 @@ class CompiledFlavour(WithoutVariants):
         self, spec: ModelSpec, loaded: Loaded, artifact: CompiledArtifact
     ) -> dict[str, ParityResult]:
         parity = compare(
-            loaded.reference[0],
+            loaded.truth.reference[0],
             artifact.outputs[0],
             classes=spec.outputs[0].name == spec.class_output,
         )

@@ -88,7 +88,7 @@ class OnnxFlavour:
         return load_reference(spec, held_out=self._wants_variants(spec))
 
     def export(self, spec: ModelSpec, loaded: Loaded, workdir: Path, run: BuildRun) -> OnnxArtifact:
-        exported = export_onnx(loaded.module, spec, loaded.feeds, workdir / "model.onnx")
+        exported = export_onnx(loaded.module, spec, loaded.truth.feeds, workdir / "model.onnx")
         return OnnxArtifact(
             files=exported.files(), timings={"export": exported.seconds}, path=exported.path
         )
@@ -97,8 +97,10 @@ class OnnxFlavour:
         self, spec: ModelSpec, loaded: Loaded, artifact: OnnxArtifact
     ) -> dict[str, ParityResult]:
         started = time.perf_counter()
-        artifact.outputs = run_onnx(artifact.path, loaded.feeds, [o.name for o in spec.outputs])
-        parity = compare_outputs(spec, loaded.reference, artifact.outputs)
+        artifact.outputs = run_onnx(
+            artifact.path, dict(loaded.truth.feeds), [o.name for o in spec.outputs]
+        )
+        parity = compare_outputs(spec, loaded.truth.reference, artifact.outputs)
         artifact.timings["parity"] = time.perf_counter() - started
         failures = parity_failures(parity, spec.tolerance)
         if failures:
@@ -156,10 +158,7 @@ class OnnxFlavour:
                 parent=parent.report,
                 parent_hash=parent.digest,
                 fp32_onnx=fp32,
-                feeds=loaded.feeds,
-                reference=loaded.reference,
-                held_out=loaded.held_out,
-                held_out_reference=loaded.held_out_reference,
+                truth=loaded.truth,
                 force=run.force,
                 engines=self.engines,
                 gpu=self.gpu,

@@ -163,7 +163,7 @@ class TorchScriptFlavour(WithoutVariants):
         # could then no longer convert.
         traced, args = trace_for_device(
             loaded.module,
-            tuple(torch.from_numpy(loaded.feeds[t.name]) for t in spec.inputs),
+            tuple(torch.from_numpy(loaded.truth.feeds[t.name]) for t in spec.inputs),
             self.options,
             self.entry_name(spec),
         )
@@ -182,7 +182,7 @@ class TorchScriptFlavour(WithoutVariants):
     def verify(
         self, spec: ModelSpec, loaded: Loaded, artifact: TracedArtifact
     ) -> dict[str, ParityResult]:
-        parity = compare_outputs(spec, loaded.reference, artifact.outputs)
+        parity = compare_outputs(spec, loaded.truth.reference, artifact.outputs)
         failures = parity_failures(parity, spec.tolerance)
         if failures:
             raise ParityError(
@@ -233,7 +233,7 @@ class TorchScriptFlavour(WithoutVariants):
             notes=[
                 f"TorchScript trace of {self.source or spec.name}; inputs {[t.name for t in inputs]}, "
                 f"outputs {[t.name for t in outputs]}; "
-                f"parity vs the eager module on {len(loaded.reference[0])} real samples"
+                f"parity vs the eager module on {len(loaded.truth.reference[0])} real samples"
             ]
             + (
                 [f"the graph pins device {sorted(pinned)}: load it on that device"]

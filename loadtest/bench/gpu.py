@@ -49,9 +49,7 @@ __all__ = ["GpuBenchSettings", "build_parser", "run", "run_gpu_bench"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m loadtest.bench.gpu", description=__doc__.split("\n\n")[0]
-    )
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--out",
         type=Path,

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from builders import repository as repo
+from builders.context import GroundTruth
 from builders.errors import ParityError
 from builders.flavours import Artifact, BuildRun, Loaded, build_model
 from builders.flavours.base import ParentEntry, next_version
@@ -62,7 +63,9 @@ class _Recording:
 
     def load(self, spec: ModelSpec) -> Loaded:
         self._step("load")
-        return Loaded(None, WeightsInfo("random-init", False), spec.sample_inputs(), [])
+        return Loaded(
+            None, WeightsInfo("random-init", False), GroundTruth(spec.sample_inputs(), [])
+        )
 
     def export(self, spec: ModelSpec, loaded: Loaded, workdir: Path, run: BuildRun) -> Artifact:
         self._step("export")
