@@ -186,3 +186,27 @@ def test_gpu_same_top5_as_the_serial_path() -> None:
     model = TopK(_Tiny().to(device).half().eval())
     scores, ids = _serial(model, device, torch.float16)
     _check(_stream_all(device, torch.float16, 8), scores, ids, 1e-3)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_gpu_a_truncated_jpeg_is_answered_and_the_stream_goes_on() -> None:
+    """benchmarks/h200/run11-gateway-rows: on the overlapped way a lone truncated JPEG was never
+    answered. Each batch here must be answered, the truncated image refused by name."""
+    device = torch.device("cuda")
+    good = jpeg_images()[2]
+    truncated = good[: len(good) // 3]
+    answers = _Answers()
+    batches = [[truncated], [truncated, good], [good]]
+    with StreamingPipeline(
+        TopK(_Tiny().to(device).half().eval()), P, device, (2,), PipelineOptions()
+    ) as pipeline:
+        for index, images in enumerate(batches):
+            pipeline.submit(_encoded(images), answers.done(index))  # type: ignore[arg-type]
+        answers.wait_for(len(batches), timeout_s=30.0)
+    results = [answers.got[i] for i in range(len(batches))]
+    assert all(isinstance(r, BatchResult) for r in results), results
+    lone, mixed, whole = results  # type: ignore[misc]
+    assert lone.rows == [] and "not a decodable image" in str(lone.errors[0])
+    assert mixed.rows == [1] and mixed.errors[0] is not None and mixed.errors[1] is None
+    assert whole.rows == [0] and whole.errors == [None]
