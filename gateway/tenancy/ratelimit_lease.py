@@ -9,7 +9,8 @@ of a bucket in one call (a *lease*) and hands them to that bucket's next request
   processes together never admit more than the limit allows. What a lease can cost is the other way:
   tokens one process holds are not available to another, and are dropped after ``lease_s`` when
   unused, so a client spread over several processes may be refused a little early near its limit.
-  That is bounded by the lease size: at most ``share`` of the burst per process.
+  That is bounded by the lease size: a process holds about ``share`` of the burst at most (one
+  lease is taken at a time per bucket; requests arriving meanwhile take one token each).
 - **Sized by use.** A bucket's first lease is one token (a client seen once pays what it did before);
   a lease used up within half its lifetime makes the next one twice as large, one that outlived
   that makes it half, between 1 and ``share`` of the burst. A bucket whose burst times ``share`` is
@@ -74,6 +75,9 @@ class LeasedRateLimiter:
         self._clock = clock
         self._max_buckets = max_buckets
         self._leases: dict[str, _Lease] = {}
+        # Buckets with a lease being taken: requests meanwhile take one token each, exactly as
+        # without leases, so a burst of concurrent requests cannot lease many times over.
+        self._leasing: set[str] = set()
 
     async def hit(self, bucket: str, limit: RateLimit) -> Decision:
         return (await self.hit_all([(bucket, limit)]))[0]
@@ -103,11 +107,18 @@ class LeasedRateLimiter:
         return lease.tokens > 0 and lease.limit == limit and now - lease.taken_at < self._lease_s
 
     async def _lease(self, checks: Sequence[tuple[str, RateLimit]], now: float) -> list[Decision]:
-        wanted = [self._next_size(bucket, limit, now) for bucket, limit in checks]
-        decisions = await self.shared.take_all(checks, wanted)
+        mine = [bucket for bucket, _ in checks if bucket not in self._leasing]
+        wanted = [
+            self._next_size(bucket, limit, now) if bucket in mine else 1 for bucket, limit in checks
+        ]
+        self._leasing.update(mine)
+        try:
+            decisions = await self.shared.take_all(checks, wanted)
+        finally:
+            self._leasing.difference_update(mine)
         now = self._clock()
         for (bucket, limit), size, decision in zip(checks, wanted, decisions, strict=False):
-            if decision.allowed and not decision.degraded:
+            if bucket in mine and decision.allowed and not decision.degraded:
                 old = self._leases.get(bucket)
                 # A bucket after the one that needed Redis may still hold tokens: they stay held.
                 held = old.tokens if old is not None and self._holds(old, limit, now) else 0

@@ -3,6 +3,7 @@ never admit more than it allows, and most requests are answered without a round 
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Sequence
 
@@ -19,15 +20,18 @@ NO_REFILL = 1.0
 
 
 class _Counted(RedisRateLimiter):
-    """The real Redis limiter, counting its round trips."""
+    """The real Redis limiter, counting its round trips and the tokens it granted."""
 
     round_trips = 0
+    granted = 0
 
     async def take_all(
         self, checks: Sequence[tuple[str, RateLimit]], wanted: Sequence[int]
     ) -> list[Decision]:
         self.round_trips += 1
-        return await super().take_all(checks, wanted)
+        decisions = await super().take_all(checks, wanted)
+        self.granted += sum(d.granted for d in decisions)
+        return decisions
 
 
 def _prefix() -> str:
@@ -113,5 +117,21 @@ async def test_a_request_served_from_a_lease_reports_the_bucket_as_left(redis_ur
         assert remaining == list(range(19, -1, -1)), remaining  # one process alone: exact
         refused = await leased.hit("b", limit)
         assert not refused.allowed and refused.headers()["Retry-After"]
+    finally:
+        await leased.close()
+
+
+async def test_concurrent_requests_do_not_lease_many_times_over(redis_url: str) -> None:
+    shared = _Counted(redis_url, prefix=_prefix())
+    leased = LeasedRateLimiter(shared, share=0.1)  # leases of at most 100 tokens
+    limit = RateLimit(per_minute=NO_REFILL, burst=1_000)
+    try:
+        for _ in range(100):  # one request at a time: the lease grows to its largest
+            assert (await leased.hit("b", limit)).allowed
+        # 200 at once: when the lease runs dry, one of them leases again, the rest take one each.
+        answered = await asyncio.gather(*(leased.hit("b", limit) for _ in range(200)))
+        assert all(d.allowed for d in answered)
+        held = shared.granted - 300  # taken from Redis, not yet handed to a request
+        assert 0 <= held <= 2 * 100, held
     finally:
         await leased.close()
