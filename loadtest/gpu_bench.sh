@@ -11,7 +11,7 @@
 #                                          # loadtest.multimodel --device gpu: 20 TorchScript KIND_GPU variants,
 #                                          # a budget of 5, 4 loads at once, 60 s measured per phase, 5 s warm-up;
 #                                          # about 4-5 minutes)
-#   loadtest/gpu_bench.sh all OUT_DIR      # THERE: everything below in one budget (about 5.5 minutes on one
+#   loadtest/gpu_bench.sh all OUT_DIR      # THERE: everything below in one budget (about 7.5 minutes on one
 #                                          # H200 with 16 cores), each step under its own time limit:
 #       1. gpu-tests   the tests marked gpu (not the compiled flavour's; ALL_TEST_FILES: only those files) -> gpu_tests.txt
 #       2. compiled-test  the compiled flavour's test (builders/compiled.py: compiles on the GPU host; the
@@ -32,7 +32,7 @@
 #     A failing or timed-out step is recorded with its error tail in machine.txt and the next step runs.
 #     OUT_DIR gets at most 11 files, flat: machine.txt (the machine and every step's status and time),
 #     gpu_tests.txt, bench.{json,txt,png}, scaling.{json,txt}, embeddings.{json|txt}, diffusion.{json,txt,png}. Which steps run and
-#     their limits (seconds) come from ALL_STEPS (default "gpu-tests=85 compiled-test=70 bench=125 scaling=50
+#     their limits (seconds) come from ALL_STEPS (default "gpu-tests=200 compiled-test=70 bench=125 scaling=50
 #     embeddings=75"; a step left out is recorded as skipped; seconds a step leaves unused go to the next);
 #     ALL_LIMIT_SCALE (1: a factor on every limit, for a dry run on a slow machine).
 #     A dry run on a machine without a GPU (the CPU fallbacks, tiny durations, the current environment):
@@ -165,7 +165,7 @@ ALL_ORDER="gpu-tests compiled-test bench scaling embeddings diffusion"
 # A step's cap in ALL_STEPS (0: the step does not run).
 cap_of() {
     local kv
-    for kv in ${ALL_STEPS:-gpu-tests=85 compiled-test=70 bench=125 scaling=50 embeddings=75}; do
+    for kv in ${ALL_STEPS:-gpu-tests=200 compiled-test=70 bench=125 scaling=50 embeddings=75}; do
         if [ "${kv%%=*}" = "$1" ]; then echo "${kv#*=}"; return; fi
     done
     echo 0
