@@ -19,6 +19,7 @@ __all__ = [
     "keys_sqlite",
     "private_files",
     "ratelimit",
+    "ratelimit_lease",
     "redis_state",
     "refusals",
     "secret_policy",
