@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gateway.tenancy.ratelimit import Decision, RedisRateLimiter, policy_value
 from gateway.tenancy.tiers import RateLimit
@@ -158,12 +158,5 @@ class LeasedRateLimiter:
 def _as_request(decision: Decision) -> Decision:
     if decision.granted <= 1:
         return decision
-    return Decision(
-        decision.allowed,
-        decision.limit,
-        decision.remaining + decision.granted - 1,  # the lease's tokens are still the client's
-        decision.reset_s,
-        decision.retry_after_s,
-        decision.policy,
-        decision.degraded,
-    )
+    # The lease's other tokens are still the client's: they count as remaining.
+    return replace(decision, remaining=decision.remaining + decision.granted - 1, granted=1)
