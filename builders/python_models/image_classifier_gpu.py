@@ -40,8 +40,9 @@ newest version is loaded. Parameters: ``size``, ``resize``, ``mean``, ``std`` (t
 ``cuda_graphs``, ``batch_sizes`` (as the pytorch backend), ``pipeline_chunk`` (images per chunk;
 0, the default: the whole batch at once), ``overlap`` (``true``: the overlapped way above; then
 ``pipeline_chunk`` does not apply) and ``overlap_depth`` (batches taken before ``execute()`` waits;
-2: one decoded while the one before is on the GPU) and ``overlap_send_threads`` (responses sent at
-once, 8).
+2: one decoded while the one before is on the GPU), ``overlap_send_threads`` (responses sent at
+once, 8) and ``overlap_stall_s`` (a batch unanswered this long fails every waiting request and the
+pipeline takes no more, so the gateway's healer reloads the model; 30).
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ from gpu_images import (
     read_header,
 )
 from gpu_overlap import PipelineOptions, TopK
-from gpu_stream import StreamingPipeline
+from gpu_stream import DEFAULT_STALL_S, StreamingPipeline
 from image_answers import Answers
 from image_stream_execute import StreamedExecute
 from step_metrics import StepTimes
@@ -186,6 +187,7 @@ class TritonPythonModel:
                 sizes if use_cuda else (self.max_batch,),
                 PipelineOptions(dtype=dtype, cuda_graphs=graphs, limits=self.limits),
                 depth=int(params.get("overlap_depth", "2")),
+                stall_s=float(params.get("overlap_stall_s", DEFAULT_STALL_S)),
             )
             pipeline.warm_up()  # ready means fast: the first requests do not pay the lazy start
             self.streamed = StreamedExecute(

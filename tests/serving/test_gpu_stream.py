@@ -210,3 +210,43 @@ def test_gpu_a_truncated_jpeg_is_answered_and_the_stream_goes_on() -> None:
     assert lone.rows == [] and "not a decodable image" in str(lone.errors[0])
     assert mixed.rows == [1] and mixed.errors[0] is not None and mixed.errors[1] is None
     assert whole.rows == [0] and whole.errors == [None]
+
+
+def test_a_stuck_batch_fails_every_waiting_batch_and_the_pipeline_takes_no_more() -> None:
+    """A thread that never returns (a decoder or a CUDA call) must not leave requests unanswered
+    until the client gives up: the watchdog answers them, and later batches are refused at once."""
+    stuck, entered = threading.Event(), threading.Event()
+    model = TopK(_Tiny().eval())
+
+    def never_returns(pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        entered.set()
+        stuck.wait(60)
+        return model(pixels)
+
+    encoded = _encoded(list(jpeg_images()[:2]))
+    answers = _Answers()
+    pipeline = StreamingPipeline(
+        never_returns,
+        P,
+        torch.device("cpu"),
+        (2,),
+        PipelineOptions(dtype=torch.float32),
+        depth=2,
+        stall_s=0.5,
+    )
+    try:
+        pipeline.submit(encoded, answers.done(0))  # type: ignore[arg-type]
+        assert entered.wait(30)
+        pipeline.submit(encoded, answers.done(1))  # type: ignore[arg-type]
+        answers.wait_for(2, timeout_s=30.0)
+        for index in (0, 1):
+            assert isinstance(answers.got[index], RuntimeError)
+            assert "stuck" in str(answers.got[index]), answers.got[index]
+        with pytest.raises(RuntimeError, match="stuck"):
+            pipeline.submit(encoded, answers.done(2))  # type: ignore[arg-type]
+        with pytest.raises(RuntimeError, match="stuck"):
+            pipeline.wait_for_room()
+    finally:
+        stuck.set()
+        pipeline.close(timeout_s=5.0)
+    assert sorted(answers.got) == [0, 1]  # the stuck batch's late answer is not sent twice
