@@ -19,7 +19,7 @@ from loadtest.bench.gpu_report import print_gpu_report
 from loadtest.bench.gpu_run import _not_run, _point_cost, _points
 from loadtest.bench.gpu_setup import PIPELINE, TENSOR, Clock, _candidates
 from loadtest.bench.settings import Result
-from loadtest.loadgen.capacity import twin_config
+from loadtest.loadgen.capacity import TWIN_INSTANCES, twin_config
 
 
 def _row(config: str, concurrency: int, throughput: float, p99_ms: float) -> Result:
@@ -175,6 +175,9 @@ def test_the_instant_twin_keeps_the_batching_not_the_queue_policy() -> None:
         "preferred_batch_size": [32],
     }
     assert "platform" not in twin and twin["backend"] == "python"
+    # Several stubs, inputs left where they are: the twin must not be what bounds the capacity.
+    assert twin["instance_group"] == [{"count": TWIN_INSTANCES, "kind": "KIND_CPU"}]
+    assert twin["parameters"] == {"FORCE_CPU_ONLY_INPUT_TENSORS": {"string_value": "no"}}
 
 
 def test_a_request_of_8_images_counts_as_8_images() -> None:
