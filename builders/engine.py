@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from builders.errors import BuildError, EngineBuildError
 from builders.report import file_sha256
@@ -225,34 +226,75 @@ def build_engine(
         EngineBuildError: the ONNX is missing or cannot be parsed, or TensorRT could not build it;
             the message carries the parser's / builder's own errors.
     """
-    max_batch_size, axis_ranges = profile.max_batch_size, profile.axis_ranges
-    preferred_batch_size, timing_cache = profile.preferred_batch_size, options.timing_cache
-    compute_capability, optimization_level = options.compute_capability, options.optimization_level
-    flavour = options.flavour
-    if max_batch_size < 1:
+    if profile.max_batch_size < 1:
         raise EngineBuildError(
-            f"TensorRT engines need a batch axis: max_batch_size is {max_batch_size}"
+            f"TensorRT engines need a batch axis: max_batch_size is {profile.max_batch_size}"
         )
     if not onnx.is_file():
         raise EngineBuildError(f"ONNX file for the TensorRT engine not found: {onnx}")
     _check_onnx(onnx)
-    tensorrt = load_tensorrt(flavour)
-    trt = tensorrt.module
-    if tensorrt.flavour == "tensorrt":
-        local = _local_compute_capability()
-        if compute_capability not in (None, local):
-            raise EngineBuildError(
-                f"full TensorRT builds for the local GPU (compute capability {local}), "
-                f"not {compute_capability}; use TensorRT for RTX to build ahead of time"
-            )
-        capability = local
-    else:
-        capability = compute_capability or DEFAULT_COMPUTE_CAPABILITY
+    tensorrt = load_tensorrt(options.flavour)
+    capability = _target_capability(tensorrt, options.compute_capability)
 
     started = time.perf_counter()
-    log = build_log(trt)
+    log = build_log(tensorrt.module)
     log.messages.clear()
-    builder = trt.Builder(log.logger)
+    builder = tensorrt.module.Builder(log.logger)
+    # The parser owns the weights the network refers to: it must live until the engine is built.
+    network, _parser = _parse(tensorrt, builder, log, onnx)
+    config = _builder_config(tensorrt, builder, options.optimization_level, capability)
+    profiles = _add_profile(builder, config, network, profile, onnx.name)
+    _load_timing_cache(config, options.timing_cache)
+    serialized = builder.build_serialized_network(network, config)
+    if serialized is None:
+        raise EngineBuildError(
+            f"TensorRT ({tensorrt.flavour} {tensorrt.version}) could not build {onnx.name}: "
+            + ("; ".join(log.errors()) or "no detail given")
+        )
+    seconds = time.perf_counter() - started
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    plan = out_dir / ENGINE_NAME
+    with open(plan, "wb") as handle:
+        handle.write(memoryview(serialized))
+    if options.timing_cache is not None:
+        _save_timing_cache(config, options.timing_cache)
+
+    metadata = EngineMetadata(
+        flavour=tensorrt.flavour,
+        tensorrt_version=tensorrt.version,
+        compute_capability=capability,
+        precision=precision,
+        input_hash=input_hash or file_sha256(onnx),
+        max_batch_size=profile.max_batch_size,
+        build_seconds=round(seconds, 3),
+        optimization_level=options.optimization_level,
+        profiles=profiles,
+        engine_sha256=file_sha256(plan),
+        engine_bytes=plan.stat().st_size,
+        onnx_file=onnx.name,
+        runtime=runtime_of(tensorrt.flavour),
+    )
+    metadata.write(out_dir)
+    return metadata
+
+
+def _target_capability(tensorrt: TensorRT, requested: str | None) -> str:
+    """The compute capability the engine is built for: the local GPU's under full TensorRT."""
+    if tensorrt.flavour == "tensorrt":
+        local = _local_compute_capability()
+        if requested not in (None, local):
+            raise EngineBuildError(
+                f"full TensorRT builds for the local GPU (compute capability {local}), "
+                f"not {requested}; use TensorRT for RTX to build ahead of time"
+            )
+        return local
+    return requested or DEFAULT_COMPUTE_CAPABILITY
+
+
+def _parse(tensorrt: TensorRT, builder: Any, log: Any, onnx: Path) -> tuple[Any, Any]:
+    """The strongly typed network of ``onnx``, and the parser that holds its weights."""
+    trt = tensorrt.module
     network = builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
     parser = trt.OnnxParser(network, log.logger)
     if not parser.parse_from_file(str(onnx)):
@@ -266,15 +308,28 @@ def build_engine(
             f"TensorRT ({tensorrt.flavour} {tensorrt.version}) parsed {onnx.name} "
             "to a network without outputs"
         )
+    return network, parser
 
+
+def _builder_config(
+    tensorrt: TensorRT, builder: Any, optimization_level: int, capability: str
+) -> Any:
+    trt = tensorrt.module
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, _WORKSPACE_BYTES)
     config.builder_optimization_level = optimization_level
     if tensorrt.flavour == "tensorrt-rtx":
         config.num_compute_capabilities = 1
         config.set_compute_capability(rtx_capability(trt, capability), 0)
+    return config
 
-    opt = min(max(preferred_batch_size or max_batch_size, 1), max_batch_size)
+
+def _add_profile(
+    builder: Any, config: Any, network: Any, profile: EngineProfile, onnx_name: str
+) -> dict[str, dict[str, list[int]]]:
+    """One optimization profile over every input; returns its shapes by input, for ``engine.json``."""
+    max_batch_size = profile.max_batch_size
+    opt = min(max(profile.preferred_batch_size or max_batch_size, 1), max_batch_size)
     trt_profile = builder.create_optimization_profile()
     profiles: dict[str, dict[str, list[int]]] = {}
     for i in range(network.num_inputs):
@@ -282,16 +337,19 @@ def build_engine(
         dims = list(tensor.shape)
         if dims[0] != -1:
             raise EngineBuildError(
-                f"input '{tensor.name}' of {onnx.name} has no dynamic batch axis: {dims}"
+                f"input '{tensor.name}' of {onnx_name} has no dynamic batch axis: {dims}"
             )
         low, mid, high = _axis_ranges(
-            tensor.name, dims[1:], (axis_ranges or {}).get(tensor.name), onnx.name
+            tensor.name, dims[1:], (profile.axis_ranges or {}).get(tensor.name), onnx_name
         )
         shapes = {"min": [1, *low], "opt": [opt, *mid], "max": [max_batch_size, *high]}
         trt_profile.set_shape(tensor.name, shapes["min"], shapes["opt"], shapes["max"])
         profiles[tensor.name] = shapes
     config.add_optimization_profile(trt_profile)
+    return profiles
 
+
+def _load_timing_cache(config: Any, timing_cache: Path | None) -> None:
     cache_bytes = (
         timing_cache.read_bytes() if timing_cache is not None and timing_cache.is_file() else b""
     )
@@ -299,45 +357,14 @@ def build_engine(
     # A cache from another TensorRT build or device is ignored rather than failing the build.
     config.set_timing_cache(cache, True)
 
-    serialized = builder.build_serialized_network(network, config)
-    if serialized is None:
-        raise EngineBuildError(
-            f"TensorRT ({tensorrt.flavour} {tensorrt.version}) could not build {onnx.name}: "
-            + ("; ".join(log.errors()) or "no detail given")
-        )
-    seconds = time.perf_counter() - started
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    plan = out_dir / ENGINE_NAME
-    with open(plan, "wb") as handle:
-        handle.write(memoryview(serialized))
-    if timing_cache is not None:
-        timing_cache.parent.mkdir(parents=True, exist_ok=True)
-        updated = config.get_timing_cache()
-        if updated is not None:
-            tmp = timing_cache.with_name(timing_cache.name + f".{os.getpid()}.tmp")
-            tmp.write_bytes(memoryview(updated.serialize()))
-            os.replace(
-                tmp, timing_cache
-            )  # atomic: a concurrent build reads the old or the new cache
-
-    metadata = EngineMetadata(
-        flavour=tensorrt.flavour,
-        tensorrt_version=tensorrt.version,
-        compute_capability=capability,
-        precision=precision,
-        input_hash=input_hash or file_sha256(onnx),
-        max_batch_size=max_batch_size,
-        build_seconds=round(seconds, 3),
-        optimization_level=optimization_level,
-        profiles=profiles,
-        engine_sha256=file_sha256(plan),
-        engine_bytes=plan.stat().st_size,
-        onnx_file=onnx.name,
-        runtime=runtime_of(tensorrt.flavour),
-    )
-    metadata.write(out_dir)
-    return metadata
+def _save_timing_cache(config: Any, timing_cache: Path) -> None:
+    timing_cache.parent.mkdir(parents=True, exist_ok=True)
+    updated = config.get_timing_cache()
+    if updated is not None:
+        tmp = timing_cache.with_name(timing_cache.name + f".{os.getpid()}.tmp")
+        tmp.write_bytes(memoryview(updated.serialize()))
+        os.replace(tmp, timing_cache)  # atomic: a concurrent build reads the old or the new cache
 
 
 def check_engine(

@@ -220,19 +220,7 @@ def _build_variant(
     judged_held_out = (
         precision == "int8" and truth.held_out is not None and truth.held_out_reference is not None
     )
-    if precision == "int8":
-        method, studies = _calibrate(ctx, name, onnx_path, timings)
-    else:
-        ctx.status(f"{name}: converting to {precision.upper()}")
-        converted = convert(
-            precision,
-            ctx.fp32_onnx,
-            onnx_path,
-            truth.feeds,
-            fp16=Fp16Options(keep_float=spec.fp16_keep_float),
-        )
-        timings[f"to_{precision}"] = converted.seconds
-        method, studies = "", {}
+    method, studies = _convert(ctx, name, precision, onnx_path, timings)
 
     ctx.status(f"{name}: checking parity")
     started = time.perf_counter()
@@ -294,21 +282,43 @@ def _build_variant(
         ],
     )
     if precision == "int8":
-        calibrated_on = len(reference[0])
-        if judged_held_out:
-            report.notes.append(
-                f"INT8: static Q/DQ, symmetric per-channel weights; calibrated on {calibrated_on} real samples and "
-                f"judged on {len(gated_reference[0])} held-out samples no calibration has seen; calibration methods "
-                f"tried: {', '.join(studies)} (figures on the held-out samples in calibration_methods); kept: "
-                f"{method}"
-            )
-        else:
-            report.notes.append(
-                f"INT8: static Q/DQ, symmetric per-channel weights, {method} calibration on the same "
-                f"{calibrated_on} real samples it is checked on (the spec has no held-out inputs)"
-            )
+        held_out = len(gated_reference[0]) if judged_held_out else None
+        report.notes.append(_int8_note(method, list(studies), len(reference[0]), held_out))
     config = onnx_entry_config(spec, name, precision, gpu=ctx.gpu, ragged=not ctx.native_backends)
     return Publication(report, config, onnx_files(onnx_path))
+
+
+def _convert(
+    ctx: BuildContext, name: str, precision: str, onnx_path: Path, timings: dict[str, float]
+) -> tuple[str, dict[str, dict[str, dict[str, object]]]]:
+    """The variant's graph at ``onnx_path``; returns what :func:`_calibrate` does (nothing for FP16)."""
+    if precision == "int8":
+        return _calibrate(ctx, name, onnx_path, timings)
+    ctx.status(f"{name}: converting to {precision.upper()}")
+    converted = convert(
+        precision,
+        ctx.fp32_onnx,
+        onnx_path,
+        ctx.truth.feeds,
+        fp16=Fp16Options(keep_float=ctx.spec.fp16_keep_float),
+    )
+    timings[f"to_{precision}"] = converted.seconds
+    return "", {}
+
+
+def _int8_note(method: str, tried: list[str], calibrated_on: int, held_out: int | None) -> str:
+    """How an INT8 variant was calibrated and on what it was judged (``held_out``: samples, if any)."""
+    if held_out is not None:
+        return (
+            f"INT8: static Q/DQ, symmetric per-channel weights; calibrated on {calibrated_on} real samples and "
+            f"judged on {held_out} held-out samples no calibration has seen; calibration methods "
+            f"tried: {', '.join(tried)} (figures on the held-out samples in calibration_methods); kept: "
+            f"{method}"
+        )
+    return (
+        f"INT8: static Q/DQ, symmetric per-channel weights, {method} calibration on the same "
+        f"{calibrated_on} real samples it is checked on (the spec has no held-out inputs)"
+    )
 
 
 def _calibrate(

@@ -35,7 +35,7 @@ import contextlib
 import os
 import tempfile
 from collections.abc import Callable
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -58,8 +58,7 @@ from loadtest.options import (
     FieldOption,
     add_field_options,
     add_run_time_arguments,
-    field_values,
-    run_time_values,
+    settings_from_options,
     settings_record,
 )
 from loadtest.qos import MODEL_OPTIONS
@@ -335,10 +334,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """``inferctl bench isolation``: the parsed options in, the exit status out."""
-    settings = replace(
+    settings = settings_from_options(
         DEFAULT_SETTINGS,
-        **field_values(args, MODEL_OPTIONS + _PROTECTED_OPTIONS + _ATTACK_OPTIONS),
-        **run_time_values(args),
+        args,
+        MODEL_OPTIONS + _PROTECTED_OPTIONS + _ATTACK_OPTIONS,
         out_dir=args.out,
         only=tuple(args.scenario),
     )

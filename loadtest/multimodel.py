@@ -31,7 +31,7 @@ import json
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,8 +52,7 @@ from loadtest.options import (
     FieldOption,
     add_field_options,
     add_run_time_arguments,
-    field_values,
-    run_time_values,
+    settings_from_options,
 )
 from serving.console import print_table
 from serving.launcher import TritonPorts, TritonServer
@@ -367,10 +366,10 @@ def run(args: argparse.Namespace) -> int:
     """``inferctl bench multimodel``: the parsed options in, the exit status out."""
     if not 1 <= args.budget_models < args.models:
         raise SystemExit("--budget-models must be at least 1 and fewer than --models")
-    settings = replace(
+    settings = settings_from_options(
         DEFAULT_SETTINGS,
-        **field_values(args, _SIZE_OPTIONS + _TRAFFIC_OPTIONS + _LOAD_OPTIONS),
-        **run_time_values(args),
+        args,
+        _SIZE_OPTIONS + _TRAFFIC_OPTIONS + _LOAD_OPTIONS,
         device=args.device,
         out_dir=args.out,
     )

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 __all__ = [
     "FieldOption",
@@ -16,11 +20,14 @@ __all__ = [
     "field_values",
     "given_options",
     "run_time_values",
+    "settings_from_options",
     "settings_record",
 ]
 
 #: ``(flag, type, help)``: an option ``--some-field`` that sets the settings field ``some_field``
 FieldOption = tuple[str, Callable[[str], Any], str]
+
+_Settings = TypeVar("_Settings", bound="DataclassInstance")
 
 
 def add_run_time_arguments(
@@ -79,6 +86,17 @@ def add_field_options(
 def field_values(args: argparse.Namespace, options: Sequence[FieldOption]) -> dict[str, Any]:
     """The settings fields ``options`` set, from the parsed ``args``."""
     return {_field(flag): getattr(args, _field(flag)) for flag, _, _ in options}
+
+
+def settings_from_options(
+    defaults: _Settings,
+    args: argparse.Namespace,
+    options: Sequence[FieldOption],
+    **values: Any,
+) -> _Settings:
+    """``defaults`` with the fields ``options`` set, ``--duration`` and ``--warmup``, and ``values``
+    (the options that are no settings field of the same name)."""
+    return replace(defaults, **field_values(args, options), **run_time_values(args), **values)
 
 
 def given_options(**values: Any) -> dict[str, Any]:

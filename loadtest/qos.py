@@ -29,7 +29,7 @@ import json
 import shutil
 import tempfile
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +42,7 @@ from loadtest.options import (
     FieldOption,
     add_field_options,
     add_run_time_arguments,
-    field_values,
-    run_time_values,
+    settings_from_options,
     settings_record,
 )
 from loadtest.qos_report import TierFigures, report_table, save_plot, tier_figures
@@ -312,10 +311,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """``inferctl bench qos``: the parsed options in, the exit status out."""
-    settings = replace(
+    settings = settings_from_options(
         DEFAULT_SETTINGS,
-        **field_values(args, MODEL_OPTIONS + _LOAD_OPTIONS + _PROCESS_OPTIONS),
-        **run_time_values(args),
+        args,
+        MODEL_OPTIONS + _LOAD_OPTIONS + _PROCESS_OPTIONS,
         sweep_s=args.sweep_seconds,
         polite=not args.impolite,
         out_dir=args.out,

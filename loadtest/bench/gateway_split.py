@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loadtest.bench.report import config_table
+from loadtest.bench.triton_split import OUTSIDE_COLUMNS, outside_cells
 
 __all__ = ["GatewaySplit", "gateway_counters", "gateway_split", "gateway_table"]
 
@@ -117,21 +118,12 @@ def gateway_table(rows: list[dict[str, Any]]) -> Any:
     ``outside_triton_ms`` and ``gateway`` (:meth:`GatewaySplit.as_dict`); rows without ``gateway`` are skipped."""
     columns = ("before_app", "auth", "admit", "parse", "to_triton", "other", "loop_lag")
     table = config_table(
-        (
-            c.replace("_", " ")
-            for c in ("config", "concurrency", "client", "outside Triton", *columns)
-        ),
+        (*OUTSIDE_COLUMNS, *(c.replace("_", " ") for c in columns)),
         title="Where the gateway's time goes (means per request, ms; the gateway's stage metrics, "
         "see loadtest.bench.gateway_split)",
     )
     for row in rows:
         if "gateway" in row:
             stages = row["gateway"]
-            table.add_row(
-                row["config"],
-                str(row["concurrency"]),
-                f"{row['client_mean_ms']:.2f}",
-                f"{row['outside_triton_ms']:.2f}",
-                *(f"{stages[c + '_ms']:.2f}" for c in columns),
-            )
+            table.add_row(*outside_cells(row), *(f"{stages[c + '_ms']:.2f}" for c in columns))
     return table

@@ -19,6 +19,7 @@ from typing import Any
 
 from loadtest.bench.gpu_raw import CEILING_MODES
 from loadtest.bench.jpeg_goals import jpeg_goals
+from loadtest.bench.report import result_at, share_figure
 from loadtest.bench.settings import Result
 
 __all__ = ["CEILING_CONFIGS", "evaluate_targets"]
@@ -39,8 +40,9 @@ def _best(rows: list[Result], config: str, p99_ms: float | None = None) -> Resul
     return max(found, key=lambda r: r.throughput) if found else None
 
 
-def _at(rows: list[Result], config: str, concurrency: int) -> Result | None:
-    return next((r for r in rows if r.config == config and r.concurrency == concurrency), None)
+def _reported(goal: str, figure: dict[str, Any]) -> dict[str, Any]:
+    """A figure shown beside the targets, judged against none."""
+    return {"goal": goal, "figure": figure, "met": None}
 
 
 def evaluate_targets(rows: list[Result]) -> dict[str, Any]:
@@ -71,7 +73,7 @@ def evaluate_targets(rows: list[Result]) -> dict[str, Any]:
     }
     # The gateway in front of the entry it reaches (``jpeg``), at that entry's best concurrency.
     jpeg = _best(rows, "jpeg", 20.0) or _best(rows, "jpeg")
-    gateway = None if jpeg is None else _at(rows, "jpeg gateway", jpeg.concurrency)
+    gateway = None if jpeg is None else result_at(rows, "jpeg gateway", jpeg.concurrency)
     targets["jpeg_gateway"] = {
         "goal": ">= 0.8 of direct throughput, <= +3 ms P99 (same concurrency)",
         "figure": None
@@ -96,8 +98,7 @@ def evaluate_targets(rows: list[Result]) -> dict[str, Any]:
         "figure": None
         if shm is None or ceiling is None
         else {
-            "share": shm.throughput / ceiling.throughput,
-            "images_per_s": shm.throughput,
+            **share_figure(shm, ceiling),
             "config": shm.config,
             "ceiling_images_per_s": ceiling.throughput,
             "ceiling": f"{ceiling.config} at batch {ceiling.batch}",
@@ -108,16 +109,14 @@ def evaluate_targets(rows: list[Result]) -> dict[str, Any]:
     }
     batched = _best(rows, "tensor cuda-shm x8")
     if batched is not None and ceiling is not None:
-        targets["tensor_shm_x8_vs_ceiling"] = {
-            "goal": "(reported: 8 images per request, as perf_analyzer -b 8)",
-            "figure": {
-                "share": batched.throughput / ceiling.throughput,
-                "images_per_s": batched.throughput,
+        targets["tensor_shm_x8_vs_ceiling"] = _reported(
+            "(reported: 8 images per request, as perf_analyzer -b 8)",
+            {
+                **share_figure(batched, ceiling),
                 "p99_ms": batched.p99_ms,
                 "concurrency": batched.concurrency,
             },
-            "met": None,
-        }
+        )
     # Judged where the transport is not the limit (CUDA shared memory); over HTTP it is reported beside.
     for name, on_config, off_config, goal in (
         (
@@ -133,7 +132,7 @@ def evaluate_targets(rows: list[Result]) -> dict[str, Any]:
             "(reported: HTTP binary, same pair)",
         ),
     ):
-        on, off = _at(rows, on_config, 32), _at(rows, off_config, 32)
+        on, off = result_at(rows, on_config, 32), result_at(rows, off_config, 32)
         if on is None or off is None or not off.throughput:
             targets[name] = {"goal": goal, "figure": None, "met": None}
             continue
@@ -143,17 +142,16 @@ def evaluate_targets(rows: list[Result]) -> dict[str, Any]:
             "figure": {"ratio": ratio, "p99_on_ms": on.p99_ms, "p99_off_ms": off.p99_ms},
             "met": None if goal.startswith("(") else ratio >= 5,
         }
-    on = _at(rows, "tensor http", 32)
-    naive = _at(rows, "naive", 32)
+    on = result_at(rows, "tensor http", 32)
+    naive = result_at(rows, "naive", 32)
     if on is not None and naive is not None and naive.throughput:
-        targets["platform_vs_naive_32"] = {
-            "goal": "(reported)",
-            "figure": {
+        targets["platform_vs_naive_32"] = _reported(
+            "(reported)",
+            {
                 "ratio": on.throughput / naive.throughput,
                 "p99_platform_ms": on.p99_ms,
                 "p99_naive_ms": naive.p99_ms,
             },
-            "met": None,
-        }
+        )
     targets.update(jpeg_goals(rows))
     return targets

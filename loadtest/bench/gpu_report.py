@@ -11,6 +11,7 @@ from loadtest.bench.gateway_split import gateway_table
 from loadtest.bench.gpu_goals import CEILING_CONFIGS
 from loadtest.bench.report import config_table, machine_line
 from loadtest.bench.settings import Result, result_row
+from loadtest.bench.triton_split import OUTSIDE_COLUMNS, outside_cells
 
 __all__ = ["print_gpu_report", "result_row"]
 
@@ -126,25 +127,12 @@ def _cpu_table(rows: list[dict[str, Any]], cpus: int) -> Any:
 def _split_table(rows: list[dict[str, Any]]) -> Any:
     """Each Triton point's mean request time: outside Triton (client, HTTP, gateway) and in its stages."""
     table = config_table(
-        (
-            "config",
-            "concurrency",
-            "client",
-            "outside Triton",
-            "queue",
-            "input",
-            "infer (stub)",
-            "output",
-            "images per execution",
-        ),
+        (*OUTSIDE_COLUMNS, "queue", "input", "infer (stub)", "output", "images per execution"),
         title="Where the time goes (means per request, ms; Triton's statistics over each point)",
     )
     for row in rows:
         table.add_row(
-            row["config"],
-            str(row["concurrency"]),
-            f"{row['client_mean_ms']:.2f}",
-            f"{row['outside_triton_ms']:.2f}",
+            *outside_cells(row),
             f"{row['queue_ms']:.2f}",
             f"{row['compute_input_ms']:.2f}",
             f"{row['compute_infer_ms']:.2f}",

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from loadtest.bench.jpeg_reference import INPROCESS_OVERLAPPED
+from loadtest.bench.report import share_figure
 from loadtest.bench.settings import Result
 
 __all__ = ["jpeg_goals"]
@@ -57,8 +58,7 @@ def jpeg_goals(rows: list[Result]) -> dict[str, Any]:
         "figure": None
         if best is None or reference is None
         else {
-            "share": best.throughput / reference.throughput,
-            "images_per_s": best.throughput,
+            **share_figure(best, reference),
             "p99_ms": best.p99_ms,
             "concurrency": best.concurrency,
             "config": best.config,

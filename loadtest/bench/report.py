@@ -18,6 +18,8 @@ __all__ = [
     "machine_description",
     "machine_line",
     "print_report",
+    "result_at",
+    "share_figure",
 ]
 
 
@@ -94,8 +96,14 @@ def _best(results: list[Result], config: str) -> Result | None:
     return max(rows, key=lambda r: r.throughput) if rows else None
 
 
-def _at(results: list[Result], config: str, concurrency: int) -> Result | None:
+def result_at(results: list[Result], config: str, concurrency: int) -> Result | None:
+    """``config``'s row at ``concurrency`` (``None``: not measured)."""
     return next((r for r in results if r.config == config and r.concurrency == concurrency), None)
+
+
+def share_figure(row: Result, reference: Result) -> dict[str, Any]:
+    """The figure of a goal that judges ``row``'s throughput as a share of ``reference``'s."""
+    return {"share": row.throughput / reference.throughput, "images_per_s": row.throughput}
 
 
 def compute_ratios(results: list[Result], concurrency: Sequence[int]) -> dict[str, Any]:
@@ -104,8 +112,11 @@ def compute_ratios(results: list[Result], concurrency: Sequence[int]) -> dict[st
     ratios: dict[str, Any] = {"per_concurrency": {}}
     for c in concurrency:
         row: dict[str, Any] = {}
-        on, off = _at(results, "triton-batching", c), _at(results, "triton-no-batching", c)
-        gw, naive = _at(results, "gateway", c), _at(results, "naive", c)
+        on, off = (
+            result_at(results, "triton-batching", c),
+            result_at(results, "triton-no-batching", c),
+        )
+        gw, naive = result_at(results, "gateway", c), result_at(results, "naive", c)
         if on and off and off.throughput > 0:
             row["batching_throughput_x"] = on.throughput / off.throughput
             row["batching_p99_delta_ms"] = on.p99_ms - off.p99_ms
@@ -122,7 +133,10 @@ def compute_ratios(results: list[Result], concurrency: Sequence[int]) -> dict[st
                     row[f"{label}_vs_naive_throughput_x"] >= 3
                     and platform_result.p99_ms <= naive.p99_ms
                 )
-        jpeg, naive_jpeg = _at(results, "gateway-jpeg", c), _at(results, "naive-jpeg", c)
+        jpeg, naive_jpeg = (
+            result_at(results, "gateway-jpeg", c),
+            result_at(results, "naive-jpeg", c),
+        )
         if jpeg and naive_jpeg and naive_jpeg.throughput > 0:
             row["jpeg_gateway_vs_naive_throughput_x"] = jpeg.throughput / naive_jpeg.throughput
             row["jpeg_gateway_vs_naive_p99_delta_ms"] = jpeg.p99_ms - naive_jpeg.p99_ms

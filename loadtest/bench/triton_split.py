@@ -20,14 +20,30 @@ The snapshots include the point's warm-up, at the same load as its measured seco
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from serving.triton_clients import triton_client
 
-__all__ = ["TritonSplit", "model_counters", "split"]
+__all__ = ["OUTSIDE_COLUMNS", "TritonSplit", "model_counters", "outside_cells", "split"]
 
 _STAGES = ("queue", "compute_input", "compute_infer", "compute_output", "success")
+
+#: the leading columns of every table of split points (Triton's stages, the gateway's), as
+#: :func:`outside_cells` fills them
+OUTSIDE_COLUMNS = ("config", "concurrency", "client", "outside Triton")
+
+
+def outside_cells(row: Mapping[str, Any]) -> list[str]:
+    """A split point's (:meth:`TritonSplit.as_dict` with the client's mean) configuration and
+    concurrency, the client's mean and what of it lay outside Triton (ms)."""
+    return [
+        row["config"],
+        str(row["concurrency"]),
+        f"{row['client_mean_ms']:.2f}",
+        f"{row['outside_triton_ms']:.2f}",
+    ]
 
 
 def model_counters(url: str, model: str, metrics_url: str | None = None) -> dict[str, float]:

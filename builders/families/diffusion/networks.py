@@ -50,6 +50,9 @@ SAMPLE_PROMPTS: tuple[str, ...] = (
 class _SDComponent(ModelSpec):
     family = "diffusion"
     component: str
+    # One pipeline loop of up to _PIPELINE_BATCH requests, guided: the text encoder and the UNet see
+    # a negative-prompt row beside each prompt row, twice as many rows as requests.
+    batching = BatchingPolicy(max_batch_size=2 * _PIPELINE_BATCH, max_queue_delay_us=1000)
 
     def __init__(self, checkpoint: Checkpoint) -> None:
         self.checkpoint = checkpoint
@@ -148,7 +151,6 @@ class SDTextEncoder(_SDComponent):
     component = "text_encoder"
     description = "Stable Diffusion CLIP text encoder (local diffusers checkpoint)"
     tolerance = Tolerance(max_abs_error=1e-3, min_cosine=0.99999)
-    batching = BatchingPolicy(max_batch_size=2 * _PIPELINE_BATCH, max_queue_delay_us=1000)
 
     def __init__(self, checkpoint: Checkpoint) -> None:
         super().__init__(checkpoint)
@@ -171,8 +173,6 @@ class SDUNet(_SDComponent):
     component = "unet"
     description = "Stable Diffusion UNet noise predictor (local diffusers checkpoint)"
     tolerance = Tolerance(max_abs_error=2e-3, min_cosine=0.9999)
-    # One pipeline loop of up to _PIPELINE_BATCH requests, guided: twice as many rows.
-    batching = BatchingPolicy(max_batch_size=2 * _PIPELINE_BATCH, max_queue_delay_us=1000)
     #: ``sd_unet_fp16``: the graph in FP16 (inputs and outputs stay FP32), checked like the FP32 one
     variants = ("fp16",)
     #: the timestep embedding stays FP32: sinusoids of timesteps up to 1000 need it (diffusers
@@ -225,6 +225,7 @@ class SDVAEDecoder(_SDComponent):
         "Stable Diffusion VAE decoder, latents -> image in [-1, 1] (local diffusers checkpoint)"
     )
     tolerance = Tolerance(max_abs_error=2e-3, min_cosine=0.9999)
+    # Guidance is combined before decoding: one latent per request.
     batching = BatchingPolicy(max_batch_size=_PIPELINE_BATCH, max_queue_delay_us=1000)
 
     def __init__(self, checkpoint: Checkpoint) -> None:
