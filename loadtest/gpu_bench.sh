@@ -126,8 +126,10 @@ describe() {
 # Issue 16's configurations in order of importance (the targets first): a budgeted run measures as many
 # as fit and reports the rest as not run.
 ALL_POINTS=${ALL_POINTS:-"jpeg=32,64,128;jpeg compiled=32,64,128;jpeg gateway=32,64;tensor cuda-shm=256,32;tensor compiled cuda-shm=256,32;tensor no-batching cuda-shm=32;tensor cuda-shm x8=64;tensor http=32;naive=32;tensor no-batching=32;tensor system-shm=128"}
+# The streaming pipeline's last: its test of a stuck nvJPEG may leave a thread behind at exit.
 ALL_TESTS=(tests/serving/test_batch_runner.py tests/serving/test_gpu_images.py tests/serving/test_pytorch_backend_gpu.py
-           tests/builders/test_image_classifier_gpu.py tests/builders/test_torchscript_devices.py)
+           tests/builders/test_image_classifier_gpu.py tests/builders/test_torchscript_devices.py
+           tests/serving/test_gpu_overlap.py tests/serving/test_gpu_stream.py)
 if [ -n "${ALL_TEST_FILES:-}" ]; then read -ra ALL_TESTS <<< "$ALL_TEST_FILES"; fi  # a focused run: some of them
 
 # step NAME LIMIT_S COMMAND...: run COMMAND under its own limit (output in $scratch/NAME.log), record
