@@ -96,7 +96,7 @@ class StreamingPipeline(OverlappedPipeline):
 
         Raises:
             ValueError: the batch is empty or larger than the largest prepared size.
-            RuntimeError: the pipeline is closing.
+            RuntimeError: the pipeline is closing, or stuck (see the module docstring).
         """
         if not 1 <= len(encoded) <= self.max_batch:
             raise ValueError(f"a batch of {len(encoded)} images is outside 1..{self.max_batch}")
@@ -119,7 +119,7 @@ class StreamingPipeline(OverlappedPipeline):
         the requests that arrived meanwhile, instead of being formed early and small and then waiting.
 
         Raises:
-            RuntimeError: the pipeline is closing.
+            RuntimeError: the pipeline is closing, or stuck (see the module docstring).
         """
         self._take_slot()
         self._in_flight.release()
@@ -128,7 +128,7 @@ class StreamingPipeline(OverlappedPipeline):
         """One of the ``depth`` in-flight places, waiting for it (without the GIL) until one is free.
 
         Raises:
-            RuntimeError: the pipeline is closing.
+            RuntimeError: the pipeline is closing, or stuck (see the module docstring).
         """
         while not self._in_flight.acquire(timeout=_POLL_S):
             if self._stalled:
@@ -170,11 +170,12 @@ class StreamingPipeline(OverlappedPipeline):
             self._draining = True
             if first:
                 self._todo.put(None)  # after every submitted batch: the decode thread ends there
+        if not self._stalled:
+            self._gpu_thread.join(timeout_s)  # the watchdog may find a thread stuck meanwhile
         if self._stalled:  # a stuck thread never ends: its process's exit takes it
             self._closed.set()
             self._todo.put(None)
         else:
-            self._gpu_thread.join(timeout_s)
             super().close()
             self._gpu_thread.join(timeout_s)
         with self._lock:
