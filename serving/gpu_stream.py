@@ -23,8 +23,9 @@ steps one after another.
 A batch that stays unanswered for ``stall_s`` means a thread is stuck (in a decoder or a CUDA call:
 the overlapped way once never answered a truncated JPEG, ``benchmarks/h200/run11-gateway-rows``).
 Nothing can unstick a thread, so a watchdog answers every unanswered batch with an error and the
-pipeline refuses new ones: the requests fail at once instead of waiting for the client's timeout,
-and the failures are what the gateway's breaker counts before it reloads the model (a fresh stub).
+pipeline refuses new ones: the waiting requests fail after ``stall_s`` instead of never, later ones
+at once, and the failures are what the gateway's breaker counts before it reloads the model (a
+fresh stub).
 """
 
 from __future__ import annotations
