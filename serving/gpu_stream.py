@@ -59,6 +59,9 @@ _POLL_S = 0.05
 #: time under load (a P99 of 0.2 s at 256 in flight, H200 run 11), far below a client's timeout
 DEFAULT_STALL_S = 30.0
 
+#: how long closing a stuck pipeline waits for its threads (the model's unload waits that long)
+_STUCK_JOIN_S = 5.0
+
 
 class StreamingPipeline(OverlappedPipeline):
     """An :class:`OverlappedPipeline` fed one batch at a time (see the module docstring).
@@ -173,9 +176,13 @@ class StreamingPipeline(OverlappedPipeline):
                 self._todo.put(None)  # after every submitted batch: the decode thread ends there
         if not self._stalled:
             self._gpu_thread.join(timeout_s)  # the watchdog may find a thread stuck meanwhile
-        if self._stalled:  # a stuck thread never ends: its process's exit takes it
+        if self._stalled:
+            # A thread stuck for good ends with its process; one that was only slow ends here, so
+            # that no thread is still inside torch when the interpreter shuts down (an abort).
             self._closed.set()
             self._todo.put(None)
+            for thread in (self._gpu_thread, self._worker):
+                thread.join(min(timeout_s, _STUCK_JOIN_S))
         else:
             super().close()
             self._gpu_thread.join(timeout_s)
