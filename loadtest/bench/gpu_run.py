@@ -38,6 +38,7 @@ from loadtest.bench.report import machine_description
 from loadtest.bench.servers import BenchGateway, gateway_server, naive_server
 from loadtest.bench.settings import Result, point_spec
 from loadtest.loadgen import (
+    LoadError,
     Target,
     TritonTarget,
     instant_twin,
@@ -183,7 +184,7 @@ def run_gpu_bench(settings: GpuBenchSettings) -> dict[str, Any]:
             for name in (TENSOR, PIPELINE)
         }
         servers = _Servers(triton, gateway, targets, twins)
-        capacities: dict[tuple[str, int], float] = {}
+        capacities: dict[tuple[str, int], float | None] = {}
         for name, concurrency in points:
             _point(run, servers, capacities, name, concurrency)
         if settings.sweep and settings.budget_s:
@@ -256,7 +257,7 @@ def _sweeps(
 def _point(
     run: _Run,
     servers: _Servers,
-    capacities: dict[tuple[str, int], float],
+    capacities: dict[tuple[str, int], float | None],
     name: str,
     concurrency: int,
 ) -> None:
@@ -286,9 +287,15 @@ def _point(
         else:  # the naive server's client: the same POSTs, to the twin as KServe v2 requests
             capacity_target = twin_target(targets["tensor http"], twin, triton.http_url)  # type: ignore[arg-type]
         _log(f"capacity of {client} at {concurrency}")
-        capacities[(client, concurrency)] = measure_capacity(
-            replace(spec, duration_s=settings.capacity_s), capacity_target, settings.clients
-        ).throughput
+        try:
+            capacities[(client, concurrency)] = measure_capacity(
+                replace(spec, duration_s=settings.capacity_s), capacity_target, settings.clients
+            ).throughput
+        except LoadError as exc:  # the point is still measured; its capacity is not, and says why
+            _log(f"capacity of {client} at {concurrency} failed: {str(exc)[:300]}")
+            failed = run.document.setdefault("capacity_errors", {})
+            failed[f"{name} at {concurrency}"] = str(exc)[:2000]
+            capacities[(client, concurrency)] = None
     _log(f"{name} at concurrency {concurrency}")
     # Triton's own split of the point's time (queue, stub, outside Triton), for its targets
     # (the gateway's requests reach the same model), and the gateway's where it is in the

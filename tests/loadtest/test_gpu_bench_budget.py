@@ -259,3 +259,41 @@ def test_the_scripts_points_parse_and_name_known_configurations(tmp_path: Path) 
     assert found is not None
     points = build_parser().parse_args(["--out", "x", "--points", found.group(1)]).points
     assert set(points) <= set(GpuBenchSettings(out_dir=tmp_path).points)
+
+
+def test_a_failed_capacity_run_leaves_the_point_measured_and_says_why(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The client's capacity is a side figure: its failure must not cost the run its points."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from loadtest.bench import gpu_run
+    from loadtest.loadgen import LoadError
+    from loadtest.loadgen.targets import TritonTarget
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise LoadError("measuring the load generator's capacity failed: the twin refused it")
+
+    answered = SimpleNamespace(
+        concurrency=8, requests=80, errors=0, duration_s=1.0, throughput=80.0, p50_ms=1.0,
+        p95_ms=2.0, p99_ms=3.0, mean_ms=1.5, error_rate=0.0, error_summary=lambda: "",
+    )  # fmt: skip
+    monkeypatch.setattr(gpu_run, "measure_capacity", refused)
+    monkeypatch.setattr(gpu_run, "run_load", lambda spec, processes: answered)
+    monkeypatch.setattr(gpu_run, "PointProbe", SimpleNamespace(start=lambda *a, **k: None))
+    target = TritonTarget(
+        url="127.0.0.1:9", model="m", inputs=({"INPUT": np.zeros((1, 3), np.float32)},), name="jpeg"
+    )
+    run = gpu_run._Run(GpuBenchSettings(out_dir=tmp_path), Clock(0.0), {})
+    servers = gpu_run._Servers(
+        SimpleNamespace(http_url="127.0.0.1:9", metrics_url="http://127.0.0.1:9/metrics"),  # type: ignore[arg-type]
+        None,
+        {"jpeg": target},
+        {PIPELINE: "p__instant", TENSOR: "t__instant"},
+    )
+    gpu_run._point(run, servers, {}, "jpeg", 8)
+    assert [r.throughput for r in run.results] == [80.0]
+    assert run.results[0].capacity is None
+    assert "the twin refused it" in run.document["capacity_errors"]["jpeg at 8"]
