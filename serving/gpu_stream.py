@@ -79,8 +79,9 @@ class StreamingPipeline(OverlappedPipeline):
         super().__init__(*args, **kwargs)
         self._mapping = True  # map() would compete with the GPU thread for the decoded batches
         self._in_flight = threading.BoundedSemaphore(depth)
-        self._done: dict[int, Done] = {}
-        self._since: dict[int, float] = {}  # when each unanswered batch was submitted (monotonic)
+        # Each unanswered batch's callback and when it was submitted (monotonic), in submission
+        # order: the first entry is the oldest, the one the watchdog looks at.
+        self._waiting: dict[int, tuple[Done, float]] = {}
         self._lock = threading.Lock()
         self._submitted = 0
         self._draining = False
@@ -111,8 +112,7 @@ class StreamingPipeline(OverlappedPipeline):
                 raise RuntimeError(self._stalled or "the pipeline is closing")
             index = self._submitted
             self._submitted += 1
-            self._done[index] = done
-            self._since[index] = time.monotonic()
+            self._waiting[index] = (done, time.monotonic())
             self._todo.put((index, list(encoded)))
 
     def wait_for_room(self) -> None:
@@ -187,8 +187,8 @@ class StreamingPipeline(OverlappedPipeline):
             super().close()
             self._gpu_thread.join(timeout_s)
         with self._lock:
-            left, self._done = self._done, {}
-        for done in left.values():
+            left, self._waiting = self._waiting, {}
+        for done, _ in left.values():
             self._call(done, RuntimeError("the pipeline closed before this batch was answered"))
 
     # ------------------------------------------------------------------ the GPU thread
@@ -235,11 +235,10 @@ class StreamingPipeline(OverlappedPipeline):
 
     def _answer(self, index: int, result: BatchResult | BaseException) -> None:
         with self._lock:
-            done = self._done.pop(index, None)
-            self._since.pop(index, None)
+            waiting = self._waiting.pop(index, None)
         self._in_flight.release()  # before the callback: the next batch can be submitted meanwhile
-        if done is not None:
-            self._call(done, result)
+        if waiting is not None:
+            self._call(waiting[0], result)
 
     # ------------------------------------------------------------------ the watchdog
 
@@ -248,16 +247,16 @@ class StreamingPipeline(OverlappedPipeline):
         while not self._closed.wait(min(1.0, stall_s / 4)):
             now = time.monotonic()
             with self._lock:
-                oldest = min(self._since.items(), key=lambda item: item[1], default=None)
-                if oldest is None or now - oldest[1] < stall_s:
+                oldest = next(iter(self._waiting.items()), None)
+                if oldest is None or now - oldest[1][1] < stall_s:
                     continue
                 self._stalled = (
                     f"the GPU pipeline is stuck: batch {oldest[0]} was not answered within "
                     f"{stall_s:g} s; the model must be loaded again"
                 )
-                left, self._done, self._since = self._done, {}, {}
+                left, self._waiting = self._waiting, {}
             log.error("%s (%d batches answered with this error)", self._stalled, len(left))
-            for done in left.values():
+            for done, _ in left.values():
                 # Their slots stay taken: the stuck thread may still give one back, and no new
                 # batch is taken anyway.
                 self._call(done, RuntimeError(self._stalled))
