@@ -23,7 +23,6 @@ an engine at all (only full TensorRT plans, of its TensorRT version, for its GPU
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -41,8 +40,10 @@ from builders.tensorrt_host import (
     TensorRT,
     build_log,
     load_tensorrt,
-    parser_errors,
+    load_timing_cache,
+    parse_onnx,
     rtx_capability,
+    save_timing_cache,
 )
 from builders.tensorrt_host import local_compute_capability as _local_compute_capability
 
@@ -241,10 +242,10 @@ def build_engine(
     log.messages.clear()
     builder = tensorrt.module.Builder(log.logger)
     # The parser owns the weights the network refers to: it must live until the engine is built.
-    network, _parser = _parse(tensorrt, builder, log, onnx)
+    network, _parser = parse_onnx(tensorrt, builder, log, onnx)
     config = _builder_config(tensorrt, builder, options.optimization_level, capability)
     profiles = _add_profile(builder, config, network, profile, onnx.name)
-    _load_timing_cache(config, options.timing_cache)
+    load_timing_cache(config, options.timing_cache)
     serialized = builder.build_serialized_network(network, config)
     if serialized is None:
         raise EngineBuildError(
@@ -258,7 +259,7 @@ def build_engine(
     with open(plan, "wb") as handle:
         handle.write(memoryview(serialized))
     if options.timing_cache is not None:
-        _save_timing_cache(config, options.timing_cache)
+        save_timing_cache(config, options.timing_cache)
 
     metadata = EngineMetadata(
         flavour=tensorrt.flavour,
@@ -290,25 +291,6 @@ def _target_capability(tensorrt: TensorRT, requested: str | None) -> str:
             )
         return local
     return requested or DEFAULT_COMPUTE_CAPABILITY
-
-
-def _parse(tensorrt: TensorRT, builder: Any, log: Any, onnx: Path) -> tuple[Any, Any]:
-    """The strongly typed network of ``onnx``, and the parser that holds its weights."""
-    trt = tensorrt.module
-    network = builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
-    parser = trt.OnnxParser(network, log.logger)
-    if not parser.parse_from_file(str(onnx)):
-        problems = parser_errors(parser) or log.errors() or ["no detail given"]
-        raise EngineBuildError(
-            f"TensorRT ({tensorrt.flavour} {tensorrt.version}) cannot parse {onnx.name}: "
-            + "; ".join(problems)
-        )
-    if network.num_outputs == 0:
-        raise EngineBuildError(
-            f"TensorRT ({tensorrt.flavour} {tensorrt.version}) parsed {onnx.name} "
-            "to a network without outputs"
-        )
-    return network, parser
 
 
 def _builder_config(
@@ -347,24 +329,6 @@ def _add_profile(
         profiles[tensor.name] = shapes
     config.add_optimization_profile(trt_profile)
     return profiles
-
-
-def _load_timing_cache(config: Any, timing_cache: Path | None) -> None:
-    cache_bytes = (
-        timing_cache.read_bytes() if timing_cache is not None and timing_cache.is_file() else b""
-    )
-    cache = config.create_timing_cache(cache_bytes)
-    # A cache from another TensorRT build or device is ignored rather than failing the build.
-    config.set_timing_cache(cache, True)
-
-
-def _save_timing_cache(config: Any, timing_cache: Path) -> None:
-    timing_cache.parent.mkdir(parents=True, exist_ok=True)
-    updated = config.get_timing_cache()
-    if updated is not None:
-        tmp = timing_cache.with_name(timing_cache.name + f".{os.getpid()}.tmp")
-        tmp.write_bytes(memoryview(updated.serialize()))
-        os.replace(tmp, timing_cache)  # atomic: a concurrent build reads the old or the new cache
 
 
 def check_engine(

@@ -1,4 +1,5 @@
-"""The TensorRT flavour installed here, the GPU it builds for, and what it says when a build fails.
+"""The TensorRT flavour installed here, the GPU it builds for, and what it says when a build fails,
+and the build steps that talk to TensorRT's own API (parsing, the timing cache).
 
 :mod:`builders.engine` builds through whichever flavour :func:`load_tensorrt` finds: full TensorRT
 (``import tensorrt``, on a GPU host, for the local GPU's compute capability) or TensorRT for RTX
@@ -9,9 +10,11 @@
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -22,9 +25,12 @@ __all__ = [
     "TensorRT",
     "build_log",
     "load_tensorrt",
+    "load_timing_cache",
     "local_compute_capability",
+    "parse_onnx",
     "parser_errors",
     "rtx_capability",
+    "save_timing_cache",
 ]
 
 
@@ -152,3 +158,42 @@ def parser_errors(parser: Any) -> list[str]:
         )
         messages.append(f"{code}{where}: {error.desc()} [{error.func()}]")
     return messages
+
+
+def parse_onnx(tensorrt: TensorRT, builder: Any, log: Any, onnx: Path) -> tuple[Any, Any]:
+    """The strongly typed network of ``onnx``, and the parser that holds its weights."""
+    trt = tensorrt.module
+    network = builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
+    parser = trt.OnnxParser(network, log.logger)
+    if not parser.parse_from_file(str(onnx)):
+        problems = parser_errors(parser) or log.errors() or ["no detail given"]
+        raise EngineBuildError(
+            f"TensorRT ({tensorrt.flavour} {tensorrt.version}) cannot parse {onnx.name}: "
+            + "; ".join(problems)
+        )
+    if network.num_outputs == 0:
+        raise EngineBuildError(
+            f"TensorRT ({tensorrt.flavour} {tensorrt.version}) parsed {onnx.name} "
+            "to a network without outputs"
+        )
+    return network, parser
+
+
+def load_timing_cache(config: Any, timing_cache: Path | None) -> None:
+    """Start the build from ``timing_cache``'s tactic timings, where the file exists."""
+    cache_bytes = (
+        timing_cache.read_bytes() if timing_cache is not None and timing_cache.is_file() else b""
+    )
+    cache = config.create_timing_cache(cache_bytes)
+    # A cache from another TensorRT build or device is ignored rather than failing the build.
+    config.set_timing_cache(cache, True)
+
+
+def save_timing_cache(config: Any, timing_cache: Path) -> None:
+    """Keep the build's tactic timings in ``timing_cache`` for the next build."""
+    timing_cache.parent.mkdir(parents=True, exist_ok=True)
+    updated = config.get_timing_cache()
+    if updated is not None:
+        tmp = timing_cache.with_name(timing_cache.name + f".{os.getpid()}.tmp")
+        tmp.write_bytes(memoryview(updated.serialize()))
+        os.replace(tmp, timing_cache)  # atomic: a concurrent build reads the old or the new cache
