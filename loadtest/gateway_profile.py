@@ -14,13 +14,19 @@ It prints the gateway process's CPU per answered request (user + system, the ben
 :class:`loadtest.isolation_stack.CpuMeter`) and, from a second gateway started under cProfile, the
 functions that cost the most per request (exclusive and inclusive microseconds; the profiler's own
 overhead inflates them, so compare them with each other, and the CPU figure across commits).
-Measured, never asserted.
+
+``--floors`` measures, on the admitted path's load and model, the servers of
+:mod:`loadtest.proxy_floor` instead of the profile: uvicorn alone, and Python proxies to Triton
+with nothing of the gateway's work (aiohttp, FastAPI + aiohttp, grpc.aio). The gateway's figure
+less theirs is what its own work costs; theirs is what no Python gateway on these libraries can go
+below on this machine. Measured, never asserted.
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import json
 import pstats
 import tempfile
 from dataclasses import replace
@@ -33,14 +39,20 @@ from loadtest.isolation_stack import (
     IsolationSettings,
     Stack,
     infer_body,
+    infer_url,
     json_target,
     platform,
 )
 from loadtest.loadgen import HttpTarget, LoadSpec
 from loadtest.loadgen import run as run_specs
 from loadtest.options import run_time_values
+from loadtest.qos import QosSettings, prepare_repository
+from serving.console import Table, print_table
+from serving.gateway_process import GatewayLaunch, start_gateway_process
+from serving.launcher import TritonPorts, TritonServer
+from serving.ports import reserve_port
 
-__all__ = ["PATHS", "build_parser", "measure_path", "run"]
+__all__ = ["PATHS", "build_parser", "measure_floors", "measure_path", "run"]
 
 #: path name -> the tier of the key that drives it
 PATHS = {"admitted": "enterprise", "refused": "free"}
@@ -62,16 +74,16 @@ class PathCpu(NamedTuple):
     def total_ms(self) -> float:
         return self.user_ms + self.system_ms
 
-    def describe(self, path: str, duration_s: float) -> str:
+    def describe(self, path: str, duration_s: float, server: str = "gateway") -> str:
         return (
-            f"{path}: gateway CPU {self.total_ms:.3f} ms per request (user {self.user_ms:.3f}, "
+            f"{path}: {server} CPU {self.total_ms:.3f} ms per request (user {self.user_ms:.3f}, "
             f"system {self.system_ms:.3f}; {self.answered} answered in {duration_s:g} s, "
             f"statuses {self.statuses})"
         )
 
 
-def _cpu_per_request(stack: Stack, spec: LoadSpec) -> PathCpu:
-    with CpuMeter(stack.pid) as meter:
+def _cpu_per_request(pid: int, spec: LoadSpec) -> PathCpu:
+    with CpuMeter(pid) as meter:
         (load,) = run_specs([spec], apart=True)
     result = load.result()
     answered = max(1, result.requests + result.errors)
@@ -105,7 +117,83 @@ def measure_path(path: str, settings: IsolationSettings, profile_to: Path | None
                 warmup_s=settings.warmup_s,
                 name=path,
             )
-            return _cpu_per_request(stack, spec)
+            return _cpu_per_request(stack.pid, spec)
+
+
+def measure_floors(settings: IsolationSettings, modes: tuple[str, ...]) -> dict[str, PathCpu]:
+    """Each :mod:`loadtest.proxy_floor` server's CPU per request on the admitted path's load.
+
+    Args:
+        settings: the benchmark's settings (model, concurrency, warm-up, duration).
+        modes: the servers, :data:`loadtest.proxy_floor.MODES` or some of them, measured in turn
+            against one Triton.
+
+    Returns:
+        Mode -> its CPU per request answered in the measured window.
+    """
+    floors = {}
+    with tempfile.TemporaryDirectory(prefix="gateway-floor-") as tmp:
+        repository = prepare_repository(
+            Path(tmp) / "repository",
+            QosSettings(service_ms=settings.service_ms, instances=settings.instances),
+        )
+        with TritonServer(repository, ports=TritonPorts.free()) as triton:
+            for mode in modes:
+                port = reserve_port()
+                args = ("--port", str(port), "--triton-http", triton.http_url)
+                launch = GatewayLaunch(
+                    port,
+                    args=(*args, "--triton-grpc", triton.grpc_url),
+                    entry=("loadtest.proxy_floor", mode),
+                    name=f"proxy floor {mode}",
+                    log_path=Path(tmp) / f"{mode}.log",
+                )
+                with start_gateway_process(launch) as server:
+                    assert server.pid is not None
+                    target = HttpTarget(
+                        url=infer_url(launch.url),
+                        requests=((infer_body(), {"Content-Type": "application/json"}),),
+                        name=mode,
+                        timeout_s=120.0,
+                    )
+                    spec = LoadSpec(
+                        target=target,
+                        concurrency=settings.protected_concurrency,
+                        duration_s=settings.duration_s,
+                        warmup_s=settings.warmup_s,
+                        name=mode,
+                    )
+                    floors[mode] = _cpu_per_request(server.pid, spec)
+                print(floors[mode].describe(mode, settings.duration_s, "floor"), flush=True)
+    return floors
+
+
+#: what each floor server is, for the table
+FLOOR_LABELS = {
+    "server": "uvicorn alone (fixed answer, no upstream)",
+    "aiohttp": "raw ASGI proxy, aiohttp to Triton",
+    "fastapi": "FastAPI route + JSON parse, aiohttp to Triton",
+    "grpc": "raw ASGI + JSON parse, grpc.aio to Triton",
+}
+
+
+def floors_table(
+    gateway: PathCpu, floors: dict[str, PathCpu], settings: IsolationSettings
+) -> Table:
+    """The gateway's CPU per request beside each floor's."""
+    table = Table(
+        title="CPU per request: the gateway and servers with none of its work",
+        columns=["server", "CPU ms / request", "the gateway's extra ms"],
+        caption=f"each server alone on one Triton (fixed {settings.service_ms:g} ms model), closed "
+        f"loop at concurrency {settings.protected_concurrency}, {settings.warmup_s:g} s warm-up + "
+        f"{settings.duration_s:g} s measured; user + system CPU of the server process",
+    )
+    for mode, cpu in floors.items():
+        table.add_row(
+            FLOOR_LABELS[mode], f"{cpu.total_ms:.3f}", f"{gateway.total_ms - cpu.total_ms:+.3f}"
+        )
+    table.add_row("the gateway (admitted path)", f"{gateway.total_ms:.3f}", "")
+    return table
 
 
 def top_functions(profile: Path, limit: int) -> str:
@@ -151,6 +239,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--profile", type=Path, help="keep the cProfile statistics here (default: a temporary file)"
     )
     parser.add_argument("--no-profile", action="store_true", help="only the CPU figure")
+    parser.add_argument(
+        "--floors",
+        action="store_true",
+        help="instead of the profile, the CPU per request of Python servers and proxies with none "
+        "of the gateway's work (loadtest.proxy_floor), on the admitted path's load",
+    )
+    parser.add_argument(
+        "--out", type=Path, help="with --floors: write floors.json and floors.txt into this folder"
+    )
     return parser
 
 
@@ -161,7 +258,33 @@ def run(args: argparse.Namespace) -> int:
         **run_time_values(args),
         protected_concurrency=args.concurrency,
     )
-    print(measure_path(args.path, settings).describe(args.path, settings.duration_s), flush=True)
+    gateway = measure_path(args.path, settings)
+    print(gateway.describe(args.path, settings.duration_s), flush=True)
+    if args.floors:
+        from loadtest.proxy_floor import MODES
+
+        floors = measure_floors(settings, MODES)
+        table = floors_table(gateway, floors, settings)
+        print_table(table)
+        failed = [m for m, c in {"gateway": gateway, **floors}.items() if set(c.statuses) != {200}]
+        if failed:  # a figure over refused requests is no floor
+            print(f"not every request was answered 200 by: {', '.join(failed)}")
+        if args.out:
+            args.out.mkdir(parents=True, exist_ok=True)
+            record = {
+                "settings": {
+                    "concurrency": settings.protected_concurrency,
+                    "duration_s": settings.duration_s,
+                    "warmup_s": settings.warmup_s,
+                    "service_ms": settings.service_ms,
+                    "path": args.path,
+                },
+                "gateway_ms_per_request": gateway._asdict(),
+                "floors_ms_per_request": {m: c._asdict() for m, c in floors.items()},
+            }
+            (args.out / "floors.json").write_text(json.dumps(record, indent=2) + "\n")
+            (args.out / "floors.txt").write_text(table.plain() + "\n")
+        return 1 if failed else 0
     if args.no_profile:
         return 0
     with tempfile.TemporaryDirectory(prefix="gateway-profile-") as tmp:

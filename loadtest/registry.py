@@ -9,8 +9,9 @@ neither torch nor the load generator. A module's ``if __name__ == "__main__"`` b
 GPU host's scripts use ``python -m``: they run from a checkout without ``inferctl`` installed).
 
 Not here, because they are processes a benchmark starts rather than benchmarks:
-:mod:`loadtest.naive_server` (the FastAPI + PyTorch baseline server) and
-:mod:`loadtest._profiled_gateway` (the gateway under cProfile). They keep their own ``main``.
+:mod:`loadtest.naive_server` (the FastAPI + PyTorch baseline server),
+:mod:`loadtest._profiled_gateway` (the gateway under cProfile) and :mod:`loadtest.proxy_floor` (the
+servers under the gateway's CPU figure). They keep their own ``main``.
 """
 
 from __future__ import annotations

@@ -46,3 +46,23 @@ def test_gateway_profile_prints_the_cpu_figure_and_the_costliest_functions(
     # The gateway wrote its statistics on a clean stop (SIGTERM), and the request path is in them.
     assert profile.stat().st_size > 0
     assert "on_headers_complete" in Path(profile).read_bytes().decode("latin-1")
+
+
+def test_gateway_profile_floors_measure_every_server_beside_the_gateway(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from loadtest.proxy_floor import MODES
+
+    out_dir = tmp_path / "floors"
+    code = run_named(
+        "gateway-profile", ["--floors", "--duration", "1", "--warmup", "0.5", "--out", str(out_dir)]
+    )
+    # 0 only when every server answered every request 200 (each proxy passed Triton's answer back).
+    assert code == 0, capsys.readouterr().out
+    record = json.loads((out_dir / "floors.json").read_text())
+    assert sorted(record["floors_ms_per_request"]) == sorted(MODES)
+    for cpu in [record["gateway_ms_per_request"], *record["floors_ms_per_request"].values()]:
+        assert cpu["answered"] > 0 and set(cpu["statuses"]) == {"200"}
+    assert "the gateway (admitted path)" in (out_dir / "floors.txt").read_text()
