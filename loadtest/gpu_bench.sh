@@ -19,7 +19,8 @@
 #                      segfault at load on the H200 host's torch 2.11: benchmarks/h200/run4/aoti)
 #                                                                             -> appended to gpu_tests.txt
 #       3. bench       issue 16's benchmark, every configuration, in the order of ALL_POINTS (the default below, or as set), with the
-#                      compiled flavour ALL_COMPILED (default inductor; none: no compiled rows), with
+#                      compiled flavour ALL_COMPILED (default inductor; none: no compiled rows), the sweep's
+#                      configurations ALL_SWEEP (';' separated, as --sweep-configs: names hold spaces), with
 #                      --budget-s (what would not fit is reported as not run)  -> bench.json, bench.txt, bench.png
 #       4. scaling     the gateway scaling table, shortened                    -> scaling.json, scaling.txt
 #       5. embeddings  the embeddings GPU table, if this checkout has it:
@@ -232,7 +233,7 @@ run_all() {
         bench_limit=$(limit bench)
         step bench "$bench_limit" "$PY" -m loadtest.bench.gpu --out "$scratch/bench" --budget-s $((bench_limit - 15)) --compiled "${ALL_COMPILED:-inductor}" \
             --clients 6 --duration 2 --warmup 0.5 --capacity-duration 1 --raw-batches 1,8,32,64,128,256 --points "$ALL_POINTS" \
-            --device "${ALL_DEVICE:-cuda}" ${ALL_BENCH_ARGS:-}
+            --device "${ALL_DEVICE:-cuda}" ${ALL_SWEEP:+--sweep-configs "$ALL_SWEEP"} ${ALL_BENCH_ARGS:-}
         if [ -f "$scratch/bench/bench.json" ] && [ ! -f "$scratch/bench/bench.txt" ]; then  # cut short: draw what it saved
             step bench-report 30 "$PY" -m loadtest.bench.gpu --report-from "$scratch/bench/bench.json" --out "$scratch/bench"
         fi
