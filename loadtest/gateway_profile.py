@@ -31,7 +31,7 @@ import pstats
 import tempfile
 from dataclasses import replace
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from loadtest.isolation_stack import (
     DEFAULT_SETTINGS,
@@ -52,7 +52,16 @@ from serving.gateway_process import GatewayLaunch, start_gateway_process
 from serving.launcher import TritonPorts, TritonServer
 from serving.ports import reserve_port
 
-__all__ = ["PATHS", "build_parser", "measure_floors", "measure_path", "run"]
+__all__ = [
+    "FLOOR_LABELS",
+    "PATHS",
+    "build_parser",
+    "floors_table",
+    "measure_floors",
+    "measure_path",
+    "run",
+    "save_floors_plot",
+]
 
 #: path name -> the tier of the key that drives it
 PATHS = {"admitted": "enterprise", "refused": "free"}
@@ -196,6 +205,31 @@ def floors_table(
     return table
 
 
+def save_floors_plot(record: dict[str, Any], path: Path) -> None:
+    """``floors.json``'s figures as bars (user and system CPU stacked), the gateway's last."""
+    from loadtest.plotting import saved_figure
+
+    rows = [(FLOOR_LABELS[mode], cpu) for mode, cpu in record["floors_ms_per_request"].items()] + [
+        ("the gateway", record["gateway_ms_per_request"])
+    ]
+    with saved_figure(path, figsize=(9, 3.6), dpi=110) as (_, ax):
+        ys = range(len(rows))
+        users = [cpu["user_ms"] for _, cpu in rows]
+        ax.barh(ys, users, color="tab:blue", label="user")
+        ax.barh(
+            ys,
+            [cpu["system_ms"] for _, cpu in rows],
+            left=users,
+            color="tab:orange",
+            label="system",
+        )
+        ax.set_yticks(list(ys), [label for label, _ in rows])
+        ax.invert_yaxis()
+        ax.set_xlabel("server process CPU, ms per request")
+        ax.set_title("The gateway's CPU per request beside servers with none of its work")
+        ax.legend(loc="upper right")  # the short bars are at the top
+
+
 def top_functions(profile: Path, limit: int) -> str:
     """The ``limit`` costliest functions of ``profile`` by exclusive time, in microseconds per
     request, beside their inclusive time. Every HTTP request the gateway served counts (warm-up
@@ -246,7 +280,9 @@ def build_parser() -> argparse.ArgumentParser:
         "of the gateway's work (loadtest.proxy_floor), on the admitted path's load",
     )
     parser.add_argument(
-        "--out", type=Path, help="with --floors: write floors.json and floors.txt into this folder"
+        "--out",
+        type=Path,
+        help="with --floors: write floors.json, floors.txt and floors.png into this folder",
     )
     return parser
 
@@ -284,6 +320,7 @@ def run(args: argparse.Namespace) -> int:
             }
             (args.out / "floors.json").write_text(json.dumps(record, indent=2) + "\n")
             (args.out / "floors.txt").write_text(table.plain() + "\n")
+            save_floors_plot(record, args.out / "floors.png")
         return 1 if failed else 0
     if args.no_profile:
         return 0

@@ -66,3 +66,4 @@ def test_gateway_profile_floors_measure_every_server_beside_the_gateway(
     for cpu in [record["gateway_ms_per_request"], *record["floors_ms_per_request"].values()]:
         assert cpu["answered"] > 0 and set(cpu["statuses"]) == {"200"}
     assert "the gateway (admitted path)" in (out_dir / "floors.txt").read_text()
+    assert (out_dir / "floors.png").stat().st_size > 0
