@@ -117,6 +117,13 @@ def build_parser() -> argparse.ArgumentParser:
         "what would not fit is reported as not run (default: no limit)",
     )
     parser.add_argument(
+        "--cuda-pool-mb",
+        type=int,
+        default=0,
+        help="Triton's CUDA memory pool on the GPU, MiB (default 0: Triton's own, 64); the Python "
+        "backend passes GPU inputs to its stub through it",
+    )
+    parser.add_argument(
         "--device",
         choices=["cuda", "cpu"],
         default="cuda",
@@ -160,6 +167,7 @@ def run(args: argparse.Namespace) -> int:
         "sweep": not args.no_sweep,
         "compiled": "" if args.compiled == "none" else args.compiled,
         "device": args.device,
+        "cuda_pool_mb": args.cuda_pool_mb,
     }
     if args.quick:
         overrides.update(

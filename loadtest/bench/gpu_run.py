@@ -162,6 +162,7 @@ def run_gpu_bench(settings: GpuBenchSettings) -> dict[str, Any]:
                 models=document["build"]["entries"],
                 ports=TritonPorts.free(),
                 startup_timeout_s=900,
+                cuda_memory_pool_mb=settings.cuda_pool_mb,
             )
         )
         document["sanity"] = sanity(triton, compiled, PIPELINE_COMPILED if compiled else "")

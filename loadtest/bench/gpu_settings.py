@@ -52,6 +52,8 @@ class GpuBenchSettings:
     #: ``cpu`` proves the machinery on a machine without a GPU (entries on KIND_CPU, no ceiling, no
     #: CUDA shared memory; the dry run in loadtest/gpu_bench.sh's header): its figures mean nothing
     device: str = "cuda"
+    #: Triton's CUDA memory pool in MiB (0: Triton's default); see serving.launcher.TritonServer
+    cuda_pool_mb: int = 0
 
     def workers(self) -> int:
         """Gateway processes: as asked, else a quarter of the cores where the gateway can run several

@@ -104,3 +104,12 @@ def test_python_models_run_on_this_interpreter_and_environment(tmp_path: Path, m
             facts = json.loads(client.infer("probe", [tensor]).as_numpy("FACTS")[0])
     assert facts["version"] == platform.python_version()
     assert facts["numpy"] == np.__file__
+
+
+def test_the_cuda_memory_pool_is_triton_s_own_unless_asked(tmp_path: Path) -> None:
+    def pool_flags(server: TritonServer) -> list[str]:
+        return [a for a in server.command(tmp_path) if a.startswith("--cuda-memory-pool")]
+
+    assert pool_flags(TritonServer(tmp_path, models=[])) == []
+    sized = TritonServer(tmp_path, models=[], cuda_memory_pool_mb=512)
+    assert pool_flags(sized) == ["--cuda-memory-pool-byte-size=0:536870912"]
