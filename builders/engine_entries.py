@@ -68,7 +68,8 @@ def engine_hash(
 def usable_engine_target(
     spec: ModelSpec, engines: EngineOptions | None, notify: Callable[[str], None]
 ) -> tuple[engine.TensorRT, str] | None:
-    """The engine target to build for, or None (no engines asked, no TensorRT, or a spec that cannot have one)."""
+    """The engine target to build for, or None (no engines asked, no TensorRT, or a spec that cannot
+    have one)."""
     if engines is None:
         return None
     try:
@@ -159,8 +160,10 @@ def build_engine_entry(
         notes=[
             f"TensorRT engine ({meta.flavour} {meta.tensorrt_version}, compute capability "
             f"{meta.compute_capability}, strongly typed, profile batch 1..{meta.max_batch_size}) from "
-            f"{variant.model} v{variant.version}; metadata in {engine.METADATA_NAME} (runtime: {meta.runtime})",
-            f"engine parity not measured here (no GPU); the ONNX it was built from passed parity as {variant.model}",
+            f"{variant.model} v{variant.version}; metadata in {engine.METADATA_NAME} (runtime: "
+            f"{meta.runtime})",
+            "engine parity not measured here (no GPU); the ONNX it was built from passed parity "
+            f"as {variant.model}",
         ],
     )
     report.add_artifact("engine_metadata", out / engine.METADATA_NAME)

@@ -82,7 +82,8 @@ class ServingTarget:
 
     @classmethod
     def ngc(cls, compute_capability: str, release: str = DEFAULT_NGC_RELEASE) -> ServingTarget:
-        """The platform's Triton image (NGC ``tritonserver:<release>-py3``) on a GPU of ``compute_capability``.
+        """The platform's Triton image (NGC ``tritonserver:<release>-py3``) on a GPU of
+        ``compute_capability``.
 
         Raises:
             ValueError: a release whose TensorRT version is not recorded in :data:`NGC_TENSORRT`.

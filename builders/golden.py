@@ -1,8 +1,9 @@
 """The golden set: the held-out photographs, preprocessed for a model, with the classes accepted as top-1.
 
 A precision variant is judged on it when it is built (:mod:`builders.variants`) and a candidate version
-when it is promoted (``promote``): photographs no calibration has seen (:data:`builders.photos.HELD_OUT_PHOTOS`),
-whole and untouched, preprocessed by the one definition the serving ensemble uses.
+when it is promoted (``promote``): photographs no calibration has seen
+(:data:`builders.photos.HELD_OUT_PHOTOS`), whole and untouched, preprocessed by the one definition
+the serving ensemble uses.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ class GoldenItem:
 
 
 def golden_set(preprocessing: Preprocessing | None = None) -> list[GoldenItem]:
-    """Every held-out photograph, preprocessed for the model under test (the default preprocessing if None)."""
+    """Every held-out photograph, preprocessed for the model under test (the default preprocessing
+    if None)."""
     spec = preprocessing or Preprocessing()
     return [
         GoldenItem(photo.name, preprocess(photo.load(), spec), photo.labels or None)

@@ -78,7 +78,8 @@ def compare(reference: np.ndarray, candidate: np.ndarray, classes: bool = False)
 def run_onnx(
     path: Path, feeds: dict[str, np.ndarray], outputs: list[str] | None = None
 ) -> list[np.ndarray]:
-    """Run an ONNX file once on the CPU with onnxruntime, as the ``onnxruntime`` backend runs it on this host."""
+    """Run an ONNX file once on the CPU with onnxruntime, as the ``onnxruntime`` backend runs it on
+    this host."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()

@@ -10,9 +10,9 @@ version N+1 that way, so a rollout that dies half-way leaves a version nothing t
 - :func:`versions` (and so :func:`latest_version`, the builders' next version number and the pruning
   of old versions) skips it;
 - the entry's ``config.pbtxt`` on disk serves only finished versions while it is there (those its
-  own policy picks among them, as ``version_policy: specific``), so a Triton that starts on the repository (a restarted pod,
-  ``--load-model=*``) loads N, never N+1. The configuration to restore is the marker's content;
-  :func:`mark_finished` writes it back, then removes the marker;
+  own policy picks among them, as ``version_policy: specific``), so a Triton that starts on the
+  repository (a restarted pod, ``--load-model=*``) loads N, never N+1. The configuration to restore
+  is the marker's content; :func:`mark_finished` writes it back, then removes the marker;
 - :func:`discard_unfinished` (run by ``inferctl up`` before Triton starts, and by the next promotion
   after it has taken the version out of service) restores the configuration and removes the folder.
 """

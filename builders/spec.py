@@ -153,7 +153,8 @@ class ModelSpec(ABC):
         )
 
     def held_out_inputs(self) -> dict[str, np.ndarray] | None:
-        """Real inputs no calibration sees, on which an INT8 variant is judged (None: judged on the samples)."""
+        """Real inputs no calibration sees, on which an INT8 variant is judged (None: judged on the
+        samples)."""
         return None
 
     def variant_tolerance(self, precision: str) -> Tolerance:

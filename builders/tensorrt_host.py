@@ -112,7 +112,8 @@ def rtx_capability(trt: ModuleType, capability: str) -> Any:
             m[2:-1] + "." + m[-1] for m in trt.ComputeCapability.__members__ if m.startswith("SM")
         ]
         raise EngineBuildError(
-            f"TensorRT for RTX cannot target compute capability {capability}; it builds for {', '.join(known)}"
+            f"TensorRT for RTX cannot target compute capability {capability}; it builds for "
+            f"{', '.join(known)}"
         ) from None
 
 

@@ -178,7 +178,8 @@ def build_variants(ctx: BuildContext) -> list[Publication]:
         digest = variant_hash(spec, ctx.parent_hash, precision)
         current = None if ctx.force else current_report(ctx.repository, name, digest)
         if current is None:
-            # A folder per variant: an external data file beside its graph keeps the name it is published with.
+            # A folder per variant: an external data file beside its graph keeps the name it is
+            # published with.
             onnx_path = ctx.workdir / name / "model.onnx"
             variant = _build_variant(ctx, precision, digest, onnx_path, fp32_outputs, fp32_parity)
         else:
@@ -310,10 +311,10 @@ def _int8_note(method: str, tried: list[str], calibrated_on: int, held_out: int 
     """How an INT8 variant was calibrated and on what it was judged (``held_out``: samples, if any)."""
     if held_out is not None:
         return (
-            f"INT8: static Q/DQ, symmetric per-channel weights; calibrated on {calibrated_on} real samples and "
-            f"judged on {held_out} held-out samples no calibration has seen; calibration methods "
-            f"tried: {', '.join(tried)} (figures on the held-out samples in calibration_methods); kept: "
-            f"{method}"
+            f"INT8: static Q/DQ, symmetric per-channel weights; calibrated on {calibrated_on} real "
+            f"samples and judged on {held_out} held-out samples no calibration has seen; "
+            f"calibration methods tried: {', '.join(tried)} (figures on the held-out samples in "
+            f"calibration_methods); kept: {method}"
         )
     return (
         f"INT8: static Q/DQ, symmetric per-channel weights, {method} calibration on the same "
@@ -324,7 +325,8 @@ def _int8_note(method: str, tried: list[str], calibrated_on: int, held_out: int 
 def _calibrate(
     ctx: BuildContext, name: str, onnx_path: Path, timings: dict[str, float]
 ) -> tuple[str, dict[str, dict[str, dict[str, object]]]]:
-    """INT8 by every calibration method the spec names; the best on the held-out inputs ends up at ``onnx_path``.
+    """INT8 by every calibration method the spec names; the best on the held-out inputs ends up at
+    ``onnx_path``.
 
     Returns:
         The method kept and, per method, its figures per output on the held-out inputs (empty

@@ -5,8 +5,9 @@ values. Each room's fields (and their constants) live in that room, as a mixin t
 :mod:`gateway.http.connection_settings`, :mod:`gateway.tenancy.settings`,
 :mod:`gateway.backends.triton_settings`, :mod:`gateway.backends.residency_settings`,
 :mod:`gateway.jobs.settings`, :mod:`gateway.observe.settings`; here are the process's own (where it
-listens, how many workers, the shared Redis, image URLs). Nothing here is read at import time: :class:`GatewaySettings` reads the environment when
-it is instantiated (by the CLI, ``serve`` or a test).
+listens, how many workers, the shared Redis, image URLs). Nothing here is read at import time:
+:class:`GatewaySettings` reads the environment when it is instantiated (by the CLI, ``serve`` or a
+test).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""``inferctl up``: build what is missing, start Triton (supervised) and the gateway, print a first request."""
+"""``inferctl up``: build what is missing, start Triton (supervised) and the gateway, print a first
+request."""
 
 from __future__ import annotations
 
@@ -223,7 +224,8 @@ def _print_welcome(
             soft_wrap=True,
         )
     console.print(
-        f"\nLoad test (the first key's tier would answer most of it with 429): a {LOAD_TEST_TIER} key, then locust"
+        f"\nLoad test (the first key's tier would answer most of it with 429): a {LOAD_TEST_TIER} "
+        "key, then locust"
     )
     console.print(
         f"  python -m gateway keys create load-test --tier {LOAD_TEST_TIER} --keys-db {keys_db}",

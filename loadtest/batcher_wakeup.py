@@ -212,7 +212,8 @@ def run_wakeup(settings: WakeupSettings) -> dict[str, Any]:
 
 def report_table(rows: Sequence[Row], settings: WakeupSettings) -> Table:
     table = Table(
-        title=f"Triton's dynamic batcher, queue policies and instances: {machine_line(machine_description())}",
+        title="Triton's dynamic batcher, queue policies and instances: "
+        f"{machine_line(machine_description())}",
         columns=["configuration", "concurrency", "req/s", "P50 ms", "P99 ms", "max ms", "errors"],
         caption=f"{settings.model}, batch-1 requests; {settings.warmup_s:g} s warm-up, "
         f"{settings.duration_s:g} s measured per row; closed loops straight to Triton (HTTP)",
@@ -261,9 +262,10 @@ def save_plot(rows: Sequence[Row], settings: WakeupSettings, path: Path) -> Path
 def build_parser() -> argparse.ArgumentParser:
     d = WakeupSettings()
     parser = argparse.ArgumentParser(
-        description="Latency of one built model behind Triton's dynamic batcher with the builders' queue policies "
-        "(one instance spinning or not, two instances) and without them, side by side (real Triton, the "
-        "platform's load generator). Prints a table, writes batcher_wakeup.json and batcher_wakeup.png.",
+        description="Latency of one built model behind Triton's dynamic batcher with the builders' "
+        "queue policies (one instance spinning or not, two instances) and without them, side by "
+        "side (real Triton, the platform's load generator). Prints a table, writes "
+        "batcher_wakeup.json and batcher_wakeup.png.",
     )
     parser.add_argument(
         "--repository", type=Path, default=d.repository, help="a built model repository"

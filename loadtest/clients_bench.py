@@ -155,7 +155,8 @@ def run_benchmark(repository: Path, model: str, settings: ClientsSettings) -> li
             "GATEWAY_TIER_LIMITS": json.dumps(BENCH_TIER),
             "GATEWAY_LOG_LEVEL": "warning",
             "GATEWAY_MAX_IN_FLIGHT_PER_MODEL": str(max(64, 2 * max(concurrencies))),
-            "GATEWAY_ADMIN_TOKEN": generate_secret(),  # unused here, but the gateway refuses to serve without one
+            # unused here, but the gateway refuses to serve without one
+            "GATEWAY_ADMIN_TOKEN": generate_secret(),
         }
         key = bootstrap_first_key(
             GatewaySettings(keys_db=Path(tmp) / "keys.sqlite3"), name="bench", tier="bench"

@@ -87,7 +87,8 @@ def measure(
                 }
             )
             log(
-                f"{system.name}: first request at {label} after {previous[1]}x{previous[0]}: {latencies[0]:.3f} s"
+                f"{system.name}: first request at {label} after {previous[1]}x{previous[0]}: "
+                f"{latencies[0]:.3f} s"
             )
         if index == len(sizes):
             break  # back at the first size: only its first request is wanted
@@ -102,8 +103,8 @@ def measure(
             for k, image in enumerate(batch):
                 images[f"{label}/{steps}/c{c}/seed{BASE_SEED + k}"] = image
             log(
-                f"{system.name}: {label} {steps} steps, {c} concurrent x {rounds}: {point.seconds_per_image:.3f} s/image, "
-                f"{point.images_per_s:.3f} images/s"
+                f"{system.name}: {label} {steps} steps, {c} concurrent x {rounds}: "
+                f"{point.seconds_per_image:.3f} s/image, {point.images_per_s:.3f} images/s"
             )
     return {"points": points, "firsts": firsts, "images": images}
 
@@ -263,7 +264,8 @@ def run(args: argparse.Namespace) -> int:
         try:
             extra["triton_load_s"] = time.perf_counter() - started
             log(
-                f"Triton ready with {TORCH_PIPELINE} in {extra['triton_load_s']:.1f} s (weights loaded, warmed up)"
+                f"Triton ready with {TORCH_PIPELINE} in {extra['triton_load_s']:.1f} s (weights "
+                "loaded, warmed up)"
             )
             ours = TritonSystem(server, TORCH_PIPELINE, max(concurrency))
             triton = measure(ours, sizes, concurrency, args.rounds, log, server)
@@ -304,7 +306,8 @@ def run(args: argparse.Namespace) -> int:
     table = report.speed_table(triton, diffusers, config["machine"].get("gpu", args.device))
     lines = [table.plain(), "", "Image difference, Triton vs diffusers, same seed (0-255 scale):"]
     lines += [
-        f"  {p['image']}: max abs {p['max_abs_error']}, mean abs {p['mean_abs_error']:.3f}, PSNR {p['psnr_db']:.1f} dB"
+        f"  {p['image']}: max abs {p['max_abs_error']}, mean abs {p['mean_abs_error']:.3f}, PSNR "
+        f"{p['psnr_db']:.1f} dB"
         for p in extra["parity"]
     ]
     lines += ["", "First request after a change of size (seconds):"]

@@ -92,7 +92,8 @@ def targets(
             ratio = ours.seconds_per_image / theirs.seconds_per_image
             verdicts.append(
                 {
-                    "target": f"{ours.size}/{ours.steps}: time per image alone <= {ALONE_RATIO_TARGET}x diffusers",
+                    "target": f"{ours.size}/{ours.steps}: time per image alone <= "
+                    f"{ALONE_RATIO_TARGET}x diffusers",
                     "value": round(ratio, 3),
                     "met": ratio <= ALONE_RATIO_TARGET,
                 }
@@ -116,8 +117,8 @@ def targets(
         extra = first["seconds"] - steady[(first["size"], first["steps"])]
         verdicts.append(
             {
-                "target": f"no stall on a change of size ({first['after']} -> {first['size']}): first request "
-                f"within {stall_s} s of the steady one",
+                "target": f"no stall on a change of size ({first['after']} -> {first['size']}): "
+                f"first request within {stall_s} s of the steady one",
                 "value": round(extra, 3),
                 "met": extra <= stall_s,
             }

@@ -261,8 +261,9 @@ def top_functions(profile: Path, limit: int) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        description="The gateway's CPU per request on the isolation benchmark's admitted or refused path, and a "
-        "cProfile of the same path (the costliest functions, microseconds per request).",
+        description="The gateway's CPU per request on the isolation benchmark's admitted or "
+        "refused path, and a cProfile of the same path (the costliest functions, microseconds per "
+        "request).",
     )
     parser.add_argument("--path", choices=sorted(PATHS), default="admitted")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds measured")

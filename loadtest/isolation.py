@@ -18,9 +18,11 @@ the protected key's P99 is measured alone, then with the attack running beside i
 load process of its own, started together). The attacker's connections leave from 127.0.0.2, the
 protected client's from 127.0.0.1 (both loopback): the gateway tells them apart as two clients, so
 its per-address limits (connection caps, accept rate) fall on the attacker, as they would on a
-hostile client on another host. ``--scenario KEY`` (repeatable) runs only those attacks. ``gateway_cpu_ms_per_request`` is the gateway process's
-CPU time (user + system, from ``/proc`` through psutil, sampled every 0.1 s) inside the measured
-window of a protected-only run, divided by the requests answered in that window. Percentiles come from :mod:`serving.quantiles` (through the load generator).
+hostile client on another host. ``--scenario KEY`` (repeatable) runs only those attacks.
+``gateway_cpu_ms_per_request`` is the gateway process's CPU time (user + system, from ``/proc``
+through psutil, sampled every 0.1 s) inside the measured window of a protected-only run, divided by
+the requests answered in that window. Percentiles come from :mod:`serving.quantiles` (through the
+load generator).
 
 Writes ``isolation.json`` (exactly ``{"scenarios": [{"name", "alone_p99_ms", "attacked_p99_ms"}],
 "gateway_cpu_ms_per_request"}``), ``isolation-detail.json`` (every count, the gateway's CPU per
@@ -114,7 +116,8 @@ def scenarios(
         ),
         Scenario(
             "at-cap",
-            f"bodies at the free cap ({(cap - _CAP_MARGIN) / 2**20:.2f} MiB x{settings.big_body_concurrency})",
+            f"bodies at the free cap ({(cap - _CAP_MARGIN) / 2**20:.2f} MiB "
+            f"x{settings.big_body_concurrency})",
             json_target(
                 base_url,
                 new_key("attack-cap", _ATTACKER_TIER),
@@ -312,10 +315,11 @@ _ATTACK_OPTIONS: tuple[FieldOption, ...] = (
 def build_parser() -> argparse.ArgumentParser:
     d = DEFAULT_SETTINGS
     parser = argparse.ArgumentParser(
-        description="Tenant isolation: an enterprise key's P99 alone and while a free-tier key attacks (big bodies, "
-        "idle connections, a disconnect storm, request floods), plus the gateway's CPU per request (real Triton, "
-        "the real gateway with generated secrets, the platform's load generator). Prints a table, writes "
-        "isolation.json, isolation-detail.json, isolation.txt and isolation.png.",
+        description="Tenant isolation: an enterprise key's P99 alone and while a free-tier key "
+        "attacks (big bodies, idle connections, a disconnect storm, request floods), plus the "
+        "gateway's CPU per request (real Triton, the real gateway with generated secrets, the "
+        "platform's load generator). Prints a table, writes isolation.json, isolation-detail.json, "
+        "isolation.txt and isolation.png.",
     )
     add_field_options(parser, d, MODEL_OPTIONS + _PROTECTED_OPTIONS)
     add_run_time_arguments(parser, duration_s=d.duration_s, warmup_s=d.warmup_s, per="run")

@@ -38,11 +38,12 @@ def report_table(detail: dict[str, Any]) -> Table:
             "loop lag ms (alone / attacked)",
             "attacker's outcomes (status:count)",
         ],
-        caption=f"model: fixed service time {settings['service_ms']:g} ms, {settings['instances']} instances; "
-        f"protected concurrency {settings['protected_concurrency']}; {settings['warmup_s']:g} s warm-up + "
-        f"{settings['duration_s']:g} s measured per run; gateway CPU {detail['gateway_cpu_ms_per_request']:.3f} "
-        "ms per request (protected alone); attacker status 0: refused or reset connection, 499: abandoned, "
-        "200 for idle connections: held the whole time; loop lag: the gateway event loop's mean timer lateness "
+        caption=f"model: fixed service time {settings['service_ms']:g} ms, {settings['instances']} "
+        f"instances; protected concurrency {settings['protected_concurrency']}; "
+        f"{settings['warmup_s']:g} s warm-up + {settings['duration_s']:g} s measured per run; "
+        f"gateway CPU {detail['gateway_cpu_ms_per_request']:.3f} ms per request (protected alone); "
+        "attacker status 0: refused or reset connection, 499: abandoned, 200 for idle "
+        "connections: held the whole time; loop lag: the gateway event loop's mean timer lateness "
         "(gateway_event_loop_lag_seconds) over the run",
     )
     for row in detail["runs"]:

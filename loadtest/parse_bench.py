@@ -15,8 +15,8 @@ median and the worst over the runs): what every other request of the process wai
 (the ticker alone beside a 50 ms sleep) is the machine's own noise.
 
 A third table does the same for OpenAI ``/v1/embeddings`` bodies of about 2 MiB (1,024 token arrays,
-as LangChain sends them, or 2,048 texts): decoded and validated on the event loop (what FastAPI does with it), and
-decoded in the parse process then validated on the loop (what
+as LangChain sends them, or 2,048 texts): decoded and validated on the event loop (what FastAPI does
+with it), and decoded in the parse process then validated on the loop (what
 :class:`gateway.routes._pooled_json.PooledJsonRoute` does for a body of
 ``GATEWAY_PARSE_PROCESS_MIN_BYTES`` or more).
 
@@ -188,7 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """``inferctl bench parse``: the parsed options in, the exit status out."""
     print(
-        f"{'request':34} {'body bytes':>11} {'work bytes':>11} {'checked on':>11} {'parse ms':>9} {'encode ms':>10}"
+        f"{'request':34} {'body bytes':>11} {'work bytes':>11} {'checked on':>11} {'parse ms':>9} "
+        f"{'encode ms':>10}"
     )
     for name, (body, header_length) in _shapes().items():
         work = RestBody(body, header_length).work_bytes
@@ -209,7 +210,8 @@ def run(args: argparse.Namespace) -> int:
             encode_rest(request)
         encoded = (time.perf_counter() - started) / args.repeat
         print(
-            f"{name:34} {len(body):>11,} {work:>11,} {where:>11} {parsed * 1000:>9.2f} {encoded * 1000:>10.2f}"
+            f"{name:34} {len(body):>11,} {work:>11,} {where:>11} {parsed * 1000:>9.2f} "
+            f"{encoded * 1000:>10.2f}"
         )
     if args.big_repeat > 0:
         asyncio.run(_big_table(args.big_repeat))

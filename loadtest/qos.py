@@ -100,7 +100,8 @@ DEFAULT_SETTINGS = QosSettings()
 
 
 def prepare_repository(root: Path, settings: QosSettings) -> Path:
-    """The benchmark's model, configured as the builders configure every model (queue policies, priorities)."""
+    """The benchmark's model, configured as the builders configure every model (queue policies,
+    priorities)."""
     entry = root / MODEL
     (entry / "1").mkdir(parents=True, exist_ok=True)
     shutil.copy2(_MODEL_FILE, entry / "1" / "model.py")
@@ -290,9 +291,10 @@ _PROCESS_OPTIONS: tuple[FieldOption, ...] = (("--processes", int, "load-generato
 def build_parser() -> argparse.ArgumentParser:
     d = DEFAULT_SETTINGS
     parser = argparse.ArgumentParser(
-        description="Quality of service by tier: premium P50/P99 and free-tier shed rate at a multiple of the "
-        "saturating load, with tier priorities off and on, side by side (real Triton, real gateways, the "
-        "platform's load generator). Prints a table, writes qos.json and qos.png.",
+        description="Quality of service by tier: premium P50/P99 and free-tier shed rate at a "
+        "multiple of the saturating load, with tier priorities off and on, side by side (real "
+        "Triton, real gateways, the platform's load generator). Prints a table, writes qos.json "
+        "and qos.png.",
     )
     add_field_options(parser, d, MODEL_OPTIONS + _LOAD_OPTIONS)
     add_run_time_arguments(parser, duration_s=d.duration_s, warmup_s=d.warmup_s, per="run")

@@ -219,7 +219,8 @@ def run(args: argparse.Namespace) -> int:
     )
     print(locust.output[-4000:])
     print(
-        f"requests {locust.requests}, failures {locust.failures}; reports: {locust.csv_prefix}_stats.csv, {locust.html}"
+        f"requests {locust.requests}, failures {locust.failures}; reports: "
+        f"{locust.csv_prefix}_stats.csv, {locust.html}"
     )
     return 0 if locust.returncode == 0 and locust.requests > 0 else 1
 

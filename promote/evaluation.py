@@ -73,7 +73,8 @@ def evaluation_data(spec: ModelSpec) -> EvaluationData:
 
 
 def infer_batch(url: str, model: str, version: str, data: EvaluationData) -> np.ndarray:
-    """The metric's output of ``model`` (``version``) for every row, in requests of at most ``max_batch`` rows."""
+    """The metric's output of ``model`` (``version``) for every row, in requests of at most
+    ``max_batch`` rows."""
     client = triton_client(url, network_timeout=300)
     step = data.max_batch or data.rows
     parts = []

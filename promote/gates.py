@@ -160,7 +160,8 @@ def latency_gate(
         problems.append(f"{cand['errors']} failed requests under load ({cand['error_summary']})")
     if cand["p99_ms"] > prod["p99_ms"] * (1 + policy.max_p99_regression):
         problems.append(
-            f"P99 {cand['p99_ms']:.1f} ms > production {prod['p99_ms']:.1f} ms + {policy.max_p99_regression:.0%}"
+            f"P99 {cand['p99_ms']:.1f} ms > production {prod['p99_ms']:.1f} ms + "
+            f"{policy.max_p99_regression:.0%}"
         )
     if cand["throughput_rps"] < prod["throughput_rps"] * (1 - policy.max_throughput_drop):
         problems.append(

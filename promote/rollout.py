@@ -1,6 +1,7 @@
 """Rolling a gated candidate out as version N+1, and rolling it back, step by step.
 
-    pin production (gateway on N, ensembles on N) -> publish N+1, marked unfinished (the entry's configuration on disk serves N only) -> load N and N+1
+    pin production (gateway on N, ensembles on N) -> publish N+1, marked unfinished (the entry's
+    configuration on disk serves N only) -> load N and N+1
     -> smoke test N+1 -> canary (a share of the model's and of its ensembles' traffic, watched in
     Triton's statistics) -> shift (gateway and ensembles on N+1) -> commit (N+1 marked finished)
     -> retire N
@@ -211,7 +212,8 @@ class Rollout:
         self._judged("canary watched", watch.wait(self.policy), "canary")
 
     def shift(self) -> None:
-        """All traffic to N+1: the model's weights, then each ensemble (pinned to N+1, its canary share back)."""
+        """All traffic to N+1: the model's weights, then each ensemble (pinned to N+1, its canary
+        share back)."""
         self._route_to(self.new, "N+1", "gateway: traffic on N+1", unpin=True)
 
     def _route_to(

@@ -2,9 +2,10 @@
 centre crop, normalise.
 
 The GPU twin of the CPU preprocessing (``serving/image_preprocessing.py``, whose parameters, limits,
-header checks and errors it uses), with the same arithmetic: the short side is resized to ``resize`` with a bilinear filter
-that antialiases when it shrinks (what PIL's ``BILINEAR`` does), the result is rounded to 8 bits as
-PIL's is, the centre ``size`` x ``size`` is cropped and ``(x / 255 - mean) / std`` is applied.
+header checks and errors it uses), with the same arithmetic: the short side is resized to ``resize``
+with a bilinear filter that antialiases when it shrinks (what PIL's ``BILINEAR`` does), the result
+is rounded to 8 bits as PIL's is, the centre ``size`` x ``size`` is cropped and
+``(x / 255 - mean) / std`` is applied.
 
 - Every image's header is read before anything is decoded (pure Python, a few microseconds): an
   image that is not JPEG/PNG/GIF/BMP/WebP, that declares more than ``max_source_pixels`` pixels, or
@@ -155,7 +156,8 @@ def read_header(
 
 @dataclass
 class DecodedImages:
-    """``images[i]`` is a ``[3, H, W]`` uint8 tensor on the device, or ``None`` where ``errors[i]`` says why."""
+    """``images[i]`` is a ``[3, H, W]`` uint8 tensor on the device, or ``None`` where ``errors[i]``
+    says why."""
 
     images: list[torch.Tensor | None]
     errors: list[str | None]

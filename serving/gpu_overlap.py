@@ -21,8 +21,9 @@ The GIL is what limits it (``loadtest/bench/inprocess_jpeg.py`` measures it): a 
 batches of 128 with torchvision's list call does 67-159 batches/s alone on an H100 but 1-3 batches/s
 beside a thread spinning in Python, so the decode call needs the GIL many times per batch. The
 caller's thread here spends most of its time waiting without the GIL, which is why the overlap pays
-(1.5-2.4x the serial steps in the same run, H100, batches 64-128); handing nvJPEG views made inside TorchScript
-(no Python objects) did not help (11,800 against 16,200 images/s), nor did a 0.5 ms switch interval.
+(1.5-2.4x the serial steps in the same run, H100, batches 64-128); handing nvJPEG views made inside
+TorchScript (no Python objects) did not help (11,800 against 16,200 images/s), nor did a 0.5 ms
+switch interval.
 
 The model runs in a :class:`BatchRunner` (captured CUDA graphs, static inputs); on the CPU the same
 code runs with no streams, Pillow decoding in the worker thread, and the model eagerly.

@@ -203,7 +203,8 @@ class TritonServer:
         ):
             if _port_taken(self.host, port):
                 raise TritonStartError(
-                    f"port {port} ({label}) on {self.host} is already in use; stop what holds it or pick another port"
+                    f"port {port} ({label}) on {self.host} is already in use; stop what holds it "
+                    "or pick another port"
                 )
         missing = [
             m

@@ -138,7 +138,8 @@ class ModelCard:
         )
 
     def allows_dimensions(self, dimensions: int) -> bool:
-        """Whether ``dimensions`` is a length this model was trained to give (its own, or a Matryoshka one)."""
+        """Whether ``dimensions`` is a length this model was trained to give (its own, or a
+        Matryoshka one)."""
         return dimensions == self.dimensions or dimensions in self.matryoshka
 
 

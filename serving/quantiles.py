@@ -11,10 +11,11 @@ Datadog maintains), and it holds for any number of values and any merge order.
 
 Why a sketch and not the samples: a sketch is a fixed-size histogram with logarithmic buckets
 (about 115 per decade between the smallest and the largest value: some 1,100 buckets, 9 KB, for
-latencies from a microsecond to an hour), so it stays small at any request rate, and sketches of disjoint sets of values merge by adding bucket counts: merging the
-sketches of several processes or time buckets gives exactly the sketch of all their values.
-:meth:`LatencySketch.to_bytes` / :meth:`LatencySketch.from_bytes` / :meth:`LatencySketch.merged`
-carry sketches across processes (the bucket counts plus the exact count, sum, min and max).
+latencies from a microsecond to an hour), so it stays small at any request rate, and sketches of
+disjoint sets of values merge by adding bucket counts: merging the sketches of several processes or
+time buckets gives exactly the sketch of all their values. :meth:`LatencySketch.to_bytes` /
+:meth:`LatencySketch.from_bytes` / :meth:`LatencySketch.merged` carry sketches across processes (the
+bucket counts plus the exact count, sum, min and max).
 """
 
 from __future__ import annotations

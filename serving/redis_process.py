@@ -29,7 +29,8 @@ def redis_binary() -> str:
     binary = os.environ.get("REDIS_SERVER") or shutil.which("redis-server")
     if not binary:
         raise ProcessStartError(
-            "redis-server not found: install it (apt-get install redis-server; `./run test` does) or set REDIS_SERVER"
+            "redis-server not found: install it (apt-get install redis-server; `./run test` does) "
+            "or set REDIS_SERVER"
         )
     return binary
 

@@ -67,7 +67,8 @@ class TokenIdCheck:
         self._tokenizer = tokenizer
 
     def problem(self, ids: np.ndarray) -> str | None:
-        """Why the ids of one row (padding removed) are not ids this tokenizer makes from text, or ``None``."""
+        """Why the ids of one row (padding removed) are not ids this tokenizer makes from text, or
+        ``None``."""
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         outside = np.flatnonzero((ids < 0) | (ids >= self.vocab_size))
         if outside.size:

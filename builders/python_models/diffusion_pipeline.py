@@ -93,8 +93,10 @@ class TritonPythonModel:
         first = rows[0][1]
         pb_utils.Logger.log_info(
             f"{self.name}: loop rows={len(rows)} size={first.width}x{first.height} "
-            f"unet_calls={int(timings.get('unet_calls', 0))} prepare_ms={1000 * timings.get('prepare', 0):.1f} "
-            f"denoise_ms={1000 * timings.get('denoise', 0):.1f} decode_ms={1000 * timings.get('decode', 0):.1f}"
+            f"unet_calls={int(timings.get('unet_calls', 0))} "
+            f"prepare_ms={1000 * timings.get('prepare', 0):.1f} "
+            f"denoise_ms={1000 * timings.get('denoise', 0):.1f} "
+            f"decode_ms={1000 * timings.get('decode', 0):.1f}"
         )
 
     def _arrays(self, request: Any) -> dict[str, Any]:

@@ -91,7 +91,8 @@ class PipelineRuntime:
         return timings
 
     def warm_up(self, steps: int) -> dict[str, float]:
-        """One small generation at the default size: CUDA context, kernels and allocator before the first request."""
+        """One small generation at the default size: CUDA context, kernels and allocator before the
+        first request."""
         if steps <= 0:
             return {}
         request = Request(

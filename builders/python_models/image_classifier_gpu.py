@@ -219,7 +219,8 @@ class TritonPythonModel:
         rows = torch.utils.dlpack.from_dlpack(tensor.to_dlpack())
         if rows.dtype != torch.uint8 or rows.dim() != 2 or rows.shape[0] == 0 or rows.shape[1] == 0:
             raise ImageError(
-                f"IMAGE must be UINT8 [images, bytes] holding encoded images; got {rows.dtype} {list(rows.shape)}"
+                f"IMAGE must be UINT8 [images, bytes] holding encoded images; got {rows.dtype} "
+                f"{list(rows.shape)}"
             )
         return rows
 

@@ -58,7 +58,8 @@ class TritonPythonModel:
             pb.Logger.log_error(f"model 'image_postprocess': {type(exc).__name__}: {exc}"[:400])
             return pb.InferenceResponse(
                 error=pb.TritonError(
-                    "model 'image_postprocess' could not process this request (the server log has the details)",
+                    "model 'image_postprocess' could not process this request (the server log has "
+                    "the details)",
                     pb.TritonError.INTERNAL,
                 )
             )

@@ -50,7 +50,8 @@ class TritonPythonModel:
             if hidden.shape[:2] != mask.shape:
                 return pb.InferenceResponse(
                     error=pb.TritonError(
-                        f"last_hidden_state {list(hidden.shape)} does not match attention_mask {list(mask.shape)}",
+                        f"last_hidden_state {list(hidden.shape)} does not match attention_mask "
+                        f"{list(mask.shape)}",
                         pb.TritonError.INVALID_ARG,
                     )
                 )

@@ -5,9 +5,10 @@ this file by the build): the one definition the builders make the encoder's samp
 
 A request carries either ``TEXT`` ([n, 1] strings) or ``TOKEN_IDS`` ([n, len] int64 ids of this
 tokenizer's vocabulary, each row padded at its end with -1; ``token_ids.py`` refuses ids this
-tokenizer never makes from text, so another tokenizer's ids are refused, not misread). ``TOKENS`` ([n, 1]) counts the tokens
-the encoder sees per input, special tokens included: usage. Text length limits (``max_text_bytes``,
-``max_text_chars``) come from ``serving.limits``, written into the config at build time.
+tokenizer never makes from text, so another tokenizer's ids are refused, not misread). ``TOKENS``
+([n, 1]) counts the tokens the encoder sees per input, special tokens included: usage. Text length
+limits (``max_text_bytes``, ``max_text_chars``) come from ``serving.limits``, written into the
+config at build time.
 """
 
 from __future__ import annotations
@@ -101,7 +102,8 @@ class TritonPythonModel:
                 responses.append(
                     self.pb.InferenceResponse(
                         error=self.pb.TritonError(
-                            f"model '{self.name}' could not process this request (the server log has the details)",
+                            f"model '{self.name}' could not process this request (the server log "
+                            "has the details)",
                             self.pb.TritonError.INTERNAL,
                         )
                     )

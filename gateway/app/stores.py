@@ -68,7 +68,8 @@ def build_usage_store(settings: GatewaySettings) -> UsageStore:
 
 
 def build_job_store(settings: GatewaySettings) -> JobStore:
-    """Where generation jobs live: Redis if configured (every replica), else a SQLite file next to the key store."""
+    """Where generation jobs live: Redis if configured (every replica), else a SQLite file next to
+    the key store."""
     url = settings.redis_url.get_secret_value()
     if url:
         from gateway.jobs.store_redis import RedisJobStore
@@ -83,7 +84,8 @@ def build_job_store(settings: GatewaySettings) -> JobStore:
 
 
 def build_image_store(settings: GatewaySettings) -> ImageStore:
-    """Where images behind ``url`` answers wait: Redis if configured (every replica serves them), else memory."""
+    """Where images behind ``url`` answers wait: Redis if configured (every replica serves them),
+    else memory."""
     url = settings.redis_url.get_secret_value()
     if url:
         from gateway.jobs.image_store import RedisImageStore

@@ -76,7 +76,8 @@ def model_name_problem(name: str) -> str | None:
 
 
 def check_model_names(names: Iterable[str]) -> None:
-    """:class:`ValueError` (a settings validator's error) for the first of ``names`` that cannot be a model name."""
+    """:class:`ValueError` (a settings validator's error) for the first of ``names`` that cannot be
+    a model name."""
     for name in names:
         problem = model_name_problem(name)
         if problem:

@@ -213,8 +213,8 @@ class ResidencyManager:
         now = time.monotonic()
         if entry.retry_at > now:
             raise ModelLoadFailed(
-                f"model '{entry.name}' failed to load {entry.failures} time(s); the next attempt is allowed in "
-                f"{entry.retry_at - now:.0f} s",
+                f"model '{entry.name}' failed to load {entry.failures} time(s); the next attempt "
+                f"is allowed in {entry.retry_at - now:.0f} s",
                 retry_after_s=entry.retry_at - now,
             )
         self._check_fits(entry)
@@ -234,7 +234,8 @@ class ResidencyManager:
             what = "measured" if entry.measured else "estimated"
             raise ModelTooLarge(
                 f"model '{entry.name}' needs {entry.size_bytes} bytes ({what}), more than this Triton "
-                f"instance's memory budget of {self.table.budget_bytes} bytes allows beside its pinned models",
+                f"instance's memory budget of {self.table.budget_bytes} bytes allows beside its "
+                "pinned models",
                 field="model",
             )
 

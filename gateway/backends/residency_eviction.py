@@ -69,7 +69,8 @@ class Evictor:
         if victims is None:
             raise ModelNotReady(
                 f"no room for model '{entry.name}' ({entry.size_bytes} bytes): the budget of "
-                f"{self.table.budget_bytes} bytes is held by pinned models and models with requests in flight",
+                f"{self.table.budget_bytes} bytes is held by pinned models and models with "
+                "requests in flight",
                 retry_after_s=1,
             )
         self.claim(victims)

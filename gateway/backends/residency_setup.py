@@ -39,8 +39,8 @@ def build_residency(
         pid = settings.residency_triton_pid or find_triton_pid(int(port))
         if not pid:
             raise ValueError(
-                f"GATEWAY_RESIDENCY_MEMORY=process needs the tritonserver process serving port {port} on this "
-                "host; set GATEWAY_RESIDENCY_TRITON_PID, or use the 'gpu' meter"
+                "GATEWAY_RESIDENCY_MEMORY=process needs the tritonserver process serving port "
+                f"{port} on this host; set GATEWAY_RESIDENCY_TRITON_PID, or use the 'gpu' meter"
             )
         meter = ProcessTreeMeter(pid)
     config = ResidencyConfig(

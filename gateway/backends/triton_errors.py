@@ -114,7 +114,8 @@ def from_status(status: str | int | None, message: str, model: str | None) -> Ga
     # or the bounded queue is full. Neither is the model being down.
     if "request timeout expired" in message.lower():
         return UpstreamTimeout(
-            f"the deadline passed while the request waited in Triton's queue{f' for {model!r}' if model else ''}"
+            "the deadline passed while the request waited in Triton's "
+            f"queue{f' for {model!r}' if model else ''}"
         )
     if "exceeds maximum queue size" in message.lower():
         return Overloaded(

@@ -186,7 +186,8 @@ class TritonGrpcBackend:
         )
 
     async def _call(self, rpc: str, message: Message, timeout_s: float, model: str | None) -> Any:
-        """``rpc`` (a method of Triton's gRPC service) on the next channel; errors translated for ``model``."""
+        """``rpc`` (a method of Triton's gRPC service) on the next channel; errors translated for
+        ``model``."""
         try:
             async with asyncio.timeout(timeout_s):
                 return await getattr(next(self._stubs), rpc)(message, timeout=timeout_s)

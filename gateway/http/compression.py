@@ -141,7 +141,8 @@ class DecompressionMiddleware:
                 scope,
                 send,
                 UnsupportedMediaType(
-                    f"Content-Encoding {encoding!r} is not supported; send gzip, deflate or an uncompressed body",
+                    f"Content-Encoding {encoding!r} is not supported; send gzip, deflate or an "
+                    "uncompressed body",
                     field="Content-Encoding",
                 ),
             )

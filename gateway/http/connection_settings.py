@@ -29,7 +29,8 @@ __all__ = [
 ]
 
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
-#: worker processes per gateway process that parse big KServe v2 REST bodies (gateway.protocol.kserve.ParsePool)
+#: worker processes per gateway process that parse big KServe v2 REST bodies
+#: (gateway.protocol.kserve.ParsePool)
 DEFAULT_PARSE_WORKERS = 2
 #: the smallest parse (RestBody.work_bytes) sent to a worker process: ~2.5 ms of JSON on 2 cores
 DEFAULT_PARSE_PROCESS_MIN_BYTES = 64 * 1024
@@ -42,7 +43,8 @@ DEFAULT_BODY_TIMEOUT_S = 60.0
 DEFAULT_MAX_CONNECTIONS = 1024
 # One address: a client, or a proxy in front of the gateway (raise it to max_connections there).
 DEFAULT_MAX_CONNECTIONS_PER_PEER = 256
-# New connections per second from one address, and how many may come back to back (gateway/http/accept_rate.py).
+# New connections per second from one address, and how many may come back to back
+# (gateway/http/accept_rate.py).
 DEFAULT_ACCEPT_RATE_PER_S = 200.0
 DEFAULT_ACCEPT_BURST = 400
 DEFAULT_KEEP_ALIVE_TIMEOUT_S = 5.0

@@ -78,7 +78,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     @classmethod
     def with_limits(cls, limits: ServerLimits) -> type[LimitedHttpToolsProtocol]:
-        """A subclass bound to ``limits`` and its own peer table (uvicorn instantiates the class it is given)."""
+        """A subclass bound to ``limits`` and its own peer table (uvicorn instantiates the class it
+        is given)."""
         rate = AcceptRate(
             limits.accept_rate_per_s,
             limits.accept_burst,

@@ -154,12 +154,14 @@ _LIMIT_OPTIONS: tuple[tuple[str, type, str], ...] = (
     (
         "--header-timeout-s",
         float,
-        f"seconds for a request's line and headers to arrive (408 after it; default {DEFAULT_HEADER_TIMEOUT_S:g})",
+        "seconds for a request's line and headers to arrive (408 after it; default "
+        f"{DEFAULT_HEADER_TIMEOUT_S:g})",
     ),
     (
         "--body-timeout-s",
         float,
-        f"seconds for a body to arrive once the headers have (408 after it; default {DEFAULT_BODY_TIMEOUT_S:g})",
+        "seconds for a body to arrive once the headers have (408 after it; default "
+        f"{DEFAULT_BODY_TIMEOUT_S:g})",
     ),
     (
         "--max-connections",
@@ -171,8 +173,8 @@ _LIMIT_OPTIONS: tuple[tuple[str, type, str], ...] = (
         "--max-connections-per-peer",
         int,
         "open connections from one peer address; past it that address's longest idle one is closed, or a "
-        f"new one gets 429 when none is idle (default {DEFAULT_MAX_CONNECTIONS_PER_PEER}; behind a proxy, raise it "
-        "to --max-connections)",
+        f"new one gets 429 when none is idle (default {DEFAULT_MAX_CONNECTIONS_PER_PEER}; behind a "
+        "proxy, raise it to --max-connections)",
     ),
     (
         "--keep-alive-timeout-s",
@@ -243,8 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
         parser.add_argument(flag, type=kind, help=text)
     parser.add_argument(
         "--ready-models",
-        help="comma-separated Triton models /readyz requires (each READY and passing one synthetic inference; "
-        "default: none, /readyz follows Triton's server readiness)",
+        help="comma-separated Triton models /readyz requires (each READY and passing one synthetic "
+        "inference; default: none, /readyz follows Triton's server readiness)",
     )
     parser.add_argument(
         "--upstream-timeout-s", type=float, help="per-request Triton deadline (504 after it)"
@@ -252,8 +254,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--job-workers",
         type=int,
-        help="generation jobs each gateway process runs at once (default 1; 0: accept and serve jobs, run none); "
-        "callbacks: GATEWAY_CALLBACK_ALLOW and GATEWAY_CALLBACK_SECRET",
+        help="generation jobs each gateway process runs at once (default 1; 0: accept and serve "
+        "jobs, run none); callbacks: GATEWAY_CALLBACK_ALLOW and GATEWAY_CALLBACK_SECRET",
     )
     parser.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"])
     parser.add_argument(

@@ -1,5 +1,6 @@
 """Where job completion callbacks may go: the operator's allow-list, and the addresses a host may
-resolve to (:mod:`gateway.jobs.callback_sender` sends them, :mod:`gateway.jobs.callback_signature` signs them).
+resolve to (:mod:`gateway.jobs.callback_sender` sends them, :mod:`gateway.jobs.callback_signature`
+signs them).
 
 **Where.** Only to origins the operator allow-lists (``GATEWAY_CALLBACK_ALLOW``: ``scheme://host[:port]``,
 a host may be ``*.example.com`` for its subdomains). A URL's scheme, host and port must match an
@@ -251,7 +252,8 @@ class CallbackPolicy:
         entry = next((e for e in self.allow if e.matches(parts.scheme, host, port)), None)
         if entry is None:
             raise CallbackRefused(
-                f"callback_url's origin {parts.scheme}://{host}:{port} is not on this gateway's callback allow-list",
+                f"callback_url's origin {parts.scheme}://{host}:{port} is not on this gateway's "
+                "callback allow-list",
                 field="callback_url",
             )
         target = parts.path or "/"
@@ -286,8 +288,8 @@ class CallbackPolicy:
                 address in network for network in self.private_networks
             ):
                 raise CallbackRefused(
-                    f"callback_url's host {target.host!r} resolves to {address}, {reason}; such addresses are "
-                    "refused unless the operator allow-lists them",
+                    f"callback_url's host {target.host!r} resolves to {address}, {reason}; such "
+                    "addresses are refused unless the operator allow-lists them",
                     field="callback_url",
                 )
         return addresses

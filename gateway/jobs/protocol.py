@@ -47,11 +47,13 @@ class ImageJobRequest(ImageGenerationRequest):
         max_length=_JOBS.max_callback_url_chars,
         description=(
             "POSTed a signed JSON event when the job ends (succeeded, failed or cancelled): "
-            '`{"type": "image.generation.job.succeeded", "created": ..., "data": <the job>}`. Only URLs whose '
+            '`{"type": "image.generation.job.succeeded", "created": ..., "data": <the job>}`. Only '
+            "URLs whose "
             "origin the operator allow-lists, resolving to public addresses (or allow-listed private ones). "
-            f"Header `{SIGNATURE_HEADER}: t=<unix seconds>,v1=<hex HMAC-SHA256 of '<t>.' + body>` keyed with the "
-            f"deployment's callback secret; `{JOB_ID_HEADER}` names the job (a callback may arrive more than once). "
-            "Redirects are not followed; 408, 429 and 5xx answers and timeouts are retried with backoff."
+            f"Header `{SIGNATURE_HEADER}: t=<unix seconds>,v1=<hex HMAC-SHA256 of '<t>.' + body>` "
+            f"keyed with the deployment's callback secret; `{JOB_ID_HEADER}` names the job (a "
+            "callback may arrive more than once). Redirects are not followed; 408, 429 and 5xx "
+            "answers and timeouts are retried with backoff."
         ),
     )
 

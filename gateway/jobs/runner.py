@@ -21,8 +21,8 @@ What a run can meet:
   that is killed instead loses its lease after ``GATEWAY_JOB_LEASE_S``).
 
 Runs are metered for usage like synchronous requests (per owner, model and day). Callbacks are sent
-by :class:`gateway.jobs.callback_sender.CallbackSender`, claimed from the store's callback queue with a lease, so
-a delivery whose process died is retried by another.
+by :class:`gateway.jobs.callback_sender.CallbackSender`, claimed from the store's callback queue
+with a lease, so a delivery whose process died is retried by another.
 """
 
 from __future__ import annotations

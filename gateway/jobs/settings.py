@@ -35,8 +35,8 @@ class JobSettings(EnvSettings):
 
     jobs_db: Path | None = Field(
         None,
-        description="SQLite file of generation jobs when there is no Redis (default: gateway_jobs.sqlite3 next to "
-        "keys_db)",
+        description="SQLite file of generation jobs when there is no Redis (default: "
+        "gateway_jobs.sqlite3 next to keys_db)",
     )
     job_workers: int = count(
         DEFAULT_JOB_WORKERS,

@@ -225,7 +225,8 @@ def lost_error(attempts: int) -> JobError:
 
 
 def limit_reached(what: str, count: int, limit: int) -> TooManyJobs:
-    """The error for an owner that holds as many jobs as it may: ``active`` (queued or running) or ``kept``."""
+    """The error for an owner that holds as many jobs as it may: ``active`` (queued or running) or
+    ``kept``."""
     if what == "active":
         return TooManyJobs(
             f"this credential already has {count} generation jobs queued or running (at most "

@@ -18,10 +18,11 @@ key                              type    holds
 
 Every change is one Lua script (:mod:`gateway.jobs.store_redis_scripts`), so it is atomic: a claim
 takes the first due job and moves its score to the end of a new lease in one step, so two workers can
-never run the same job, and a job whose worker died (its lease ran out) becomes due again by itself. A finished job's hash and images expire
-(``PEXPIREAT``) ``ttl_s`` after it finished, and its index entries are trimmed when they pass that time.
-The scripts compute the keys of the job they pick from the prefix, so they need one Redis (or one
-Redis Cluster hash slot), as the gateway's other scripts do.
+never run the same job, and a job whose worker died (its lease ran out) becomes due again by itself.
+A finished job's hash and images expire (``PEXPIREAT``) ``ttl_s`` after it finished, and its index
+entries are trimmed when they pass that time. The scripts compute the keys of the job they pick from
+the prefix, so they need one Redis (or one Redis Cluster hash slot), as the gateway's other scripts
+do.
 """
 
 from __future__ import annotations

@@ -114,8 +114,8 @@ class SqliteJobStore(JobStore):
         db: sqlite3.Connection, job: Job, *, due: float | None, callback_due: float | None
     ) -> None:
         db.execute(
-            "INSERT OR REPLACE INTO jobs (id, owner, status, created_at, due, expires_at, callback_due, record) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO jobs (id, owner, status, created_at, due, expires_at, "
+            "callback_due, record) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 job.id,
                 job.owner,
@@ -131,7 +131,8 @@ class SqliteJobStore(JobStore):
     def _first_due(
         self, db: sqlite3.Connection, column: Literal["due", "callback_due"], now: float
     ) -> Job | None:
-        """The job due first by ``column`` (its work or its callback), or ``None`` when none is due at ``now``."""
+        """The job due first by ``column`` (its work or its callback), or ``None`` when none is due
+        at ``now``."""
         row = db.execute(
             f"SELECT id FROM jobs WHERE {column} IS NOT NULL AND {column} <= ? ORDER BY {column} LIMIT 1",
             (now,),

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 
 __all__ = ["LOOP_LAG_INTERVAL_S", "STAGES", "StageTimes", "watch_event_loop"]
 
-#: ``load``: waiting for the model to be loaded on demand (:mod:`gateway.backends.residency`), only when it was not
+#: ``load``: waiting for the model to be loaded on demand (:mod:`gateway.backends.residency`), only
+#: when it was not
 STAGES = ("auth", "admit", "load", "parse", "upstream")
 #: how often :func:`watch_event_loop` samples the loop's lag
 LOOP_LAG_INTERVAL_S = 0.05

@@ -1,6 +1,7 @@
 """The error bodies of the gateway's REST APIs as OpenAPI documents them: problem+json (RFC 9457),
 OpenAI's ``{"error": {...}}`` and KServe v2's ``{"error": "..."}``, and the ``responses`` entries routes
-declare. :mod:`gateway.http.problems` renders them; :mod:`gateway.protocol.rest` re-exports them for the routes.
+declare. :mod:`gateway.http.problems` renders them; :mod:`gateway.protocol.rest` re-exports them for
+the routes.
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ _DESCRIPTIONS = {
     401: "Missing, wrong, expired or revoked credential",
     403: "The credential lacks the scope for this model, or the admin API is disabled",
     404: "Unknown model (named in the detail) or resource",
-    409: "The request contradicts stored state (an imported key id exists with other content; a version is not READY)",
+    409: "The request contradicts stored state (an imported key id exists with other content; a "
+    "version is not READY)",
     413: "Body larger than GATEWAY_MAX_BODY_BYTES (compressed, or once decompressed)",
     415: "A Content-Encoding other than gzip, deflate or identity",
     422: "A request field failed validation (the field is named)",

@@ -198,11 +198,12 @@ class EmbeddingsRequest(BaseModel):
         json_schema_extra=_state_input_limits,
         description=(
             f"one string, a list of up to {_EMBEDDINGS.max_inputs} strings (each 1 to "
-            f"{_EMBEDDINGS.max_text_chars} characters), or up to {_EMBEDDINGS.max_inputs} token arrays: ids of "
-            f"the model's own vocabulary (WordPiece for text_embedding; up to {_EMBEDDINGS.max_token_ids} per "
-            "input, [CLS]/[SEP] added where missing). An array holding an id that tokenizer never makes from "
-            "text (outside the vocabulary, a reserved entry, [CLS]/[SEP] in the middle), such as another "
-            "tokenizer's (tiktoken's), is refused with 400 naming the input. Large lists are split into the "
+            f"{_EMBEDDINGS.max_text_chars} characters), or up to {_EMBEDDINGS.max_inputs} token "
+            "arrays: ids of the model's own vocabulary (WordPiece for text_embedding; up to "
+            f"{_EMBEDDINGS.max_token_ids} per input, [CLS]/[SEP] added where missing). An array "
+            "holding an id that tokenizer never makes from text (outside the vocabulary, a "
+            "reserved entry, [CLS]/[SEP] in the middle), such as another tokenizer's "
+            "(tiktoken's), is refused with 400 naming the input. Large lists are split into the "
             "model's batch size and answered in order. The encoder reads the first 256 tokens."
         ),
     )
@@ -214,9 +215,10 @@ class EmbeddingsRequest(BaseModel):
         None,
         ge=1,
         description=(
-            "shorter vectors: the first `dimensions` values, L2-renormalised; 1 to the model's length (384 for "
-            "text_embedding), else 400 naming `dimensions`. Models trained for it (Matryoshka) keep most of "
-            "their quality when shortened; all-MiniLM-L6-v2 was not, and loses more the shorter it gets"
+            "shorter vectors: the first `dimensions` values, L2-renormalised; 1 to the model's "
+            "length (384 for text_embedding), else 400 naming `dimensions`. Models trained for it "
+            "(Matryoshka) keep most of their quality when shortened; all-MiniLM-L6-v2 was not, and "
+            "loses more the shorter it gets"
         ),
     )
     user: str | None = None
@@ -300,8 +302,8 @@ class ImageGenerationRequest(BaseModel):
         pattern=r"^(auto|\d{2,4}x\d{2,4})$",
         description=(
             f"WIDTHxHEIGHT, each a multiple of {_GENERATION.side_multiple} from {_GENERATION.min_side} to "
-            f"{_GENERATION.max_side}; absent or 'auto': the model's own side (its card's limit_default_side: 64 "
-            "for the tiny default model, 512 for SD 1.5)"
+            f"{_GENERATION.max_side}; absent or 'auto': the model's own side (its card's "
+            "limit_default_side: 64 for the tiny default model, 512 for SD 1.5)"
         ),
     )
     response_format: Literal["b64_json", "url"] | None = Field(

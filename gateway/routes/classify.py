@@ -26,7 +26,8 @@ _UPLOAD = DEFAULT_LIMITS.image_upload
 @router.post(
     "/classify",
     response_model=ClassifyResponse,
-    summary=f"Classify JPEG/PNG images (multipart field 'file', repeat it for up to {_UPLOAD.max_count} images)",
+    summary="Classify JPEG/PNG images (multipart field 'file', repeat it for up to "
+    f"{_UPLOAD.max_count} images)",
     responses=INFERENCE_ERRORS,
 )
 async def classify(

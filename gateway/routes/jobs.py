@@ -53,9 +53,10 @@ def _view(jobs: ImageJobs, job: Job) -> ImageJob:
     response_model=ImageJob,
     summary="Submit an image generation job (the body of /v1/images/generations, plus callback_url)",
     description="Answers at once with the queued job (202, `Location` naming it); poll it, then fetch "
-    "`/result`. The request is checked, and takes a rate-limit token, as /v1/images/generations does; a key may "
-    f"hold {DEFAULT_LIMITS.jobs.max_active_per_key} jobs queued or running and {DEFAULT_LIMITS.jobs.max_kept_per_key} "
-    "in all, finished ones included until they expire or are deleted (429 past either).",
+    "`/result`. The request is checked, and takes a rate-limit token, as /v1/images/generations "
+    f"does; a key may hold {DEFAULT_LIMITS.jobs.max_active_per_key} jobs queued or running and "
+    f"{DEFAULT_LIMITS.jobs.max_kept_per_key} in all, finished ones included until they expire or "
+    "are deleted (429 past either).",
     responses=OPENAI_ERRORS,
 )
 async def submit(body: ImageJobRequest, response: Response, jobs: Jobs, ctx: Context) -> ImageJob:
@@ -153,7 +154,8 @@ async def job_result(
 
 @router.get(
     "/{job_id}/images/{index}",
-    summary="One image of a succeeded job: by its signed URL (no key), or for the credential that submitted it",
+    summary="One image of a succeeded job: by its signed URL (no key), or for the credential that "
+    "submitted it",
     response_class=Response,
     responses={
         200: {"content": {"image/png": {}, "image/jpeg": {}, "image/webp": {}}},

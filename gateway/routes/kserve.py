@@ -88,7 +88,8 @@ _INFER_BODY = {
             "application/json": {"schema": {"type": "object"}, "example": _INFER_EXAMPLE},
             "application/octet-stream": {
                 "schema": {"type": "string", "format": "binary"},
-                "description": "binary tensor extension: JSON header of Inference-Header-Content-Length bytes, then tensors",
+                "description": "binary tensor extension: JSON header of "
+                "Inference-Header-Content-Length bytes, then tensors",
             },
         },
     }
@@ -185,7 +186,10 @@ Context = Annotated[RequestContext, Depends(get_context)]
 # Declared before ``/models/{name}``, which would otherwise take ``/models/stats`` for a model's metadata.
 
 _ADMIN_READ_ERRORS = kserve_responses(400, 401, 403, 404, 503, 504)
-_ADMIN_READ = "Needs the admin credential (`Authorization: Bearer <GATEWAY_ADMIN_TOKEN>`); an API key gets 403."
+_ADMIN_READ = (
+    "Needs the admin credential (`Authorization: Bearer <GATEWAY_ADMIN_TOKEN>`); an API key gets "
+    "403."
+)
 
 
 @router.post(

@@ -121,7 +121,8 @@ class KServeGrpcServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         renderer: the app's error table (exception -> HTTP status).
         tracker: latency statistics.
         meter: usage metering (per key, model and day).
-        server_timing: whether authenticated calls get a ``server-timing`` trailer (:mod:`gateway.observe.timing`).
+        server_timing: whether authenticated calls get a ``server-timing`` trailer
+            (:mod:`gateway.observe.timing`).
     """
 
     service: InferenceService

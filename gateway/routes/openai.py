@@ -87,7 +87,8 @@ async def get_model(
 @router.post(
     "/embeddings",
     response_model=EmbeddingsResponse,
-    summary="Embeddings (OpenAI-compatible): strings or token arrays, float or base64, usage from the tokenizer",
+    summary="Embeddings (OpenAI-compatible): strings or token arrays, float or base64, usage from "
+    "the tokenizer",
     responses=OPENAI_ERRORS,
 )
 async def embeddings(body: EmbeddingsRequest, tasks: Tasks, ctx: Context) -> EmbeddingsResponse:
@@ -175,8 +176,8 @@ async def image_generations(
 @router.get(
     "/images/files/{token}",
     summary="A generated image behind a `url` answer: no API key, the URL's signature, until it expires",
-    description="The URL is signed (`expires`, `signature`: an HMAC over its path and expiry); an altered one "
-    "answers 403, an expired one 410, both as problem+json.",
+    description="The URL is signed (`expires`, `signature`: an HMAC over its path and expiry); an "
+    "altered one answers 403, an expired one 410, both as problem+json.",
     response_class=Response,
     responses={
         200: {"content": {"image/png": {}, "image/jpeg": {}, "image/webp": {}}},

@@ -74,8 +74,8 @@ class TrafficOutcomes(BaseModel):
     model: str
     weights: dict[str, float] = Field(description="target -> normalised share (empty: unpinned)")
     outcomes: dict[str, Outcome] = Field(
-        description="target -> requests routed there since the weights were set (every replica's, with Redis; "
-        "each replica adds its counts within GATEWAY_STATE_SYNC_INTERVAL_S)"
+        description="target -> requests routed there since the weights were set (every replica's, "
+        "with Redis; each replica adds its counts within GATEWAY_STATE_SYNC_INTERVAL_S)"
     )
 
 

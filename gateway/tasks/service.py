@@ -189,8 +189,8 @@ class InferenceService(ModelReads):
     ) -> RawResponse:
         """KServe v2 inference: Triton runs exactly the checked request, re-encoded.
 
-        A REST body (or gRPC message) is checked only after admission (a refused caller costs no parsing), and off the
-        event loop when it is large.
+        A REST body (or gRPC message) is checked only after admission (a refused caller costs no
+        parsing), and off the event loop when it is large.
 
         Args:
             ctx: the request's context.

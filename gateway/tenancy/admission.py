@@ -6,8 +6,9 @@ and nothing per model exists before the model is known):
 1. the name's spelling (400): reserved Triton paths and names no model can have never go further;
 2. the credential's scope (403): an out-of-scope caller learns nothing and drains no bucket;
 3. the caller's limit across all models (429): one bucket per key, whatever names it sends;
-4. the name is a model Triton serves (404), from the cached repository index (:mod:`gateway.backends.catalog`):
-   only now may per-model state (buckets, counters, labels) be made for it;
+4. the name is a model Triton serves (404), from the cached repository index
+   (:mod:`gateway.backends.catalog`): only now may per-model state (buckets, counters, labels) be
+   made for it;
 5. the caller's limit for this model (429);
 6. the reserve of the model's in-flight bound (``in_flight_reserve``, 503 + Retry-After): the last
    part of the bound is kept for the tiers of the highest priority; then the tier's share of the

@@ -322,7 +322,8 @@ def records_from_export(entries: Iterable[dict[str, Any]]) -> list[ApiKeyRecord]
 async def in_store_thread(
     outage: str, func: Callable[P, R], *args: P.args, **kwargs: P.kwargs
 ) -> R:
-    """Run a blocking store call off the event loop; an unreachable store is a 503 that starts with ``outage``."""
+    """Run a blocking store call off the event loop; an unreachable store is a 503 that starts with
+    ``outage``."""
     try:
         return await asyncio.to_thread(func, *args, **kwargs)
     except KeyStoreUnavailable as exc:

@@ -81,7 +81,8 @@ class SqliteKeyStore(KeyStore):
         try:
             with self._connect() as db:
                 db.execute(
-                    "INSERT INTO api_keys (key_id, name, key_hash, scopes, tier, created_at) VALUES (?,?,?,?,?,?)",
+                    "INSERT INTO api_keys (key_id, name, key_hash, scopes, tier, created_at) "
+                    "VALUES (?,?,?,?,?,?)",
                     (
                         record.key_id,
                         record.name,

@@ -97,7 +97,8 @@ class TenancySettings(EnvSettings):
         ge=0,
         lt=1,
         allow_inf_nan=False,
-        description="share of each model's in-flight bound only the highest tier may use (503 for the others)",
+        description="share of each model's in-flight bound only the highest tier may use (503 for "
+        "the others)",
     )
     retry_after_s: int = count(DEFAULT_RETRY_AFTER_S)
     usage_db: Path | None = Field(

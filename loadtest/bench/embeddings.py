@@ -26,11 +26,12 @@ Rounds alternate between configurations (short rounds, each configuration in eve
 neighbour's load on a shared machine falls on all of them alike; the load average is printed with the
 table. Before any load, every Triton configuration embeds every text and is compared with ``encode``
 of the same texts by the (first) baseline server, in one call: a configuration whose embeddings
-differ (cosine below ``--min-cosine``) fails the run, as does any request that fails under load. Percentiles come from
-:mod:`serving.quantiles`; the encoder's ``inference_count`` / ``execution_count`` come from Triton's
-statistics. Results: the table on stdout, and ``embeddings.txt`` (the table), ``embeddings.json``
-(settings, machine, rows) and ``embeddings.png`` (throughput and P99) in ``--out``; ``--report-from
-embeddings.json`` draws the last two again from a saved run (both: :mod:`loadtest.bench.
+differ (cosine below ``--min-cosine``) fails the run, as does any request that fails under load.
+Percentiles come from :mod:`serving.quantiles`; the encoder's ``inference_count`` /
+``execution_count`` come from Triton's statistics. Results: the table on stdout, and
+``embeddings.txt`` (the table), ``embeddings.json`` (settings, machine, rows) and ``embeddings.png``
+(throughput and P99) in ``--out``; ``--report-from embeddings.json`` draws the last two again from a
+saved run (both: :mod:`loadtest.bench.
 embeddings_report`).
 """
 

@@ -55,7 +55,8 @@ def describe_machine(args: argparse.Namespace, loads: list[float]) -> str:
 def write_report(
     args: argparse.Namespace, rows: list[Row], loads: list[float], duration: float, machine: str
 ) -> None:
-    """Print the table; write ``embeddings.txt``, ``embeddings.json`` and ``embeddings.png`` to ``args.out``."""
+    """Print the table; write ``embeddings.txt``, ``embeddings.json`` and ``embeddings.png`` to
+    ``args.out``."""
     baseline = next(
         (r.texts_per_s for r in rows if r.config.startswith("sentence-transformers")), 0.0
     )

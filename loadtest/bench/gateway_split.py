@@ -115,7 +115,8 @@ def gateway_split(before: dict[str, float], after: dict[str, float]) -> GatewayS
 
 def gateway_table(rows: list[dict[str, Any]]) -> Any:
     """A rich table of gateway points: each row has ``config``, ``concurrency``, ``client_mean_ms``,
-    ``outside_triton_ms`` and ``gateway`` (:meth:`GatewaySplit.as_dict`); rows without ``gateway`` are skipped."""
+    ``outside_triton_ms`` and ``gateway`` (:meth:`GatewaySplit.as_dict`); rows without ``gateway``
+    are skipped."""
     columns = ("before_app", "auth", "admit", "parse", "to_triton", "other", "loop_lag")
     table = config_table(
         (*OUTSIDE_COLUMNS, *(c.replace("_", " ") for c in columns)),

@@ -8,7 +8,8 @@ One Triton serves, all ``KIND_GPU``: the TorchScript classifier (FP16, channels_
 on the GPU) and, where it builds, a compiled flavour (``--compiled``) with the pipeline on it. Then:
 
 1. the in-process ceilings (:mod:`loadtest.bench.gpu_raw`): the classifier at every batch size up
-   to 256 (eager / channels_last / CUDA graph, and the compiled flavour beside), and the JPEG pipeline's steps;
+   to 256 (eager / channels_last / CUDA graph, and the compiled flavour beside), and the JPEG
+   pipeline's steps;
 2. a sweep of the entries of ``--sweep-configs`` (instance count x queue delay x preferred batch
    sizes, what Triton's Model Analyzer does, and once without queue policies: measured, never
    chosen), each candidate loaded through Triton's model-control API; the best throughput with

@@ -107,15 +107,16 @@ def _cpu_table(rows: list[dict[str, Any]], cpus: int) -> Any:
     )
     table = config_table(
         ("config", "concurrency", "host", *groups),
-        title=f"Who used the CPUs: cores busy over each point (CPU ms per request; the busiest process's cores); "
-        f"the host has {cpus or '?'} cores",
+        title="Who used the CPUs: cores busy over each point (CPU ms per request; the busiest "
+        f"process's cores); the host has {cpus or '?'} cores",
     )
     for row in rows:
         cpu = row.get("cpu", {})
         if not cpu:
             continue
         cells = [
-            f"{cpu[g]['cores']:.1f} ({cpu[g]['cpu_ms_per_request']:.2f}; {cpu[g].get('busiest_process_cores', 0.0):.1f})"
+            f"{cpu[g]['cores']:.1f} ({cpu[g]['cpu_ms_per_request']:.2f}; "
+            f"{cpu[g].get('busiest_process_cores', 0.0):.1f})"
             if g in cpu
             else "-"
             for g in groups
@@ -149,7 +150,8 @@ def _steps_table(rows: list[dict[str, Any]]) -> Any:
     # already an execution's time (weighted by requests); what the steps leave of it is the stub's IPC.
     table = config_table(
         ("config", "concurrency", "infer (stub)", *steps, "steps together"),
-        title="Inside execute() (means per execution, ms; the model's step metrics beside Triton's 'infer (stub)')",
+        title="Inside execute() (means per execution, ms; the model's step metrics beside Triton's "
+        "'infer (stub)')",
     )
     for row in rows:
         found = row.get("steps_ms", {})
@@ -177,7 +179,8 @@ def print_gpu_report(rows: list[Result], document: dict[str, Any], path: Path) -
             steps = ", ".join(f"{k} {v:.2f}" for k, v in profile["ms_per_batch"].items())
             pipelined = (
                 (
-                    f"; pipelined in chunks of {profile['chunk']}: {profile['pipelined_ms_per_batch']:.2f} ms, "
+                    f"; pipelined in chunks of {profile['chunk']}: "
+                    f"{profile['pipelined_ms_per_batch']:.2f} ms, "
                     f"{profile['pipelined_images_per_s']:,.0f} images/s"
                 )
                 if "pipelined_ms_per_batch" in profile
@@ -213,7 +216,8 @@ def print_gpu_report(rows: list[Result], document: dict[str, Any], path: Path) -
                 )
         if "compiled_error" in document.get("build", {}):
             console.print(
-                f"[red]the compiled flavour's build failed: {document['build']['compiled_error'][:500]}[/red]",
+                "[red]the compiled flavour's build failed: "
+                f"{document['build']['compiled_error'][:500]}[/red]",
                 soft_wrap=True,
             )
         console.print(f"sanity: {document.get('sanity')}", soft_wrap=True)

@@ -90,7 +90,10 @@ def unavailable(name: str, settings: GpuBenchSettings) -> str:
     if "cuda" in name and settings.device != "cuda":
         return "CUDA shared memory needs a GPU"
     if "compiled" in name:
-        return "no compiled entry in this run (--compiled none, or its build failed: see build.compiled_error)"
+        return (
+            "no compiled entry in this run (--compiled none, or its build failed: see "
+            "build.compiled_error)"
+        )
     return "no such configuration (see GpuBenchSettings.points)"
 
 

@@ -163,7 +163,8 @@ def format_table(document: dict[str, Any]) -> str:
         rate = run["overlapped"]["images_per_s"]
         lines.append(
             f"{run['classifier']:<12} {run['batch']:>5} {run['serial']['images_per_s']:>8,.0f} "
-            f"{profile.get('serial_images_per_s', 0.0):>8,.0f} {profile.get('pipelined_images_per_s', 0.0):>9,.0f} "
+            f"{profile.get('serial_images_per_s', 0.0):>8,.0f} "
+            f"{profile.get('pipelined_images_per_s', 0.0):>9,.0f} "
             + " ".join(f"{run[n]['images_per_s']:>13,.0f}" for n in names)
             + f" {rate / best_serial if best_serial else 0.0:>8.2f}"
         )
@@ -180,8 +181,8 @@ def format_table(document: dict[str, Any]) -> str:
     for decoder, gil in document.get("gil", {}).items():
         lines.append(
             f"GIL, {decoder}: a Python loop runs at {gil['ratio']:.2f}x its rate alone while another thread "
-            f"decodes; that thread decodes {gil['decode_batches_per_s_beside_loop']:.0f} batches/s beside the "
-            f"loop, {gil['decode_batches_per_s_alone']:.0f}/s alone"
+            f"decodes; that thread decodes {gil['decode_batches_per_s_beside_loop']:.0f} batches/s "
+            f"beside the loop, {gil['decode_batches_per_s_alone']:.0f}/s alone"
         )
     return "\n".join(lines)
 

@@ -243,8 +243,9 @@ def print_report(
     console.print(ratio_table)
     if "raw_best_images_per_s" in ratios:
         line = (
-            f"raw runtime ceiling: {ratios['raw_best_images_per_s']:,.1f} images/s at batch {ratios['raw_best_batch']}; "
-            f"efficiency (best platform / raw): direct {fmt(ratios.get('efficiency_direct'), '.1%')}"
+            f"raw runtime ceiling: {ratios['raw_best_images_per_s']:,.1f} images/s at batch "
+            f"{ratios['raw_best_batch']}; efficiency (best platform / raw): direct "
+            f"{fmt(ratios.get('efficiency_direct'), '.1%')}"
         )
         if "efficiency_gateway" in ratios:
             line += f", through the gateway {ratios['efficiency_gateway']:.1%}"

@@ -71,11 +71,13 @@ def _settings_line(
     return (
         f"model {entry} ({precision}); payload FP32 [1,3,224,224], 12 real photos round-robin"
         f"{'; JPEG configurations: the photos and their mirror images as JPEG (at most 512 px, quality 90)' if set(JPEG_CONFIGS) & set(settings.configs) else ''}; "
-        f"closed loop, concurrency {list(settings.concurrency)}, {settings.warmup_s:g}s warm-up + {settings.duration_s:g}s "
-        f"measured per point, {settings.clients} client process(es); {described}; client capacity: the same client "
-        f"against an instant twin of the model in the same Triton; {instances} Triton instance(s), intra-op threads = runtime "
-        f"default (physical cores), inter-op 1; naive server torch threads "
-        f"{settings.naive_threads or 'default (physical cores)'}; raw batches {list(settings.raw_batches)}"
+        f"closed loop, concurrency {list(settings.concurrency)}, {settings.warmup_s:g}s warm-up + "
+        f"{settings.duration_s:g}s measured per point, {settings.clients} client process(es); "
+        f"{described}; client capacity: the same client against an instant twin of the model in "
+        f"the same Triton; {instances} Triton instance(s), intra-op threads = runtime default "
+        "(physical cores), inter-op 1; naive server torch threads "
+        f"{settings.naive_threads or 'default (physical cores)'}; raw batches "
+        f"{list(settings.raw_batches)}"
     )
 
 
@@ -342,7 +344,10 @@ def run_bench(settings: BenchSettings) -> dict[str, Any]:
             raw_runs.append(raw_ceiling(settings, repo, entry, images))
             for first, second in zip(*raw_runs, strict=True):
                 best = max(first, second, key=lambda r: r.throughput)
-                best.note += f" (best of 2 runs: {first.throughput:,.1f} before, {second.throughput:,.1f} after the sweep)"
+                best.note += (
+                    f" (best of 2 runs: {first.throughput:,.1f} before, {second.throughput:,.1f} "
+                    "after the sweep)"
+                )
                 results.append(best)
 
     settings_line = _settings_line(settings, entry, clients, instances)

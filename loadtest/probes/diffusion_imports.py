@@ -16,7 +16,10 @@ work = Path(tempfile.mkdtemp())
 site = work / "dsite"
 zipfile.ZipFile(one(Path(".whl/diffusion"), "diffusers-*.zip")).extractall(site)
 stub = numpy1_interpreter(Path(".whl/embeddings"), work, check="torch", also=[site])
-code = "import traceback\ntry:\n  import transformers.generation.utils\nexcept Exception:\n  traceback.print_exc()"
+code = (
+    "import traceback\ntry:\n  import transformers.generation.utils\n"
+    "except Exception:\n  traceback.print_exc()"
+)
 result = subprocess.run([str(stub), "-c", code], capture_output=True, text=True)
 print("===== transformers.generation", result.returncode)
 print(result.stdout[-300:])

@@ -74,7 +74,8 @@ class Checkpoint:
             missing.append("tokenizer/vocab.json+merges.txt (or tokenizer.json)")
         if missing:
             raise MissingInputError(
-                f"stable_diffusion checkpoint {self.path} is not a complete diffusers folder; missing: {', '.join(missing)}"
+                f"stable_diffusion checkpoint {self.path} is not a complete diffusers folder; "
+                f"missing: {', '.join(missing)}"
             )
 
     def config(self, component: str) -> dict:
@@ -150,7 +151,8 @@ class Checkpoint:
 
 
 def checkpoint_from(weights: Mapping[str, str], name: str) -> Checkpoint:
-    """The checkpoint for ``name``: ``--weights name=PATH``, ``--weights stable_diffusion=PATH``, or ``SD_CHECKPOINT``.
+    """The checkpoint for ``name``: ``--weights name=PATH``, ``--weights stable_diffusion=PATH``, or
+    ``SD_CHECKPOINT``.
 
     Raises:
         MissingInputError: none is given, or the folder is missing or incomplete.

@@ -48,7 +48,8 @@ _SPECS: dict[str, type[SDTextEncoder | SDUNet | SDVAEDecoder]] = {
 
 
 def _load(checkpoint: Checkpoint, component: str, dtype: Any) -> Any:
-    """The network in ``dtype``, converted at load time as ``StableDiffusionPipeline.from_pretrained(torch_dtype=...)`` does."""
+    """The network in ``dtype``, converted at load time as
+    ``StableDiffusionPipeline.from_pretrained(torch_dtype=...)`` does."""
     from diffusers import AutoencoderKL, UNet2DConditionModel
 
     if component == "text_encoder":

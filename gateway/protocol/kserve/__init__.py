@@ -2,8 +2,8 @@
 
 Every entry (REST now, gRPC beside it) decodes a client's request into one protocol-neutral
 :class:`InferRequest`; every transport to Triton encodes that object, never the client's bytes.
-The REST decoder is strict (see :mod:`gateway.protocol.kserve._rest` and :mod:`gateway.protocol.kserve._strict_json`):
-what the gateway checked is exactly what Triton runs.
+The REST decoder is strict (see :mod:`gateway.protocol.kserve._rest` and
+:mod:`gateway.protocol.kserve._strict_json`): what the gateway checked is exactly what Triton runs.
 
 Public API::
 

@@ -137,8 +137,8 @@ def parse_grpc(message: pb.ModelInferRequest, limits: ParseLimits | None = None)
     raw_contents = message.raw_input_contents
     if raw_contents and len(raw_contents) != len(message.inputs):
         raise _bad(
-            f"raw_input_contents holds {len(raw_contents)} entries for {len(message.inputs)} inputs; send one per "
-            "input, or use contents",
+            f"raw_input_contents holds {len(raw_contents)} entries for {len(message.inputs)} "
+            "inputs; send one per input, or use contents",
             "raw_input_contents",
         )
     inputs: list[InputTensor] = []

@@ -13,8 +13,9 @@ process removes once the parse has ended.
 
 The pool is the app's (built in its lifespan, shut down with it); its workers are spawned, not
 forked (the serving process has threads), when the first big bodies come (a gateway that never gets
-one never starts them; the first one waits for a worker's start, about a second, off the loop). The errors are the same :class:`~gateway.errors.BadRequest` the parse raises in
-process: the worker runs exactly :func:`gateway.protocol.kserve._rest.parse_rest`.
+one never starts them; the first one waits for a worker's start, about a second, off the loop). The
+errors are the same :class:`~gateway.errors.BadRequest` the parse raises in process: the worker runs
+exactly :func:`gateway.protocol.kserve._rest.parse_rest`.
 
 The same pool decodes the other APIs' big JSON bodies (:meth:`ParsePool.run` with any picklable
 function of the body's bytes: the OpenAI routes send ``json.loads``, :mod:`gateway.routes._pooled_json`).

@@ -7,8 +7,9 @@ follow and the element count of the input's shape and datatype; JSON ``data`` mu
 that many elements of the datatype's kind. Anything else is a :class:`~gateway.errors.BadRequest`
 naming the field.
 
-What is sent on is :func:`gateway.protocol.kserve._rest_encode.encode_rest` of the parsed request: a canonical JSON header (ASCII, no
-duplicate keys, no data) and every input in binary. Triton never sees the client's bytes.
+What is sent on is :func:`gateway.protocol.kserve._rest_encode.encode_rest` of the parsed request: a
+canonical JSON header (ASCII, no duplicate keys, no data) and every input in binary. Triton never
+sees the client's bytes.
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ Parsers disagree on what is not plain RFC 8259 JSON, and the gateway must check 
 Triton will see. So a body is refused when it is not valid UTF-8, when an object repeats a key
 (Python keeps the last, Triton's parser the first), when a string holds a lone surrogate escape
 (``"\\ud800"``: no Unicode text, and parsers differ on it), or when it nests deeper than a small
-bound. ``NaN`` and ``Infinity`` are not JSON and are refused too. Depth is measured by a linear scan *before* any recursive parser runs, so a body of
-``[[[[...`` a million levels deep costs one pass over its bytes and never a deep recursion.
+bound. ``NaN`` and ``Infinity`` are not JSON and are refused too. Depth is measured by a linear scan
+*before* any recursive parser runs, so a body of ``[[[[...`` a million levels deep costs one pass
+over its bytes and never a deep recursion.
 """
 
 from __future__ import annotations

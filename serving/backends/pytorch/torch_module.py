@@ -91,10 +91,11 @@ class TorchModule:
 
     An exported program is compiled here by ``torch.compile`` (Inductor, dynamic batch axis): one
     compile per range of batch sizes Inductor guards apart (see :meth:`warm`), run by the first
-    calls (at load: a :class:`BatchRunner` on CUDA, :meth:`warm` on the CPU). Inductor's cache (``TORCHINDUCTOR_CACHE_DIR``, by default under the temp folder)
-    keeps the result, so a load on the host that built the entry, which compiled the same graph for
-    its parity check, takes seconds instead of minutes. ``compile_threads`` 1 compiles in this
-    process: a Triton Python stub is not a Python executable that Inductor's worker pool can start.
+    calls (at load: a :class:`BatchRunner` on CUDA, :meth:`warm` on the CPU). Inductor's cache
+    (``TORCHINDUCTOR_CACHE_DIR``, by default under the temp folder) keeps the result, so a load on
+    the host that built the entry, which compiled the same graph for its parity check, takes seconds
+    instead of minutes. ``compile_threads`` 1 compiles in this process: a Triton Python stub is not
+    a Python executable that Inductor's worker pool can start.
     """
 
     def __init__(
