@@ -125,6 +125,20 @@ def build_parser() -> argparse.ArgumentParser:
         "backend passes GPU inputs to its stub through it",
     )
     parser.add_argument(
+        "--twin-instances",
+        type=int,
+        default=GpuBenchSettings.twin_instances,
+        help="stub processes of the instant twins that measure the load generator's capacity "
+        "(default %(default)s)",
+    )
+    parser.add_argument(
+        "--tensor-instances",
+        type=int,
+        default=GpuBenchSettings.tensor_instances,
+        help="instances of the tensor entry on the GPU (default %(default)s: the best of H100 run "
+        "12's sweep)",
+    )
+    parser.add_argument(
         "--device",
         choices=["cuda", "cpu"],
         default="cuda",
@@ -169,6 +183,8 @@ def run(args: argparse.Namespace) -> int:
         "compiled": "" if args.compiled == "none" else args.compiled,
         "device": args.device,
         "cuda_pool_mb": args.cuda_pool_mb,
+        "twin_instances": args.twin_instances,
+        "tensor_instances": args.tensor_instances,
     }
     if args.quick:
         overrides.update(

@@ -46,6 +46,7 @@ from loadtest.loadgen import (
     run_load,
     twin_target,
 )
+from loadtest.loadgen.capacity import TWIN_INSTANCES
 from loadtest.payloads import image_tensors, jpeg_images
 from serving.launcher import TritonPorts, TritonServer
 
@@ -181,7 +182,13 @@ def run_gpu_bench(settings: GpuBenchSettings) -> dict[str, Any]:
         if settings.sweep and not settings.budget_s:
             _sweeps(run, triton, root, targets, reserve=0.0)
         twins = {
-            name: stack.enter_context(instant_twin(triton.http_url, name))
+            name: stack.enter_context(
+                instant_twin(
+                    triton.http_url,
+                    name,
+                    instances=settings.twin_instances if gpu else TWIN_INSTANCES,
+                )
+            )
             for name in (TENSOR, PIPELINE)
         }
         servers = _Servers(triton, gateway, targets, twins)

@@ -54,6 +54,14 @@ class GpuBenchSettings:
     device: str = "cuda"
     #: Triton's CUDA memory pool in MiB (0: Triton's default); see serving.launcher.TritonServer
     cuda_pool_mb: int = 0
+    #: the instant twins' stub processes on the GPU (loadtest.loadgen.capacity; the CPU dry run keeps
+    #: its default, four). With CUDA shared-memory inputs the twin pays Triton's input step per
+    #: execution too: four stubs gave the tensor path at 32 in flight a capacity of only 1.36x its
+    #: throughput (H100 run 12), against 4x and more at 256.
+    twin_instances: int = 8
+    #: instances of the tensor entry on the GPU: three measured best of the sweep's candidates at 64 in
+    #: flight (6,697 images/s against 6,045 with two, 6,576 with four; H100 run 12)
+    tensor_instances: int = 3
 
     def workers(self) -> int:
         """Gateway processes: as asked, else a quarter of the cores where the gateway can run several

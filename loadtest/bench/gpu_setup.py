@@ -117,6 +117,7 @@ def prepare_repository(root: Path, settings: GpuBenchSettings) -> dict[str, Any]
         max_batch_size=256 if gpu else 16,
         preferred_batch_sizes=(64, 128, 256) if gpu else (),
         max_queue_delay_us=1000,
+        instance_count=settings.tensor_instances if gpu else None,
     )
     build_torchscript(
         root, "efficientnet_lite0", TorchScriptOptions(gpu=gpu, precision="fp16", batching=policy)

@@ -47,8 +47,11 @@ _KEPT = ("max_batch_size", "input", "output", "dynamic_batching")
 TWIN_INSTANCES = 4
 
 
-def twin_config(config: dict[str, object], name: str) -> dict[str, object]:
-    """The instant twin's config (Triton's JSON form) for a model whose config is ``config``."""
+def twin_config(
+    config: dict[str, object], name: str, instances: int = TWIN_INSTANCES
+) -> dict[str, object]:
+    """The instant twin's config (Triton's JSON form) for a model whose config is ``config``, in
+    ``instances`` stub processes."""
     twin = {key: config[key] for key in _KEPT if key in config}
     batching = twin.get("dynamic_batching")
     if isinstance(batching, dict):
@@ -62,7 +65,7 @@ def twin_config(config: dict[str, object], name: str) -> dict[str, object]:
     twin.update(
         name=name,
         backend="python",
-        instance_group=[{"count": TWIN_INSTANCES, "kind": "KIND_CPU"}],
+        instance_group=[{"count": instances, "kind": "KIND_CPU"}],
         # It reads only the first input's shape: a CUDA shared-memory input stays on the GPU.
         parameters={"FORCE_CPU_ONLY_INPUT_TENSORS": {"string_value": "no"}},
     )
@@ -70,8 +73,11 @@ def twin_config(config: dict[str, object], name: str) -> dict[str, object]:
 
 
 @contextlib.contextmanager
-def instant_twin(triton_http_url: str, model: str, timeout_s: float = 300.0) -> Iterator[str]:
-    """Load the instant twin of ``model`` into the Triton at ``triton_http_url``; yields its name.
+def instant_twin(
+    triton_http_url: str, model: str, timeout_s: float = 300.0, instances: int = TWIN_INSTANCES
+) -> Iterator[str]:
+    """Load the instant twin of ``model`` (in ``instances`` stub processes) into the Triton at
+    ``triton_http_url``; yields its name.
 
     Raises:
         tritonclient.utils.InferenceServerException: Triton refused it (not in explicit mode, ...).
@@ -80,7 +86,7 @@ def instant_twin(triton_http_url: str, model: str, timeout_s: float = 300.0) -> 
     name = model + INSTANT_SUFFIX
     client = triton_client(triton_http_url, network_timeout=timeout_s, connection_timeout=timeout_s)
     try:
-        config = twin_config(client.get_model_config(model), name)
+        config = twin_config(client.get_model_config(model), name, instances)
         client.load_model(
             name, config=json.dumps(config), files={"file:1/model.py": _MODEL_FILE.read_bytes()}
         )

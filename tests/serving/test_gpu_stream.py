@@ -256,6 +256,9 @@ def test_a_stuck_batch_fails_every_waiting_batch_and_the_pipeline_takes_no_more(
 
 @pytest.mark.gpu
 @needs_cuda
+# The outcome is reported as a warning for the GPU log; the suite's "error" filter would turn that
+# report into the test's failure and skip the assertions below it (H100 run 12).
+@pytest.mark.filterwarnings("always::UserWarning")
 def test_gpu_every_batch_is_answered_even_when_nvjpeg_gets_a_truncated_jpeg(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
