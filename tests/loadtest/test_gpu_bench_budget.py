@@ -252,6 +252,25 @@ def test_issue_28_goals_compare_the_served_path_with_its_in_process_reference() 
     assert headroom["met"] is False
 
 
+def test_past_saturation_is_judged_on_the_fastest_entry_with_its_refusals_counted() -> None:
+    # H100 run 13's shape: no row within P99 <= 20 ms, and at 2x the saturating concurrency the
+    # entry's bounded queue refused requests while the answered throughput held.
+    rows = [
+        _row("jpeg", 64, 4582.0, 22.9),
+        _row("jpeg", 128, 5598.0, 38.5),
+        _row("jpeg", 256, 6261.0, 68.7),
+        replace(_row("jpeg", 512, 6233.0, 106.7), errors=9357),
+    ]
+    past = evaluate_targets(rows)["jpeg_past_saturation"]
+    assert past["figure"]["saturating_concurrency"] == 256  # 128 is more than 10% below the best
+    assert past["figure"]["doubled_refused"] == 9357
+    assert past["figure"]["p99_ratio"] == pytest.approx(106.7 / 68.7)
+    assert past["met"] is True
+    # Refusals at every point: nothing saturates without them, so nothing is judged.
+    refusing = [replace(r, errors=1) for r in rows]
+    assert evaluate_targets(refusing)["jpeg_past_saturation"]["met"] is None
+
+
 def test_the_scripts_points_parse_and_name_known_configurations(tmp_path: Path) -> None:
     import re
 
