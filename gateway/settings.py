@@ -116,6 +116,11 @@ class GatewaySettings(
         DEFAULT_IMAGE_URL_MAX_BYTES, "bytes of generated images kept for URLs (oldest go first)"
     )
     log_level: str = "info"
+    gc_freeze: bool = Field(
+        True,
+        description="exempt what is alive once a worker's app is built from the garbage collector "
+        "(gc.freeze): full collections then walk only what serving created (gateway.observe.gc_pauses)",
+    )
 
     @property
     def shared(self) -> bool:

@@ -29,10 +29,12 @@ import io
 import json
 import pstats
 import tempfile
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from loadtest.bench.gateway_split import gateway_counters
 from loadtest.isolation_stack import (
     DEFAULT_SETTINGS,
     CpuMeter,
@@ -78,16 +80,23 @@ class PathCpu(NamedTuple):
     system_ms: float
     answered: int
     statuses: dict[int, int]
+    #: the gateway's collector pauses over the load, warm-up included: per generation, how many and
+    #: their milliseconds in all (``gateway_gc_pause_seconds``; empty for the floor servers)
+    gc_pauses: tuple[tuple[int, float], ...] = ()
 
     @property
     def total_ms(self) -> float:
         return self.user_ms + self.system_ms
 
     def describe(self, path: str, duration_s: float, server: str = "gateway") -> str:
+        pauses = ", ".join(
+            f"generation {g}: {n} ({ms:.1f} ms in all)" for g, (n, ms) in enumerate(self.gc_pauses)
+        )
         return (
             f"{path}: {server} CPU {self.total_ms:.3f} ms per request (user {self.user_ms:.3f}, "
             f"system {self.system_ms:.3f}; {self.answered} answered in {duration_s:g} s, "
             f"statuses {self.statuses})"
+            + (f"\n  collector pauses over the load and its warm-up: {pauses}" if pauses else "")
         )
 
 
@@ -102,13 +111,19 @@ def _cpu_per_request(pid: int, spec: LoadSpec) -> PathCpu:
     )
 
 
-def measure_path(path: str, settings: IsolationSettings, profile_to: Path | None = None) -> PathCpu:
+def measure_path(
+    path: str,
+    settings: IsolationSettings,
+    profile_to: Path | None = None,
+    gateway_env: dict[str, str] | None = None,
+) -> PathCpu:
     """Drive ``path`` against a fresh platform.
 
     Args:
         path: a key of :data:`PATHS`.
         settings: the benchmark's settings (model, concurrency, warm-up, duration).
         profile_to: run the gateway under cProfile, its statistics written here.
+        gateway_env: ``GATEWAY_*`` settings added to the gateway's environment.
 
     Returns:
         The gateway's CPU per request answered in the measured window.
@@ -117,8 +132,10 @@ def measure_path(path: str, settings: IsolationSettings, profile_to: Path | None
         # The refused path is a closed loop that ignores Retry-After: with the read hold on (the
         # default), its connections would be held and nothing measured. This measures what each
         # refusal costs, so the hold is off here.
-        hold = {"GATEWAY_HOLD_IGNORED_RETRY_AFTER_S": "0"} if path == "refused" else None
-        with platform(Path(tmp), settings, profile_to=profile_to, gateway_env=hold) as stack:
+        env = dict(gateway_env or {})
+        if path == "refused":
+            env["GATEWAY_HOLD_IGNORED_RETRY_AFTER_S"] = "0"
+        with platform(Path(tmp), settings, profile_to=profile_to, gateway_env=env) as stack:
             spec = LoadSpec(
                 target=_target(stack, path),
                 concurrency=settings.protected_concurrency,
@@ -126,7 +143,19 @@ def measure_path(path: str, settings: IsolationSettings, profile_to: Path | None
                 warmup_s=settings.warmup_s,
                 name=path,
             )
-            return _cpu_per_request(stack.pid, spec)
+            before = gateway_counters(stack.url, stack.metrics_token)
+            cpu = _cpu_per_request(stack.pid, spec)
+            time.sleep(1.2)  # the gateway hands its pauses to the histogram once a second
+            after = gateway_counters(stack.url, stack.metrics_token)
+            return cpu._replace(
+                gc_pauses=tuple(
+                    (
+                        int(after[f"gc{g}_n"] - before[f"gc{g}_n"]),
+                        1000.0 * (after[f"gc{g}_s"] - before[f"gc{g}_s"]),
+                    )
+                    for g in range(3)
+                )
+            )
 
 
 def measure_floors(settings: IsolationSettings, modes: tuple[str, ...]) -> dict[str, PathCpu]:
@@ -259,6 +288,36 @@ def top_functions(profile: Path, limit: int) -> str:
     return "\n".join(lines)
 
 
+# Run in a fresh interpreter: a process that holds only the gateway's app, as a worker does.
+_FULL_COLLECTION = """
+import gc, json, time
+from gateway.app import create_app
+from gateway.settings import GatewaySettings
+from gateway.observe.gc_pauses import freeze_startup_objects
+app = create_app(GatewaySettings())
+def timed():
+    started = time.perf_counter()
+    gc.collect()
+    return 1000.0 * (time.perf_counter() - started)
+before = min(timed() for _ in range(3))
+frozen = freeze_startup_objects()
+print(json.dumps({"full_ms": before, "frozen_full_ms": min(timed() for _ in range(3)),
+                  "frozen_objects": frozen}))
+"""
+
+
+def full_collection_ms() -> dict[str, float]:
+    """What one full collection costs a process that has built the gateway's app, before and after
+    :func:`gateway.observe.gc_pauses.freeze_startup_objects` (the best of three each)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", _FULL_COLLECTION], capture_output=True, text=True, check=True
+    ).stdout
+    return dict(json.loads(out.splitlines()[-1]))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description="The gateway's CPU per request on the isolation benchmark's admitted or "
@@ -269,6 +328,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--duration", type=float, default=10.0, help="seconds measured")
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds of warm-up")
     parser.add_argument("--concurrency", type=int, default=DEFAULT_SETTINGS.protected_concurrency)
+    parser.add_argument(
+        "--gateway-env",
+        action="append",
+        default=[],
+        metavar="GATEWAY_NAME=VALUE",
+        help="a setting added to the gateway's environment (repeatable); e.g. "
+        "GATEWAY_GC_FREEZE=false measures the gateway without its collector freeze",
+    )
     parser.add_argument("--top", type=int, default=40, help="functions listed")
     parser.add_argument(
         "--profile", type=Path, help="keep the cProfile statistics here (default: a temporary file)"
@@ -295,7 +362,10 @@ def run(args: argparse.Namespace) -> int:
         **run_time_values(args),
         protected_concurrency=args.concurrency,
     )
-    gateway = measure_path(args.path, settings)
+    if any("=" not in item or not item.startswith("GATEWAY_") for item in args.gateway_env):
+        raise SystemExit("--gateway-env takes GATEWAY_NAME=VALUE")
+    gateway_env = dict(item.split("=", 1) for item in args.gateway_env)
+    gateway = measure_path(args.path, settings, gateway_env=gateway_env)
     print(gateway.describe(args.path, settings.duration_s), flush=True)
     if args.floors:
         from loadtest.proxy_floor import MODES
@@ -324,10 +394,17 @@ def run(args: argparse.Namespace) -> int:
             save_floors_plot(record, args.out / "floors.png")
         return 1 if failed else 0
     if args.no_profile:
+        full = full_collection_ms()
+        print(
+            f"one full collection in a process holding the gateway's app: {full['full_ms']:.1f} ms; "
+            f"{full['frozen_full_ms']:.1f} ms once its {full['frozen_objects']:,.0f} start-up "
+            "objects are frozen (GATEWAY_GC_FREEZE)",
+            flush=True,
+        )
         return 0
     with tempfile.TemporaryDirectory(prefix="gateway-profile-") as tmp:
         profile = args.profile or Path(tmp) / "gateway.prof"
-        profiled = measure_path(args.path, settings, profile_to=profile)
+        profiled = measure_path(args.path, settings, profile_to=profile, gateway_env=gateway_env)
         print("under cProfile: " + profiled.describe(args.path, settings.duration_s))
         print(top_functions(profile, args.top))
     return 0

@@ -25,6 +25,7 @@ from gateway.jobs.callback_sender import CallbackSender
 from gateway.jobs.runner import JobRunner
 from gateway.jobs.service import ImageJobs
 from gateway.jobs.store import JobStore
+from gateway.observe.gc_pauses import GcPauses
 from gateway.observe.stats import LatencyTracker
 from gateway.observe.timing import watch_event_loop
 from gateway.protocol.kserve import ParsePool
@@ -74,6 +75,7 @@ class _Running:
     sender: CallbackSender | None
     grpc_server: Any
     tasks: list[asyncio.Task[None]]
+    gc_pauses: GcPauses
 
 
 def make_lifespan(
@@ -154,6 +156,9 @@ async def _start(
         asyncio.create_task(runner.run()),
         asyncio.create_task(watch_event_loop(tracker.loop_lag.observe)),
     ]
+    gc_pauses = GcPauses()
+    gc_pauses.install()
+    tasks.append(asyncio.create_task(gc_pauses.observe_forever(tracker.observe_gc_pause)))
     if tracker.store is not None:
         tasks.append(
             asyncio.create_task(tracker.publish_forever(settings.stats_publish_interval_s))
@@ -167,7 +172,9 @@ async def _start(
     if parts.sync is not None:
         await parts.sync.refresh()  # canary weights in place before the first request
         tasks.append(asyncio.create_task(parts.sync.run()))
-    return _Running(backend, limiter, residency, job_store, usage_store, sender, grpc_server, tasks)
+    return _Running(
+        backend, limiter, residency, job_store, usage_store, sender, grpc_server, tasks, gc_pauses
+    )
 
 
 async def _stop(app: FastAPI, parts: AppParts, running: _Running) -> None:
@@ -179,6 +186,7 @@ async def _stop(app: FastAPI, parts: AppParts, running: _Running) -> None:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+    running.gc_pauses.remove()
     await tracker.publish()  # the last seconds of traffic, for the processes that remain
     try:
         await meter.flush()

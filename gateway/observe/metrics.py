@@ -114,6 +114,14 @@ class GatewayMetrics:
             buckets=LATENCY_BUCKETS_S,
             registry=self.registry,
         )
+        self.gc_pause = Histogram(
+            "gateway_gc_pause_seconds",
+            "Garbage-collector pauses of each worker, by generation: the worker's event loop stands "
+            "still meanwhile (gateway.observe.gc_pauses).",
+            ["generation"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=self.registry,
+        )
         self.rejections = Counter(
             "gateway_rejected_requests",
             "Requests refused before reaching Triton, by reason.",
@@ -190,6 +198,9 @@ class GatewayMetrics:
         if child is None:
             child = self._children[key] = metric.labels(*values)
         return child
+
+    def observe_gc_pause(self, generation: int, seconds: float) -> None:
+        self.labelled(self.gc_pause, str(generation)).observe(seconds)
 
     def reject(self, reason: str) -> None:
         self.labelled(self.rejections, reason).inc()

@@ -39,7 +39,8 @@ STAGES = ("auth", "admit", "parse", "upstream")
 
 
 def gateway_counters(base_url: str, token: str) -> dict[str, float]:
-    """The gateway's cumulative stage and request sums (seconds) and counts, all models together."""
+    """The gateway's cumulative stage and request sums (seconds) and counts, all models together;
+    its collector pauses as ``gc0`` to ``gc2`` (one per generation)."""
     import httpx
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -52,16 +53,17 @@ def gateway_counters(base_url: str, token: str) -> dict[str, float]:
         "gateway_stage_duration_seconds": "",
         "gateway_request_duration_seconds": "total",
         "gateway_event_loop_lag_seconds": "loop_lag",
+        "gateway_gc_pause_seconds": "gc",
     }
-    counters: dict[str, float] = {
-        f"{name}_{kind}": 0.0 for name in (*STAGES, "total", "loop_lag") for kind in ("s", "n")
-    }
+    names = (*STAGES, "total", "loop_lag", "gc0", "gc1", "gc2")
+    counters: dict[str, float] = {f"{name}_{kind}": 0.0 for name in names for kind in ("s", "n")}
     for family in text_string_to_metric_families(text):
         if family.name not in families:
             continue
         for sample in family.samples:
             kind = {"_sum": "s", "_count": "n"}.get(sample.name.removeprefix(family.name))
             name = sample.labels.get("stage", families[family.name])
+            name += sample.labels.get("generation", "")
             if kind is not None and f"{name}_{kind}" in counters:
                 counters[f"{name}_{kind}"] += sample.value
     return counters

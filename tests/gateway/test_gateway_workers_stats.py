@@ -66,6 +66,13 @@ def test_two_workers_answer_for_both(
         metrics = httpx.get(gateway.url + "/metrics", headers=METRICS_HEADERS, timeout=10).text
         assert [float(v) for v in pattern.findall(metrics)] == [float(_REQUESTS)]
 
+    # The workers' collector pauses are counted too (gateway.observe.gc_pauses; drained each second).
+    deadline = time.monotonic() + 20
+    while 'gateway_gc_pause_seconds_count{generation="0"}' not in metrics:
+        assert time.monotonic() < deadline, "no collector pause was ever counted"
+        time.sleep(0.2)
+        metrics = httpx.get(gateway.url + "/metrics", headers=METRICS_HEADERS, timeout=10).text
+
     # /v1/stats and /v1/usage: every answer (whichever worker) counts every request once published.
     deadline = time.monotonic() + 20
     streak = 0
