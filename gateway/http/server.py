@@ -71,7 +71,7 @@ def worker_app() -> FastAPI:
     app = create_app(settings)
     if settings.gc_freeze:
         # What is alive once the app is built lives as long as the worker: the collector need not
-        # walk it in every full collection (55-80 ms on a 2-core EPYC; gateway.observe.gc_pauses).
+        # walk it in every full collection (56-68 ms on a 2-core EPYC; gateway.observe.gc_pauses).
         freeze_startup_objects()
     return app
 

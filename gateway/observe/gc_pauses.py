@@ -2,10 +2,10 @@
 
 A collection stops the worker's event loop: every request in flight on that worker waits it out.
 A full (generation 2) collection walks every tracked object, and most of them are the modules, the
-app and its routes built at start-up, which live as long as the process: 55-80 ms in a process that
+app and its routes built at start-up, which live as long as the process: 56-68 ms in a process that
 has built the gateway's app, on a 2-core EPYC (``inferctl bench gateway-profile --no-profile``
-prints it). Full collections are rare while serving (none in 47 s at 300 requests/s there), but
-each one stalls a worker for that long. :func:`freeze_startup_objects` moves the start-up objects
+prints it; benchmarks/cpu/gateway-gc-2026-12-07). Full collections are rare while serving (none in
+47 s at 300 requests/s there), but each one stalls a worker for that long. :func:`freeze_startup_objects` moves the start-up objects
 out of the collector's sight (``gc.freeze``, as Instagram's Django fleet does), so a full collection
 walks only what serving created.
 
