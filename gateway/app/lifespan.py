@@ -156,9 +156,6 @@ async def _start(
         asyncio.create_task(runner.run()),
         asyncio.create_task(watch_event_loop(tracker.loop_lag.observe)),
     ]
-    gc_pauses = GcPauses()
-    gc_pauses.install()
-    tasks.append(asyncio.create_task(gc_pauses.observe_forever(tracker.observe_gc_pause)))
     if tracker.store is not None:
         tasks.append(
             asyncio.create_task(tracker.publish_forever(settings.stats_publish_interval_s))
@@ -172,6 +169,10 @@ async def _start(
     if parts.sync is not None:
         await parts.sync.refresh()  # canary weights in place before the first request
         tasks.append(asyncio.create_task(parts.sync.run()))
+    # Last: a start that failed above leaves no callback inside the collector.
+    gc_pauses = GcPauses()
+    gc_pauses.install()
+    tasks.append(asyncio.create_task(gc_pauses.observe_forever(tracker.observe_gc_pause)))
     return _Running(
         backend, limiter, residency, job_store, usage_store, sender, grpc_server, tasks, gc_pauses
     )
