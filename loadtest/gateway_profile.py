@@ -288,36 +288,6 @@ def top_functions(profile: Path, limit: int) -> str:
     return "\n".join(lines)
 
 
-# Run in a fresh interpreter: a process that holds only the gateway's app, as a worker does.
-_FULL_COLLECTION = """
-import gc, json, time
-from gateway.app import create_app
-from gateway.settings import GatewaySettings
-from gateway.observe.gc_pauses import freeze_startup_objects
-app = create_app(GatewaySettings())
-def timed():
-    started = time.perf_counter()
-    gc.collect()
-    return 1000.0 * (time.perf_counter() - started)
-before = min(timed() for _ in range(3))
-frozen = freeze_startup_objects()
-print(json.dumps({"full_ms": before, "frozen_full_ms": min(timed() for _ in range(3)),
-                  "frozen_objects": frozen}))
-"""
-
-
-def full_collection_ms() -> dict[str, float]:
-    """What one full collection costs a process that has built the gateway's app, before and after
-    :func:`gateway.observe.gc_pauses.freeze_startup_objects` (the best of three each)."""
-    import subprocess
-    import sys
-
-    out = subprocess.run(
-        [sys.executable, "-c", _FULL_COLLECTION], capture_output=True, text=True, check=True
-    ).stdout
-    return dict(json.loads(out.splitlines()[-1]))
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description="The gateway's CPU per request on the isolation benchmark's admitted or "
@@ -394,6 +364,8 @@ def run(args: argparse.Namespace) -> int:
             save_floors_plot(record, args.out / "floors.png")
         return 1 if failed else 0
     if args.no_profile:
+        from loadtest.collector_cost import full_collection_ms
+
         full = full_collection_ms()
         print(
             f"one full collection in a process holding the gateway's app: {full['full_ms']:.1f} ms; "

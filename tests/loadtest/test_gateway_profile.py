@@ -80,7 +80,7 @@ def test_gateway_env_takes_only_gateway_settings() -> None:
 
 
 def test_a_full_collection_is_measured_with_and_without_the_start_up_freeze() -> None:
-    from loadtest.gateway_profile import full_collection_ms
+    from loadtest.collector_cost import full_collection_ms
 
     figures = full_collection_ms()
     # The app's start-up objects are many (modules, routes, models): tens of thousands.
