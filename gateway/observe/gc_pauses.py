@@ -5,9 +5,10 @@ A full (generation 2) collection walks every tracked object, and most of them ar
 app and its routes built at start-up, which live as long as the process: 56-68 ms in a process that
 has built the gateway's app, on a 2-core EPYC (``inferctl bench gateway-profile --no-profile``
 prints it; benchmarks/cpu/gateway-gc-2026-12-07). Full collections are rare while serving (none in
-47 s at 300 requests/s there), but each one stalls a worker for that long. :func:`freeze_startup_objects` moves the start-up objects
-out of the collector's sight (``gc.freeze``, as Instagram's Django fleet does), so a full collection
-walks only what serving created.
+47 s at 300 requests/s there), but each one stalls a worker for that long.
+:func:`freeze_startup_objects` moves the start-up objects out of the collector's sight
+(``gc.freeze``, as Instagram's Django fleet does), so a full collection walks only what serving
+created.
 
 :class:`GcPauses` times every collection into ``gateway_gc_pause_seconds{generation}``, so a latency
 tail can be told apart from the collector's. Its callback runs inside the collector, at any
