@@ -368,7 +368,8 @@ def run(args: argparse.Namespace) -> int:
 
         full = full_collection_ms()
         print(
-            f"one full collection in a process holding the gateway's app: {full['full_ms']:.1f} ms; "
+            "one full collection in a process holding the gateway's app: "
+            f"{full['full_ms']:.1f} ms; "
             f"{full['frozen_full_ms']:.1f} ms once its {full['frozen_objects']:,.0f} start-up "
             "objects are frozen (GATEWAY_GC_FREEZE)",
             flush=True,

@@ -33,7 +33,8 @@ def freeze_startup_objects() -> int:
     """Collect once, then exempt every object alive now from later collections (``gc.freeze``).
 
     For a server process once its app is built: what is alive then lives as long as the process.
-    Not for a process that builds many apps (the test suite): their garbage would never be collected.
+    Not for a process that builds many apps (the test suite): their garbage would never be
+    collected.
 
     Returns:
         How many objects are frozen.
@@ -82,7 +83,8 @@ class GcPauses:
     async def observe_forever(
         self, observe: Callable[[int, float], None], interval_s: float = 1.0
     ) -> None:
-        """Hand each pause to ``observe(generation, seconds)`` every ``interval_s`` until cancelled."""
+        """Hand each pause to ``observe(generation, seconds)`` every ``interval_s`` until
+        cancelled, and the last ones then."""
         try:
             while True:
                 await asyncio.sleep(interval_s)
