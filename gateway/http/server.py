@@ -61,19 +61,24 @@ def settings_environment(settings: GatewaySettings) -> dict[str, str]:
     return env
 
 
-def worker_app() -> FastAPI:
-    """The app of one worker process, from ``GATEWAY_*`` (uvicorn calls this in each worker)."""
+def _serving_app(settings: GatewaySettings) -> FastAPI:
+    """The app a serving process runs (one worker, or each of several)."""
     from gateway.app import create_app
     from gateway.observe.gc_pauses import freeze_startup_objects
 
-    settings = GatewaySettings()
-    _configure_logging(settings.log_level)
     app = create_app(settings)
     if settings.gc_freeze:
         # What is alive once the app is built lives as long as the worker: the collector need not
         # walk it in every full collection (56-68 ms on a 2-core EPYC; gateway.observe.gc_pauses).
         freeze_startup_objects()
     return app
+
+
+def worker_app() -> FastAPI:
+    """The app of one worker process, from ``GATEWAY_*`` (uvicorn calls this in each worker)."""
+    settings = GatewaySettings()
+    _configure_logging(settings.log_level)
+    return _serving_app(settings)
 
 
 def serve(settings: GatewaySettings) -> None:
@@ -89,10 +94,8 @@ def serve(settings: GatewaySettings) -> None:
     """
     import uvicorn
 
-    from gateway.app import create_app
     from gateway.http.limits import uvicorn_options
     from gateway.http.server_limits import ServerLimits
-    from gateway.observe.gc_pauses import freeze_startup_objects
     from gateway.observe.metrics import metrics_directory
     from gateway.tenancy.secret_policy import check_secrets
 
@@ -117,10 +120,7 @@ def serve(settings: GatewaySettings) -> None:
         **uvicorn_options(ServerLimits.from_settings(settings)),
     )
     if workers == 1:
-        app = create_app(settings)
-        if settings.gc_freeze:  # as in worker_app
-            freeze_startup_objects()
-        uvicorn.run(app, **common)  # type: ignore[arg-type]
+        uvicorn.run(_serving_app(settings), **common)  # type: ignore[arg-type]
         return
     # Workers are fresh interpreters: hand them the effective settings (CLI options included), and
     # name the protocol class by import path (the class bound to limits cannot be pickled to them).
