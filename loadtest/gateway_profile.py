@@ -34,6 +34,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from gateway.observe.gc_pauses import OBSERVE_INTERVAL_S
 from loadtest.bench.gateway_split import gateway_counters
 from loadtest.isolation_stack import (
     DEFAULT_SETTINGS,
@@ -145,7 +146,7 @@ def measure_path(
             )
             before = gateway_counters(stack.url, stack.metrics_token)
             cpu = _cpu_per_request(stack.pid, spec)
-            time.sleep(1.2)  # the gateway hands its pauses to the histogram once a second
+            time.sleep(OBSERVE_INTERVAL_S + 0.2)  # the last pauses reach the histogram
             after = gateway_counters(stack.url, stack.metrics_token)
             return cpu._replace(
                 gc_pauses=tuple(

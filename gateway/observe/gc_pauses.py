@@ -26,7 +26,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["GcPauses", "freeze_startup_objects"]
+__all__ = ["OBSERVE_INTERVAL_S", "GcPauses", "freeze_startup_objects"]
+
+#: how often a worker hands its recorded pauses to the histogram (a scrape may lag by this much)
+OBSERVE_INTERVAL_S = 1.0
 
 
 def freeze_startup_objects() -> int:
@@ -81,7 +84,7 @@ class GcPauses:
                 return taken
 
     async def observe_forever(
-        self, observe: Callable[[int, float], None], interval_s: float = 1.0
+        self, observe: Callable[[int, float], None], interval_s: float = OBSERVE_INTERVAL_S
     ) -> None:
         """Hand each pause to ``observe(generation, seconds)`` every ``interval_s`` until
         cancelled, and the last ones then."""
