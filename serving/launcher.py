@@ -30,6 +30,7 @@ _BACKENDS_SOURCE = Path(__file__).parent / "backends"
 SHARED_MODULES = (
     _BACKENDS_SOURCE / "batching_core.py",
     _BACKENDS_SOURCE / "ragged_groups.py",
+    _BACKENDS_SOURCE.parent / "step_metrics.py",
 )
 DEFAULT_STARTUP_TIMEOUT_S = 180.0
 

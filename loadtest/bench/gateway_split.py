@@ -22,20 +22,34 @@ Beside them, ``loop_lag``: how late the workers' event loops ran a timer, on ave
 (``gateway_event_loop_lag_seconds``). Each await of a request waits about that long before it runs
 again, so a backed-up loop shows here while the stages only show its effect.
 
-Means, not percentiles, as with Triton's statistics; the scrapes include the point's warm-up.
+Means, as with Triton's statistics, and beside them where the slowest requests spent their time, read
+from the same histograms' buckets: ``total_p99`` and ``upstream_p99`` (the upper bound of the bucket
+holding the 99th percentile of the gateway's whole request and of its upstream stage; the buckets are
+25% apart) and ``loop_lag_max`` (the bucket bound of the longest lag sampled). A client P99 far above
+``total_p99`` was lost before the gateway's code ran; an ``upstream_p99`` close to ``total_p99``, on
+the way to Triton and in it. The scrapes include the point's warm-up.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from loadtest.bench.report import config_table
 from loadtest.bench.triton_split import OUTSIDE_COLUMNS, outside_cells
 
-__all__ = ["GatewaySplit", "gateway_counters", "gateway_split", "gateway_table"]
+__all__ = [
+    "GatewaySplit",
+    "bucket_bound_ms",
+    "gateway_counters",
+    "gateway_split",
+    "gateway_table",
+]
 
 STAGES = ("auth", "admit", "parse", "upstream")
+#: the histograms whose buckets are kept too (see the module docstring)
+TAIL_NAMES = ("total", "upstream", "loop_lag")
 
 
 def gateway_counters(base_url: str, token: str) -> dict[str, float]:
@@ -61,9 +75,14 @@ def gateway_counters(base_url: str, token: str) -> dict[str, float]:
         if family.name not in families:
             continue
         for sample in family.samples:
-            kind = {"_sum": "s", "_count": "n"}.get(sample.name.removeprefix(family.name))
+            suffix = sample.name.removeprefix(family.name)
             name = sample.labels.get("stage", families[family.name])
             name += sample.labels.get("generation", "")
+            if suffix == "_bucket" and name in TAIL_NAMES:  # cumulative: summed over labels too
+                key = f"{name}_le_{sample.labels['le']}"
+                counters[key] = counters.get(key, 0.0) + sample.value
+                continue
+            kind = {"_sum": "s", "_count": "n"}.get(suffix)
             if kind is not None and f"{name}_{kind}" in counters:
                 counters[f"{name}_{kind}"] += sample.value
     return counters
@@ -80,6 +99,10 @@ class GatewaySplit:
     parse_ms: float
     upstream_ms: float
     loop_lag_ms: float
+    #: bucket bounds (ms) of the slowest requests and the longest lag (see the module docstring)
+    total_p99_ms: float = 0.0
+    upstream_p99_ms: float = 0.0
+    loop_lag_max_ms: float = 0.0
 
     @property
     def other_ms(self) -> float:
@@ -98,7 +121,7 @@ class GatewaySplit:
 
 def gateway_split(before: dict[str, float], after: dict[str, float]) -> GatewaySplit:
     """The means of the requests the gateway answered between the two scrapes."""
-    delta = {k: after[k] - before[k] for k in after}
+    delta = {k: after[k] - before.get(k, 0.0) for k in after}
 
     def mean_ms(name: str) -> float:
         count = delta[f"{name}_n"]
@@ -112,21 +135,54 @@ def gateway_split(before: dict[str, float], after: dict[str, float]) -> GatewayS
         parse_ms=mean_ms("parse"),
         upstream_ms=mean_ms("upstream"),
         loop_lag_ms=mean_ms("loop_lag"),
+        total_p99_ms=bucket_bound_ms(delta, "total", 0.99),
+        upstream_p99_ms=bucket_bound_ms(delta, "upstream", 0.99),
+        loop_lag_max_ms=bucket_bound_ms(delta, "loop_lag", 1.0),
     )
+
+
+def bucket_bound_ms(delta: dict[str, float], name: str, q: float) -> float:
+    """The upper bound (ms) of the histogram bucket that holds the ``q`` quantile of ``name``'s
+    observations between two scrapes (as Prometheus's ``histogram_quantile`` finds the bucket; no
+    interpolation inside it); 0 without observations."""
+    buckets = sorted(
+        (float(key.rpartition("_le_")[2]), count)
+        for key, count in delta.items()
+        if key.startswith(f"{name}_le_")
+    )
+    total = buckets[-1][1] if buckets else 0.0  # the +Inf bucket counts every observation
+    if total <= 0:
+        return 0.0
+    for bound, count in buckets:
+        if count >= q * total:
+            return bound * 1000
+    return math.inf
 
 
 def gateway_table(rows: list[dict[str, Any]]) -> Any:
     """A rich table of gateway points: each row has ``config``, ``concurrency``, ``client_mean_ms``,
     ``outside_triton_ms`` and ``gateway`` (:meth:`GatewaySplit.as_dict`); rows without ``gateway``
     are skipped."""
-    columns = ("before_app", "auth", "admit", "parse", "to_triton", "other", "loop_lag")
+    columns = (
+        "before_app",
+        "auth",
+        "admit",
+        "parse",
+        "to_triton",
+        "other",
+        "loop_lag",
+        "total_p99",
+        "upstream_p99",
+        "loop_lag_max",
+    )
     table = config_table(
         (*OUTSIDE_COLUMNS, *(c.replace("_", " ") for c in columns)),
-        title="Where the gateway's time goes (means per request, ms; the gateway's stage metrics, "
-        "see loadtest.bench.gateway_split)",
+        title="Where the gateway's time goes (means per request, ms; the last three: bucket bounds "
+        "of the slowest; the gateway's stage metrics, see loadtest.bench.gateway_split)",
     )
     for row in rows:
         if "gateway" in row:
             stages = row["gateway"]
-            table.add_row(*outside_cells(row), *(f"{stages[c + '_ms']:.2f}" for c in columns))
+            cells = (stages.get(f"{c}_ms") for c in columns)  # rows of older runs lack the bounds
+            table.add_row(*outside_cells(row), *("-" if v is None else f"{v:.2f}" for v in cells))
     return table

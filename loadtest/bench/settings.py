@@ -105,6 +105,8 @@ class Result:
     capacity_used: float | None = None  # throughput / capacity: near 1, the client was the limit
     error_rate: float = 0.0
     error_messages: str = ""
+    #: the share of the slowest 1% that finished in the densest 100 ms (``loadgen.samples.tail_burst``)
+    tail_burst: float | None = None
 
 
 def result_row(name: str, result: Any, capacity: float | None, per_request: int = 1) -> Result:
@@ -126,6 +128,7 @@ def result_row(name: str, result: Any, capacity: float | None, per_request: int 
         capacity_used=result.throughput * per_request / capacity if capacity else None,
         error_rate=result.error_rate,
         error_messages=result.error_summary(),
+        tail_burst=result.tail_burst,
     )
 
 

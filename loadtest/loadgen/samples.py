@@ -17,11 +17,13 @@ import numpy as np
 
 from serving.quantiles import summarize as summarize_values
 
-__all__ = ["LoadResult", "Sample", "Samples", "summarize", "summarize_windows"]
+__all__ = ["LoadResult", "Sample", "Samples", "summarize", "summarize_windows", "tail_burst"]
 
 TRANSPORT_FAILURE = 0
 """The status of a request that got no answer at all (refused, reset, timed out)."""
 _NOT_CHECKED = -1
+#: :func:`tail_burst`'s bin: about the length of one stall that would make a P99 on its own
+TAIL_BIN_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -182,6 +184,8 @@ class LoadResult:
     messages: dict[int, str]
     wrong_answers: int = 0
     capacity: float | None = None
+    #: :func:`tail_burst` of the successes (``None``: too few to have a slowest 1%)
+    tail_burst: float | None = None
 
     @property
     def error_rate(self) -> float:
@@ -246,4 +250,22 @@ def summarize_windows(
         statuses=statuses,
         messages=messages,
         wrong_answers=int((inside.correct == 0).sum()),
+        tail_burst=tail_burst(inside.t1[ok], inside.latency_s[ok]),
     )
+
+
+def tail_burst(t1: np.ndarray, latency_s: np.ndarray, bin_s: float = TAIL_BIN_S) -> float | None:
+    """The share of the slowest 1% of requests that completed within one ``bin_s`` bin, the densest.
+
+    Whether a P99 is one event or the steady state: when something stalls for tens of milliseconds
+    (a collector pass, a lock, a connection being opened), every request in flight then finishes
+    late at about the same time, so the slowest 1% crowd into a bin or two and the share is near 1.
+    A tail spread over the window gives about ``bin_s`` over the window's length. ``None`` for fewer
+    than 100 requests (no slowest 1% to speak of).
+    """
+    n = int(latency_s.size)
+    if n < 100:
+        return None
+    slowest = np.argsort(latency_s, kind="stable")[-max(1, n // 100) :]
+    bins = np.floor((t1[slowest] - t1.min()) / bin_s).astype(np.int64)
+    return float(np.bincount(bins).max() / slowest.size)

@@ -40,8 +40,14 @@ crashed the 2.51 stub (it renames a consumed capsule ``used_dlpack``, which nump
 does not recognise), torch's are handled. Without torch the numpy path is used, which is fine under
 numpy 1.x; :meth:`BatchingModel.initialize` logs a warning for numpy 2 without torch.
 
+Where ``execute()`` spends its time is on Triton's ``/metrics`` page (``step_metrics.py``), in four
+steps that add up to it: ``inputs`` (reading and checking the requests), ``run`` (merging and queueing
+the model's work), ``wait`` (until the device has finished it: :meth:`BatchingModel.wait`; nothing on
+the CPU, where ``run`` has done the work) and ``respond`` (the outputs cut per request into responses).
+
 Deployment: Triton imports a Python-based backend's ``model.py`` with that backend's folder on
-``sys.path``, so this file and ``ragged_groups.py`` must sit beside each ``model.py``:
+``sys.path``, so this file, ``ragged_groups.py`` and ``step_metrics.py`` must sit beside each
+``model.py``:
 ``serving.launcher.assemble_backends`` copies them there (and into a NGC container's
 ``/opt/tritonserver/backends/<name>/`` by hand, see the README).
 """
@@ -59,8 +65,10 @@ import triton_python_backend_utils as pb_utils
 
 if TYPE_CHECKING:
     from serving.backends.ragged_groups import Pending, length_groups
-else:  # Triton imports this file with its folder (holding a copy of ragged_groups.py) on sys.path
+    from serving.step_metrics import StepTimes
+else:  # Triton imports this file with its folder (holding copies of both modules) on sys.path
     from ragged_groups import Pending, length_groups
+    from step_metrics import StepTimes
 
 _torch: Any
 try:
@@ -73,6 +81,8 @@ __all__ = ["BatchingModel", "RequestError", "TensorConfig", "parameter", "tensor
 
 #: longest exception summary written to Triton's log per failure (a hostile input must not flood it)
 _LOG_CHARS = 500
+#: the steps of ``execute()`` on Triton's ``/metrics`` page (see the module docstring)
+STEPS = ("inputs", "run", "wait", "respond")
 
 
 class RequestError(ValueError):
@@ -137,6 +147,7 @@ class BatchingModel(ABC):
             )
         )
         self.run_cost = float(self.parameter("ragged_run_cost", "0") or 0)
+        self.steps = StepTimes(pb_utils, self.model_name, args.get("model_version", ""), STEPS)
         if _torch is None and int(np.__version__.split(".")[0]) >= 2:
             self.log(
                 "warn",
@@ -153,6 +164,11 @@ class BatchingModel(ABC):
     def run(self, inputs: list[Any]) -> Sequence[Any]:
         """Run the model once on ``inputs`` (in ``self.inputs`` order, batch axis first when batched);
         return the outputs in ``self.outputs`` order."""
+
+    def wait(self, outputs: Sequence[Any]) -> Sequence[Any]:
+        """``outputs`` once they are ready: a runner that only queues work on a device in :meth:`run`
+        (and its copy back) waits for it here, so the wait is timed as a step of its own."""
+        return outputs
 
     def order(self, tensors: list[TensorConfig]) -> list[TensorConfig]:
         """The order :meth:`run` takes inputs and returns outputs in: the config's, unless overridden."""
@@ -203,6 +219,18 @@ class BatchingModel(ABC):
 
     def execute(self, requests: list[Any]) -> list[Any]:
         responses: list[Any] = [None] * len(requests)
+        with self.steps.step("inputs"):
+            pending = self._read(requests, responses)
+        for group in self.groups(pending):
+            if self.batched and len(group) > 1 and self._run_merged(group, responses):
+                continue
+            for item in group:
+                responses[item.index] = self._run_alone(item)
+        self.steps.executed(sum(p.size for p in pending))
+        return responses
+
+    def _read(self, requests: list[Any], responses: list[Any]) -> list[Pending]:
+        """Each request's inputs, gathered and checked; a request that fails gets its error response."""
         pending: list[Pending] = []
         for index, request in enumerate(requests):
             try:
@@ -219,12 +247,7 @@ class BatchingModel(ABC):
                 responses[index] = _error(str(exc), pb_utils.TritonError.INVALID_ARG)
             except Exception as exc:  # reading a request must never fail the others
                 responses[index] = self._failure(exc, "reading the request")
-        for group in self.groups(pending):
-            if self.batched and len(group) > 1 and self._run_merged(group, responses):
-                continue
-            for item in group:
-                responses[item.index] = self._run_alone(item)
-        return responses
+        return pending
 
     def groups(self, pending: list[Pending]) -> list[list[Pending]]:
         """The requests that run together: all of them, or for ragged inputs, by length bucket."""
@@ -291,18 +314,19 @@ class BatchingModel(ABC):
                 for i, spec in enumerate(self.inputs)
             ]
             outputs = self._checked_run(merged, sum(p.size for p in pending))
-            answers, start = [], 0
-            for item in pending:
-                stop = start + item.size
-                answers.append(
-                    self._respond(
-                        [
-                            self._own_length(spec, out[start:stop], item)
-                            for spec, out in zip(self.outputs, outputs, strict=True)
-                        ]
+            with self.steps.step("respond"):
+                answers, start = [], 0
+                for item in pending:
+                    stop = start + item.size
+                    answers.append(
+                        self._respond(
+                            [
+                                self._own_length(spec, out[start:stop], item)
+                                for spec, out in zip(self.outputs, outputs, strict=True)
+                            ]
+                        )
                     )
-                )
-                start = stop
+                    start = stop
         except Exception as exc:
             self.log(
                 "warn",
@@ -321,14 +345,17 @@ class BatchingModel(ABC):
 
     def _run_alone(self, item: Pending) -> Any:
         try:
-            return self._respond(
-                self._checked_run(item.arrays, item.size if self.batched else None)
-            )
+            outputs = self._checked_run(item.arrays, item.size if self.batched else None)
+            with self.steps.step("respond"):
+                return self._respond(outputs)
         except Exception as exc:
             return self._failure(exc, "running the model")
 
     def _checked_run(self, inputs: list[Any], batch: int | None) -> Sequence[Any]:
-        outputs = list(self.run(inputs))
+        with self.steps.step("run"):
+            queued = self.run(inputs)
+        with self.steps.step("wait"):
+            outputs = list(self.wait(queued))
         if len(outputs) != len(self.outputs):
             raise RuntimeError(
                 f"the model returned {len(outputs)} outputs; the config declares {len(self.outputs)}"

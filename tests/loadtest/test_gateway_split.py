@@ -8,7 +8,12 @@ import numpy as np
 import pytest
 import tritonclient.http as http
 
-from loadtest.bench.gateway_split import gateway_counters, gateway_split
+from loadtest.bench.gateway_split import (
+    STAGES,
+    bucket_bound_ms,
+    gateway_counters,
+    gateway_split,
+)
 from loadtest.bench.triton_split import model_counters, split
 from serving.launcher import TritonServer
 
@@ -58,6 +63,27 @@ def test_split_is_the_difference_per_request() -> None:
     assert sum(figures[p] for p in parts) == pytest.approx(20.0 - 7.0)
 
 
+def test_the_slowest_requests_are_placed_in_their_histogram_bucket() -> None:
+    # Cumulative bucket counts as /metrics gives them (le in seconds), before and after a point:
+    # the point added 100 requests, 98 of them within 10 ms, 1 in (10, 50] ms, 1 in (50, 100] ms.
+    before = {"total_le_0.01": 5.0, "total_le_0.05": 5.0, "total_le_0.1": 5.0, "total_le_+Inf": 5.0}
+    after = {
+        "total_le_0.01": 103.0,
+        "total_le_0.05": 104.0,
+        "total_le_0.1": 105.0,
+        "total_le_+Inf": 105.0,
+    }
+    delta = {k: after[k] - before.get(k, 0.0) for k in after}
+    assert bucket_bound_ms(delta, "total", 0.98) == pytest.approx(10.0)
+    assert bucket_bound_ms(delta, "total", 0.99) == pytest.approx(50.0)
+    assert bucket_bound_ms(delta, "total", 1.0) == pytest.approx(100.0)
+    assert bucket_bound_ms(delta, "upstream", 0.99) == 0.0  # nothing observed: no bound
+    # A histogram that first appears after the point's start has no "before" buckets.
+    sums = {f"{name}_{kind}": 0.0 for name in (*STAGES, "total", "loop_lag") for kind in "sn"}
+    got = gateway_split(sums, {**sums, "total_s": 1.0, "total_n": 100.0, **delta})
+    assert got.total_p99_ms == pytest.approx(50.0) and got.requests == 100
+
+
 @pytest.mark.integration
 def test_counters_of_the_real_gateway_count_its_requests(
     gateway: dict[str, str], loadtest_triton: TritonServer
@@ -75,6 +101,8 @@ def test_counters_of_the_real_gateway_count_its_requests(
     got = gateway_split(before, after)
     inside = split(model, triton_before, model_counters(loadtest_triton.http_url, model))
     assert got.requests == 3 and inside.requests == 3
+    # The buckets of the slowest requests: the gateway's whole request holds its upstream stage.
+    assert 0 < got.upstream_p99_ms <= got.total_p99_ms < float("inf")
     assert (
         0 < got.upstream_ms < got.total_ms
         and got.auth_ms > 0

@@ -25,7 +25,7 @@ from loadtest.loadgen import (
     run_load,
     twin_target,
 )
-from loadtest.loadgen.samples import summarize
+from loadtest.loadgen.samples import summarize, tail_burst
 from serving.launcher import TritonPorts, TritonServer
 from serving.ports import reserve_port
 from tests.support.tiny_repo import TINY_BIAS, TINY_MODEL, TINY_WEIGHT, build_tiny_repository
@@ -186,6 +186,32 @@ def test_summary_counts_only_the_window_and_uses_the_one_percentile_definition(
     merged = Samples.concat([samples.where(samples.t0 >= 5), samples.where(samples.t0 < 5)])
     assert merged.t0.tolist() == sorted(samples.t0.tolist())
     assert [s.retry_after for s in merged if s.status == 503] == [1.0]
+
+
+def test_tail_burst_tells_one_stall_from_a_tail_spread_over_the_window() -> None:
+    rng = np.random.default_rng(7)
+    t1 = np.sort(rng.uniform(0.0, 10.0, 2000))  # 200 requests a second for 10 s
+    latency = rng.uniform(0.005, 0.010, 2000)
+    assert tail_burst(t1[:99], latency[:99]) is None  # no slowest 1% to speak of
+    # Spread: the slowest 20 (1%) finish across the window, a bin or so each.
+    spread = latency.copy()
+    spread[::100] = 0.05
+    burst = tail_burst(t1, spread)
+    assert burst is not None and burst <= 0.15
+    # One stall: the requests finishing in one 100 ms span are the slowest.
+    stalled = latency.copy()
+    stalled[(t1 >= 4.0) & (t1 < 4.1)] = 0.08
+    assert tail_burst(t1, stalled) == 1.0
+    result = summarize(
+        Samples.from_rows(
+            [(t - d, d, 200, None, None) for t, d in zip(t1, stalled, strict=True)], {}
+        ),
+        "unit",
+        8,
+        1,
+        (0.0, 10.0),
+    )
+    assert result.tail_burst == 1.0
 
 
 def test_public_api_is_what_we_mean() -> None:

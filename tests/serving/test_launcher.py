@@ -20,7 +20,7 @@ def test_backend_directory_has_python_and_our_backends(tmp_path: Path) -> None:
     assert (target / "onnxruntime" / "model.py").exists()
     # model.py imports the shared core (and the core its grouping) by bare name: a copy of each beside it
     for backend in ("onnxruntime", "pytorch"):
-        for shared in ("batching_core.py", "ragged_groups.py"):
+        for shared in ("batching_core.py", "ragged_groups.py", "step_metrics.py"):
             assert (target / backend / shared).exists()
 
 

@@ -7,6 +7,7 @@ request fails alone.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -93,3 +94,27 @@ def test_bad_request_fails_alone(
         for i, future in enumerate(good):
             np.testing.assert_allclose(future.result()[0], expected[i], atol=1e-4, rtol=1e-4)
     assert "INPUT__0" in message or "shape" in message
+
+
+def test_execute_reports_its_steps_on_tritons_metrics_page(
+    torchscript_triton: TritonServer, reference: tuple[np.ndarray, np.ndarray]
+) -> None:
+    from loadtest.bench.triton_split import model_counters, split
+
+    images, _ = reference
+    url, metrics = torchscript_triton.http_url, torchscript_triton.metrics_url
+    before = model_counters(url, MODEL, metrics)
+    for i in range(3):
+        infer(url, images[i : i + 1])
+    # The stub hands its sums to Triton at most once a second, with an execution that finds them
+    # due.
+    deadline = time.monotonic() + 30
+    after = model_counters(url, MODEL, metrics)
+    while after.get("step:respond", 0.0) <= before.get("step:respond", 0.0):
+        assert time.monotonic() < deadline, f"no step metrics for {MODEL}: {after}"
+        time.sleep(1.1)
+        infer(url, images[:1])
+        after = model_counters(url, MODEL, metrics)
+    got = split(MODEL, before, after)
+    assert set(got.steps_ms) == {"inputs", "run", "wait", "respond"}
+    assert got.steps_ms["run"] > 0 and got.steps_ms["inputs"] > 0

@@ -266,6 +266,12 @@ class BatchRunner:
                     if not p[i].is_cuda:
                         host_copy(staging[start:stop], p[i])
                 row.copy_(staging[:n], non_blocking=True)  # the one host->device copy of this input
+            device_parts = [p[i] for p in parts if p[i].is_cuda]
+            if len(device_parts) == len(parts) > 1:
+                # One launch for the whole batch where a copy per request would be one launch each
+                # (CUDA shared memory: a request's tensor is on the device already).
+                torch.cat(device_parts, out=row)
+                continue
             for p, start, stop in zip(parts, offsets[:-1], offsets[1:], strict=True):
                 if p[i].is_cuda:
                     row[start:stop].copy_(p[i], non_blocking=True)
@@ -292,12 +298,14 @@ class BatchRunner:
         if self.stream is not None:
             self.stream.synchronize()
 
-    def to_device(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        """Own copies of device outputs that outlive the next run, ready when this returns."""
+    def to_device(self, tensors: Sequence[torch.Tensor], wait: bool = True) -> list[torch.Tensor]:
+        """Own copies of device outputs that outlive the next run, ready when this returns (with
+        ``wait=False``: after :meth:`synchronize`)."""
         if not self.cuda:
             return list(tensors)
         assert self.stream is not None
         with torch.cuda.stream(self.stream):
             owned = [t.clone() for t in tensors]
-        self.stream.synchronize()
+        if wait:
+            self.stream.synchronize()
         return owned

@@ -220,11 +220,11 @@ class TritonPythonModel(BatchingModel):
         # One request: its tensors; a merged batch: per input, the requests' tensors (see _Parts).
         merged = bool(inputs) and isinstance(inputs[0], _Parts)
         parts = [list(p) for p in zip(*inputs, strict=True)] if merged else [list(inputs)]
-        if self.runner is not None:
+        if self.runner is not None:  # queued only: wait() waits for the device
             outputs = self.runner.run_parts(parts)
             if self.output_memory == "gpu":
-                return self.runner.to_device(outputs)
-            return self.runner.to_host(outputs)
+                return self.runner.to_device(outputs, wait=False)
+            return self.runner.to_host(outputs, wait=False)
         # Dynamic non-batch axes (or no batching): one eager run on the merged batch.
         with torch.inference_mode():
             tensors = [
@@ -236,6 +236,11 @@ class TritonPythonModel(BatchingModel):
             outputs = list(self.model(*(t.to(self.device, non_blocking=True) for t in tensors)))
         if self.device.type == "cuda" and self.output_memory == "cpu":
             outputs = [o.to("cpu") for o in outputs]
+        return outputs
+
+    def wait(self, outputs: Sequence[Any]) -> Sequence[Any]:
+        if self.runner is not None:
+            self.runner.synchronize()
         return outputs
 
     def finalize(self) -> None:
