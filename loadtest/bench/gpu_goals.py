@@ -24,6 +24,8 @@ from loadtest.bench.settings import Result
 
 __all__ = ["CEILING_CONFIGS", "evaluate_targets"]
 
+#: the tensor path with one image per request and no payload on the wire: judged on the best of them
+TENSOR_SHM_CONFIGS = ("tensor system-shm", "tensor cuda-shm", "tensor cuda-shm inputs")
 #: the in-process ceiling's rows (the best of them is the tensor path's bar)
 CEILING_CONFIGS = tuple(f"raw {mode}" for mode in CEILING_MODES)
 
@@ -89,7 +91,7 @@ def evaluate_targets(rows: list[Result]) -> dict[str, Any]:
         else gateway.throughput / jpeg.throughput >= 0.8 and gateway.p99_ms - jpeg.p99_ms <= 3.0,
     }
     shm = max(
-        (r for r in (_best(rows, "tensor system-shm"), _best(rows, "tensor cuda-shm")) if r),
+        (r for c in TENSOR_SHM_CONFIGS if (r := _best(rows, c))),
         key=lambda r: r.throughput,
         default=None,
     )

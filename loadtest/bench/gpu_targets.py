@@ -72,6 +72,11 @@ def gpu_targets(
         "tensor http": tensor,
         "tensor system-shm": replace(tensor, shared_memory="system", name="tensor system-shm"),
         "tensor cuda-shm": replace(tensor, shared_memory="cuda", name="tensor cuda-shm"),
+        # The image over CUDA shared memory, its 4 KB of logits back in the body: Triton then copies
+        # no output into GPU memory per request (its output step, as perf_analyzer's way pays it).
+        "tensor cuda-shm inputs": replace(
+            tensor, shared_memory="cuda", shared_outputs=False, name="tensor cuda-shm inputs"
+        ),
         "tensor cuda-shm x8": replace(
             tensor,
             inputs=_tensor_inputs(IMAGES_PER_REQUEST["tensor cuda-shm x8"]),
@@ -89,6 +94,7 @@ def gpu_targets(
     if not gpu:
         del (
             targets["tensor cuda-shm"],
+            targets["tensor cuda-shm inputs"],
             targets["tensor cuda-shm x8"],
             targets["tensor no-batching cuda-shm"],
         )

@@ -134,6 +134,9 @@ class TritonTarget:
         protocol: ``http`` or ``grpc``.
         binary: HTTP only: binary tensor extension (``True``) or JSON.
         shared_memory: a kind of :data:`loadtest.loadgen.shm.KINDS` (``system``), or ``None``.
+        shared_outputs: with ``shared_memory``, the outputs are written there too (as perf_analyzer
+            does); ``False``: only the inputs, and the answers come back in the response body (a
+            small answer then costs Triton no copy into the client's region per request).
         headers: sent with every request (HTTP headers or gRPC metadata), e.g. credentials.
         check: ``check({output name: array}) -> bool`` marks answers right or wrong.
         priority: Triton's request priority (1 is served first; 0 sends none: the model's default
@@ -147,6 +150,7 @@ class TritonTarget:
     protocol: str = "http"
     binary: bool = True
     shared_memory: str | None = None
+    shared_outputs: bool = True
     headers: Mapping[str, str] = field(default_factory=dict)
     model_version: str = ""
     check: Callable[[Mapping[str, np.ndarray]], bool] | None = None
@@ -168,6 +172,7 @@ class TritonTarget:
         client = f"tritonclient.{self.protocol}.aio"
         if self.shared_memory:
             payload = f"{self.shared_memory} shared memory"
+            payload += "" if self.shared_outputs else " (inputs; outputs in the body)"
         elif self.protocol == "grpc":
             payload = "protobuf tensors"
         else:
@@ -187,6 +192,7 @@ class TritonTarget:
             client = triton_client(self.url, "grpc.aio")
         regions: list[Region] = []
         memory = KINDS[self.shared_memory]() if self.shared_memory else None
+        answers = memory if self.shared_outputs else None  # where the outputs are written
         try:
             # Metadata only where sizes or names must be known: a gateway may not serve it.
             output_specs: list[tuple[str, str, list[int]]]
@@ -202,10 +208,10 @@ class TritonTarget:
                     for arrays in self.inputs
                 ]
             worker_outputs = [
-                await self._outputs(module, memory, client, output_specs, regions)
-                for _ in range(concurrency if memory is not None else 1)
+                await self._outputs(module, answers, client, output_specs, regions)
+                for _ in range(concurrency if answers is not None else 1)
             ]
-            yield self._sender(client, module, requests, worker_outputs, output_specs, memory)
+            yield self._sender(client, module, requests, worker_outputs, output_specs, answers)
         finally:
             for region in regions:
                 assert memory is not None

@@ -80,8 +80,16 @@ def _target(server: TritonServer, **options: object) -> TritonTarget:
         {"protocol": "grpc"},
         {"protocol": "http", "shared_memory": "system"},
         {"protocol": "grpc", "shared_memory": "system"},
+        {"protocol": "http", "shared_memory": "system", "shared_outputs": False},
     ],
-    ids=["http-binary", "http-json", "grpc", "http-system-shm", "grpc-system-shm"],
+    ids=[
+        "http-binary",
+        "http-json",
+        "grpc",
+        "http-system-shm",
+        "grpc-system-shm",
+        "http-system-shm-inputs",
+    ],
 )
 def test_every_client_kind_gets_right_answers(tiny: TritonServer, options: dict) -> None:
     target = _target(tiny, **options)
