@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,8 +114,9 @@ class BuildCache:
             return
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / spec_name).mkdir(exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{spec_name}-", dir=self.root / spec_name))
-        try:
+        with repo.staged_folder(
+            group, within=self.root / spec_name, prefix=f".{spec_name}-"
+        ) as staging:
             for report in entries:
                 target = staging / report.model
                 target.mkdir()
@@ -126,11 +126,6 @@ class BuildCache:
                 )
                 if report.model == spec_name:
                     (target / _OWN).touch()
-            if group.exists():
-                shutil.rmtree(group)
-            os.replace(staging, group)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
         self._prune(spec_name)
 
     def _prune(self, spec_name: str) -> None:

@@ -19,11 +19,12 @@ version N+1 that way, so a rollout that dies half-way leaves a version nothing t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
@@ -42,6 +43,8 @@ __all__ = [
     "publish",
     "publish_artifact",
     "remove_entry",
+    "replace_folder",
+    "staged_folder",
     "unfinished_versions",
     "versions",
 ]
@@ -211,17 +214,12 @@ def publish(
         write_config(published, staging / "config.pbtxt")
 
         entry.mkdir(exist_ok=True)
-        final = entry / str(report.version)
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(version_dir, final)
+        replace_folder(version_dir, entry / str(report.version))
         # The config goes last: until then Triton keeps serving what was there before.
         os.replace(staging / "config.pbtxt", entry / "config.pbtxt")
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    for old in versions(repository, config.name)[:-keep_versions]:
-        shutil.rmtree(entry / str(old), ignore_errors=True)
-    return entry / str(report.version)
+    return _keep_newest(repository, config.name, report.version, keep_versions)
 
 
 def publish_artifact(
@@ -235,22 +233,40 @@ def publish_artifact(
     """
     entry = root / name
     entry.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root))
-    try:
+    with staged_folder(entry / str(report.version), within=root, prefix=f".{name}-") as staging:
         for dest, source in files.items():
             shutil.copy2(source, staging / dest)
             if dest.startswith("model."):
                 report.add_artifact("model", staging / dest)
         report.write(staging)
-        final = entry / str(report.version)
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(staging, final)
+    return _keep_newest(root, name, report.version, keep_versions)
+
+
+def replace_folder(source: Path, final: Path) -> None:
+    """Move the folder ``source`` to ``final``, replacing whatever is there (``os.replace`` moves a
+    folder onto a missing or empty one only)."""
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(source, final)
+
+
+@contextlib.contextmanager
+def staged_folder(final: Path, *, within: Path, prefix: str) -> Iterator[Path]:
+    """A new folder in ``within`` for the block to fill: it becomes ``final`` (replacing it) when the
+    block ends without an error, and is removed if it fails, so ``final`` is never half-written."""
+    staging = Path(tempfile.mkdtemp(prefix=prefix, dir=within))
+    try:
+        yield staging
+        replace_folder(staging, final)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _keep_newest(root: Path, name: str, version: int, keep_versions: int) -> Path:
+    """Prune ``name``'s finished versions beyond the newest ``keep_versions``; ``version``'s folder."""
     for old in versions(root, name)[:-keep_versions]:
-        shutil.rmtree(entry / str(old), ignore_errors=True)
-    return entry / str(report.version)
+        shutil.rmtree(root / name / str(old), ignore_errors=True)
+    return root / name / str(version)
 
 
 def remove_entry(repository: Path, name: str) -> bool:

@@ -41,7 +41,8 @@ from tritonclient.utils import triton_to_np_dtype
 
 from builders.triton_config import read_config, write_config
 from loadtest.bench.report import machine_description, machine_line
-from loadtest.loadgen import LoadResult, LoadSpec, TritonTarget, run_load
+from loadtest.bench.settings import point_spec
+from loadtest.loadgen import LoadResult, TritonTarget, run_load
 from loadtest.options import run_time_values, settings_record
 from loadtest.plotting import saved_figure
 from loadtest.registry import UsageError
@@ -180,13 +181,7 @@ def run_wakeup(settings: WakeupSettings) -> dict[str, Any]:
                     target = TritonTarget(
                         url=triton.http_url, model=name, inputs=(request,), name=label
                     )
-                    spec = LoadSpec(
-                        target=target,
-                        concurrency=concurrency,
-                        duration_s=settings.duration_s,
-                        warmup_s=settings.warmup_s,
-                        name=label,
-                    )
+                    spec = point_spec(target, concurrency, settings, label)
                     rows.append(_row(label, run_load(spec)))
                     last = rows[-1]
                     console.print(

@@ -36,6 +36,7 @@ from typing import Any, NamedTuple
 
 from gateway.observe.gc_pauses import OBSERVE_INTERVAL_S
 from loadtest.bench.gateway_split import gateway_counters
+from loadtest.bench.settings import point_spec
 from loadtest.isolation_stack import (
     DEFAULT_SETTINGS,
     CpuMeter,
@@ -137,13 +138,7 @@ def measure_path(
         if path == "refused":
             env["GATEWAY_HOLD_IGNORED_RETRY_AFTER_S"] = "0"
         with platform(Path(tmp), settings, profile_to=profile_to, gateway_env=env) as stack:
-            spec = LoadSpec(
-                target=_target(stack, path),
-                concurrency=settings.protected_concurrency,
-                duration_s=settings.duration_s,
-                warmup_s=settings.warmup_s,
-                name=path,
-            )
+            spec = point_spec(_target(stack, path), settings.protected_concurrency, settings, path)
             before = gateway_counters(stack.url, stack.metrics_token)
             cpu = _cpu_per_request(stack.pid, spec)
             time.sleep(OBSERVE_INTERVAL_S + 0.2)  # the last pauses reach the histogram
@@ -195,13 +190,7 @@ def measure_floors(settings: IsolationSettings, modes: tuple[str, ...]) -> dict[
                         name=mode,
                         timeout_s=120.0,
                     )
-                    spec = LoadSpec(
-                        target=target,
-                        concurrency=settings.protected_concurrency,
-                        duration_s=settings.duration_s,
-                        warmup_s=settings.warmup_s,
-                        name=mode,
-                    )
+                    spec = point_spec(target, settings.protected_concurrency, settings, mode)
                     floors[mode] = _cpu_per_request(server.pid, spec)
                 print(floors[mode].describe(mode, settings.duration_s, "floor"), flush=True)
     return floors

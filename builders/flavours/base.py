@@ -20,6 +20,7 @@ import numpy as np
 
 from builders import repository as repo
 from builders.context import GroundTruth
+from builders.errors import ParityError
 from builders.export import torch_reference
 from builders.parity import ParityResult, compare
 from builders.publication import Publication
@@ -33,6 +34,7 @@ __all__ = [
     "Loaded",
     "ParentEntry",
     "WithoutVariants",
+    "checked_parity",
     "compare_outputs",
     "load_reference",
     "next_version",
@@ -217,6 +219,21 @@ def compare_outputs(
 def parity_failures(parity: Mapping[str, ParityResult], tolerance: Tolerance) -> list[str]:
     """Every reason an output is outside ``tolerance``, prefixed by its name (empty: it passes)."""
     return [f"{name}: {p}" for name, result in parity.items() for p in result.failures(tolerance)]
+
+
+def checked_parity(
+    spec: ModelSpec, reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray], what: str
+) -> dict[str, ParityResult]:
+    """:func:`compare_outputs`, for a ``candidate`` that must be within ``spec.tolerance``.
+
+    Raises:
+        ParityError: an output is outside it; the message names ``what`` drifted and every reason.
+    """
+    parity = compare_outputs(spec, reference, candidate)
+    failures = parity_failures(parity, spec.tolerance)
+    if failures:
+        raise ParityError(f"{what} is outside tolerance: " + "; ".join(failures))
+    return parity
 
 
 def positional(tensors: Sequence[TensorSpec], prefix: str) -> list[TensorSpec]:

@@ -18,17 +18,15 @@ from pathlib import Path
 from builders import variants as precision_variants
 from builders.context import BuildContext, onnx_entry_config
 from builders.engine import EngineOptions
-from builders.errors import ParityError
 from builders.export import export_onnx
 from builders.flavours.base import (
     Artifact,
     BuildRun,
     Loaded,
     ParentEntry,
-    compare_outputs,
+    checked_parity,
     load_reference,
     next_version,
-    parity_failures,
 )
 from builders.hashing import inputs_hash
 from builders.parity import ParityResult, run_onnx
@@ -100,13 +98,10 @@ class OnnxFlavour:
         artifact.outputs = run_onnx(
             artifact.path, dict(loaded.truth.feeds), [o.name for o in spec.outputs]
         )
-        parity = compare_outputs(spec, loaded.truth.reference, artifact.outputs)
+        parity = checked_parity(
+            spec, loaded.truth.reference, artifact.outputs, f"{spec.name} ONNX export"
+        )
         artifact.timings["parity"] = time.perf_counter() - started
-        failures = parity_failures(parity, spec.tolerance)
-        if failures:
-            raise ParityError(
-                f"{spec.name} ONNX export is outside tolerance: " + "; ".join(failures)
-            )
         return parity
 
     def entry(

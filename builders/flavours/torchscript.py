@@ -23,16 +23,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builders.errors import BuildError, ParityError
+from builders.errors import BuildError
 from builders.flavours.base import (
     Artifact,
     BuildRun,
     Loaded,
     WithoutVariants,
-    compare_outputs,
+    checked_parity,
     load_reference,
     next_version,
-    parity_failures,
     positional,
 )
 from builders.hashing import inputs_hash
@@ -182,14 +181,12 @@ class TorchScriptFlavour(WithoutVariants):
     def verify(
         self, spec: ModelSpec, loaded: Loaded, artifact: TracedArtifact
     ) -> dict[str, ParityResult]:
-        parity = compare_outputs(spec, loaded.truth.reference, artifact.outputs)
-        failures = parity_failures(parity, spec.tolerance)
-        if failures:
-            raise ParityError(
-                f"{self.entry_name(spec)}: TorchScript trace is outside tolerance: "
-                + "; ".join(failures)
-            )
-        return parity
+        return checked_parity(
+            spec,
+            loaded.truth.reference,
+            artifact.outputs,
+            f"{self.entry_name(spec)}: TorchScript trace",
+        )
 
     def entry(
         self,

@@ -300,12 +300,11 @@ class TritonHttpBackend:
         return list(stats.get("model_stats", []))
 
     async def reload_model(self, model: str, *, timeout_s: float) -> None:
-        try:
-            async with asyncio.timeout(timeout_s):
-                config = await self._client.get_model_config(model)
-                await self._client.load_model(model, config=reload_config(config))
-        except Exception as exc:
-            raise translate_error(exc, model) from exc
+        await self._call(self._reload(model), timeout_s, model)
+
+    async def _reload(self, model: str) -> None:
+        config = await self._client.get_model_config(model)
+        await self._client.load_model(model, config=reload_config(config))
 
     async def close(self) -> None:
         await self._client.close()

@@ -149,25 +149,15 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._peer = self.client[0] if self.client else ""
         held = self.peers.add(self._peer)
         if held > self.limits.max_connections_per_peer and not self._close_idle(self._peer):
-            self._refuse(
-                _Refused(
-                    429,
-                    "Too Many Requests",
-                    f"this address already holds {self.limits.max_connections_per_peer} connections to the "
-                    "gateway and none is idle; retry shortly",
-                ),
-                {"retry-after": "1"},
+            self._refuse_crowded(
+                f"this address already holds {self.limits.max_connections_per_peer} connections to the "
+                "gateway and none is idle; retry shortly"
             )
             return
         if len(self.connections) > self.limits.max_connections and not self._close_idle(None):
-            self._refuse(
-                _Refused(
-                    429,
-                    "Too Many Requests",
-                    f"the gateway already holds {self.limits.max_connections} connections and none is idle; "
-                    "retry shortly",
-                ),
-                {"retry-after": "1"},
+            self._refuse_crowded(
+                f"the gateway already holds {self.limits.max_connections} connections and none is idle; "
+                "retry shortly"
             )
             return
         self._arm_head_timer()  # a connection that never sends a byte is a slow head too
@@ -304,6 +294,10 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             "Request Header Fields Too Large",
             f"the request line and headers are larger than {self.limits.max_header_bytes} bytes",
         )
+
+    def _refuse_crowded(self, detail: str) -> None:
+        """Refuse a connection over a connection bound (429): one may close within a second."""
+        self._refuse(_Refused(429, "Too Many Requests", detail), {"retry-after": "1"})
 
     def _arm_head_timer(self) -> None:
         if self._head_timer is None:

@@ -56,6 +56,7 @@ from gateway.observe.stats import LatencyTracker
 from gateway.settings import GatewaySettings
 from gateway.tenancy.context import RequestContext
 from gateway.tenancy.ratelimit import Decision, RateLimiter
+from gateway.tenancy.tiers import RateLimit
 
 if TYPE_CHECKING:
     from gateway.backends.residency import ResidencyManager
@@ -234,13 +235,7 @@ class AdmissionControl:
         key_decision = decisions[0] if key_limit is not None else None
         if key_limit is not None and not decisions[0].allowed:
             ctx.rate = decisions[0]
-            self.tracker.reject("rate_limit")
-            raise RateLimited(
-                f"rate limit across all models exceeded (tier '{principal.tier}': "
-                f"{key_limit.per_minute:g}/min, burst {key_limit.burst})",
-                retry_after_s=decisions[0].retry_after_s,
-                headers=decisions[0].headers(),
-            )
+            raise self._rate_limited("across all models", principal.tier, key_limit, decisions[0])
         if not served:
             raise self._unknown(name)
         if model_limit is None:
@@ -249,14 +244,20 @@ class AdmissionControl:
         decision = decisions[-1]
         ctx.rate = _tighter(decision, key_decision)
         if not decision.allowed:
-            self.tracker.reject("rate_limit")
-            raise RateLimited(
-                f"rate limit for model '{model}' exceeded (tier '{principal.tier}': "
-                f"{model_limit.per_minute:g}/min, burst {model_limit.burst})",
-                retry_after_s=decision.retry_after_s,
-                headers=decision.headers(),
-            )
+            raise self._rate_limited(f"for model '{model}'", principal.tier, model_limit, decision)
         return model
+
+    def _rate_limited(
+        self, scope: str, tier: str, limit: RateLimit, decision: Decision
+    ) -> RateLimited:
+        """The 429 of a bucket that refused (``scope`` says what it counts), counted as rejected."""
+        self.tracker.reject("rate_limit")
+        return RateLimited(
+            f"rate limit {scope} exceeded (tier '{tier}': "
+            f"{limit.per_minute:g}/min, burst {limit.burst})",
+            retry_after_s=decision.retry_after_s,
+            headers=decision.headers(),
+        )
 
     @asynccontextmanager
     async def slot(

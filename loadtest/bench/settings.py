@@ -133,7 +133,7 @@ def result_row(name: str, result: Any, capacity: float | None, per_request: int 
 
 
 class PointWindow(Protocol):
-    """A benchmark's settings as far as one load point reads them (both benchmarks' settings are)."""
+    """A benchmark's settings as far as one load point reads them (the benchmarks' settings are)."""
 
     @property
     def duration_s(self) -> float: ...
