@@ -200,10 +200,12 @@ def test_a_request_of_8_images_counts_as_8_images() -> None:
         mean_ms=1.0,
         error_rate=0.0,
         error_summary=lambda: "",
+        tail_burst=0.5,
     )
     batched = result_row("tensor cuda-shm x8", result, 200.0, 8)
     assert (batched.throughput, batched.capacity, batched.capacity_used) == (800.0, 1600.0, 0.5)
     assert result_row("tensor cuda-shm", result, 200.0).throughput == 100.0
+    assert batched.tail_burst == 0.5  # the load's own figure, whatever the images per request
 
 
 def test_the_jpeg_target_takes_any_jpeg_entry_and_the_gateway_its_own() -> None:
@@ -301,6 +303,7 @@ def test_a_failed_capacity_run_leaves_the_point_measured_and_says_why(
     answered = SimpleNamespace(
         concurrency=8, requests=80, errors=0, duration_s=1.0, throughput=80.0, p50_ms=1.0,
         p95_ms=2.0, p99_ms=3.0, mean_ms=1.5, error_rate=0.0, error_summary=lambda: "",
+        tail_burst=None,
     )  # fmt: skip
     monkeypatch.setattr(gpu_run, "measure_capacity", refused)
     monkeypatch.setattr(gpu_run, "run_load", lambda spec, processes: answered)
