@@ -135,8 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--tensor-instances",
         type=int,
         default=GpuBenchSettings.tensor_instances,
-        help="instances of the tensor entry on the GPU (default %(default)s: the best of H100 run "
-        "12's sweep)",
+        help="instances of the tensor entry on the GPU (default %(default)s: the better of 3 and 6 "
+        "at 256 in flight in H100 run 15)",
     )
     parser.add_argument(
         "--device",

@@ -59,9 +59,11 @@ class GpuBenchSettings:
     #: execution too: four stubs gave the tensor path at 32 in flight a capacity of only 1.36x its
     #: throughput (H100 run 12), against 4x and more at 256.
     twin_instances: int = 8
-    #: instances of the tensor entry on the GPU: three measured best of the sweep's candidates at 64 in
-    #: flight (6,697 images/s against 6,045 with two, 6,576 with four; H100 run 12)
-    tensor_instances: int = 3
+    #: instances of the tensor entry on the GPU (and of its no-batching twin). Three measured best of
+    #: the sweep's candidates at 64 in flight (H100 run 12), but at 256 six did better in one call
+    #: (H100 run 15: 7,213 against 6,382 images/s over CUDA shared memory, 7,599 against 3,794 over
+    #: system shared memory), and with six the on/off pair at 32 still kept 5.07x (run 16)
+    tensor_instances: int = 6
 
     def workers(self) -> int:
         """Gateway processes: as asked, else a quarter of the cores where the gateway can run several
