@@ -40,14 +40,12 @@ crashed the 2.51 stub (it renames a consumed capsule ``used_dlpack``, which nump
 does not recognise), torch's are handled. Without torch the numpy path is used, which is fine under
 numpy 1.x; :meth:`BatchingModel.initialize` logs a warning for numpy 2 without torch.
 
-Where ``execute()`` spends its time is on Triton's ``/metrics`` page (``step_metrics.py``), in four
-steps that add up to it: ``inputs`` (reading and checking the requests), ``run`` (merging and queueing
-the model's work), ``wait`` (until the device has finished it: :meth:`BatchingModel.wait`; nothing on
-the CPU, where ``run`` has done the work) and ``respond`` (the outputs cut per request into responses).
+``execute()``'s time is on Triton's ``/metrics`` page (``step_metrics.py``) in four steps: ``inputs``
+(reading the requests), ``run`` (merging, queueing the model's work), ``wait`` (for the device,
+:meth:`BatchingModel.wait`; nothing on the CPU) and ``respond`` (the responses).
 
 Deployment: Triton imports a Python-based backend's ``model.py`` with that backend's folder on
-``sys.path``, so this file, ``ragged_groups.py`` and ``step_metrics.py`` must sit beside each
-``model.py``:
+``sys.path``, so this file, ``ragged_groups.py`` and ``step_metrics.py`` sit beside each ``model.py``:
 ``serving.launcher.assemble_backends`` copies them there (and into a NGC container's
 ``/opt/tritonserver/backends/<name>/`` by hand, see the README).
 """
