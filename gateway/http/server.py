@@ -1,7 +1,8 @@
 """Run the gateway under uvicorn: ``serve(settings)`` and the ``python -m gateway`` CLI.
 
-One process, or ``workers`` processes sharing the listening socket (uvicorn's supervisor restarts a
-worker that dies). Several workers need Redis: that is where they share API keys, canary weights
+One process, or ``workers`` processes, each with a listening socket of its own where the kernel
+spreads connections over them (:mod:`gateway.http.workers`; uvicorn's supervisor restarts a worker
+that dies). Several workers need Redis: that is where they share API keys, canary weights
 and rate limits (see :meth:`GatewaySettings.worker_count`). Workers read their settings from the
 environment, so ``serve`` writes the effective settings there before it starts them.
 """
@@ -96,6 +97,7 @@ def serve(settings: GatewaySettings) -> None:
 
     from gateway.http.limits import uvicorn_options
     from gateway.http.server_limits import ServerLimits
+    from gateway.http.workers import serve_workers
     from gateway.observe.metrics import metrics_directory
     from gateway.tenancy.secret_policy import check_secrets
 
@@ -131,7 +133,11 @@ def serve(settings: GatewaySettings) -> None:
     common["http"] = f"{__name__}:{_WORKER_HTTP_PROTOCOL}"
     # Prometheus values of every worker in one folder, so any worker answers /metrics for all.
     with metrics_directory(workers):
-        uvicorn.run("gateway.http.server:worker_app", factory=True, workers=workers, **common)  # type: ignore[arg-type]
+        serve_workers(
+            uvicorn.Config(
+                "gateway.http.server:worker_app", factory=True, workers=workers, **common
+            )  # type: ignore[arg-type]
+        )
 
 
 _WORKER_HTTP_PROTOCOL = "WorkerHttpProtocol"

@@ -7,9 +7,10 @@ starts a new gateway. Run from the repository root:
 
     GATEWAY_DEV_INSECURE=1 PYTHONPATH=$PWD python3 loadtest/probes/worker_balance.py 8 128 5
 
-uvicorn's workers share one listening socket, and asyncio accepts up to the socket's backlog of
-pending connections each time a worker wakes. A burst of new connections therefore lands in
-whichever workers wake first. A connection stays with the worker that accepted it.
+With one listening socket for all workers (uvicorn's supervisor), asyncio accepts up to the backlog
+of pending connections each time a worker wakes: a burst lands in whichever workers wake first, and
+a connection stays with the worker that accepted it. The gateway now gives each worker a socket of
+its own (``gateway/http/workers.py``); benchmarks/cpu/worker-balance-2026-12-07 has both.
 """
 
 from __future__ import annotations
