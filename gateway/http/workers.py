@@ -11,7 +11,10 @@ Here each worker starts with a socket of its own. All of them are bound to the s
 ``SO_REUSEPORT``, so Linux spreads new connections over them by their address hash. The supervisor
 is uvicorn's own (signals, health pings, restarts). A worker that replaces a dead one serves every
 socket, the dead worker's included. The parent keeps all the sockets open, so connections queued on
-a dead worker's socket wait there for its replacement and are not reset.
+a dead worker's socket wait there for its replacement and are not reset. The price: a worker whose
+event loop is stuck keeps getting its share of new connections until uvicorn's health ping
+(``timeout_worker_healthcheck``) has it replaced, where with one shared socket the others would
+have taken them.
 
 Elsewhere (no ``SO_REUSEPORT`` load balancing: macOS, Windows) the workers share one socket, as
 uvicorn does it.
