@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from gateway.http.workers import balances_connections, reuse_port_sockets
+from tests.support.gateway_procs import worker_pids
 
 _WORKERS = 4
 _CONNECTIONS = 64
@@ -29,12 +30,6 @@ def test_the_sockets_share_one_port_with_reuse_port() -> None:
     finally:
         for s in sockets:
             s.close()
-
-
-def _workers(pid: int) -> list[int]:
-    """uvicorn's worker processes under ``pid`` (multiprocessing's resource tracker is a child too)."""
-    children = [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    return [c for c in children if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
 
 
 def _sockets(port: int, state: str) -> set[str]:
@@ -88,7 +83,7 @@ def test_a_burst_of_connections_reaches_every_worker_and_a_dead_worker_loses_non
         workers=_WORKERS,
     )
     port = int(gateway.url.rsplit(":", 1)[1])
-    workers = _workers(gateway.process.pid)
+    workers = worker_pids(gateway.process.pid)
     assert len(workers) == _WORKERS
     # /healthz answered from one worker; each of the others listens once its app has started.
     deadline = time.monotonic() + 60
@@ -109,6 +104,6 @@ def test_a_burst_of_connections_reaches_every_worker_and_a_dead_worker_loses_non
     os.kill(workers[0], signal.SIGKILL)
     assert asyncio.run(_burst(gateway.url, _CONNECTIONS)) == [200] * _CONNECTIONS
     deadline = time.monotonic() + 60
-    while len(now := _workers(gateway.process.pid)) < _WORKERS or workers[0] in now:
+    while len(now := worker_pids(gateway.process.pid)) < _WORKERS or workers[0] in now:
         assert time.monotonic() < deadline, f"the dead worker was not replaced: {now}"
         time.sleep(0.5)

@@ -10,18 +10,18 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.gateway_procs import ADMIN_TOKEN, METRICS_HEADERS, create_key, tiny_request
+from tests.support.gateway_procs import (
+    ADMIN_TOKEN,
+    METRICS_HEADERS,
+    create_key,
+    tiny_request,
+    worker_pids,
+)
 
 pytestmark = pytest.mark.integration
 
 INFER = "/v2/models/tiny_linear/infer"
 _REQUESTS = 60
-
-
-def _workers(pid: int) -> list[int]:
-    """uvicorn's worker processes under ``pid`` (multiprocessing's resource tracker is a child too)."""
-    children = [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    return [c for c in children if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
 
 
 def _metrics_dir(worker: int) -> Path:
@@ -41,7 +41,7 @@ def test_two_workers_answer_for_both(
         stats_publish_interval_s=0.2,
         usage_flush_interval_s=0.2,
     )
-    workers = _workers(gateway.process.pid)
+    workers = worker_pids(gateway.process.pid)
     assert len(workers) == 2
     headers, key = create_key(gateway, name="workers-stats")
     client_id = f"key:{key['key_id']}"
@@ -88,4 +88,6 @@ def test_two_workers_answer_for_both(
         gateway.url + "/v1/stats", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=10
     )
     assert admin.json()["models"]["tiny_linear"]["gateway"]["count"] >= _REQUESTS
-    assert _workers(gateway.process.pid) == workers  # no worker died (and was replaced) on the way
+    assert (
+        worker_pids(gateway.process.pid) == workers
+    )  # no worker died (and was replaced) on the way

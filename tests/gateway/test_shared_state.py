@@ -23,7 +23,13 @@ import tritonclient.grpc as grpc
 from gateway.tenancy.keys_sqlite import SqliteKeyStore
 from serving.ports import reserve_port
 from tests.support.api_errors import api_error
-from tests.support.gateway_procs import ADMIN_TOKEN, ROOT, GatewayProcess, tiny_request
+from tests.support.gateway_procs import (
+    ADMIN_TOKEN,
+    ROOT,
+    GatewayProcess,
+    tiny_request,
+    worker_pids,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -214,12 +220,6 @@ def test_cli_migrates_a_sqlite_store_into_redis(replicas, redis_url, tmp_path) -
     assert _infer(second, live).status_code == 200
 
 
-def _workers(pid: int) -> list[int]:
-    """uvicorn's worker processes under ``pid`` (multiprocessing's resource tracker is a child too)."""
-    children = [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    return [c for c in children if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
-
-
 def _streak(condition: Callable[[], bool], what: str, length: int = 20) -> None:
     """Wait until ``condition`` holds ``length`` times in a row: with several workers behind one port
     (each request on a new connection, so the kernel spreads them), a streak means all have caught up."""
@@ -243,7 +243,7 @@ def test_two_workers_serve_and_share_state(
         workers=2,
         grpc_port=reserve_port(),  # every worker serves the gRPC entry too (SO_REUSEPORT)
     )
-    workers = _workers(gateway.process.pid)
+    workers = worker_pids(gateway.process.pid)
     assert len(workers) == 2
     # One bucket for all workers: burst 4, then one a minute (per worker, 10 requests would pass 8).
     limited = _create(gateway, tier="tiny")["api_key"]
@@ -295,7 +295,9 @@ def test_two_workers_serve_and_share_state(
     # Workers run the same HTTP server limits as a single process (431 past the header count).
     crowded = {f"x-h{i}": "1" for i in range(150)}
     assert httpx.get(gateway.url + "/healthz", headers=crowded).status_code == 431
-    assert _workers(gateway.process.pid) == workers  # no worker died (and was replaced) on the way
+    assert (
+        worker_pids(gateway.process.pid) == workers
+    )  # no worker died (and was replaced) on the way
 
 
 def test_several_workers_without_redis_are_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]

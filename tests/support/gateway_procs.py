@@ -163,3 +163,11 @@ def create_key(
     assert response.status_code == 201, response.text
     created = response.json()
     return {"Authorization": f"Bearer {created['api_key']}"}, created
+
+
+def worker_pids(pid: int) -> list[int]:
+    """The worker processes of the multi-worker gateway ``pid`` (uvicorn spawns them; the parent's
+    other child, multiprocessing's resource tracker, is left out, and so is a dead worker not yet
+    reaped, whose command line is empty)."""
+    children = [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    return [c for c in children if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
