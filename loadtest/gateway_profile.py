@@ -200,6 +200,7 @@ def measure_floors(settings: IsolationSettings, modes: tuple[str, ...]) -> dict[
 FLOOR_LABELS = {
     "server": "uvicorn alone (fixed answer, no upstream)",
     "aiohttp": "raw ASGI proxy, aiohttp to Triton",
+    "pool": "raw ASGI proxy, the gateway's pool to Triton",
     "fastapi": "FastAPI route + JSON parse, aiohttp to Triton",
     "grpc": "raw ASGI + JSON parse, grpc.aio to Triton",
 }

@@ -7,6 +7,8 @@ for :mod:`loadtest.gateway_profile`'s ``--floors``:
 - ``server``: uvicorn alone; every request is answered at once with a fixed body (no upstream).
 - ``aiohttp``: a raw ASGI proxy: the body is read and passed to Triton's HTTP endpoint by the
   gateway's own client library (aiohttp, one pooled session), Triton's answer passed back.
+- ``pool``: the same raw proxy on the gateway's own connection pool to Triton
+  (:mod:`gateway.backends.http1_pool`: asyncio protocols and httptools) instead of aiohttp.
 - ``fastapi``: the same proxy as a FastAPI route that also parses the JSON body: the framework's cost.
 - ``grpc``: a raw ASGI app that parses the JSON body and calls Triton over ``grpc.aio`` (a
   ``ModelInferRequest`` built from it; INT32 inputs only, as the profile's model takes).
@@ -35,7 +37,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-MODES = ("server", "aiohttp", "fastapi", "grpc")
+MODES = ("server", "aiohttp", "pool", "fastapi", "grpc")
 _JSON = [(b"content-type", b"application/json")]
 
 
@@ -83,6 +85,20 @@ def _aiohttp_post(triton_http: str) -> Callable[[str, bytes], Awaitable[bytes]]:
             f"http://{triton_http}{path}", data=body, headers={"content-type": "application/json"}
         ) as response:
             return await response.read()
+
+    return post
+
+
+def _pool_post(triton_http: str) -> Callable[[str, bytes], Awaitable[bytes]]:
+    from gateway.backends.http1_pool import Http1Pool
+
+    pools: list[Http1Pool] = []  # made on first use, inside the server's loop
+
+    async def post(path: str, body: bytes) -> bytes:
+        if not pools:
+            pools.append(Http1Pool(triton_http, limit=64))
+        answer = await pools[0].post(path, body, {"Content-Type": "application/json"})
+        return answer.body
 
     return post
 
@@ -145,8 +161,8 @@ def build_app(mode: str, triton_http: str, triton_grpc: str) -> App:
             return b'{"outputs":[]}'
 
         return _raw(fixed)
-    if mode == "aiohttp":
-        post = _aiohttp_post(triton_http)
+    if mode in ("aiohttp", "pool"):
+        post = _aiohttp_post(triton_http) if mode == "aiohttp" else _pool_post(triton_http)
 
         async def forward(scope: Scope, body: bytes) -> bytes:
             return await post(scope["path"], body)

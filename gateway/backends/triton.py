@@ -27,8 +27,8 @@ allow the override) instead of running for nobody.
 
 KServe v2 requests arrive already checked (:class:`gateway.protocol.kserve.InferRequest`) and are sent as
 :func:`gateway.protocol.kserve.encode_rest` encodes them, never as the client's bytes. tritonclient has no
-public call for an already-encoded body, so that one path uses an aiohttp session of its own
-(aiohttp is what tritonclient's aio client runs on). Both are connection pools.
+public call for an already-encoded body, and that path is the hot one, so it goes over the gateway's
+own keep-alive connections (:mod:`gateway.backends.http1_pool`, which says why not aiohttp).
 """
 
 from __future__ import annotations
@@ -41,13 +41,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 from urllib.parse import quote
 
-import aiohttp
 import numpy as np
 import tritonclient.http.aio as triton_aio
 from tritonclient.utils import np_to_triton_dtype
 
+from gateway.backends.http1_pool import Http1Pool
 from gateway.backends.triton_errors import error_message, from_status, safe_message, translate_error
-from gateway.errors import GatewayError
 from gateway.protocol.kserve import InferRequest, encode_rest
 
 __all__ = [
@@ -154,11 +153,7 @@ class TritonHttpBackend:
     def __init__(self, url: str, pool_size: int = 64) -> None:
         self.url = url
         self._client = triton_aio.InferenceServerClient(url, conn_limit=pool_size)
-        self._raw = aiohttp.ClientSession(
-            base_url=f"http://{url}",
-            connector=aiohttp.TCPConnector(limit=pool_size),
-            auto_decompress=False,
-        )
+        self._raw = Http1Pool(url, limit=pool_size)
 
     async def _call(self, call: Awaitable[T], timeout_s: float, model: str | None = None) -> T:
         """What ``call`` (a client request) answers within ``timeout_s``; its errors translated."""
@@ -240,22 +235,15 @@ class TritonHttpBackend:
             GatewayError: translated as the module docstring says.
         """
         body, headers = encode_rest(request)
-        # aiohttp would ask for gzip on its own; let Triton compress only when the client asked.
+        # Triton compresses its answer only when the client asked for it.
         headers["Accept-Encoding"] = accept_encoding
-        try:
-            async with asyncio.timeout(timeout_s):
-                async with self._raw.post(
-                    _infer_path(model, version), data=body, headers=headers
-                ) as resp:
-                    payload = await resp.read()
-                    if resp.status != 200:
-                        raise from_status(resp.status, error_message(payload), model)
-                    out = {k: v for k, v in resp.headers.items() if k.lower() in _RESPONSE_HEADERS}
-        except GatewayError:
-            raise
-        except Exception as exc:
-            raise translate_error(exc, model) from exc
-        return RawResponse(payload, out)
+        answer = await self._call(
+            self._raw.post(_infer_path(model, version), body, headers), timeout_s, model
+        )
+        if answer.status != 200:
+            raise from_status(answer.status, error_message(answer.body), model)
+        out = {k: v for k, v in answer.headers.items() if k in _RESPONSE_HEADERS}
+        return RawResponse(answer.body, out)
 
     async def model_metadata(
         self, model: str, *, timeout_s: float, version: str = ""
