@@ -68,9 +68,15 @@ def _settings_line(
         else "FP32 ONNX via onnxruntime backend"
     )
     described = "; ".join(f"{name}: {text}" for name, text in clients.items())
+    jpeg = (
+        "; JPEG configurations: the photos and their mirror images as JPEG "
+        "(at most 512 px, quality 90)"
+        if set(JPEG_CONFIGS) & set(settings.configs)
+        else ""
+    )
     return (
         f"model {entry} ({precision}); payload FP32 [1,3,224,224], 12 real photos round-robin"
-        f"{'; JPEG configurations: the photos and their mirror images as JPEG (at most 512 px, quality 90)' if set(JPEG_CONFIGS) & set(settings.configs) else ''}; "
+        f"{jpeg}; "
         f"closed loop, concurrency {list(settings.concurrency)}, {settings.warmup_s:g}s warm-up + "
         f"{settings.duration_s:g}s measured per point, {settings.clients} client process(es); "
         f"{described}; client capacity: the same client against an instant twin of the model in "
