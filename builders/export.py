@@ -129,7 +129,8 @@ def select_output(model: object, output: str, argument_names: Sequence[str]) -> 
             self.model = model
 
         def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
-            return getattr(self.model(**dict(zip(argument_names, tensors, strict=True))), output)  # type: ignore[operator]
+            named = dict(zip(argument_names, tensors, strict=True))
+            return getattr(self.model(**named), output)  # type: ignore[operator]
 
     return SelectOutput().eval()
 

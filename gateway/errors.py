@@ -5,24 +5,29 @@
     GatewayError                    base; never raised itself
     ├── BadRequest                  400  the request is malformed (names the ``field``)
     │   ├── InferenceInputError     400  Triton refused the inputs (shape, dtype, undecodable image)
-    │   └── CallbackRefused         400  a job's callback URL is off the allow-list or resolves to a refused address
+    │   └── CallbackRefused         400  a job's callback URL is off the allow-list or resolves to
+    │                                    a refused address
     ├── AuthenticationError         401  no credential, or one that is wrong/expired/revoked
     ├── PermissionDenied            403  a valid credential without the scope for this model/route
     ├── NotFound                    404  no such thing (an API key id, a route's resource)
     │   └── ModelNotFound           404  Triton does not serve this model (yet)
     ├── Gone                        410  it existed and has expired (a signed image URL past its time)
-    ├── Conflict                    409  the request contradicts stored state (an imported key id, a version not READY)
-    │   └── JobNotFinished          409  a job's result asked for before it succeeded; a finished job cancelled
+    ├── Conflict                    409  the request contradicts stored state (an imported key id,
+    │   │                                a version not READY)
+    │   └── JobNotFinished          409  a job's result asked for before it succeeded; a finished
+    │                                    job cancelled
     ├── PayloadTooLarge             413  the body is over the configured limit (also once decompressed)
     ├── UnsupportedMediaType        415  a Content-Encoding the gateway does not decode
     ├── RateLimited                 429  the client's bucket for this model is empty (Retry-After)
     │   └── TooManyJobs             429  the key holds as many generation jobs as it may (Retry-After)
     ├── Overloaded                  429  too many requests in flight for this model (Retry-After)
     ├── ServiceUnavailable          503  (Retry-After)
-    │   ├── CapacityReserved        503  a lower tier's request would take the in-flight reserve of the highest tier
+    │   ├── CapacityReserved        503  a lower tier's request would take the in-flight reserve of
+    │   │                                the highest tier
     │   ├── UpstreamUnavailable     503  Triton cannot be reached or is not ready
     │   ├── ModelNotReady           503  the model exists but is loading/unloading
-    │   ├── ModelUnhealthy          503  an instance of the model (or of a step it calls) died; it is being reloaded
+    │   ├── ModelUnhealthy          503  an instance of the model (or of a step it calls) died;
+    │   │                                it is being reloaded
     │   ├── RateLimiterUnavailable  503  Redis is down and the policy is "closed"
     │   ├── StateStoreUnavailable   503  the shared key / canary store (Redis) cannot be reached
     │   └── ModelLoadFailed         503  loading the model on demand failed (retried after a backoff)

@@ -3,15 +3,18 @@
     python -m loadtest.run --host http://127.0.0.1:8080 --scenarios classify,embeddings,v2 --run-time 60s
     locust -f loadtest/locustfile.py --host http://127.0.0.1:8080        # the web UI
 
-Users (pick them by class name on locust's command line, or by scenario name in ``loadtest.run``):
+Users (pick them by class name on locust's command line, or by scenario name in ``loadtest.run``),
+as scenario (class): route; payload:
 
-| scenario    | class               | route                                   | payload                                    |
-|-------------|---------------------|-----------------------------------------|--------------------------------------------|
-| classify    | ClassifyUser        | POST /v1/classify (multipart ``file``)  | 1-3 skimage photographs encoded as JPEG    |
-| embeddings  | EmbeddingsUser      | POST /v1/embeddings                     | 1-8 real English sentences                 |
-| generation  | ImageGenerationUser | POST /v1/images/generations             | a short prompt, small size, few steps      |
-| v2          | V2TensorUser        | POST /v2/models/{model}/infer (binary)  | one photograph as FP32 [1, 3, 224, 224]    |
-| free, standard, premium | FreeTierUser ... | POST /v2/models/{model}/infer | as v2, with that tier's key; 429 expected |
+- classify (ClassifyUser): POST /v1/classify (multipart ``file``); 1-3 skimage photographs
+  encoded as JPEG
+- embeddings (EmbeddingsUser): POST /v1/embeddings; 1-8 real English sentences
+- generation (ImageGenerationUser): POST /v1/images/generations; a short prompt, small size,
+  few steps
+- v2 (V2TensorUser): POST /v2/models/{model}/infer (binary); one photograph as FP32
+  [1, 3, 224, 224]
+- free, standard, premium (FreeTierUser ...): POST /v2/models/{model}/infer; as v2, with that
+  tier's key; 429 expected
 
 Environment (read when a user starts, never at import):
 

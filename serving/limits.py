@@ -16,8 +16,8 @@ turn a clean 4xx into a model error.
     ├── embeddings                EmbeddingLimits: inputs per request, encoder batch, text length
     ├── image_generation          ImageGenerationLimits: steps, sides, seed, guidance, prompt
     ├── image_upload              ImageUploadLimits: what the gateway checks cheaply (count, bytes)
-    ├── image_decode              DecodeLimits (serving.image_preprocessing, the model's own type): what the
-    │                             preprocessing model checks before allocating
+    ├── image_decode              DecodeLimits (serving.image_preprocessing, the model's own
+    │                             type): what the preprocessing model checks before allocating
     ├── jobs                      JobLimits: generation jobs a key may hold, callback URL length
     └── queue                     QueueLimits: priority levels and per-level queue policies (Triton)
 """

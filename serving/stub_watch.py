@@ -4,7 +4,8 @@ shared memory left behind by a stub that is gone.
 Every model instance the Python backend runs (our Python-based ``onnxruntime`` and ``pytorch``
 backends included) is a ``triton_python_backend_stub`` child of ``tritonserver``, started as::
 
-    triton_python_backend_stub <repository>/<model>/<version>/<file> <shm region> <size> <growth> <parent pid> ...
+    triton_python_backend_stub <repository>/<model>/<version>/<file> <shm region> <size>
+        <growth> <parent pid> ...
 
 and talks to Triton through one POSIX shared-memory region, ``/dev/shm/<shm region>``
 (``triton_<backend>_backend_shm_region_<uuid>``). Triton does not remove the region when a stub dies

@@ -23,8 +23,11 @@ __all__ = ["DEFAULT_MAX_LENGTH", "decode_texts", "encode_ids", "load_tokenizer",
 DEFAULT_MAX_LENGTH = 256
 
 
-def load_tokenizer(path: str | os.PathLike[str], max_length: int = DEFAULT_MAX_LENGTH):  # type: ignore[no-untyped-def]
-    """The fast tokenizer from ``tokenizer.json``, truncating at ``max_length``, padding to the longest."""
+def load_tokenizer(  # type: ignore[no-untyped-def]
+    path: str | os.PathLike[str], max_length: int = DEFAULT_MAX_LENGTH
+):
+    """The fast tokenizer from ``tokenizer.json``, truncating at ``max_length``, padding to the
+    longest."""
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(path))

@@ -69,7 +69,8 @@ def sd_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def sd_repository(sd_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``stable_diffusion`` over its three ONNX networks (and ``sd_unet_fp16``), and
-    ``stable_diffusion_torch`` (the networks in process; FP32 on a CPU), built for real from the tiny checkpoint."""
+    ``stable_diffusion_torch`` (the networks in process; FP32 on a CPU), built for real from the
+    tiny checkpoint."""
     repository = tmp_path_factory.mktemp("sd-repo") / "model_repository"
     reports = build(
         [PIPELINE, TORCH_PIPELINE],

@@ -52,7 +52,8 @@ class TorchNetworks:
         self.time_cond_proj_dim = self.unet_model.config.time_cond_proj_dim
 
     def encode(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.text_encoder(input_ids.to(self.device), attention_mask=None)[0]  # type: ignore[no-any-return]
+        encoded = self.text_encoder(input_ids.to(self.device), attention_mask=None)
+        return encoded[0]  # type: ignore[no-any-return]
 
     def unet(
         self, sample: torch.Tensor, timesteps: torch.Tensor, context: torch.Tensor

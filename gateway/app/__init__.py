@@ -95,8 +95,9 @@ Authenticated, rate-limited access to the models Triton serves.
 "code"}}` on `/v1/models`, `/v1/embeddings` and `/v1/images/*` (what the OpenAI SDKs read); KServe v2's
 `{"error": "..."}` on `/v2/*` (what tritonclient reads); `application/problem+json` (RFC 9457: `type`,
 `title`, `status`, `detail`, `instance`, and `field` when one request field is at fault) everywhere else,
-and on any route whose request sends `Accept: application/problem+json`. 429 and 503 carry `Retry-After`; inference responses carry
-`RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` and `RateLimit-Policy`.
+and on any route whose request sends `Accept: application/problem+json`. 429 and 503 carry
+`Retry-After`; inference responses carry `RateLimit-Limit`, `RateLimit-Remaining`,
+`RateLimit-Reset` and `RateLimit-Policy`.
 """
 
 

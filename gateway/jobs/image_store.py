@@ -149,7 +149,8 @@ while total + size > max do
 end
 local expires = now + tonumber(ARGV[3])
 local key = ARGV[1] .. ARGV[5]
-redis.call('HSET', key, 'owner', ARGV[6], 'media_type', ARGV[7], 'data', ARGV[8], 'expires', string.format('%.6f', expires))
+redis.call('HSET', key, 'owner', ARGV[6], 'media_type', ARGV[7], 'data', ARGV[8],
+  'expires', string.format('%.6f', expires))
 redis.call('PEXPIREAT', key, math.ceil(expires * 1000))
 redis.call('ZADD', KEYS[1], string.format('%.3f', expires), ARGV[5])
 redis.call('HSET', KEYS[2], ARGV[5], size)

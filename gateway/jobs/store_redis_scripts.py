@@ -155,7 +155,11 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
   return 0
 end
 redis.call('HSET', KEYS[1], 'callback_state', ARGV[2], 'callback_error', ARGV[3])
-if ARGV[4] ~= '' then redis.call('ZADD', KEYS[2], ARGV[4], ARGV[1]) else redis.call('ZREM', KEYS[2], ARGV[1]) end
+if ARGV[4] ~= '' then
+  redis.call('ZADD', KEYS[2], ARGV[4], ARGV[1])
+else
+  redis.call('ZREM', KEYS[2], ARGV[1])
+end
 return 1
 """
 

@@ -237,7 +237,10 @@ def embedding_tensors(
             Tensor("TEXT", np.array([[t] for t in encoded[i : i + size]], dtype=np.object_))
             for i in range(0, len(encoded), size)
         ]
-    rows = [token_row(item, index, limits.max_token_ids) for index, item in enumerate(inputs)]  # type: ignore[arg-type]
+    rows = [
+        token_row(item, index, limits.max_token_ids)  # type: ignore[arg-type]
+        for index, item in enumerate(inputs)
+    ]
     tensors = []
     for start in range(0, len(rows), size):
         chunk = rows[start : start + size]

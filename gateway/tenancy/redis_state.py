@@ -181,7 +181,8 @@ class RedisKeyStore(KeyStore):
             for key_id in ids:
                 pipe.hgetall(self._key(key_id))
             rows = pipe.execute()
-        records = [r for r in (_from_hash(k, f) for k, f in zip(ids, rows, strict=True)) if r]  # type: ignore[arg-type]
+        pairs = zip(ids, rows, strict=True)
+        records = [r for r in (_from_hash(k, f) for k, f in pairs) if r]  # type: ignore[arg-type]
         return [r for r in records if include_revoked or not r.revoked]
 
     def rotate(self, key_id: str) -> str:

@@ -178,7 +178,10 @@ def jpeg_profile(
         images = decode(encoded, headers, device).images
         torch.cuda.synchronize()
         t2 = time.perf_counter()
-        outputs = runner.run(batch, lambda rows, images=images: preprocess_into(images, rows[0], p))  # type: ignore[misc]
+        outputs = runner.run(
+            batch,
+            lambda rows, images=images: preprocess_into(images, rows[0], p),  # type: ignore[misc]
+        )
         # preprocess_into ran inside run() on the runner's stream; time it apart by a second pass
         torch.cuda.synchronize()
         t3 = time.perf_counter()

@@ -296,7 +296,11 @@ def _point(
         if isinstance(target, TritonTarget):
             capacity_target: Target = twin_target(target, twin, triton.http_url)
         else:  # the naive server's client: the same POSTs, to the twin as KServe v2 requests
-            capacity_target = twin_target(targets["tensor http"], twin, triton.http_url)  # type: ignore[arg-type]
+            capacity_target = twin_target(
+                targets["tensor http"],  # type: ignore[arg-type]
+                twin,
+                triton.http_url,
+            )
         _log(f"capacity of {client} at {concurrency}")
         try:
             if twin not in servers.warmed:  # discarded: every stub started, at this concurrency

@@ -68,9 +68,15 @@ def _settings_line(
         else "FP32 ONNX via onnxruntime backend"
     )
     described = "; ".join(f"{name}: {text}" for name, text in clients.items())
+    jpeg = (
+        "; JPEG configurations: the photos and their mirror images as JPEG "
+        "(at most 512 px, quality 90)"
+        if set(JPEG_CONFIGS) & set(settings.configs)
+        else ""
+    )
     return (
         f"model {entry} ({precision}); payload FP32 [1,3,224,224], 12 real photos round-robin"
-        f"{'; JPEG configurations: the photos and their mirror images as JPEG (at most 512 px, quality 90)' if set(JPEG_CONFIGS) & set(settings.configs) else ''}; "
+        f"{jpeg}; "
         f"closed loop, concurrency {list(settings.concurrency)}, {settings.warmup_s:g}s warm-up + "
         f"{settings.duration_s:g}s measured per point, {settings.clients} client process(es); "
         f"{described}; client capacity: the same client against an instant twin of the model in "
@@ -249,6 +255,167 @@ def _capacity_target(
     )
 
 
+@dataclass(frozen=True)
+class _Load:
+    """The servers and clients of the configurations that are sent load (all but ``raw``)."""
+
+    triton: TritonServer
+    targets: dict[str, Target]
+    capacity_targets: dict[str, Target]
+    clients: dict[str, str]
+    gateway: BenchGateway | None
+
+
+@dataclass(frozen=True)
+class _Measured:
+    """What one run measured, kept past the servers it ran against."""
+
+    entry: str
+    instances: int
+    clients: dict[str, str]
+    sanity: dict[str, int]
+    results: list[Result]
+    splits: list[dict[str, Any]]
+
+
+def _start_load(
+    settings: BenchSettings,
+    load_configs: list[str],
+    stack: contextlib.ExitStack,
+    workdir: Path,
+    tested: _Tested,
+) -> _Load:
+    """Triton with the models the load configurations use, their gateway or naive server, and
+    the instant twins their clients' capacity is measured against."""
+    repo = workdir / "repository"
+    entry, nobatch = tested.entry, tested.nobatch
+    models = [entry, nobatch] if set(_TRITON_CONFIGS) & set(load_configs) else [entry]
+    if set(JPEG_CONFIGS) & set(load_configs):
+        models += [m for m in copy_pipeline(settings, repo, PIPELINE) if m not in models]
+    triton = stack.enter_context(TritonServer(repo, models=models, ports=TritonPorts.free()))
+    targets, gateway = _targets(settings, load_configs, stack, workdir, triton, tested)
+    twinned = [entry] + ([PIPELINE] if set(JPEG_CONFIGS) & set(load_configs) else [])
+    twins = {model: stack.enter_context(instant_twin(triton.http_url, model)) for model in twinned}
+    capacity_targets = {
+        name: _capacity_target(t, twins, triton, tested) for name, t in targets.items()
+    }
+    clients = {name: t.describe() for name, t in targets.items()}
+    return _Load(triton, targets, capacity_targets, clients, gateway)
+
+
+def _sweep(settings: BenchSettings, load: _Load) -> tuple[list[Result], list[dict[str, Any]]]:
+    """Every target at every concurrency, each point beside its client's capacity there.
+
+    Concurrency-major order: every configuration sees each load level at about the same time, so
+    drift from other work on the machine spreads over all of them.
+    """
+    results: list[Result] = []
+    splits: list[dict[str, Any]] = []
+    for concurrency in settings.concurrency:
+        capacities: dict[str, float] = {}  # one capacity per distinct client at this concurrency
+        for name, target in load.targets.items():
+            spec = point_spec(target, concurrency, settings, name)
+            kind = load.clients[name]
+            if kind not in capacities:
+                print(
+                    f"[bench] client capacity ({kind}) concurrency={concurrency} ...",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                capacities[kind] = measure_capacity(
+                    spec, load.capacity_targets[name], settings.clients
+                ).throughput
+            print(f"[bench] {name} concurrency={concurrency} ...", file=sys.stderr, flush=True)
+            gateway = load.gateway
+            if (
+                gateway is None
+                or not name.startswith("gateway")
+                or not isinstance(target, TritonTarget)
+            ):
+                results.append(result_row(name, run_load(spec, settings.clients), capacities[kind]))
+                continue
+            # A gateway point also gets the gateway's own split of its time outside Triton.
+            probe = PointProbe.start(
+                load.triton.http_url, target.model, gateway=(gateway.url, gateway.metrics_token)
+            )
+            results.append(result_row(name, run_load(spec, settings.clients), capacities[kind]))
+            splits.append(probe.row(name, concurrency, results[-1].mean_ms))
+    return results, splits
+
+
+def _best_raw(before: list[Result], after: list[Result]) -> list[Result]:
+    """Each raw row, the better of its run before and its run after the sweep."""
+    best_rows = []
+    for first, second in zip(before, after, strict=True):
+        best = max(first, second, key=lambda r: r.throughput)
+        best.note += (
+            f" (best of 2 runs: {first.throughput:,.1f} before, {second.throughput:,.1f} "
+            "after the sweep)"
+        )
+        best_rows.append(best)
+    return best_rows
+
+
+def _measure(settings: BenchSettings) -> _Measured:
+    """Start the servers, check each target answers, and run the sweep between two raw runs."""
+    configs = list(settings.configs)
+    images = image_tensors()
+    with contextlib.ExitStack() as stack:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-")))
+        repo = workdir / "repository"
+        entry, nobatch = prepare_repository(settings, repo)
+        input_name, output_name = tensor_names(repo, entry)
+        instances = sum(
+            group.count for group in read_config(repo / entry / "config.pbtxt").instance_group
+        )
+        tested = _Tested(entry, nobatch, images, input_name, output_name)
+        load_configs = [c for c in configs if c != "raw"]
+        load = _start_load(settings, load_configs, stack, workdir, tested) if load_configs else None
+        targets = load.targets if load is not None else {}
+        sanity = {name: _top1(target, output_name) for name, target in targets.items()}
+        # measured before and after the load sweep; the ceiling is the better run
+        raw_before = raw_ceiling(settings, repo, entry, images) if "raw" in configs else []
+        results, splits = _sweep(settings, load) if load is not None else ([], [])
+        if "raw" in configs:
+            results += _best_raw(raw_before, raw_ceiling(settings, repo, entry, images))
+    clients = load.clients if load is not None else {}
+    return _Measured(entry, instances, clients, sanity, results, splits)
+
+
+def _report(
+    settings: BenchSettings, machine: dict[str, Any], measured: _Measured
+) -> dict[str, Any]:
+    """Print the tables, save the plot and write ``bench.json``; returns the JSON document."""
+    results, splits = measured.results, measured.splits
+    settings_line = _settings_line(settings, measured.entry, measured.clients, measured.instances)
+    ratios = compute_ratios(results, settings.concurrency)
+    print_report(results, ratios, machine, settings_line)
+    if splits:
+        from rich.console import Console
+
+        Console(width=160).print(gateway_table(splits))
+    png = save_plot(results, ratios, machine, settings_line, settings.out_dir / "bench.png")
+    document = {
+        "settings": settings_record(asdict(settings)),
+        "settings_line": settings_line,
+        "command": " ".join([Path(sys.executable).name, "-m", "loadtest.bench", *sys.argv[1:]])
+        if sys.argv
+        else "",
+        "machine": machine,
+        "model_entry": measured.entry,
+        "clients": measured.clients,
+        "sanity_top1": measured.sanity,
+        "results": [asdict(r) for r in results],
+        "ratios": ratios,
+        "gateway_split": splits,
+        "files": {"json": str(settings.out_dir / "bench.json"), "png": str(png)},
+    }
+    (settings.out_dir / "bench.json").write_text(
+        json.dumps(document, indent=2, default=float) + "\n", encoding="utf-8"
+    )
+    return document
+
+
 def run_bench(settings: BenchSettings) -> dict[str, Any]:
     """Run every configured configuration side by side and write ``bench.json`` / ``bench.png``.
 
@@ -266,114 +433,4 @@ def run_bench(settings: BenchSettings) -> dict[str, Any]:
         )
     settings.out_dir.mkdir(parents=True, exist_ok=True)
     machine = machine_description()
-    configs = list(settings.configs)
-    images = image_tensors()
-    results: list[Result] = []
-    clients: dict[str, str] = {}
-    with contextlib.ExitStack() as stack:
-        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-")))
-        repo = workdir / "repository"
-        entry, nobatch = prepare_repository(settings, repo)
-        input_name, output_name = tensor_names(repo, entry)
-        instances = sum(
-            group.count for group in read_config(repo / entry / "config.pbtxt").instance_group
-        )
-        load_configs = [c for c in configs if c != "raw"]
-        targets: dict[str, Target] = {}
-        gateway: BenchGateway | None = None
-        splits: list[dict[str, Any]] = []
-        if load_configs:
-            models = [entry, nobatch] if set(_TRITON_CONFIGS) & set(load_configs) else [entry]
-            if set(JPEG_CONFIGS) & set(load_configs):
-                models += [m for m in copy_pipeline(settings, repo, PIPELINE) if m not in models]
-            triton = stack.enter_context(
-                TritonServer(repo, models=models, ports=TritonPorts.free())
-            )
-            tested = _Tested(entry, nobatch, images, input_name, output_name)
-            targets, gateway = _targets(settings, load_configs, stack, workdir, triton, tested)
-            twinned = [entry] + ([PIPELINE] if set(JPEG_CONFIGS) & set(load_configs) else [])
-            twins = {
-                model: stack.enter_context(instant_twin(triton.http_url, model))
-                for model in twinned
-            }
-            capacity_targets = {
-                name: _capacity_target(t, twins, triton, tested) for name, t in targets.items()
-            }
-            clients = {name: t.describe() for name, t in targets.items()}
-        sanity = {name: _top1(target, output_name) for name, target in targets.items()}
-        raw_runs: list[list[Result]] = []
-        if (
-            "raw" in configs
-        ):  # measured before and after the load sweep; the ceiling is the better run
-            raw_runs.append(raw_ceiling(settings, repo, entry, images))
-        # Concurrency-major order: every configuration sees each load level at about the same time,
-        # so drift from other work on the machine spreads over all of them.
-        for concurrency in settings.concurrency:
-            capacities: dict[
-                str, float
-            ] = {}  # one capacity per distinct client at this concurrency
-            for name, target in targets.items():
-                spec = point_spec(target, concurrency, settings, name)
-                kind = clients[name]
-                if kind not in capacities:
-                    print(
-                        f"[bench] client capacity ({kind}) concurrency={concurrency} ...",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-                    capacities[kind] = measure_capacity(
-                        spec, capacity_targets[name], settings.clients
-                    ).throughput
-                print(f"[bench] {name} concurrency={concurrency} ...", file=sys.stderr, flush=True)
-                if (
-                    gateway is None
-                    or not name.startswith("gateway")
-                    or not isinstance(target, TritonTarget)
-                ):
-                    results.append(
-                        result_row(name, run_load(spec, settings.clients), capacities[kind])
-                    )
-                    continue
-                # A gateway point also gets the gateway's own split of its time outside Triton.
-                probe = PointProbe.start(
-                    triton.http_url, target.model, gateway=(gateway.url, gateway.metrics_token)
-                )
-                results.append(result_row(name, run_load(spec, settings.clients), capacities[kind]))
-                splits.append(probe.row(name, concurrency, results[-1].mean_ms))
-        if "raw" in configs:
-            raw_runs.append(raw_ceiling(settings, repo, entry, images))
-            for first, second in zip(*raw_runs, strict=True):
-                best = max(first, second, key=lambda r: r.throughput)
-                best.note += (
-                    f" (best of 2 runs: {first.throughput:,.1f} before, {second.throughput:,.1f} "
-                    "after the sweep)"
-                )
-                results.append(best)
-
-    settings_line = _settings_line(settings, entry, clients, instances)
-    ratios = compute_ratios(results, settings.concurrency)
-    print_report(results, ratios, machine, settings_line)
-    if splits:
-        from rich.console import Console
-
-        Console(width=160).print(gateway_table(splits))
-    png = save_plot(results, ratios, machine, settings_line, settings.out_dir / "bench.png")
-    document = {
-        "settings": settings_record(asdict(settings)),
-        "settings_line": settings_line,
-        "command": " ".join([Path(sys.executable).name, "-m", "loadtest.bench", *sys.argv[1:]])
-        if sys.argv
-        else "",
-        "machine": machine,
-        "model_entry": entry,
-        "clients": clients,
-        "sanity_top1": sanity,
-        "results": [asdict(r) for r in results],
-        "ratios": ratios,
-        "gateway_split": splits,
-        "files": {"json": str(settings.out_dir / "bench.json"), "png": str(png)},
-    }
-    (settings.out_dir / "bench.json").write_text(
-        json.dumps(document, indent=2, default=float) + "\n", encoding="utf-8"
-    )
-    return document
+    return _report(settings, machine, _measure(settings))

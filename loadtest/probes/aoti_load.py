@@ -2,7 +2,8 @@
 batch axis, compiled with ``aoti_compile_and_package`` and loaded with ``aoti_load_package``, in a
 child process per case (a segfault ends the case, not the probe).
 
-    python3 -u loadtest/probes/aoti_load.py same     # load in the process that compiled (call 2 ran this case)
+    python3 -u loadtest/probes/aoti_load.py same     # load in the process that compiled
+                                                     # (call 2 ran this case)
     python3 -u loadtest/probes/aoti_load.py fresh    # load in a new process (call 6)
 """
 
@@ -16,12 +17,15 @@ CHILD = r"""
 import faulthandler, os, subprocess, sys, time
 import torch
 faulthandler.enable()
-m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
-                        torch.nn.Linear(8, 4)).cuda().half().eval()
+m = torch.nn.Sequential(
+    torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+    torch.nn.Linear(8, 4),
+).cuda().half().eval()
 x = torch.randn(4, 3, 32, 32, device="cuda", dtype=torch.half)
 t = time.time()
 with torch.no_grad():
-    ep = torch.export.export(m, (x,), dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=64)},), strict=False)
+    dynamic = ({0: torch.export.Dim("batch", min=1, max=64)},)
+    ep = torch.export.export(m, (x,), dynamic_shapes=dynamic, strict=False)
 pkg = torch._inductor.aoti_compile_and_package(ep, package_path=os.path.join(sys.argv[1], "m.pt2"))
 print("compiled", round(time.time() - t, 1), "s", flush=True)
 if sys.argv[2] == "fresh":

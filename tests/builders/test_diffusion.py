@@ -74,7 +74,10 @@ def _inputs(rows: list[dict[str, object]]) -> list[http.InferInput]:
     tensors = []
     for name in rows[0]:
         triton_type, dtype = TYPES[name]
-        values = [[r[name].encode() if isinstance(r[name], str) else r[name]] for r in rows]  # type: ignore[union-attr]
+        values = [
+            [r[name].encode() if isinstance(r[name], str) else r[name]]  # type: ignore[union-attr]
+            for r in rows
+        ]
         tensor = http.InferInput(name, [len(rows), 1], triton_type)
         tensor.set_data_from_numpy(np.array(values, dtype=dtype))
         tensors.append(tensor)
@@ -189,7 +192,8 @@ def test_triton_image_matches_diffusers(
 
 
 def test_optional_inputs_take_defaults_like_diffusers(client, diffusers_pipe) -> None:
-    # Only PROMPT, STEPS and SEED: no negative prompt (""), guidance 7.5, the checkpoint's native 64x64, its PNDM.
+    # Only PROMPT, STEPS and SEED: no negative prompt (""), guidance 7.5, the checkpoint's native
+    # 64x64, its PNDM.
     image = _generate(client, PROMPT="a lighthouse", STEPS=2, SEED=7)
     _close(image, _reference(diffusers_pipe, prompt="a lighthouse", steps=2, seed=7))
 
@@ -307,7 +311,8 @@ def test_concurrent_requests_are_batched_into_one_loop(client, sd_triton: Triton
 def _statistics(server: TritonServer) -> dict[str, Any]:
     """Triton's inference statistics of the torch pipeline."""
     with http.InferenceServerClient(server.http_url) as client:
-        return client.get_inference_statistics(TORCH_PIPELINE)["model_stats"][0]  # type: ignore[no-any-return]
+        statistics = client.get_inference_statistics(TORCH_PIPELINE)
+        return statistics["model_stats"][0]  # type: ignore[no-any-return]
 
 
 def _pending(server: TritonServer) -> int:

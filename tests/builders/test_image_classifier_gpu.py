@@ -5,8 +5,9 @@ classifier, its softmax/top-k). Tolerance, stated once: ``SCORE_TOLERANCE`` = 0.
 softmax probabilities) for every top-5 score; the same top-1 class on every sample photo unless the
 reference's own top-2 are closer than that (then either); at least 4 of the 5 classes in common. The
 paths decode (libjpeg vs nvJPEG) and resize (Pillow's fixed point vs torch's float, both two-pass and
-rounded to 8 bits) with different code, and the GPU computes in FP16. In CI the entries run on the CPU (``KIND_CPU``, Pillow decode, FP32); the ``gpu`` tests run the
-same checks on ``KIND_GPU`` (nvJPEG, FP16, CUDA graphs) and are skipped where no GPU is present.
+rounded to 8 bits) with different code, and the GPU computes in FP16. In CI the entries run on the
+CPU (``KIND_CPU``, Pillow decode, FP32); the ``gpu`` tests run the same checks on ``KIND_GPU``
+(nvJPEG, FP16, CUDA graphs) and are skipped where no GPU is present.
 """
 
 from __future__ import annotations

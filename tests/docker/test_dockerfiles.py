@@ -220,7 +220,8 @@ def _lock_pins() -> dict[str, str]:
 
 
 def _closure(requirements: list[str], extras: dict[str, set[str]] | None = None) -> set[str]:
-    """Every distribution ``requirements`` pull in on this platform (installed metadata, markers evaluated)."""
+    """Every distribution ``requirements`` pull in on this platform (installed metadata, markers
+    evaluated)."""
     seen: set[str] = set()
     todo = [Requirement(r) for r in requirements]
     while todo:
@@ -419,7 +420,8 @@ def test_python_model_code_runs_on_the_triton_images_python() -> None:
 def test_the_import_check_can_fail(tmp_path: Path) -> None:
     required, optional = _imports(
         ast.parse(
-            "import cv2\nfrom enum import StrEnum\ntry:\n    import torchvision.io\nexcept ImportError:\n    pass\n"
+            "import cv2\nfrom enum import StrEnum\n"
+            "try:\n    import torchvision.io\nexcept ImportError:\n    pass\n"
             "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import builders\n"
         )
     )

@@ -87,6 +87,7 @@ def test_default_stack_is_ready_answers_and_heals_a_killed_stub(
             assert call_model(stack, model, tasks[model]).status_code == 200, model
         assert httpx.get(stack.base_url + "/readyz", timeout=60).status_code == 200
         print(
-            f"\n[newcomer] {public} answered again {recovery:.1f} s after its {dying} stub was killed: {statuses}"
+            f"\n[newcomer] {public} answered again {recovery:.1f} s after its {dying} stub was "
+            f"killed: {statuses}"
         )
     assert stack.process.returncode == 0, stack.process.log_tail()

@@ -250,4 +250,5 @@ def test_the_readme_receiver_snippet_verifies_real_signatures() -> None:
     header = sign(SECRET, body, int(time.time()))
     assert readme_verify(SECRET, header, body) is True  # type: ignore[operator]
     assert readme_verify(SECRET, header, body[:-1]) is False  # type: ignore[operator]
-    assert readme_verify(SECRET, sign(SECRET, body, int(time.time()) - 600), body) is False  # type: ignore[operator]
+    stale = sign(SECRET, body, int(time.time()) - 600)
+    assert readme_verify(SECRET, stale, body) is False  # type: ignore[operator]

@@ -40,7 +40,8 @@ def rated(gateway_factory):  # type: ignore[no-untyped-def]
 
 
 def _get(address: Address, source: str) -> bytes:
-    """GET /healthz on a new connection from ``source``, sent at once; all the gateway sends until it closes."""
+    """GET /healthz on a new connection from ``source``, sent at once; all the gateway sends until
+    it closes."""
     with socket.create_connection(address, timeout=20, source_address=(source, 0)) as sock:
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         chunks = []
@@ -56,7 +57,9 @@ def _problem(answer: bytes, status: int) -> tuple[bytes, dict[str, object]]:
     return head.lower(), json.loads(body)
 
 
-def test_a_peer_past_its_burst_gets_a_canned_429_and_other_peers_are_served(rated) -> None:  # type: ignore[no-untyped-def]
+def test_a_peer_past_its_burst_gets_a_canned_429_and_other_peers_are_served(  # type: ignore[no-untyped-def]
+    rated,
+) -> None:
     # Each connection is closed before the next: the burst counts connections opened, not held.
     for _ in range(BURST):
         assert _get(rated, "127.0.0.2").startswith(b"HTTP/1.1 200")
@@ -70,7 +73,9 @@ def test_a_peer_past_its_burst_gets_a_canned_429_and_other_peers_are_served(rate
     assert _get(rated, "127.0.0.3").startswith(b"HTTP/1.1 200")
 
 
-def test_refused_connections_never_count_against_the_connection_caps(rated) -> None:  # type: ignore[no-untyped-def]
+def test_refused_connections_never_count_against_the_connection_caps(  # type: ignore[no-untyped-def]
+    rated,
+) -> None:
     held = [
         socket.create_connection(rated, timeout=20, source_address=("127.0.0.4", 0))
         for _ in range(BURST)
@@ -119,7 +124,9 @@ def _read_all(sock: socket.socket) -> bytes:
     return b"".join(chunks)
 
 
-def test_a_peer_that_keeps_coming_back_is_answered_only_when_it_may_connect_again(holding) -> None:  # type: ignore[no-untyped-def]
+def test_a_peer_that_keeps_coming_back_is_answered_only_when_it_may_connect_again(  # type: ignore[no-untyped-def]
+    holding,
+) -> None:
     assert _get(holding, "127.0.0.5").startswith(b"HTTP/1.1 200")  # its burst
     started = time.monotonic()
     held = [_send(holding, "127.0.0.5") for _ in range(2)]

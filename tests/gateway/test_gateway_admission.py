@@ -1,4 +1,5 @@
-"""Admission against the real gateway, Triton and Redis: bounded state per client, reserved paths, admin input.
+"""Admission against the real gateway, Triton and Redis: bounded state per client, reserved paths,
+admin input.
 
 - A flood of made-up model names is refused (404) and leaves no rate-limit bucket (counted in
   Redis, where every bucket is a key) and no metric label behind.
@@ -38,7 +39,9 @@ _TIERS = {
 
 
 @pytest.fixture(scope="module")
-def redis_gateway(gateway_factory, tiny_triton: TritonServer, redis_url: str) -> GatewayProcess:  # type: ignore[no-untyped-def]
+def redis_gateway(  # type: ignore[no-untyped-def]
+    gateway_factory, tiny_triton: TritonServer, redis_url: str
+) -> GatewayProcess:
     return gateway_factory(tiny_triton.http_url, redis_url=redis_url, tier_limits=_TIERS)
 
 
@@ -54,7 +57,9 @@ def _model_labels(metrics: str) -> set[str]:
     return set(re.findall(r'model="([^"]*)"', metrics))
 
 
-def test_unknown_name_flood_leaves_no_buckets_or_labels(redis_gateway, redis_url) -> None:  # type: ignore[no-untyped-def]
+def test_unknown_name_flood_leaves_no_buckets_or_labels(  # type: ignore[no-untyped-def]
+    redis_gateway, redis_url
+) -> None:
     auth = _key(redis_gateway, "wide")
     store = redis.Redis.from_url(redis_url)
     with redis_gateway.client(headers=auth) as client:
@@ -110,7 +115,9 @@ def test_a_key_limit_spans_models(redis_gateway) -> None:  # type: ignore[no-unt
         ("POST", "/v1/embeddings"),
     ],
 )
-def test_reserved_triton_paths_are_not_model_names(gateway, admin, method: str, path: str) -> None:  # type: ignore[no-untyped-def]
+def test_reserved_triton_paths_are_not_model_names(  # type: ignore[no-untyped-def]
+    gateway, admin, method: str, path: str
+) -> None:
     auth = {**admin.headers(admin.create_key()), **_PROBLEM}
     body = {"model": "stats", "input": "x"} if path == "/v1/embeddings" else tiny_request()
     response = httpx.request(
@@ -218,7 +225,9 @@ def test_refused_requests_cost_a_token(gateway, refused: str) -> None:  # type: 
     assert response.status_code == 200, response.text
 
 
-def test_a_keys_concurrency_is_bounded(gateway_factory, tiny_triton: TritonServer) -> None:  # type: ignore[no-untyped-def]
+def test_a_keys_concurrency_is_bounded(  # type: ignore[no-untyped-def]
+    gateway_factory, tiny_triton: TritonServer
+) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     from tests.support.tiny_repo import release_slow, slow_executions
@@ -276,7 +285,9 @@ def test_a_keys_concurrency_is_bounded(gateway_factory, tiny_triton: TritonServe
     )
 
 
-def test_a_client_that_leaves_frees_its_slot(gateway_factory, tiny_triton: TritonServer) -> None:  # type: ignore[no-untyped-def]
+def test_a_client_that_leaves_frees_its_slot(  # type: ignore[no-untyped-def]
+    gateway_factory, tiny_triton: TritonServer
+) -> None:
     # A key that may have one request in flight sends one the model holds, then disconnects: its
     # request is cancelled in the gateway (its slot freed), so the key's next request is served
     # while the first is still held in the model.
@@ -296,7 +307,8 @@ def test_a_client_that_leaves_frees_its_slot(gateway_factory, tiny_triton: Trito
     sock = socket.create_connection((host, int(port)), timeout=20)
     try:
         sock.sendall(
-            f"POST /v2/models/{SLOW_MODEL}/infer HTTP/1.1\r\nHost: x\r\nAuthorization: {auth['Authorization']}\r\n"
+            f"POST /v2/models/{SLOW_MODEL}/infer HTTP/1.1\r\nHost: x\r\n"
+            f"Authorization: {auth['Authorization']}\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
             + body
         )

@@ -221,7 +221,9 @@ def test_secrets_never_reach_the_log(gateway, admin) -> None:
     assert ADMIN_TOKEN not in log
 
 
-def test_the_key_store_and_tenant_databases_are_private(gateway, admin) -> None:  # type: ignore[no-untyped-def]
+def test_the_key_store_and_tenant_databases_are_private(  # type: ignore[no-untyped-def]
+    gateway, admin
+) -> None:
     import os
     import stat
     from pathlib import Path

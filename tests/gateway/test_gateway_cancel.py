@@ -102,7 +102,9 @@ def held(tiny_triton: TritonServer, hold_numbers: Iterator[int]) -> Iterator[Hel
 
 
 @pytest.fixture(scope="module")
-def grpc_gateway(gateway_factory, tiny_triton: TritonServer) -> GatewayProcess:  # type: ignore[no-untyped-def]
+def grpc_gateway(  # type: ignore[no-untyped-def]
+    gateway_factory, tiny_triton: TritonServer
+) -> GatewayProcess:
     return gateway_factory(
         tiny_triton.http_url,
         triton_protocol="grpc",
@@ -120,7 +122,8 @@ def test_a_client_that_leaves_is_dropped_from_tritons_queue(
     host, port = grpc_gateway.url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=20) as sock:
         sock.sendall(
-            f"POST /v2/models/{SLOW_MODEL}/infer HTTP/1.1\r\nHost: x\r\nAuthorization: {auth['Authorization']}\r\n"
+            f"POST /v2/models/{SLOW_MODEL}/infer HTTP/1.1\r\nHost: x\r\n"
+            f"Authorization: {auth['Authorization']}\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
             + body
         )

@@ -100,7 +100,9 @@ def _problem(answer: bytes, status: int) -> dict[str, object]:
     return json.loads(body)  # type: ignore[no-any-return]
 
 
-def test_a_peer_over_its_cap_loses_its_longest_idle_connection(capped, sockets) -> None:  # type: ignore[no-untyped-def]
+def test_a_peer_over_its_cap_loses_its_longest_idle_connection(  # type: ignore[no-untyped-def]
+    capped, sockets
+) -> None:
     _, address = capped
     held = [_connect(address, "127.0.0.3", sockets) for _ in range(PER_PEER)]
     assert _get(address, "127.0.0.3", sockets).startswith(b"HTTP/1.1 200")

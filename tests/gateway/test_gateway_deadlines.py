@@ -30,7 +30,9 @@ _TIERS = {
 
 
 @pytest.fixture(scope="module")
-def deadline_gateway(gateway_factory, tiny_triton: TritonServer) -> GatewayProcess:  # type: ignore[no-untyped-def]
+def deadline_gateway(  # type: ignore[no-untyped-def]
+    gateway_factory, tiny_triton: TritonServer
+) -> GatewayProcess:
     return gateway_factory(tiny_triton.http_url, upstream_timeout_s=_DEADLINE_S, tier_limits=_TIERS)
 
 
@@ -149,7 +151,9 @@ def test_work_the_gateway_gave_up_on_is_dropped_not_run(
     assert slow_executions(tiny_triton.repository)[-1] == 5
 
 
-def test_tiers_map_to_triton_priorities(gateway_factory, tiny_triton, hold_instances) -> None:  # type: ignore[no-untyped-def]
+def test_tiers_map_to_triton_priorities(  # type: ignore[no-untyped-def]
+    gateway_factory, tiny_triton, hold_instances
+) -> None:
     gateway = gateway_factory(tiny_triton.http_url, upstream_timeout_s=60, tier_limits=_TIERS)
     low, high = _key(gateway, "low"), _key(gateway, "high")
     url = gateway.url + f"/v2/models/{SLOW_MODEL}/infer"

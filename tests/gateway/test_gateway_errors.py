@@ -148,7 +148,9 @@ def test_unknown_route_is_problem_json(gateway, headers) -> None:
     )
 
 
-def test_triton_down_is_fast_503_and_not_ready(gateway_factory, admin) -> None:  # type: ignore[no-untyped-def]
+def test_triton_down_is_fast_503_and_not_ready(  # type: ignore[no-untyped-def]
+    gateway_factory, admin
+) -> None:
     dead = gateway_factory(f"127.0.0.1:{reserve_port()}")  # nothing listens there
     key = httpx.post(
         dead.url + "/admin/keys",

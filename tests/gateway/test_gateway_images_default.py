@@ -54,7 +54,9 @@ def _png(data: bytes) -> Image.Image:
     return image
 
 
-def _wait_job(image_gateway, headers: dict[str, str], location: str) -> dict[str, object]:  # type: ignore[no-untyped-def]
+def _wait_job(  # type: ignore[no-untyped-def]
+    image_gateway, headers: dict[str, str], location: str
+) -> dict[str, object]:
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
         job = httpx.get(image_gateway.url + location, headers=headers, timeout=30).json()

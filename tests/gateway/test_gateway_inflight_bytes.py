@@ -55,7 +55,9 @@ def _read_until_closed(sock: socket.socket) -> tuple[int, dict[str, object]]:
     return int(head.split(b" ", 2)[1]), json.loads(body)
 
 
-def test_two_big_bodies_of_one_key_get_one_429_while_another_key_is_served(bounded) -> None:  # type: ignore[no-untyped-def]
+def test_two_big_bodies_of_one_key_get_one_429_while_another_key_is_served(  # type: ignore[no-untyped-def]
+    bounded,
+) -> None:
     small, _ = create_key(bounded, tier="small")
     other, _ = create_key(bounded, tier="small")
     url = bounded.url + "/v2/models/tiny_linear/infer"

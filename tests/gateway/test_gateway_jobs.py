@@ -351,7 +351,9 @@ def test_jobs_survive_restarts_with_redis(
     again.stop()
 
 
-def test_jobs_survive_a_restart_with_sqlite(gateway_factory, sd_triton, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_jobs_survive_a_restart_with_sqlite(  # type: ignore[no-untyped-def]
+    gateway_factory, sd_triton, tmp_path
+) -> None:
     # The single-process default: keys and jobs in SQLite files next to each other.
     first = gateway_factory(
         sd_triton.http_url, workdir=tmp_path, job_workers=0, job_poll_interval_s=0.2

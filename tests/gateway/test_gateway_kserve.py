@@ -75,7 +75,9 @@ def test_duplicate_keys_never_reach_triton(gateway, headers) -> None:  # type: i
     assert "repeats the key 'inputs'" in str(problem["detail"]) and problem["field"] == "inputs"
 
 
-def test_compressed_bodies_are_capped_after_decoding(gateway, headers) -> None:  # type: ignore[no-untyped-def]
+def test_compressed_bodies_are_capped_after_decoding(  # type: ignore[no-untyped-def]
+    gateway, headers
+) -> None:
     url = gateway.url + INFER
     bomb = gzip.compress(
         b" " * 20_000_000

@@ -77,7 +77,9 @@ def expected(tiny_triton) -> np.ndarray:  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="module")
-def kserve_answers(kserve_python: Path, kserve_gateway, api_key: str) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+def kserve_answers(  # type: ignore[no-untyped-def]
+    kserve_python: Path, kserve_gateway, api_key: str
+) -> dict[str, Any]:
     # The client's own environment only: nothing of the project's interpreter or source tree leaks in.
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     result = subprocess.run(
@@ -105,7 +107,9 @@ def test_the_pinned_client_is_the_one_that_ran(kserve_answers) -> None:  # type:
 
 
 @pytest.mark.parametrize("call", ["rest_json", "rest_binary", "grpc"])
-def test_the_client_decodes_triton_s_answer(kserve_answers, expected, call: str) -> None:  # type: ignore[no-untyped-def]
+def test_the_client_decodes_triton_s_answer(  # type: ignore[no-untyped-def]
+    kserve_answers, expected, call: str
+) -> None:
     answer = kserve_answers[call]
     assert (answer["id"], answer["model_name"]) == ("kserve-1", MODEL)
     assert (answer["name"], answer["datatype"], answer["dtype"]) == ("output", "FP32", "float32")
@@ -114,7 +118,9 @@ def test_the_client_decodes_triton_s_answer(kserve_answers, expected, call: str)
     assert np.array(answer["data"], dtype=np.float32).tobytes() == expected.tobytes()
 
 
-def test_the_client_without_a_key_is_refused_on_both_transports(kserve_answers) -> None:  # type: ignore[no-untyped-def]
+def test_the_client_without_a_key_is_refused_on_both_transports(  # type: ignore[no-untyped-def]
+    kserve_answers,
+) -> None:
     rest = kserve_answers["rest_without_key"]
     # KServe's error shape, {"error": message}, which kserve reads into its exception only when the
     # content type is exactly application/json: the user sees the gateway's reason.

@@ -25,7 +25,9 @@ def grpc_gateway(gateway_factory, tiny_triton):  # type: ignore[no-untyped-def]
     return gateway_factory(tiny_triton.http_url, grpc_port=reserve_port(), max_body_bytes=64 * 1024)
 
 
-def _key(gateway, scopes: list[str], tier: str = "unlimited") -> dict[str, str]:  # type: ignore[no-untyped-def]
+def _key(  # type: ignore[no-untyped-def]
+    gateway, scopes: list[str], tier: str = "unlimited"
+) -> dict[str, str]:
     created = httpx.post(
         gateway.url + "/admin/keys",
         json={"name": "grpc", "scopes": scopes, "tier": tier},
@@ -47,7 +49,9 @@ def _inputs(module, rows: np.ndarray = ROWS) -> list:  # type: ignore[no-untyped
     return [tensor]
 
 
-def test_sync_client_sees_what_triton_says(grpc_gateway, tiny_triton, auth) -> None:  # type: ignore[no-untyped-def]
+def test_sync_client_sees_what_triton_says(  # type: ignore[no-untyped-def]
+    grpc_gateway, tiny_triton, auth
+) -> None:
     through = grpcclient.InferenceServerClient(grpc_gateway.grpc_url)
     direct = grpcclient.InferenceServerClient(tiny_triton.grpc_url)
     try:
@@ -93,7 +97,9 @@ def test_sync_client_sees_what_triton_says(grpc_gateway, tiny_triton, auth) -> N
         direct.close()
 
 
-async def test_aio_client_sees_what_triton_says(grpc_gateway, tiny_triton, auth) -> None:  # type: ignore[no-untyped-def]
+async def test_aio_client_sees_what_triton_says(  # type: ignore[no-untyped-def]
+    grpc_gateway, tiny_triton, auth
+) -> None:
     through = grpc_aio.InferenceServerClient(grpc_gateway.grpc_url)
     direct = grpc_aio.InferenceServerClient(tiny_triton.grpc_url)
     try:
@@ -119,7 +125,9 @@ async def test_aio_client_sees_what_triton_says(grpc_gateway, tiny_triton, auth)
         await direct.close()
 
 
-def test_errors_are_status_codes_with_the_gateways_message(grpc_gateway, auth) -> None:  # type: ignore[no-untyped-def]
+def test_errors_are_status_codes_with_the_gateways_message(  # type: ignore[no-untyped-def]
+    grpc_gateway, auth
+) -> None:
     client = grpcclient.InferenceServerClient(grpc_gateway.grpc_url)
 
     def refused(call, *args, **kwargs) -> InferenceServerException:  # type: ignore[no-untyped-def]
@@ -170,7 +178,9 @@ def test_errors_are_status_codes_with_the_gateways_message(grpc_gateway, auth) -
         client.close()
 
 
-def test_rate_limits_and_statistics_are_shared_with_http(grpc_gateway) -> None:  # type: ignore[no-untyped-def]
+def test_rate_limits_and_statistics_are_shared_with_http(  # type: ignore[no-untyped-def]
+    grpc_gateway,
+) -> None:
     auth = _key(grpc_gateway, [MODEL], tier="tiny")  # a burst of 4, then one a minute
     client = grpcclient.InferenceServerClient(grpc_gateway.grpc_url)
     try:

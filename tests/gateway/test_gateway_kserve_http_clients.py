@@ -26,7 +26,9 @@ def _inputs(module) -> list:  # type: ignore[no-untyped-def]
     return [tensor]
 
 
-def test_sync_client_sees_what_triton_says(gateway, tiny_triton, auth) -> None:  # type: ignore[no-untyped-def]
+def test_sync_client_sees_what_triton_says(  # type: ignore[no-untyped-def]
+    gateway, tiny_triton, auth
+) -> None:
     through = http.InferenceServerClient(gateway.url.removeprefix("http://"))
     direct = http.InferenceServerClient(tiny_triton.http_url)
     try:
@@ -58,7 +60,9 @@ def test_sync_client_sees_what_triton_says(gateway, tiny_triton, auth) -> None: 
         direct.close()
 
 
-async def test_aio_client_sees_what_triton_says(gateway, tiny_triton, auth) -> None:  # type: ignore[no-untyped-def]
+async def test_aio_client_sees_what_triton_says(  # type: ignore[no-untyped-def]
+    gateway, tiny_triton, auth
+) -> None:
     through = http_aio.InferenceServerClient(gateway.url.removeprefix("http://"))
     direct = http_aio.InferenceServerClient(tiny_triton.http_url)
     try:

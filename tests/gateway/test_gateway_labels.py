@@ -23,7 +23,9 @@ def _label_values(metrics: str, metric: str, label: str) -> set[str]:
     return set(re.findall(rf'^{metric}\{{[^}}]*{label}="([^"]*)"', metrics, re.M))
 
 
-def test_a_flood_of_keys_keeps_labels_and_series_bounded(gateway_factory, tiny_triton) -> None:  # type: ignore[no-untyped-def]
+def test_a_flood_of_keys_keeps_labels_and_series_bounded(  # type: ignore[no-untyped-def]
+    gateway_factory, tiny_triton
+) -> None:
     gateway = gateway_factory(
         tiny_triton.http_url,
         max_client_labels=_MAX_CLIENT_LABELS,

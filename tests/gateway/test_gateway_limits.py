@@ -80,7 +80,8 @@ def test_built_configs_carry_the_same_limits(model_repository: Path) -> None:
             parameter,
         ) in config.parameters.items():  # a parameter named after a limit is that limit
             if key in named:
-                assert float(parameter.string_value) == float(named[key]), f"{name}: {key}"  # type: ignore[arg-type]
+                configured = float(parameter.string_value)
+                assert configured == float(named[key]), f"{name}: {key}"  # type: ignore[arg-type]
         if config.platform == "ensemble":
             continue  # no queue of its own: its steps queue, with the ensemble request's priority and timeout
         batcher = config.dynamic_batching
@@ -185,7 +186,9 @@ def test_more_inputs_than_the_encoder_batch_are_split_and_kept_in_order(
     np.testing.assert_allclose(got, np.array(direct_rows), atol=1e-5)
 
 
-def test_more_than_the_documented_inputs_are_refused_naming_input(client) -> None:  # type: ignore[no-untyped-def]
+def test_more_than_the_documented_inputs_are_refused_naming_input(  # type: ignore[no-untyped-def]
+    client,
+) -> None:
     with pytest.raises(openai.BadRequestError) as refused:
         client.embeddings.create(
             model="text_embedding", input=["x"] * (LIMITS.embeddings.max_inputs + 1)

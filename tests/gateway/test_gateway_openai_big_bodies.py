@@ -61,7 +61,9 @@ CASES = [
 ]
 
 
-def test_big_bodies_are_decoded_in_a_parse_process_and_answered_as_small_ones(pooled) -> None:  # type: ignore[no-untyped-def]
+def test_big_bodies_are_decoded_in_a_parse_process_and_answered_as_small_ones(  # type: ignore[no-untyped-def]
+    pooled,
+) -> None:
     gateway, auth = pooled
     expected = []
     for path, small, status in CASES:

@@ -70,7 +70,9 @@ def _vectors(response) -> np.ndarray:  # type: ignore[no-untyped-def]
     return np.array([d.embedding for d in response.data], dtype=np.float32)
 
 
-def test_default_call_is_base64_and_equals_direct_triton(client, direct) -> None:  # type: ignore[no-untyped-def]
+def test_default_call_is_base64_and_equals_direct_triton(  # type: ignore[no-untyped-def]
+    client, direct
+) -> None:
     raw = client.embeddings.with_raw_response.create(model="text_embedding", input=TEXTS)
     sent = raw.http_response.request.content
     assert b'"encoding_format":"base64"' in sent.replace(b" ", b""), "the SDK's default is base64"
@@ -95,7 +97,9 @@ def test_float_single_string_and_alias(client, direct) -> None:  # type: ignore[
     assert got.tobytes() == fp16.tobytes(), "a variant is an embedding model too (its card says so)"
 
 
-def test_token_arrays_of_the_models_vocabulary_embed_as_their_text(client, direct) -> None:  # type: ignore[no-untyped-def]
+def test_token_arrays_of_the_models_vocabulary_embed_as_their_text(  # type: ignore[no-untyped-def]
+    client, direct
+) -> None:
     tokenizer = load_tokenizer(model_dir() / "tokenizer.json", MAX_LENGTH)
     ids = [tokenizer.encode(t).ids for t in TEXTS]
     expected, tokens = _triton_embed(direct, TEXTS)
@@ -110,7 +114,9 @@ def test_token_arrays_of_the_models_vocabulary_embed_as_their_text(client, direc
     assert "outside the vocabulary" in outside.value.message and outside.value.param == "input.0"
 
 
-def test_dimensions_truncate_and_renormalise_up_to_the_models_length(client, direct) -> None:  # type: ignore[no-untyped-def]
+def test_dimensions_truncate_and_renormalise_up_to_the_models_length(  # type: ignore[no-untyped-def]
+    client, direct
+) -> None:
     expected, _ = _triton_embed(direct, TEXTS)
     for length in (HIDDEN, 128, 1):
         for encoding in (
@@ -135,7 +141,9 @@ def test_dimensions_truncate_and_renormalise_up_to_the_models_length(client, dir
         assert error.status_code == 400 and error.param == "dimensions", error.message
 
 
-def test_ids_the_models_tokenizer_never_makes_are_refused_naming_the_input(client) -> None:  # type: ignore[no-untyped-def]
+def test_ids_the_models_tokenizer_never_makes_are_refused_naming_the_input(  # type: ignore[no-untyped-def]
+    client,
+) -> None:
     tokenizer = load_tokenizer(model_dir() / "tokenizer.json", MAX_LENGTH)
     good = tokenizer.encode(TEXTS[0], add_special_tokens=False).ids
     # Reserved WordPiece slots ([unused12], [unused278]): where tiktoken keeps "." (13) and " the" (279).

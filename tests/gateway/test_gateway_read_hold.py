@@ -2,11 +2,12 @@
 
 The real gateway process with the hold on (``hold_ignored_retry_after_s``) in front of the tiny
 Triton, and a "tiny" key (a burst of 4, then one token a minute); its requests have no inputs, so
-its first answers are 400s, which still cost a token. On one keep-alive connection the key gets its first 429 (told to wait), sends again at
-once (a second 429: it ignored the wait), and its next request is then left unread on that connection
-while another key's connection is served; when the hold ends the waiting request is answered (the
-keep-alive timeout, shorter than the hold, does not close the held connection). The hold is set
-short (2 s) so the held request is answered within the test.
+its first answers are 400s, which still cost a token. On one keep-alive connection the key gets its
+first 429 (told to wait), sends again at once (a second 429: it ignored the wait), and its next
+request is then left unread on that connection while another key's connection is served; when the
+hold ends the waiting request is answered (the keep-alive timeout, shorter than the hold, does not
+close the held connection). The hold is set short (2 s) so the held request is answered within the
+test.
 """
 
 from __future__ import annotations
@@ -64,7 +65,9 @@ def _answer(sock: socket.socket) -> tuple[int, bytes]:
     return int(head.split(b" ", 2)[1]), head.lower()
 
 
-def test_a_key_that_ignores_retry_after_is_not_read_until_the_wait_is_over(held) -> None:  # type: ignore[no-untyped-def]
+def test_a_key_that_ignores_retry_after_is_not_read_until_the_wait_is_over(  # type: ignore[no-untyped-def]
+    held,
+) -> None:
     _, attacker = create_key(held, tier="tiny")
     _, other = create_key(held, tier="tiny")
     address = ("127.0.0.1", int(held.url.rsplit(":", 1)[1]))
@@ -110,7 +113,9 @@ def test_a_key_that_waits_is_never_held(held) -> None:  # type: ignore[no-untype
         assert _answer(sock)[0] == 429
 
 
-def test_a_key_that_ignores_retry_after_while_its_body_still_arrives_is_answered_late(held) -> None:  # type: ignore[no-untyped-def]
+def test_a_key_that_ignores_retry_after_while_its_body_still_arrives_is_answered_late(  # type: ignore[no-untyped-def]
+    held,
+) -> None:
     """The hold moves before the answer: the connection is not left unread with a body in flight.
 
     The key's refused requests use up the tokens they are charged (four 404s: the last one finds

@@ -107,7 +107,9 @@ def test_readyz_names_a_ready_model_whose_inference_fails(
     assert TINY_MODEL not in probe.stderr
 
 
-def test_readyz_without_models_follows_triton(gateway_factory, own_triton: TritonServer) -> None:  # type: ignore[no-untyped-def]
+def test_readyz_without_models_follows_triton(  # type: ignore[no-untyped-def]
+    gateway_factory, own_triton: TritonServer
+) -> None:
     gateway = gateway_factory(own_triton.http_url)
     ready = httpx.get(gateway.url + "/readyz", timeout=30)
     assert ready.status_code == 200 and ready.json()["models"] == []
@@ -191,7 +193,9 @@ class _CountingBackend:
             "input": [{"name": "x", "data_type": "TYPE_FP32", "dims": ["2"]}],
         }
 
-    async def infer(self, model, inputs, outputs=None, *, timeout_s, version="", priority=0):  # type: ignore[no-untyped-def]
+    async def infer(  # type: ignore[no-untyped-def]
+        self, model, inputs, outputs=None, *, timeout_s, version="", priority=0
+    ):
         self.inferences += 1
         assert inputs[0].data.shape == (1, 2)
         return {}
@@ -202,7 +206,13 @@ async def test_model_checks_are_cached_for_the_configured_time() -> None:
 
     now = [100.0]
     backend = _CountingBackend()
-    probe = ReadinessProbe(backend, ["a", "b"], cache_s=5.0, timeout_s=1.0, clock=lambda: now[0])  # type: ignore[arg-type]
+    probe = ReadinessProbe(
+        backend,  # type: ignore[arg-type]
+        ["a", "b"],
+        cache_s=5.0,
+        timeout_s=1.0,
+        clock=lambda: now[0],
+    )
     assert (await probe.check()).ready and backend.inferences == 2
     now[0] += 4.9
     assert (await probe.check()).ready and backend.inferences == 2

@@ -101,7 +101,9 @@ def test_half_sent_bodies_are_answered_408_and_closed(limited) -> None:  # type:
     assert problem["instance"] == "/v2/models/tiny_linear/infer"
 
 
-def test_keep_alive_connections_serve_a_bounded_number_of_requests(limited) -> None:  # type: ignore[no-untyped-def]
+def test_keep_alive_connections_serve_a_bounded_number_of_requests(  # type: ignore[no-untyped-def]
+    limited,
+) -> None:
     _, address = limited
     sock = _connect(address)
     sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" * 5)
@@ -109,7 +111,9 @@ def test_keep_alive_connections_serve_a_bounded_number_of_requests(limited) -> N
     assert answer.count(b"HTTP/1.1 200") == 3 and b"connection: close" in answer.lower()
 
 
-def test_a_body_sent_after_an_early_answer_does_not_hold_the_connection(limited) -> None:  # type: ignore[no-untyped-def]
+def test_a_body_sent_after_an_early_answer_does_not_hold_the_connection(  # type: ignore[no-untyped-def]
+    limited,
+) -> None:
     # Refused before its body is read (401), then the body arrives: uvicorn alone kept such a
     # connection open forever; it is closed once idle, like any keep-alive connection.
     _, address = limited

@@ -25,7 +25,9 @@ _ACCESS = re.compile(r" POST /v2/models/tiny_linear/infer 200 (\d+\.\d+)ms clien
 
 
 @pytest.fixture(scope="module", params=["redis", "sqlite"])
-def pair(request, gateway_factory, tiny_triton, tmp_path_factory) -> list[GatewayProcess]:  # type: ignore[no-untyped-def]
+def pair(  # type: ignore[no-untyped-def]
+    request, gateway_factory, tiny_triton, tmp_path_factory
+) -> list[GatewayProcess]:
     """Two gateway processes sharing a key store and a stats store."""
     workdir = tmp_path_factory.mktemp(f"shared-{request.param}")
     shared: dict[str, object] = {"stats_publish_interval_s": 0.2, "stats_bucket_s": 2.0}

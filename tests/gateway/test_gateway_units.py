@@ -231,12 +231,16 @@ class FakeBackend:
         self.calls: list[dict[str, object]] = []
         self.requests: list[InferRequest] = []
 
-    async def infer_v2(self, model, request, *, timeout_s, version="", accept_encoding="identity"):  # type: ignore[no-untyped-def]
+    async def infer_v2(  # type: ignore[no-untyped-def]
+        self, model, request, *, timeout_s, version="", accept_encoding="identity"
+    ):
         self.requests.append(request)
         await self.release.wait()
         return RawResponse(b"{}", {"content-type": "application/json"})
 
-    async def infer(self, model, inputs, outputs=None, *, timeout_s, version="", priority=0):  # type: ignore[no-untyped-def]
+    async def infer(  # type: ignore[no-untyped-def]
+        self, model, inputs, outputs=None, *, timeout_s, version="", priority=0
+    ):
         self.calls.append(
             {
                 "model": model,
@@ -263,7 +267,12 @@ class FakeBackend:
 def _service(**settings: object) -> InferenceService:
     settings.setdefault("tier_limits", {"t": TierLimit(per_minute=6000, burst=100)})
     config = GatewaySettings(default_tier="t", **settings)  # type: ignore[arg-type]
-    return InferenceService(config, FakeBackend(), InProcessRateLimiter(), LatencyTracker())  # type: ignore[arg-type]
+    return InferenceService(
+        config,
+        FakeBackend(),  # type: ignore[arg-type]
+        InProcessRateLimiter(),
+        LatencyTracker(),
+    )
 
 
 def _ctx(scopes: frozenset[str] = frozenset({"*"}), tier: str = "t") -> RequestContext:
@@ -363,10 +372,12 @@ async def test_kserve_requests_carry_the_tier_priority_and_the_deadline() -> Non
     service = _service(tier_limits=tiers, upstream_timeout_s=5)
     service.backend.release.set()  # type: ignore[attr-defined]
     long = RestBody(
-        b'{"parameters": {"timeout": 999000000}, "inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1.0]}]}'
+        b'{"parameters": {"timeout": 999000000}, "inputs": [{"name": "x", "shape": [1], '
+        b'"datatype": "FP32", "data": [1.0]}]}'
     )
     short = RestBody(
-        b'{"parameters": {"timeout": 1000}, "inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1.0]}]}'
+        b'{"parameters": {"timeout": 1000}, "inputs": [{"name": "x", "shape": [1], '
+        b'"datatype": "FP32", "data": [1.0]}]}'
     )
     await service.infer_v2(_ctx(), "m", long)
     await service.infer_v2(_ctx(), "m", short)

@@ -214,7 +214,9 @@ def test_usage_adds_up_across_two_gateways_sharing_redis(
 
 
 @pytest.mark.integration
-def test_an_unlimited_tier_is_not_limited_and_still_metered(gateway_factory, tiny_triton) -> None:  # type: ignore[no-untyped-def]
+def test_an_unlimited_tier_is_not_limited_and_still_metered(  # type: ignore[no-untyped-def]
+    gateway_factory, tiny_triton
+) -> None:
     tiers = {**TEST_TIERS, "enterprise": {"priority": 1}}
     gateway = gateway_factory(tiny_triton.http_url, tier_limits=tiers, usage_flush_interval_s=0.2)
     headers, key = create_key(gateway, tier="enterprise", name="enterprise")

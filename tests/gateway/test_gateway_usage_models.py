@@ -39,7 +39,9 @@ def _jpeg() -> bytes:
     return buffer.getvalue()
 
 
-def test_images_inputs_and_tokenizer_tokens_are_metered(gateway_factory, triton) -> None:  # type: ignore[no-untyped-def]
+def test_images_inputs_and_tokenizer_tokens_are_metered(  # type: ignore[no-untyped-def]
+    gateway_factory, triton
+) -> None:
     gateway = gateway_factory(
         triton.http_url, max_body_bytes=4 * 1024 * 1024, usage_flush_interval_s=0.2
     )

@@ -33,7 +33,9 @@ async def make_store(request: pytest.FixtureRequest) -> AsyncIterator[object]:
         await store.close()
 
 
-async def test_only_the_owner_gets_an_image_and_only_until_it_expires(make_store) -> None:  # type: ignore[no-untyped-def]
+async def test_only_the_owner_gets_an_image_and_only_until_it_expires(  # type: ignore[no-untyped-def]
+    make_store,
+) -> None:
     clock = FakeClock(time.time())
     store = make_store(60, 1000, clock)
     token = await store.put("key:a", b"\x89PNG\x00\xff", "image/png")
@@ -45,7 +47,9 @@ async def test_only_the_owner_gets_an_image_and_only_until_it_expires(make_store
     assert await store.get("key:a", token) is None
 
 
-async def test_the_oldest_images_go_first_past_the_byte_bound(make_store) -> None:  # type: ignore[no-untyped-def]
+async def test_the_oldest_images_go_first_past_the_byte_bound(  # type: ignore[no-untyped-def]
+    make_store,
+) -> None:
     clock = FakeClock(time.time())
     store = make_store(60, 10, clock)
     first = await store.put("o", b"12345", "image/png")

@@ -74,7 +74,13 @@ async def store(tmp_path: Path) -> AsyncIterator[SqliteJobStore]:
 @contextlib.asynccontextmanager
 async def _running(store: SqliteJobStore, generation: Generation) -> AsyncIterator[JobRunner]:
     settings = GatewaySettings(job_heartbeat_s=0.05, job_poll_interval_s=0.05, job_lease_s=5)
-    runner = JobRunner(settings, store, generation, ProblemRenderer(ERROR_STATUS), UsageMeter())  # type: ignore[arg-type]
+    runner = JobRunner(
+        settings,
+        store,
+        generation,  # type: ignore[arg-type]
+        ProblemRenderer(ERROR_STATUS),
+        UsageMeter(),
+    )
     task = asyncio.create_task(runner.run())
     try:
         yield runner

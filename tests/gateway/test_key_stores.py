@@ -66,7 +66,9 @@ def test_listing_is_oldest_first_and_can_hide_revoked(store: KeyStore) -> None:
 
 
 @pytest.mark.parametrize("direction", ["sqlite->redis", "redis->sqlite"])
-def test_export_import_keeps_every_key_working(direction: str, tmp_path, redis_url) -> None:  # type: ignore[no-untyped-def]
+def test_export_import_keeps_every_key_working(  # type: ignore[no-untyped-def]
+    direction: str, tmp_path, redis_url
+) -> None:
     sqlite_store, redis_store = (
         SqliteKeyStore(tmp_path / "k.sqlite3"),
         RedisKeyStore(redis_url, prefix=next(_prefixes)),

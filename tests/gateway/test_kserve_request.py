@@ -56,7 +56,10 @@ def _client_body(
         tensor = http.InferInput(datatype.lower(), list(array.shape), datatype)
         tensor.set_data_from_numpy(array, binary_data=binary)
         inputs.append(tensor)
-    body, json_size = http.InferenceServerClient.generate_request_body(inputs, **kwargs)  # type: ignore[arg-type]
+    body, json_size = http.InferenceServerClient.generate_request_body(
+        inputs,
+        **kwargs,  # type: ignore[arg-type]
+    )
     return body, None if json_size is None else str(json_size)
 
 
@@ -175,7 +178,8 @@ def _doc(**input_fields: object) -> bytes:
             "neither",
         ),
         (
-            b'{"inputs": [{"name": "a", "shape": [1], "datatype": "FP32", "parameters": {"binary_data_size": 4}}]}',
+            b'{"inputs": [{"name": "a", "shape": [1], "datatype": "FP32", '
+            b'"parameters": {"binary_data_size": 4}}]}',
             "inputs.0.parameters.binary_data_size",
             "no Inference-Header-Content-Length",
         ),
@@ -195,8 +199,8 @@ def _doc(**input_fields: object) -> bytes:
             "string",
         ),
         (
-            b'{"inputs": [{"name": "a", "shape": [1], "datatype": "FP32", "data": [1]}], "outputs": [{"name": "o",'
-            b' "parameters": {"shared_memory_region": "r"}}]}',
+            b'{"inputs": [{"name": "a", "shape": [1], "datatype": "FP32", "data": [1]}], '
+            b'"outputs": [{"name": "o", "parameters": {"shared_memory_region": "r"}}]}',
             "outputs.0.parameters.shared_memory_region",
             "shared",
         ),

@@ -118,7 +118,13 @@ class HealingBackend:
 async def test_the_healer_reloads_the_failed_model_with_backoff_then_closes_the_breaker() -> None:
     backend = HealingBackend(failing_loads=2)
     registry = CollectorRegistry()
-    healer = ModelHealer(backend, Breakers(), registry, first_backoff_s=0.01, max_backoff_s=0.02)  # type: ignore[arg-type]
+    healer = ModelHealer(
+        backend,  # type: ignore[arg-type]
+        Breakers(),
+        registry,
+        first_backoff_s=0.01,
+        max_backoff_s=0.02,
+    )
     healer.observe("text_embedding", _dead("text_tokenizer"))
     healer.observe(
         "text_embedding_fp16", _dead("text_tokenizer")

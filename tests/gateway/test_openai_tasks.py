@@ -53,7 +53,9 @@ class Backend:
     async def repository_index(self, *, timeout_s):  # type: ignore[no-untyped-def]
         return [{"name": name, "state": "READY", "version": "1"} for name in CARDS]
 
-    async def infer(self, model, inputs, outputs=None, *, timeout_s, version="", priority=0):  # type: ignore[no-untyped-def]
+    async def infer(  # type: ignore[no-untyped-def]
+        self, model, inputs, outputs=None, *, timeout_s, version="", priority=0
+    ):
         self.calls.append((inputs[0].name, [tuple(t.data.shape) for t in inputs]))
         self.scheduling.append((timeout_s, priority))
         self.in_flight += 1
@@ -83,7 +85,12 @@ def _tasks() -> tuple[OpenAITasks, Backend]:
         model_aliases={"minilm": "text_embedding"},
     )  # type: ignore[arg-type]
     backend = Backend()
-    service = InferenceService(settings, backend, InProcessRateLimiter(), LatencyTracker())  # type: ignore[arg-type]
+    service = InferenceService(
+        settings,
+        backend,  # type: ignore[arg-type]
+        InProcessRateLimiter(),
+        LatencyTracker(),
+    )
     return OpenAITasks(service, ModelCards(backend, timeout_s=1)), backend  # type: ignore[arg-type]
 
 
@@ -132,7 +139,10 @@ async def test_the_most_inputs_come_back_in_order_with_a_bounded_number_in_fligh
 
 async def test_a_token_row_the_model_refuses_is_named_as_the_clients_input() -> None:
     tasks, backend = _tasks()
-    backend.refuse = "in ensemble 'text_embedding', TOKEN_IDS row 3 holds id 13 at position 0, the reserved entry"
+    backend.refuse = (
+        "in ensemble 'text_embedding', TOKEN_IDS row 3 holds id 13 at position 0, "
+        "the reserved entry"
+    )
     with pytest.raises(errors.InferenceInputError) as refused:
         await tasks.embed(_ctx(), "text_embedding", [[2000 + i] for i in range(BATCH * 2)])
     # Row 3 of a chunk: the first chunk to fail is either one; the index is that chunk's row 3.

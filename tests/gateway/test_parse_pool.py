@@ -43,7 +43,8 @@ async def test_a_worker_parses_what_parse_rest_parses(pool: ParsePool) -> None:
     assert parsed.id == expected.id and parsed.outputs == expected.outputs
     for got, want in zip(parsed.inputs, expected.inputs, strict=True):
         assert (got.name, got.datatype, got.shape) == (want.name, want.datatype, want.shape)
-        assert isinstance(got.data, np.ndarray) and got.data.dtype == want.data.dtype  # type: ignore[union-attr]
+        assert isinstance(got.data, np.ndarray)
+        assert got.data.dtype == want.data.dtype  # type: ignore[union-attr]
         np.testing.assert_array_equal(got.data, want.data)  # type: ignore[arg-type]
 
 

@@ -72,7 +72,12 @@ async def _manager(budget_models: int, concurrent: int) -> tuple[ResidencyManage
         default_estimate_bytes=SIZE,
         max_concurrent_loads=concurrent,
     )
-    manager = ResidencyManager(config, repository, FakeMeter(repository), CollectorRegistry())  # type: ignore[arg-type]
+    manager = ResidencyManager(
+        config,
+        repository,  # type: ignore[arg-type]
+        FakeMeter(repository),
+        CollectorRegistry(),
+    )
     repository.manager = manager
     await manager.start()
     return manager, repository

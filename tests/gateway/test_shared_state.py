@@ -84,7 +84,9 @@ def test_a_key_created_on_one_replica_works_on_the_other(replicas) -> None:  # t
     assert key.split("_")[1] in {k["key_id"] for k in listed}
 
 
-def test_revocation_through_one_replica_applies_on_the_other(replicas) -> None:  # type: ignore[no-untyped-def]
+def test_revocation_through_one_replica_applies_on_the_other(  # type: ignore[no-untyped-def]
+    replicas,
+) -> None:
     first, second = replicas
     created = _create(first)
     for _ in range(3):  # B has it cached now
@@ -113,7 +115,9 @@ def test_rotation_through_one_replica_applies_on_the_other(replicas) -> None:  #
     )
 
 
-def test_canary_weights_set_through_one_replica_apply_on_the_other(replicas) -> None:  # type: ignore[no-untyped-def]
+def test_canary_weights_set_through_one_replica_apply_on_the_other(  # type: ignore[no-untyped-def]
+    replicas,
+) -> None:
     first, second = replicas
     key = _create(first)["api_key"]
     try:
@@ -160,7 +164,9 @@ def _sqlite_export(path: Path) -> tuple[dict[str, object], str, str]:
     return {"keys": [r.as_export() for r in store.list()]}, live, gone
 
 
-def test_keys_imported_through_the_admin_api_authenticate_everywhere(replicas, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_keys_imported_through_the_admin_api_authenticate_everywhere(  # type: ignore[no-untyped-def]
+    replicas, tmp_path
+) -> None:
     first, second = replicas
     document, live, gone = _sqlite_export(tmp_path / "old.sqlite3")
     response = httpx.post(first.url + "/admin/keys/import", json=document, headers=ADMIN)
@@ -183,7 +189,8 @@ def test_keys_imported_through_the_admin_api_authenticate_everywhere(replicas, t
     bad_tier = {"keys": [{**document["keys"][0], "key_id": "dd" * 6, "tier": "gold"}]}  # type: ignore[index]
     response = httpx.post(first.url + "/admin/keys/import", json=bad_tier, headers=ADMIN)
     assert response.status_code == 400 and "gold" in response.json()["detail"]
-    plaintext = {"keys": [{**document["keys"][0], "key_id": "cc" * 6, "key_hash": live}]}  # type: ignore[index]
+    first_key = document["keys"][0]  # type: ignore[index]
+    plaintext = {"keys": [{**first_key, "key_id": "cc" * 6, "key_hash": live}]}
     assert (
         httpx.post(first.url + "/admin/keys/import", json=plaintext, headers=ADMIN).status_code
         == 422
@@ -191,7 +198,9 @@ def test_keys_imported_through_the_admin_api_authenticate_everywhere(replicas, t
     assert httpx.post(first.url + "/admin/keys/import", json=document).status_code == 401
 
 
-def test_cli_migrates_a_sqlite_store_into_redis(replicas, redis_url, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_cli_migrates_a_sqlite_store_into_redis(  # type: ignore[no-untyped-def]
+    replicas, redis_url, tmp_path
+) -> None:
     _, second = replicas
     old = tmp_path / "old.sqlite3"
     _, live, _ = _sqlite_export(old)

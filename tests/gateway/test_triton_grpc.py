@@ -38,7 +38,11 @@ def grpc_gateway(gateway_factory, tiny_triton):  # type: ignore[no-untyped-def]
     return gateway, create_key(gateway)[0]
 
 
-def _request(binary_output: bool | None = None, class_count: int = 0, request_id: str = "") -> list:  # type: ignore[type-arg]
+def _request(
+    binary_output: bool | None = None,
+    class_count: int = 0,
+    request_id: str = "",
+) -> list:  # type: ignore[type-arg]
     tensor = http.InferInput("input", list(ROWS.shape), "FP32")
     tensor.set_data_from_numpy(ROWS, binary_data=True)
     output = http.InferRequestedOutput(
@@ -71,7 +75,9 @@ def test_inference_answers_as_triton_does(
         direct.close()
 
 
-def test_json_bodies_and_compressed_answers(grpc_gateway, tiny_triton) -> None:  # type: ignore[no-untyped-def]
+def test_json_bodies_and_compressed_answers(  # type: ignore[no-untyped-def]
+    grpc_gateway, tiny_triton
+) -> None:
     gateway, auth = grpc_gateway
     body = {
         "inputs": [
@@ -171,7 +177,9 @@ def test_errors_are_the_same_as_over_http(grpc_gateway) -> None:  # type: ignore
         client.close()
 
 
-def test_an_unreachable_triton_is_a_fast_503(gateway_factory, tiny_triton) -> None:  # type: ignore[no-untyped-def]
+def test_an_unreachable_triton_is_a_fast_503(  # type: ignore[no-untyped-def]
+    gateway_factory, tiny_triton
+) -> None:
     gateway = gateway_factory(
         tiny_triton.http_url, triton_protocol="grpc", triton_grpc_url=f"127.0.0.1:{reserve_port()}"
     )

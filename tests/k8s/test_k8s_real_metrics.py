@@ -241,13 +241,13 @@ def test_keda_query_is_the_queue_time_triton_reports_per_client_request(
         for m in MODELS
     }
     print(
-        f"[keda] {client_requests} classify requests; Triton statistics: {expected:,.0f} us queued per request "
-        f"({', '.join(f'{m} {v:,.0f}' for m, v in own.items())})"
+        f"[keda] {client_requests} classify requests; Triton statistics: {expected:,.0f} us queued "
+        f"per request ({', '.join(f'{m} {v:,.0f}' for m, v in own.items())})"
     )
     assert keda is not None and every_model is not None and client_facing_only is not None
     print(
-        f"[keda] Prometheus: KEDA query {keda:,.0f} us; all models' successes as denominator {every_model:,.0f} us; "
-        f"the ensemble's own queue time {client_facing_only:,.1f} us"
+        f"[keda] Prometheus: KEDA query {keda:,.0f} us; all models' successes as denominator "
+        f"{every_model:,.0f} us; the ensemble's own queue time {client_facing_only:,.1f} us"
     )
     assert keda == pytest.approx(expected, rel=0.01)
     # What it replaces: every step counted again as a request (about a quarter for a 3-step ensemble),

@@ -313,7 +313,9 @@ def test_a_failed_capacity_run_leaves_the_point_measured_and_says_why(
     )
     run = gpu_run._Run(GpuBenchSettings(out_dir=tmp_path), Clock(0.0), {})
     servers = gpu_run._Servers(
-        SimpleNamespace(http_url="127.0.0.1:9", metrics_url="http://127.0.0.1:9/metrics"),  # type: ignore[arg-type]
+        SimpleNamespace(  # type: ignore[arg-type]
+            http_url="127.0.0.1:9", metrics_url="http://127.0.0.1:9/metrics"
+        ),
         None,
         {"jpeg": target},
         {PIPELINE: "p__instant", TENSOR: "t__instant"},

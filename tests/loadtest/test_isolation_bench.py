@@ -17,7 +17,8 @@ from loadtest.registry import run_named
 
 pytestmark = pytest.mark.integration
 
-SCENARIOS = 6  # big bodies, bodies at the free cap, idle connections, disconnect storm, paced and unpaced floods
+# big bodies, bodies at the free cap, idle connections, disconnect storm, paced and unpaced floods
+SCENARIOS = 6
 
 
 def test_a_body_of_a_size_is_a_request_of_about_that_size() -> None:

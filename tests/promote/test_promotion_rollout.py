@@ -193,7 +193,8 @@ def _ready_versions(url: str) -> list[int]:
 
 
 def _triton_state(served: Served) -> tuple[list[int], list[int], bool]:
-    """Versions of the classifier Triton serves, the ensemble's classifier step version, canary copy loaded."""
+    """Versions of the classifier Triton serves, the ensemble's classifier step version, canary copy
+    loaded."""
     ready = _ready_versions(served.url)
     with http.InferenceServerClient(served.url) as client:
         steps = client.get_model_config(ENSEMBLE)["ensemble_scheduling"]["step"]
@@ -234,7 +235,8 @@ def test_a_candidate_failing_in_the_canary_is_rolled_back_and_production_never_f
     watch = steps["canary watched"]
     assert watch["ok"] is False and int(watch["canary_failed"]) > 0  # type: ignore[call-overload]
     # The gateway counted every request it routed to production in the canary as answered.
-    assert watch["production_failed"] == 0 and int(watch["production_requests"]) > 0  # type: ignore[call-overload]
+    assert watch["production_failed"] == 0
+    assert int(watch["production_requests"]) > 0  # type: ignore[call-overload]
     # Only requests the canary routed to N+1 failed: answered after it began, sent before the rollback.
     canary_began = step_time(steps[f"canary copy {CANARY_COPY} loaded"])
     back_on_n = step_time(steps["rollback: gateway traffic back on N"])

@@ -90,7 +90,8 @@ def _fuzz_schema(
                     )
                 if response.status_code >= 500:
                     server_errors.append(
-                        f"{case.method} {case.formatted_path} -> {response.status_code}: {response.text[:300]}"
+                        f"{case.method} {case.formatted_path} -> {response.status_code}: "
+                        f"{response.text[:300]}"
                     )
 
             try:
@@ -100,7 +101,9 @@ def _fuzz_schema(
     return statuses, [per_operation, server_errors, len(operations), unauthenticated_ok]
 
 
-def test_schemathesis_every_route_with_credentials(fuzz_gateway, fuzz_headers) -> None:  # type: ignore[no-untyped-def]
+def test_schemathesis_every_route_with_credentials(  # type: ignore[no-untyped-def]
+    fuzz_gateway, fuzz_headers
+) -> None:
     started = time.monotonic()
     statuses, (per_operation, server_errors, n_ops, _) = _fuzz_schema(
         fuzz_gateway,
@@ -112,7 +115,8 @@ def test_schemathesis_every_route_with_credentials(fuzz_gateway, fuzz_headers) -
     _TOTALS["schemathesis_auth"] = sent
     print(
         f"\n[fuzz] schemathesis with credentials: {n_ops} operations, {sent} requests in "
-        f"{time.monotonic() - started:.1f} s, statuses {dict(sorted(statuses.items()))}, 5xx={len(server_errors)}"
+        f"{time.monotonic() - started:.1f} s, statuses {dict(sorted(statuses.items()))}, "
+        f"5xx={len(server_errors)}"
     )
     print(f"[fuzz] per operation: {dict(per_operation)}")
     assert not server_errors, "\n".join(server_errors[:20])
@@ -131,7 +135,8 @@ def test_schemathesis_every_route_without_credentials(fuzz_gateway) -> None:  # 
     _TOTALS["schemathesis_anonymous"] = sent
     print(
         f"\n[fuzz] schemathesis without credentials: {n_ops} operations, {sent} requests in "
-        f"{time.monotonic() - started:.1f} s, statuses {dict(sorted(statuses.items()))}, 5xx={len(server_errors)}"
+        f"{time.monotonic() - started:.1f} s, statuses {dict(sorted(statuses.items()))}, "
+        f"5xx={len(server_errors)}"
     )
     assert not server_errors, "\n".join(server_errors[:20])
     assert not let_in, "protected routes answered without credentials:\n" + "\n".join(let_in[:20])
@@ -194,7 +199,9 @@ def test_hypothesis_raw_bodies_never_5xx(fuzz_gateway, fuzz_headers) -> None:  #
         binary_header=st.none() | _binary_header,
     )
     @settings(max_examples=RAW_EXAMPLES, **_SETTINGS)
-    def kserve(body: bytes, model: str, content_type: str, binary_header) -> None:  # type: ignore[no-untyped-def]
+    def kserve(  # type: ignore[no-untyped-def]
+        body: bytes, model: str, content_type: str, binary_header
+    ) -> None:
         headers = {"Content-Type": content_type}
         if binary_header is not None:
             length, tail = binary_header

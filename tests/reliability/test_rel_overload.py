@@ -75,7 +75,9 @@ def _saturating_concurrency(
     return saturating, ramp
 
 
-def test_overload_sheds_with_retry_after_and_keeps_admitted_p99(rel_triton, gateways) -> None:  # type: ignore[no-untyped-def]
+def test_overload_sheds_with_retry_after_and_keeps_admitted_p99(  # type: ignore[no-untyped-def]
+    rel_triton, gateways
+) -> None:
     probe = gateways(rel_triton.http_url, log_level="warning")
     headers, _ = create_key(probe)
     url = probe.url + "/v2/models/tiny_linear/infer"
@@ -86,7 +88,8 @@ def test_overload_sheds_with_retry_after_and_keeps_admitted_p99(rel_triton, gate
         [(c, round(r), round(p, 1)) for c, r, p in ramp],
     )
     print(
-        f"[overload] saturating concurrency C={saturating}; offering 2C={2 * saturating} for {OVERLOAD_S:.0f} s"
+        f"[overload] saturating concurrency C={saturating}; offering 2C={2 * saturating} "
+        f"for {OVERLOAD_S:.0f} s"
     )
     probe.stop()
 

@@ -4,9 +4,10 @@ Two gateways share one real redis-server: one fails open, one fails closed. Each
 loop of clients with a key on the ``limited`` tier (10/s, burst 5), so while Redis works most
 requests are 429 and about 10/s are admitted. Phases (seconds): normal, Redis frozen, thawed, Redis
 stopped, Redis started again on the same port from its append-only file (as deployed: API keys live
-in Redis, so a Redis that forgot them would turn every request into a 401). While Redis is gone the fail-open gateway admits
-everything (200s, no 429) and the fail-closed one refuses everything with 503 + Retry-After;
-neither crashes, neither answers any other status; once Redis is back both limit again (429s).
+in Redis, so a Redis that forgot them would turn every request into a 401). While Redis is gone the
+fail-open gateway admits everything (200s, no 429) and the fail-closed one refuses everything with
+503 + Retry-After; neither crashes, neither answers any other status; once Redis is back both limit
+again (429s).
 """
 
 from __future__ import annotations
@@ -52,7 +53,9 @@ def _window(samples: list[Sample], start: float, end: float) -> list[Sample]:
     return [s for s in samples if start + SETTLE_S <= s.t0 and s.t1 < end]
 
 
-def test_redis_outage_policies_hold_and_limits_resume(rel_triton, gateways, redis_server) -> None:  # type: ignore[no-untyped-def]
+def test_redis_outage_policies_hold_and_limits_resume(  # type: ignore[no-untyped-def]
+    rel_triton, gateways, redis_server
+) -> None:
     common = {"redis_url": redis_server.url, "log_level": "warning"}
     fail_open = gateways(rel_triton.http_url, redis_failure_policy="open", **common)
     fail_closed = gateways(rel_triton.http_url, redis_failure_policy="closed", **common)
@@ -134,8 +137,9 @@ def test_redis_outage_policies_hold_and_limits_resume(rel_triton, gateways, redi
             after = [s for s in samples if marks[event] < s.t0 < marks[until]]
             first_429 = min((s.t1 for s in after if s.status == 429), default=None)
             last_503 = max((s.t1 for s in after if s.status == 503), default=None)
+            resumed = first_429 - marks[event] if first_429 else float("nan")
             print(
-                f"[redis]   limits resumed {first_429 - marks[event] if first_429 else float('nan'):.2f} s after "
+                f"[redis]   limits resumed {resumed:.2f} s after "
                 f"{event}; last 503 {last_503 - marks[event] if last_503 else 0.0:.2f} s after it"
             )
 

@@ -132,7 +132,8 @@ def test_no_route_serves_without_valid_credentials(sec_gateway) -> None:  # type
                 if response.status_code not in allowed:
                     leaks.append(f"{method} {path} with {label} -> {response.status_code}")
     print(
-        f"\n[security] {len(operations)} protected operations x credentials: {checked} requests, {len(leaks)} let in"
+        f"\n[security] {len(operations)} protected operations x credentials: {checked} requests, "
+        f"{len(leaks)} let in"
     )
     assert operations and not leaks, "\n".join(leaks)
 
@@ -153,7 +154,8 @@ def test_keys_are_hashed_at_rest(sec_gateway) -> None:  # type: ignore[no-untype
     with sqlite3.connect(db) as conn:
         hashes = {row[0] for row in conn.execute("SELECT key_hash FROM api_keys")}
     print(
-        f"\n[security] key store {[f.rsplit('/', 1)[1] for f in files]}: {len(blob)} bytes, {len(keys)} keys, plaintext found={len(found)}"
+        f"\n[security] key store {[f.rsplit('/', 1)[1] for f in files]}: {len(blob)} bytes, "
+        f"{len(keys)} keys, plaintext found={len(found)}"
     )
     assert not found, "a plaintext key is stored"
     assert {hashlib.sha256(k.encode()).hexdigest() for k in keys[1:]} <= hashes
@@ -177,7 +179,9 @@ def _listening(pid: int) -> list[tuple[str, int]]:
     return sockets
 
 
-def test_triton_and_gateway_listen_on_loopback_only(rel_triton, sec_gateway) -> None:  # type: ignore[no-untyped-def]
+def test_triton_and_gateway_listen_on_loopback_only(  # type: ignore[no-untyped-def]
+    rel_triton, sec_gateway
+) -> None:
     triton_sockets = _listening(rel_triton.pid)
     gateway_sockets = _listening(sec_gateway.process.pid)
     external = [
@@ -256,9 +260,8 @@ def test_secrets_never_appear_in_logs(rel_triton, sec_gateway) -> None:  # type:
         for what, value in secrets.items()
         if value in text
     ]
-    print(
-        f"\n[security] log sizes { ({k: len(v) for k, v in logs.items()}) }; secrets checked {list(secrets)}; leaked={leaked}"
-    )
+    sizes = {k: len(v) for k, v in logs.items()}
+    print(f"\n[security] log sizes {sizes}; secrets checked {list(secrets)}; leaked={leaked}")
     assert not leaked
 
 
@@ -280,7 +283,9 @@ def _read_status(sock: socket.socket, timeout_s: float = 5.0) -> str:
     return data.split(b"\r\n", 1)[0].decode()
 
 
-def test_declared_oversized_body_is_413_before_it_is_sent(sec_gateway) -> None:  # type: ignore[no-untyped-def]
+def test_declared_oversized_body_is_413_before_it_is_sent(  # type: ignore[no-untyped-def]
+    sec_gateway,
+) -> None:
     headers, _ = create_key(sec_gateway)
     declared = 64 * 1024 * 1024
     head = (
@@ -292,7 +297,8 @@ def test_declared_oversized_body_is_413_before_it_is_sent(sec_gateway) -> None: 
         sock.sendall(b"{" + b" " * 1023)  # 1 KiB of the promised 64 MiB
         status = _read_status(sock)
     print(
-        f"\n[limits] declared {declared} bytes, sent 1024: '{status}' after {(time.monotonic() - started) * 1000:.1f} ms"
+        f"\n[limits] declared {declared} bytes, sent 1024: '{status}' after "
+        f"{(time.monotonic() - started) * 1000:.1f} ms"
     )
     assert status.split()[1] == "413", status
 

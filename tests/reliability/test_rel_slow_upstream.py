@@ -100,7 +100,8 @@ def test_slow_upstream_504_bounded_in_flight_and_other_models_unaffected(
     print(
         f"[slow] 504s={len(timed_out)} latency min={min(timed_out, default=float('nan')):.0f} "
         f"max={max(timed_out, default=float('nan')):.0f} ms (timeout {UPSTREAM_TIMEOUT_S * 1000:.0f} ms); "
-        f"429s={len(shed)} p99={quantile(shed, 0.99) if shed else float('nan'):.1f} ms; in-flight gauge max={max(gauge, default=0):.0f} "
+        f"429s={len(shed)} p99={quantile(shed, 0.99) if shed else float('nan'):.1f} ms; "
+        f"in-flight gauge max={max(gauge, default=0):.0f} "
         f"(bound {IN_FLIGHT}, {len(gauge)} samples)"
     )
     print(f"[slow] tiny_linear baseline {baseline.describe()}")

@@ -35,7 +35,9 @@ def _wait(condition, what: str, timeout_s: float = 20.0) -> None:  # type: ignor
         time.sleep(0.1)
 
 
-def test_usage_and_stats_survive_a_store_outage(rel_triton, gateways, redis_server) -> None:  # type: ignore[no-untyped-def]
+def test_usage_and_stats_survive_a_store_outage(  # type: ignore[no-untyped-def]
+    rel_triton, gateways, redis_server
+) -> None:
     gateway = gateways(
         rel_triton.http_url,
         redis_url=redis_server.url,
@@ -79,7 +81,9 @@ def test_usage_and_stats_survive_a_store_outage(rel_triton, gateways, redis_serv
     assert "Traceback" not in gateway.log()
 
 
-async def test_a_flush_redis_applied_but_never_answered_is_not_counted_twice(redis_server) -> None:  # type: ignore[no-untyped-def]
+async def test_a_flush_redis_applied_but_never_answered_is_not_counted_twice(  # type: ignore[no-untyped-def]
+    redis_server,
+) -> None:
     """A hung Redis buffers the flush it was sent and applies it when it resumes, after the meter saw
     a timeout; the meter's retry must then not add the same counts again."""
     from gateway.tenancy.usage import RequestUsage, UsageMeter, UsageStoreError

@@ -63,7 +63,8 @@ class TritonPythonModel:
         for request in requests:
             megabytes = int(pb_utils.get_input_tensor_by_name(request, "MB").as_numpy().reshape(-1)[0])
             hold = np.ones(megabytes * 1024 * 1024, dtype=np.uint8)  # touched: resident, not just reserved
-            deadline = time.monotonic() + (10 if megabytes > 100 else 0)  # long enough for the watch to see it
+            # long enough for the watch to see it
+            deadline = time.monotonic() + (10 if megabytes > 100 else 0)
             while time.monotonic() < deadline:
                 time.sleep(0.05)
             out = pb_utils.Tensor("OUT", np.array([int(hold[-1]) if megabytes else 0], dtype=np.int32))
@@ -148,7 +149,9 @@ def _stubs_without_region(triton_pid: int, grace_s: float = 15.0) -> list[int]:
         time.sleep(0.2)
 
 
-def test_a_killed_stub_is_replaced_while_the_breaker_answers_503(healing_triton, gateways) -> None:  # type: ignore[no-untyped-def]
+def test_a_killed_stub_is_replaced_while_the_breaker_answers_503(  # type: ignore[no-untyped-def]
+    healing_triton, gateways
+) -> None:
     gateway = gateways(healing_triton.http_url, log_level="warning", upstream_timeout_s=15)
     headers, _ = create_key(gateway)
     slow_url = gateway.url + f"/v2/models/{SLOW_MODEL}/infer"
@@ -228,7 +231,9 @@ def test_a_killed_stub_is_replaced_while_the_breaker_answers_503(healing_triton,
     assert not _stubs_without_region(healing_triton.pid), "a live stub lost its shared memory"
 
 
-def test_a_stub_over_its_memory_limit_dies_alone_and_is_healed(healing_triton, gateways) -> None:  # type: ignore[no-untyped-def]
+def test_a_stub_over_its_memory_limit_dies_alone_and_is_healed(  # type: ignore[no-untyped-def]
+    healing_triton, gateways
+) -> None:
     gateway = gateways(healing_triton.http_url, log_level="warning", upstream_timeout_s=30)
     headers, _ = create_key(gateway)
     url = gateway.url + f"/v2/models/{HOG_MODEL}/infer"

@@ -77,7 +77,9 @@ def _first(log: list[tuple[float, int]], after: float, want: int) -> float | Non
     return next((t for t, status in log if t > after and status == want), None)
 
 
-def test_triton_killed_mid_load_fast_503_then_recovery(rel_triton, gateways) -> None:  # type: ignore[no-untyped-def]
+def test_triton_killed_mid_load_fast_503_then_recovery(  # type: ignore[no-untyped-def]
+    rel_triton, gateways
+) -> None:
     gateway = gateways(
         rel_triton.http_url, log_level="warning", upstream_timeout_s=UPSTREAM_TIMEOUT_S
     )
@@ -165,7 +167,8 @@ def test_triton_killed_mid_load_fast_503_then_recovery(rel_triton, gateways) -> 
     assert not others, f"answers other than 200/503: {Samples.of(others).describe()}"
     assert not wrong, f"{len(wrong)} wrong answers"
     assert max(after_kill_503) < UPSTREAM_TIMEOUT_S * 1000 / 2, (
-        f"a 503 took {max(after_kill_503):.1f} ms: the gateway waited on a dead Triton instead of failing fast"
+        f"a 503 took {max(after_kill_503):.1f} ms: the gateway waited on a dead Triton instead of "
+        "failing fast"
     )
     assert t_not_ready is not None, "/readyz never said 503 while Triton was down"
     assert recovery is not None, "the gateway never served again after Triton came back"

@@ -61,9 +61,15 @@ import triton_python_backend_utils as pb_utils
 
 class TritonPythonModel:
     def execute(self, requests):
-        facts = json.dumps({"version": sys.version.split()[0], "numpy": np.__file__, "ssl": ssl.OPENSSL_VERSION})
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("FACTS", np.array([facts.encode()], dtype=object))])
-                for _ in requests]
+        facts = json.dumps(
+            {"version": sys.version.split()[0], "numpy": np.__file__, "ssl": ssl.OPENSSL_VERSION}
+        )
+        return [
+            pb_utils.InferenceResponse(
+                [pb_utils.Tensor("FACTS", np.array([facts.encode()], dtype=object))]
+            )
+            for _ in requests
+        ]
 """
 
 

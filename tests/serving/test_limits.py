@@ -1,4 +1,5 @@
-"""The one table of request limits is self-consistent (what the models check covers what the gateway allows)."""
+"""The one table of request limits is self-consistent (what the models check covers what the
+gateway allows)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The ``pytorch`` backend on ``KIND_GPU``: FP16 channels_last CUDA graphs, host and CUDA shared-memory inputs.
+"""The ``pytorch`` backend on ``KIND_GPU``: FP16 channels_last CUDA graphs, host and CUDA
+shared-memory inputs.
 
 Against the real Triton binary on a GPU host (marked ``gpu``; skipped with the reason elsewhere): the
 traced EfficientNet-Lite0 answers the sample photographs like the eager FP32 module (FP16 tolerance),

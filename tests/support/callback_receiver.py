@@ -21,7 +21,8 @@ __all__ = ["CallbackReceiver", "Received", "signature_ok"]
 
 
 def signature_ok(secret: bytes, header: str, body: bytes, tolerance_s: float = 300) -> bool:
-    """What a receiver does: ``t=<ts>,v1=<hex HMAC-SHA256(secret, "<ts>." + body)>``, recent, constant-time."""
+    """What a receiver does: ``t=<ts>,v1=<hex HMAC-SHA256(secret, "<ts>." + body)>``, recent,
+    constant-time."""
     fields = dict(part.split("=", 1) for part in header.split(",") if "=" in part)
     if "t" not in fields or "v1" not in fields or abs(time.time() - int(fields["t"])) > tolerance_s:
         return False

@@ -65,7 +65,8 @@ KSERVE_TARGETS = (
 
 @dataclass(frozen=True)
 class HttpAttempt:
-    """A request sent through httpx (``credential``: ``client``, ``other`` (a second tenant), ``admin`` or ``none``).
+    """A request sent through httpx (``credential``: ``client``, ``other`` (a second tenant),
+    ``admin`` or ``none``).
 
     ``body`` makes the body, or the body plus headers that depend on it.
     """

@@ -168,7 +168,8 @@ class Harness:
             call(attempt.request(), metadata=metadata, timeout=60)
         except grpc.RpcError as exc:
             code = exc.code()  # type: ignore[attr-defined]
-            return Answer(_GRPC_AS_HTTP.get(code, 500), "grpc", f"{code.name}: {exc.details()}")  # type: ignore[attr-defined]
+            detail = f"{code.name}: {exc.details()}"  # type: ignore[attr-defined]
+            return Answer(_GRPC_AS_HTTP.get(code, 500), "grpc", detail)
         return Answer(200, "grpc", "OK")
 
     def _send_raw(self, data: bytes) -> Answer:

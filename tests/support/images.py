@@ -29,7 +29,8 @@ def encode(image: Image.Image, fmt: str = "PNG", **options: object) -> bytes:
 
 
 def png_header_only(width: int, height: int) -> bytes:
-    """A PNG that declares ``width`` x ``height`` but carries almost no data (a decompression bomb's header)."""
+    """A PNG that declares ``width`` x ``height`` but carries almost no data (a decompression
+    bomb's header)."""
 
     def chunk(kind: bytes, body: bytes) -> bytes:
         return (

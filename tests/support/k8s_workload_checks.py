@@ -26,7 +26,9 @@ from tests.support.k8s_render import (
 
 # name[:tag][@sha256:digest]; the tag must carry a version number.
 _IMAGE = re.compile(
-    r"^(?P<name>[a-z0-9][a-z0-9._/:-]*?)(?::(?P<tag>[\w][\w.-]{0,127}))?(?:@sha256:(?P<digest>[0-9a-f]{64}))?$"
+    r"^(?P<name>[a-z0-9][a-z0-9._/:-]*?)"
+    r"(?::(?P<tag>[\w][\w.-]{0,127}))?"
+    r"(?:@sha256:(?P<digest>[0-9a-f]{64}))?$"
 )
 
 
@@ -139,7 +141,8 @@ def check_gateway(docs: list[dict[str, Any]]) -> list[str]:
     }
     if not {"http", "grpc"} <= service_targets:
         errors.append(
-            f"Service/gateway does not expose both http and grpc (targets {sorted(map(str, service_targets))})"
+            "Service/gateway does not expose both http and grpc "
+            f"(targets {sorted(map(str, service_targets))})"
         )
     opened = {
         p["port"]
@@ -148,7 +151,8 @@ def check_gateway(docs: list[dict[str, Any]]) -> list[str]:
     }
     if opened != set(ports.values()):
         errors.append(
-            f"NetworkPolicy/gateway-ingress opens {sorted(opened)}, the gateway listens on {sorted(ports.values())}"
+            f"NetworkPolicy/gateway-ingress opens {sorted(opened)}, "
+            f"the gateway listens on {sorted(ports.values())}"
         )
     workers = int(env.get("GATEWAY_WORKERS", {}).get("value", "0"))
     limit = quantity("cpu", c.get("resources", {}).get("limits", {}).get("cpu", "0"))
@@ -246,10 +250,12 @@ def check_cpu_only(docs: list[dict[str, Any]]) -> list[str]:
 
 
 _QUEUE_QUERY = re.compile(
-    r"sum\(rate\(nv_inference_queue_duration_us(\{[^}]*\})?\[1m\]\)\)\s*/\s*\(?\s*sum\(rate\(nv_inference_request_success(\{[^}]*\})?\[1m\]\)\)"
+    r"sum\(rate\(nv_inference_queue_duration_us(\{[^}]*\})?\[1m\]\)\)\s*/\s*"
+    r"\(?\s*sum\(rate\(nv_inference_request_success(\{[^}]*\})?\[1m\]\)\)"
 )
 _P99 = re.compile(
-    r"histogram_quantile\(0\.99,\s*sum by \(le, model\) \(rate\(gateway_request_duration_seconds_bucket\[5m\]\)\)\)"
+    r"histogram_quantile\(0\.99,\s*sum by \(le, model\) "
+    r"\(rate\(gateway_request_duration_seconds_bucket\[5m\]\)\)\)"
 )
 
 

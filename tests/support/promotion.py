@@ -262,7 +262,8 @@ def kserve_version(pixels: np.ndarray) -> Callable[[httpx.Client], tuple[int, st
 
 
 def classify_score(jpeg: bytes) -> Callable[[httpx.Client], tuple[int, str]]:
-    """Send a photograph to ``/v1/classify`` (the ensemble); the answer's top score says which classifier ran."""
+    """Send a photograph to ``/v1/classify`` (the ensemble); the answer's top score says which
+    classifier ran."""
 
     def send(client: httpx.Client) -> tuple[int, str]:
         response = client.post("/v1/classify", files={"file": ("photo.jpg", jpeg, "image/jpeg")})

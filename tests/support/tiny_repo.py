@@ -9,9 +9,10 @@ answer in about a millisecond, so this module writes:
 - ``slow_echo`` (Python backend): ``DELAY_MS`` INT32 [1] -> ``OUT`` INT32 [1], sleeps first, so
   upstream timeouts and the in-flight bound can be exercised without timing assertions. A
   ``DELAY_MS`` of -N with N >= 1000 holds its instance until :func:`release_slow` (N) is called, so a
-  test can fill the instances and know it did (a small negative delay still fails inside the model). It logs every request it runs (its ``DELAY_MS``, in order) to
-  ``slow_echo/executed.txt`` (:func:`slow_executions`), so a test can tell work that ran from work
-  Triton dropped, and in which order queued requests were served.
+  test can fill the instances and know it did (a small negative delay still fails inside the model).
+  It logs every request it runs (its ``DELAY_MS``, in order) to ``slow_echo/executed.txt``
+  (:func:`slow_executions`), so a test can tell work that ran from work Triton dropped, and in which
+  order queued requests were served.
 
 Configs are written through Triton's own protobuf schema, as the design notes ask, with the same
 priority levels and queue policies the builders give every model.

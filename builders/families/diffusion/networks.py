@@ -133,7 +133,9 @@ def tokenize(checkpoint: Checkpoint, prompts: tuple[str, ...]) -> np.ndarray:
     return ids.astype(np.int64)
 
 
-def load_text_encoder(checkpoint: Checkpoint, attention: str = "eager", dtype: object = None):  # type: ignore[no-untyped-def]
+def load_text_encoder(  # type: ignore[no-untyped-def]
+    checkpoint: Checkpoint, attention: str = "eager", dtype: object = None
+):
     """The checkpoint's CLIP text model; eager attention traces to plain MatMul/Softmax."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import CLIPTextModel
