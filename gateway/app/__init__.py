@@ -43,6 +43,7 @@ from gateway.routes import (
     usage,
 )
 from gateway.routes import traffic as traffic_routes
+from gateway.routes.kserve_lane import InferLane
 from gateway.routes.openapi_doc import document_security
 from gateway.settings import GatewaySettings
 from gateway.tenancy.auth import AuthRoutes
@@ -160,9 +161,6 @@ def create_app(
         traffic_routes,
     ):
         app.include_router(module.router)
-    # First of all: the inference path as a plain route (see kserve.hot_routes: FastAPI's matching
-    # and dependency solving cost more CPU than the rest of the request's routing).
-    app.router.routes[0:0] = kserve.hot_routes()
     document_security(app, PUBLIC_PATHS, METRICS_PATHS)
     return app
 
@@ -208,4 +206,6 @@ def _middleware(
         ),
         # Inside auth: nothing is decompressed for a caller without credentials.
         Middleware(DecompressionMiddleware, max_bytes=settings.max_body_bytes, renderer=renderer),
+        # Innermost: the inference path leaves here for the service; the framework sees the rest.
+        Middleware(InferLane, renderer=renderer),
     ]

@@ -15,7 +15,6 @@ import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Request, Response
-from starlette.routing import BaseRoute, Route
 
 from gateway.errors import BadRequest, ModelNotReady
 from gateway.protocol.kserve import HEADER_LENGTH, RestBody
@@ -24,6 +23,7 @@ from gateway.tasks.service import InferenceService
 from gateway.tenancy.context import CONTEXT_KEY, RequestContext
 
 from ._deps import ADMIN_AUTH, get_context, get_service
+from .kserve_lane import response_encoding
 
 router = APIRouter(prefix="/v2", tags=["kserve-v2"])
 
@@ -110,8 +110,8 @@ async def server_metadata(
 
 
 async def _infer(request: Request, name: str, version: str) -> Response:
-    # The hot path: only ``request`` is injected and the state read directly, because each FastAPI
-    # dependency costs time per call and this route carries the inference traffic.
+    # Only ``request`` is injected and the state read directly: each FastAPI dependency costs time
+    # per call. The unversioned path's traffic does not come here (kserve_lane.InferLane).
     service: InferenceService = request.app.state.service
     ctx: RequestContext = request.scope[CONTEXT_KEY]
     body = RestBody(await request.body(), request.headers.get(HEADER_LENGTH))
@@ -120,7 +120,7 @@ async def _infer(request: Request, name: str, version: str) -> Response:
         name,
         body,
         version=version,
-        accept_encoding=_response_encoding(request.headers.get("accept-encoding", "")),
+        accept_encoding=response_encoding(request.headers.get("accept-encoding", "")),
     )
     return Response(content=raw.body, headers=raw.headers)
 
@@ -137,29 +137,6 @@ async def infer(name: ModelName, request: Request) -> Response:
     return await _infer(request, name, "")
 
 
-async def _infer_unversioned(request: Request) -> Response:
-    return await _infer(request, request.path_params["name"], "")
-
-
-def hot_routes() -> list[BaseRoute]:
-    """Plain Starlette routes for the inference path, to put ahead of every FastAPI route.
-
-    The same endpoint as :func:`infer` (which stays, for the OpenAPI document): its one path
-    parameter is a plain string FastAPI cannot refuse, and it takes only the request, so FastAPI's
-    per-request work (walking the included routers' candidates, solving dependencies, validating
-    the path parameter) buys nothing here; it was about a fifth of the gateway's CPU per request.
-    Errors take the same exception handlers; other methods get the same 405.
-    """
-    return [
-        Route(
-            "/v2/models/{name}/infer",
-            _infer_unversioned,
-            methods=["POST"],
-            include_in_schema=False,
-        )
-    ]
-
-
 @router.post(
     "/models/{name}/versions/{version}/infer",
     summary="Run inference on one version of a model (KServe v2)",
@@ -170,12 +147,6 @@ def hot_routes() -> list[BaseRoute]:
 )
 async def infer_version(name: ModelName, version: Version, request: Request) -> Response:
     return await _infer(request, name, version)
-
-
-def _response_encoding(accept: str) -> str:
-    """The coding Triton may use for its answer: one the client accepts and Triton can produce."""
-    offered = {part.split(";")[0].strip().lower() for part in accept.split(",")}
-    return next((coding for coding in ("gzip", "deflate") if coding in offered), "identity")
 
 
 Service = Annotated[InferenceService, Depends(get_service)]
