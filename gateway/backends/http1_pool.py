@@ -96,6 +96,8 @@ class _Connection(asyncio.Protocol):
         answer.set_result(
             Http1Response(parser.get_status_code(), self._headers, b"".join(self._body))
         )
+        # Fresh ones: bytes after the answer in the same read must not reach the one handed out.
+        self._headers, self._body = {}, []
 
     async def exchange(self, head: bytes, body: bytes) -> Http1Response:
         """Send one request (``head`` ends with the blank line) and wait for the whole answer."""
