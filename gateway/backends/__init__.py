@@ -8,6 +8,7 @@ from __future__ import annotations
 # its modules, each imported by name: nothing is re-exported
 __all__ = [
     "catalog",
+    "http1_pool",
     "model_breaker",
     "model_cards",
     "model_healer",

@@ -1,5 +1,6 @@
-"""HTTP routers, one module per API: health, KServe v2 (REST and gRPC), OpenAI-style, classify,
-stats, jobs, usage, admin (keys, traffic, residency); and the finishing of the OpenAPI document.
+"""HTTP routers, one module per API: health, KServe v2 (REST, its inference lane, and gRPC),
+OpenAI-style, classify, stats, jobs, usage, admin (keys, traffic, residency); and the finishing of
+the OpenAPI document.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ __all__ = [
     "jobs",
     "kserve",
     "kserve_grpc",
+    "kserve_lane",
     "openai",
     "openapi_doc",
     "residency_admin",
