@@ -34,7 +34,8 @@ the settings) in ``--out``.
 
 Modules: :mod:`~loadtest.bench.settings` (what a run does), :mod:`~loadtest.bench.servers` (gateway
 and naive baseline), :mod:`~loadtest.bench.repository` (the entries), :mod:`~loadtest.bench.raw`
-(the ceiling), :mod:`~loadtest.bench.side_by_side` (the run), :mod:`~loadtest.bench.report` and
+(the ceiling), :mod:`~loadtest.bench.side_by_side` (the run; :mod:`~loadtest.bench.first_answer`
+checks each configuration's first answer), :mod:`~loadtest.bench.report` and
 :mod:`~loadtest.bench.plot` (the output), :mod:`~loadtest.bench.cli` (the command), and
 :mod:`~loadtest.bench.gateway_overhead` (what the gateway adds over direct Triton).
 """

@@ -15,8 +15,6 @@ import contextlib
 import json
 import sys
 import tempfile
-import urllib.error
-import urllib.request
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from builders.triton_config import read_config
+from loadtest.bench.first_answer import first_top1
 from loadtest.bench.gateway_split import gateway_table
 from loadtest.bench.plot import save_plot
 from loadtest.bench.point_split import PointProbe
@@ -51,7 +50,6 @@ from loadtest.loadgen.capacity import measure_capacity, twin_target
 from loadtest.options import settings_record
 from loadtest.payloads import image_tensors, jpeg_images, v2_binary_request
 from serving.launcher import TritonPorts, TritonServer
-from serving.triton_clients import triton_client
 
 __all__ = ["run_bench"]
 
@@ -85,57 +83,6 @@ def _settings_line(
         f"{settings.naive_threads or 'default (physical cores)'}; raw batches "
         f"{list(settings.raw_batches)}"
     )
-
-
-def _top1(target: Target, output_name: str) -> int:
-    """One request before the load; returns its top-1 class. A tensor answer must decode to 1000
-    logits, a JPEG answer (the pipeline's or the naive server's) must name five classes."""
-    jpeg = target.name in JPEG_CONFIGS
-    if isinstance(target, HttpTarget):
-        body, headers = target.requests[0]
-        request = urllib.request.Request(
-            target.url, data=body, headers={**headers, **target.headers}, method="POST"
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=120) as response:
-                answer = response.read()
-        except urllib.error.HTTPError as exc:
-            raise RuntimeError(
-                f"{target.name}: {target.url} answered {exc.code}: {exc.read()[:500]!r}"
-            ) from exc
-        values = (
-            np.asarray(json.loads(answer)["class_ids"])
-            if jpeg
-            else np.frombuffer(answer, dtype=np.float32)
-        )
-    else:
-        assert isinstance(target, TritonTarget)
-        import tritonclient.grpc as grpc_client
-        import tritonclient.http as http_client
-        from tritonclient.utils import np_to_triton_dtype
-
-        module: Any = grpc_client if target.protocol == "grpc" else http_client
-        client = triton_client(target.url, target.protocol)
-        tensors = []
-        for name, array in target.inputs[0].items():
-            tensor = module.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
-            tensor.set_data_from_numpy(array)
-            tensors.append(tensor)
-        try:
-            result = client.infer(target.model, tensors, headers=dict(target.headers) or None)
-        except Exception as exc:  # tritonclient's own errors: the configuration cannot run
-            raise RuntimeError(
-                f"{target.name}: {target.url} failed the first request: {exc}"
-            ) from exc
-        finally:
-            client.close()
-        values = np.asarray(result.as_numpy("CLASS_IDS" if jpeg else output_name))
-    expected = 5 if jpeg else 1000
-    if values.size != expected:
-        raise RuntimeError(
-            f"{target.name}: expected {expected} {'class ids' if jpeg else 'logits'}, got {values.size}"
-        )
-    return int(values.flat[0]) if jpeg else int(np.argmax(values))
 
 
 def _jpeg_inputs() -> tuple[dict[str, np.ndarray], ...]:
@@ -372,7 +319,7 @@ def _measure(settings: BenchSettings) -> _Measured:
         load_configs = [c for c in configs if c != "raw"]
         load = _start_load(settings, load_configs, stack, workdir, tested) if load_configs else None
         targets = load.targets if load is not None else {}
-        sanity = {name: _top1(target, output_name) for name, target in targets.items()}
+        sanity = {name: first_top1(target, output_name) for name, target in targets.items()}
         # measured before and after the load sweep; the ceiling is the better run
         raw_before = raw_ceiling(settings, repo, entry, images) if "raw" in configs else []
         results, splits = _sweep(settings, load) if load is not None else ([], [])
