@@ -3,7 +3,7 @@
 The service layer only sees :class:`InferenceBackend`; tests of the service can hand it a fake,
 integration tests always use :class:`TritonHttpBackend` against a real server.
 
-Every tritonclient / aiohttp / timeout error is translated into :mod:`gateway.errors` by
+Every tritonclient, connection, pool and timeout error is translated into :mod:`gateway.errors` by
 :mod:`gateway.backends.triton_errors` (``raise ... from exc``), so nothing above this module knows
 which client library is used:
 
