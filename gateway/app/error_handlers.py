@@ -13,7 +13,7 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gateway import errors
-from gateway.http.problems import ErrorReport, ErrorShape, ProblemRenderer
+from gateway.http.problems import INTERNAL_ERROR, ErrorReport, ErrorShape, ProblemRenderer
 from gateway.http.validation_report import validation_report
 from gateway.tenancy.context import CONTEXT_KEY
 
@@ -100,12 +100,7 @@ def install_error_handlers(app: FastAPI, renderer: ProblemRenderer) -> None:
     async def unexpected(request: Request, exc: Exception) -> Response:
         # Never relabelled as a client error: a 500, logged with the traceback.
         log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return answer(
-            request,
-            ErrorReport(
-                500, "Internal server error", "the gateway failed; see its log", "internal_error"
-            ),
-        )
+        return answer(request, INTERNAL_ERROR)
 
     app.add_exception_handler(errors.GatewayError, gateway_error)
     app.add_exception_handler(StarletteHTTPException, http_error)

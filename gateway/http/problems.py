@@ -32,6 +32,7 @@ from typing import Any
 from gateway.errors import GatewayError
 
 __all__ = [
+    "INTERNAL_ERROR",
     "PROBLEM_CONTENT_TYPE",
     "ErrorReport",
     "ErrorShape",
@@ -39,6 +40,7 @@ __all__ = [
     "openai_error_type",
     "problem_document",
     "raw_problem_response",
+    "send_answer",
 ]
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
@@ -134,6 +136,20 @@ class ErrorReport:
     headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
+#: what an unexpected exception answers: a 500, never relabelled as a client error
+INTERNAL_ERROR = ErrorReport(
+    500, "Internal server error", "the gateway failed; see its log", "internal_error"
+)
+
+
+async def send_answer(send: Any, status: int, headers: Mapping[str, str], body: bytes) -> None:
+    """Answer an ASGI request whole: ``headers`` (any case; ``content-length`` added) and ``body``."""
+    raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+    raw.append((b"content-length", str(len(body)).encode("latin-1")))
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})
+
+
 class ProblemRenderer:
     """Renders errors with the app's status table, in the shape of the API a path belongs to.
 
@@ -219,15 +235,15 @@ class ProblemRenderer:
 
     async def answer(self, scope: Mapping[str, Any], send: Any, exc: GatewayError) -> None:
         """Answer the ASGI request of ``scope`` with the error for ``exc`` (used by middleware)."""
+        await self.answer_report(scope, send, self.report(exc))
+
+    async def answer_report(self, scope: Mapping[str, Any], send: Any, report: ErrorReport) -> None:
+        """Answer the ASGI request of ``scope`` with ``report`` in its path's shape."""
         accept = next(
             (v.decode("latin-1") for k, v in scope.get("headers", ()) if k.lower() == b"accept"), ""
         )
-        await self.send(send, exc, scope.get("path", ""), accept)
+        await send_answer(send, *self.render_report(report, scope.get("path", ""), accept))
 
     async def send(self, send: Any, exc: GatewayError, instance: str, accept: str = "") -> None:
         """Answer an ASGI request with the error for ``exc`` (middleware without a scope at hand)."""
-        status, headers, body = self.render(exc, instance, accept)
-        raw = [(k.lower().encode(), v.encode()) for k, v in headers.items()]
-        raw.append((b"content-length", str(len(body)).encode()))
-        await send({"type": "http.response.start", "status": status, "headers": raw})
-        await send({"type": "http.response.body", "body": body})
+        await send_answer(send, *self.render(exc, instance, accept))

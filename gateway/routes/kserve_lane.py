@@ -23,7 +23,7 @@ from typing import Any
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.errors import GatewayError
-from gateway.http.problems import ErrorReport, ProblemRenderer
+from gateway.http.problems import INTERNAL_ERROR, ProblemRenderer, send_answer
 from gateway.protocol.kserve import HEADER_LENGTH, RestBody
 from gateway.tasks.service import InferenceService
 from gateway.tenancy.context import CONTEXT_KEY, RequestContext
@@ -79,25 +79,9 @@ class InferLane:
             return
         except Exception:  # never relabelled as a client error: a 500, logged with the traceback
             log.exception("unhandled error on POST %s", scope["path"])
-            await self._internal_error(scope, send)
+            await self.renderer.answer_report(scope, send, INTERNAL_ERROR)
             return
-        answer = [
-            (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in raw.headers.items()
-        ]
-        answer.append((b"content-length", str(len(raw.body)).encode("latin-1")))
-        await send({"type": "http.response.start", "status": 200, "headers": answer})
-        await send({"type": "http.response.body", "body": raw.body})
-
-    async def _internal_error(self, scope: Scope, send: Send) -> None:
-        report = ErrorReport(
-            500, "Internal server error", "the gateway failed; see its log", "internal_error"
-        )
-        accept = _wanted_headers(scope).get(b"accept", "")
-        status, headers, body = self.renderer.render_report(report, scope["path"], accept)
-        raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
-        raw.append((b"content-length", str(len(body)).encode("latin-1")))
-        await send({"type": "http.response.start", "status": status, "headers": raw})
-        await send({"type": "http.response.body", "body": body})
+        await send_answer(send, 200, raw.headers, raw.body)
 
 
 async def _read_body(receive: Receive) -> bytes | None:
@@ -112,7 +96,7 @@ async def _read_body(receive: Receive) -> bytes | None:
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-_WANTED = frozenset((_HEADER_LENGTH, b"accept-encoding", b"accept"))
+_WANTED = frozenset((_HEADER_LENGTH, b"accept-encoding"))
 
 
 def _wanted_headers(scope: Scope) -> dict[bytes, str]:
