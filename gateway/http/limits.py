@@ -15,11 +15,8 @@ instead of a connection reset):
 - 408 the head did not arrive within ``header_timeout_s``, or the body within ``body_timeout_s``
   (a body deadline that passes after the answer was sent just closes the connection)
 - 429 (Retry-After) a peer address opens connections faster than ``accept_rate_per_s`` (past a
-  burst of ``accept_burst``, :mod:`gateway.http.accept_rate`): checked when the connection is made,
-  before any byte is parsed; the canned answer is written when the address may connect again (at
-  once for a client that waits as told; up to ``hold_ignored_retry_after_s`` later, unread meanwhile,
-  for one that keeps coming back), the sending side shut, and what the client still sends is
-  dropped until it closes. Such a connection never counts against the caps.
+  burst of ``accept_burst``): checked before any byte is parsed, answered when the address may
+  connect again (:mod:`gateway.http.accept_rate` says how); never counted against the caps.
 - 429 (Retry-After) more than ``max_connections`` connections are open, or more than
   ``max_connections_per_peer`` from the new connection's peer address, and none of them is idle:
   shed load the client should back off from, like the in-flight bound, not an outage. Where one
@@ -30,14 +27,15 @@ Trailer fields of a chunked body are dropped: they never become request headers.
 
 ``keep_alive_timeout_s`` is uvicorn's idle keep-alive timeout (also after a request answered before
 its body ended, which uvicorn alone would keep open); after ``max_requests_per_connection`` requests
-a connection is answered with ``Connection: close``.
+a connection is answered with ``Connection: close``. Each answer with a Content-Length is written
+once (:mod:`gateway.http.one_write`); a lost connection calls its requests' disconnect watchers.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
 import httptools
@@ -45,6 +43,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.http.accept_rate import AcceptRate, HeldRefusals, RefusedConnection
 from gateway.http.connection_caps import PeerCounts, idle_victim
+from gateway.http.one_write import HeadWithBody
 from gateway.http.problems import raw_problem_response
 from gateway.http.read_hold import PROTOCOL_SCOPE_KEY, ReadHold
 from gateway.http.server_limits import ServerLimits
@@ -112,6 +111,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._idle_from = 0
         self._hold = ReadHold()  # not read for a while after a key ignored Retry-After
         self._rate_refused: RefusedConnection | None = None  # over its address's accept rate
+        self._on_lost: list[Callable[[], None]] = []
+        self._lost = False
 
     # -- connection ------------------------------------------------------------------------------
 
@@ -191,6 +192,22 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self.peers.remove(self._peer)
             self._peer = None
         super().connection_lost(exc)
+        self._lost = True
+        callbacks, self._on_lost = self._on_lost, []
+        for callback in callbacks:
+            callback()
+
+    def watch_disconnect(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once the connection is lost (soon, if it is already), unless
+        :meth:`unwatch_disconnect` came first: no task per request waiting on ``receive()``."""
+        if self._lost:
+            self.loop.call_soon(callback)
+        else:
+            self._on_lost.append(callback)
+
+    def unwatch_disconnect(self, callback: Callable[[], None]) -> None:
+        if callback in self._on_lost:  # not called yet
+            self._on_lost.remove(callback)
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
@@ -265,6 +282,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._cancel(self._head_timer)
         self._head_timer = None
         super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle.scope is self.scope:  # a new request's (not an upgrade)
+            cycle.transport = HeadWithBody(cycle, self.transport)  # type: ignore[assignment]
         # The app's late answer asks whether the body still arrives (uvicorn types its scope closed).
         self.scope[PROTOCOL_SCOPE_KEY] = self  # type: ignore[literal-required]
         self._requests += 1

@@ -21,16 +21,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
+import random
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.errors import GatewayError, PayloadTooLarge
 from gateway.http.problems import ProblemRenderer
-from gateway.http.read_hold import answer_late, mark_hold
+from gateway.http.read_hold import PROTOCOL_SCOPE_KEY, answer_late, mark_hold
 from gateway.observe.stats import LatencyTracker
 from gateway.tenancy.auth import Authenticator, AuthRoutes
 from gateway.tenancy.context import CONTEXT_KEY, RequestContext
@@ -81,13 +81,16 @@ class ContextMiddleware:
     server_timing: bool = True
     refusals: RefusalCharge | None = None
     retry_after: RetryAfterWatch | None = None
+    # Seeded from the system's randomness when the middleware is built, in its worker process.
+    _ids: random.Random = field(default_factory=random.Random, init=False, repr=False)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        # 16 random hex digits, as uuid4().hex[:16] gave, without building a UUID per request.
-        request_id = os.urandom(8).hex()
+        # 16 random hex digits, as uuid4().hex[:16] gave, without a UUID or a system call per
+        # request (an id names a request; it guards nothing).
+        request_id = f"{self._ids.getrandbits(64):016x}"
         ctx = RequestContext(request_id=request_id)
         scope[CONTEXT_KEY] = ctx
         status = 500
@@ -327,31 +330,42 @@ class DisconnectMiddleware:
         if scope["type"] != "http" or scope.get("method") not in self.methods:
             await self.app(scope, receive, send)
             return
-        # The app runs in this task and a watcher task, started once the body has been read, cancels
-        # this task when the client goes: one task per request instead of two plus asyncio.wait.
+        # The app runs in this task; when the client goes, this task is cancelled by the server's
+        # protocol (a callback: gateway.http.limits) or, under another server, by a watcher task.
         task = asyncio.current_task()
         assert task is not None
+        protocol = scope.get(PROTOCOL_SCOPE_KEY)
+        watch = getattr(protocol, "watch_disconnect", None)
+        unwatch = getattr(protocol, "unwatch_disconnect", None)
         watcher: asyncio.Task[None] | None = None
+        watching = False
         answered = False
         gone = False
 
-        async def watch() -> None:
+        def lost() -> None:
             nonlocal gone
+            if not answered and not gone:
+                gone = True
+                task.cancel()
+
+        async def wait_for_disconnect() -> None:
             # After the body, the server's receive() returns only when the client disconnects or the
             # response has ended; anything else is waited past.
             while (await receive())["type"] != "http.disconnect":
                 pass
-            if not answered:
-                gone = True
-                task.cancel()
+            lost()
 
         async def tracked_receive() -> Message:
-            nonlocal watcher
+            nonlocal watcher, watching
             message = await receive()
-            if watcher is None and (
+            if not watching and (
                 message["type"] == "http.disconnect" or not message.get("more_body", False)
             ):
-                watcher = asyncio.ensure_future(watch())
+                watching = True
+                if watch is not None:
+                    watch(lost)
+                else:
+                    watcher = asyncio.ensure_future(wait_for_disconnect())
             return message
 
         async def tracked_send(message: Message) -> None:
@@ -376,3 +390,5 @@ class DisconnectMiddleware:
         finally:
             if watcher is not None:
                 watcher.cancel()
+            elif watching and unwatch is not None:
+                unwatch(lost)
