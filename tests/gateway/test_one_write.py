@@ -71,7 +71,7 @@ def _cycle(
     return cycle
 
 
-def _start(length: int | None) -> dict[str, Any]:
+def _start(length: int | None) -> Any:
     headers = [(b"content-type", b"application/json")]
     if length is not None:
         headers.append((b"content-length", str(length).encode()))
