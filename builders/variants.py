@@ -52,11 +52,7 @@ from builders.report import BuildReport, file_sha256
 from builders.spec import ModelSpec, Tolerance
 
 __all__ = [
-    "EngineOptions",
-    "Publication",
     "build_variants",
-    "engine_hash",
-    "engine_name",
     "parity_entry",
     "up_to_date_variants",
     "variant_hash",

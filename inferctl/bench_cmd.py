@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import argparse
 
+from inferctl.command import Command
 from loadtest.registry import BENCHMARKS, names, run_named
 
-__all__ = ["register", "run"]
+__all__ = ["COMMAND", "run"]
 
 
 def _listing() -> str:
@@ -18,20 +19,22 @@ def _listing() -> str:
     return "benchmarks:\n" + "\n".join(f"  {b.name:<{width}}  {b.summary}" for b in BENCHMARKS)
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser(
-        "bench",
-        help="the benchmarks, by name: each prints a table and writes its JSON and plot",
-        description="Run one benchmark. Options after the name go to that benchmark: "
-        "`inferctl bench NAME --help` lists them. Each prints its table and writes its files; "
-        "the exit status is 1 when any of its requests failed.",
-        epilog=_listing(),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("which", choices=names(), metavar="NAME", help="the benchmark to run")
     parser.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options")
-    parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     return run_named(args.which, args.options)
+
+
+COMMAND = Command(
+    name="bench",
+    help="the benchmarks, by name: each prints a table and writes its JSON and plot",
+    description="Run one benchmark. Options after the name go to that benchmark: "
+    "`inferctl bench NAME --help` lists them. Each prints its table and writes its files; "
+    "the exit status is 1 when any of its requests failed.",
+    add_arguments=_add_arguments,
+    run=run,
+    epilog=_listing,
+)

@@ -6,6 +6,7 @@ import argparse
 from dataclasses import asdict
 from pathlib import Path
 
+from inferctl.command import Command
 from serving.console import JSON_SCHEMA, json_document, make_console, quiet_library_progress
 
 DEFAULT_REPOSITORY = Path("model_repository")
@@ -92,16 +93,19 @@ def add_json_option(parser: argparse.ArgumentParser, what: str) -> None:
     )
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    from builders.registry import DEFAULT_MODELS, available
+def _description() -> str:
+    from builders.registry import available
 
-    parser = sub.add_parser(
-        "build",
-        help="export, verify and publish models",
-        description="Export PyTorch models to ONNX, verify parity, build precision variants and publish "
+    return (
+        "Export PyTorch models to ONNX, verify parity, build precision variants and publish "
         "versioned Triton entries. Only models whose inputs changed are rebuilt. "
-        f"Known models: {', '.join(available())}.",
+        f"Known models: {', '.join(available())}."
     )
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    from builders.registry import DEFAULT_MODELS
+
     parser.add_argument(
         "models",
         nargs="*",
@@ -152,7 +156,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="also publish <model>_torchscript (pytorch_libtorch) for every PyTorch model named",
     )
     add_json_option(parser, "the build reports")
-    parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -195,3 +198,12 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_summary(reports, console)
     return 0
+
+
+COMMAND = Command(
+    name="build",
+    help="export, verify and publish models",
+    description=_description,
+    add_arguments=_add_arguments,
+    run=run,
+)

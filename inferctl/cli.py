@@ -8,7 +8,7 @@
 Output reads well anywhere: on a terminal, tables and progress bars; in a pipe or a CI log, full-width
 plain columns and one log line per step; ``--json`` on the commands that print results.
 
-Each subcommand lives in its own module and registers its arguments here.
+Each subcommand lives in its own module, described there by an :class:`inferctl.command.Command`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,13 @@ from inferctl import bench_cmd, build_cmd, promote_cmd, up_cmd
 
 __all__ = ["build_parser", "main", "version_line"]
 
-_COMMANDS = [build_cmd, up_cmd, promote_cmd, bench_cmd]
+_COMMANDS = [
+    build_cmd.COMMAND,
+    up_cmd.COMMAND,
+    promote_cmd.PROMOTE,
+    promote_cmd.HISTORY,
+    bench_cmd.COMMAND,
+]
 
 
 def version_line() -> str:
@@ -46,8 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=version_line())
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in _COMMANDS:
-        module.register(sub)
+    for command in _COMMANDS:
+        command.register(sub)
     return parser
 
 

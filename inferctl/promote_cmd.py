@@ -13,29 +13,15 @@ from inferctl.build_cmd import (
     add_weights_option,
     parse_weights,
 )
+from inferctl.command import Command
 from serving.console import json_document, make_console
 
 DEFAULT_RECORDS = Path("promotions")
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
     from promote.promoter import ALL_GATES
 
-    parser = sub.add_parser(
-        "promote",
-        help="gate a candidate build and roll it out as version N+1",
-        description="Run the parity, accuracy and latency gates on a candidate build (a repository written "
-        "by `inferctl build MODEL --repository DIR`) against the production version served by Triton; "
-        "accuracy is the model family's own evaluation (classifiers: top-1/top-5 agreement on the golden "
-        "photographs; encoders: embedding cosine on held-out sentences; diffusion networks: PSNR at a fixed "
-        "seed). When they pass, publish it as version N+1 (marked unfinished until the end), load it beside "
-        "N with the ensembles that call the model kept on N, smoke-test it, give it a canary share of the "
-        "gateway's traffic (the ensembles' too, through canary copies), then all of it. Any failure rolls "
-        "back, every rollback step on its own. Every attempt leaves a JSON record (see `inferctl "
-        "history`). Exit status: 0 promoted or gates passed, 1 refused or rolled back, 2 could not start, "
-        "3 rollback incomplete (the record names the steps that could not run; the next promotion of the "
-        "model retries them first).",
-    )
     parser.add_argument("model", help="the model to promote, e.g. efficientnet_lite0")
     parser.add_argument(
         "--candidate", type=Path, required=True, help="candidate repository holding the new build"
@@ -71,19 +57,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "read their checkpoint's tokenizer to make their evaluation inputs)",
     )
     add_json_option(parser, "the promotion record")
-    parser.set_defaults(handler=run)
 
-    hist = sub.add_parser(
-        "history",
-        help="list promotion records",
-        description="List every promotion attempt with its gate results and decision.",
-    )
-    hist.add_argument("model", nargs="?", help="only this model")
-    hist.add_argument(
+
+def _add_history_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", nargs="?", help="only this model")
+    parser.add_argument(
         "--records-dir", type=Path, default=DEFAULT_RECORDS, help="(default: %(default)s)"
     )
-    add_json_option(hist, "the records")
-    hist.set_defaults(handler=run_history)
+    add_json_option(parser, "the records")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -144,3 +125,29 @@ def run_history(args: argparse.Namespace) -> int:
     else:
         print_history(records, make_console())
     return 0
+
+
+PROMOTE = Command(
+    name="promote",
+    help="gate a candidate build and roll it out as version N+1",
+    description="Run the parity, accuracy and latency gates on a candidate build (a repository written "
+    "by `inferctl build MODEL --repository DIR`) against the production version served by Triton; "
+    "accuracy is the model family's own evaluation (classifiers: top-1/top-5 agreement on the golden "
+    "photographs; encoders: embedding cosine on held-out sentences; diffusion networks: PSNR at a fixed "
+    "seed). When they pass, publish it as version N+1 (marked unfinished until the end), load it beside "
+    "N with the ensembles that call the model kept on N, smoke-test it, give it a canary share of the "
+    "gateway's traffic (the ensembles' too, through canary copies), then all of it. Any failure rolls "
+    "back, every rollback step on its own. Every attempt leaves a JSON record (see `inferctl "
+    "history`). Exit status: 0 promoted or gates passed, 1 refused or rolled back, 2 could not start, "
+    "3 rollback incomplete (the record names the steps that could not run; the next promotion of the "
+    "model retries them first).",
+    add_arguments=_add_arguments,
+    run=run,
+)
+HISTORY = Command(
+    name="history",
+    help="list promotion records",
+    description="List every promotion attempt with its gate results and decision.",
+    add_arguments=_add_history_arguments,
+    run=run_history,
+)

@@ -8,11 +8,13 @@ import os
 import signal
 import threading
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import asdict
 from pathlib import Path
 
 from rich.console import Console
 
 from inferctl.build_cmd import add_build_options, add_json_option, build_cache_dir, parse_weights
+from inferctl.command import Command
 from inferctl.up_secrets import SECRETS_FILE, load_or_create_secrets
 from serving.console import heading, json_document, make_console, quiet_library_progress
 from serving.gateway_process import GatewayLaunch
@@ -21,16 +23,10 @@ from serving.processes import ManagedProcess, ProcessStartError
 STATE_DIR = Path(".platform")
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
     from builders.registry import DEFAULT_STACK
+    from serving.launcher import TritonPorts
 
-    parser = sub.add_parser(
-        "up",
-        help="build the default models and start Triton + the gateway",
-        description="Build what is missing, start the embedded Triton server (restarted if it crashes) "
-        "and the gateway in front of it, create a first API key and print a ready-to-paste request. "
-        "Runs in the foreground until Ctrl-C.",
-    )
     parser.add_argument(
         "--models",
         nargs="+",
@@ -43,9 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="127.0.0.1",
         help="address Triton and the gateway bind (default: %(default)s)",
     )
-    parser.add_argument("--triton-http-port", type=int, default=8000)
-    parser.add_argument("--triton-grpc-port", type=int, default=8001)
-    parser.add_argument("--triton-metrics-port", type=int, default=8002)
+    for port, default in asdict(TritonPorts()).items():
+        parser.add_argument(f"--triton-{port}-port", type=int, default=default)
     parser.add_argument("--gateway-port", type=int, default=8080)
     parser.add_argument(
         "--gateway-grpc-port",
@@ -62,7 +57,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(default: %(default)s)",
     )
     add_json_option(parser, "the endpoints (and the first API key) once the platform is up")
-    parser.set_defaults(handler=run)
 
 
 def _generation_weights(
@@ -349,3 +343,14 @@ def run(args: argparse.Namespace) -> int:
         supervisor.stop()
         console.print("stopped")
     return 0
+
+
+COMMAND = Command(
+    name="up",
+    help="build the default models and start Triton + the gateway",
+    description="Build what is missing, start the embedded Triton server (restarted if it crashes) "
+    "and the gateway in front of it, create a first API key and print a ready-to-paste request. "
+    "Runs in the foreground until Ctrl-C.",
+    add_arguments=_add_arguments,
+    run=run,
+)

@@ -59,6 +59,7 @@ def preprocess_spec(preprocessing: Preprocessing) -> AssetSpec:
         config,
         files={
             "model.py": _MODELS / "image_preprocess.py",
+            "per_request.py": _MODELS / "per_request.py",
             "image_preprocessing.py": Path(image_preprocessing.__file__),
         },
     )
@@ -81,7 +82,11 @@ def postprocess_spec() -> AssetSpec:
         "python",
         "softmax, top-5 ImageNet labels",
         config,
-        files={"model.py": _MODELS / "image_postprocess.py", "labels.txt": _LABELS},
+        files={
+            "model.py": _MODELS / "image_postprocess.py",
+            "per_request.py": _MODELS / "per_request.py",
+            "labels.txt": _LABELS,
+        },
     )
 
 

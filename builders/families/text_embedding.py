@@ -260,6 +260,7 @@ def tokenizer_spec() -> AssetSpec:
         config,
         files={
             "model.py": _MODELS / "text_tokenizer.py",
+            "per_request.py": _MODELS / "per_request.py",
             "text_tokenization.py": Path(text_tokenization.__file__),
             "token_ids.py": Path(token_ids.__file__),
             "tokenizer.json": model_dir() / "tokenizer.json",
@@ -280,7 +281,10 @@ def pooling_spec() -> AssetSpec:
         "python",
         "attention-masked mean pooling + L2 normalisation",
         config,
-        files={"model.py": _MODELS / "text_pooling.py"},
+        files={
+            "model.py": _MODELS / "text_pooling.py",
+            "per_request.py": _MODELS / "per_request.py",
+        },
     )
 
 

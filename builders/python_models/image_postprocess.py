@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING or __package__:  # imported from the builders package (tests)
+    from builders.python_models.per_request import PerRequest
+else:  # Triton's Python stub: the build puts the module beside model.py, on sys.path
+    from per_request import PerRequest
 
 
 def top_k(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -27,6 +32,8 @@ class TritonPythonModel:
         import triton_python_backend_utils as pb_utils
 
         self.pb = pb_utils
+        name = args.get("model_name", "image_postprocess")
+        self.answers = PerRequest(pb_utils, name, "postprocessing", refused=())
         config = json.loads(args["model_config"])
         params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
         self.k = int(params.get("top_k", 5))
@@ -38,28 +45,15 @@ class TritonPythonModel:
             )
 
     def execute(self, requests: list[Any]) -> list[Any]:
-        return [self._answer(request) for request in requests]
+        return self.answers.answer(requests, self._outputs)
 
-    def _answer(self, request: Any) -> Any:
-        """One request's top-k; any failure fails this request only, without internals."""
+    def _outputs(self, request: Any) -> list[Any]:
         pb = self.pb
-        try:
-            logits = pb.get_input_tensor_by_name(request, "LOGITS").as_numpy()
-            ids, scores = top_k(logits, self.k)
-            labels = self.labels[ids].astype(np.bytes_)
-            return pb.InferenceResponse(
-                [
-                    pb.Tensor("LABELS", labels.astype(np.object_)),
-                    pb.Tensor("SCORES", scores),
-                    pb.Tensor("CLASS_IDS", ids),
-                ]
-            )
-        except Exception as exc:
-            pb.Logger.log_error(f"model 'image_postprocess': {type(exc).__name__}: {exc}"[:400])
-            return pb.InferenceResponse(
-                error=pb.TritonError(
-                    "model 'image_postprocess' could not process this request (the server log has "
-                    "the details)",
-                    pb.TritonError.INTERNAL,
-                )
-            )
+        logits = pb.get_input_tensor_by_name(request, "LOGITS").as_numpy()
+        ids, scores = top_k(logits, self.k)
+        labels = self.labels[ids].astype(np.bytes_)
+        return [
+            pb.Tensor("LABELS", labels.astype(np.object_)),
+            pb.Tensor("SCORES", scores),
+            pb.Tensor("CLASS_IDS", ids),
+        ]

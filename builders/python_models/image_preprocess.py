@@ -19,17 +19,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
+    from builders.python_models.per_request import PerRequest
     from serving.image_preprocessing import (
         DecodeLimits,
         ImageError,
         Preprocessing,
         preprocess_bytes,
     )
-else:  # Triton imports this file with its version folder, holding a copy of the module, on sys.path
+else:  # Triton imports this file with its version folder, holding copies of the modules, on sys.path
     from image_preprocessing import DecodeLimits, ImageError, Preprocessing, preprocess_bytes
-
-#: longest exception summary written to Triton's log per failure
-_LOG_CHARS = 300
+    from per_request import PerRequest
 
 
 class TritonPythonModel:
@@ -38,39 +37,27 @@ class TritonPythonModel:
 
         self.pb = pb_utils
         config = json.loads(args["model_config"])
-        self.name = args.get("model_name", "image_preprocess")
+        name = args.get("model_name", "image_preprocess")
+        self.answers = PerRequest(pb_utils, name, "preprocessing", refused=(ImageError,))
         params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
         self.spec = Preprocessing.from_parameters(params)
         self.limits = DecodeLimits.from_parameters(params)
 
     def execute(self, requests: list[Any]) -> list[Any]:
-        return [self._answer(request) for request in requests]
+        return self.answers.answer(requests, self._outputs)
 
-    def _answer(self, request: Any) -> Any:
-        pb = self.pb
-        try:
-            tensor = pb.get_input_tensor_by_name(request, "IMAGE")
-            if tensor is None:
-                raise ImageError("missing input 'IMAGE'")
-            images = tensor.as_numpy().reshape(-1)
-            if images.size == 0:
-                raise ImageError("IMAGE is an empty batch")
-            pixels = []
-            for index, item in enumerate(images):
-                try:
-                    pixels.append(preprocess_bytes(bytes(item), self.spec, self.limits))
-                except ImageError as exc:
-                    where = f"image {index + 1} of {images.size}: " if images.size > 1 else ""
-                    raise ImageError(f"{where}{exc}") from None
-            return pb.InferenceResponse([pb.Tensor("PIXELS", np.stack(pixels))])
-        except ImageError as exc:
-            return pb.InferenceResponse(error=pb.TritonError(str(exc), pb.TritonError.INVALID_ARG))
-        except Exception as exc:  # anything else fails this request only, without internals
-            text = f"{type(exc).__name__}: {exc}".replace("\n", " ")[:_LOG_CHARS]
-            pb.Logger.log_error(f"model '{self.name}': preprocessing failed: {text}")
-            return pb.InferenceResponse(
-                error=pb.TritonError(
-                    f"model '{self.name}' could not process this request (the server log has the details)",
-                    pb.TritonError.INTERNAL,
-                )
-            )
+    def _outputs(self, request: Any) -> list[Any]:
+        tensor = self.pb.get_input_tensor_by_name(request, "IMAGE")
+        if tensor is None:
+            raise ImageError("missing input 'IMAGE'")
+        images = tensor.as_numpy().reshape(-1)
+        if images.size == 0:
+            raise ImageError("IMAGE is an empty batch")
+        pixels = []
+        for index, item in enumerate(images):
+            try:
+                pixels.append(preprocess_bytes(bytes(item), self.spec, self.limits))
+            except ImageError as exc:
+                where = f"image {index + 1} of {images.size}: " if images.size > 1 else ""
+                raise ImageError(f"{where}{exc}") from None
+        return [self.pb.Tensor("PIXELS", np.stack(pixels))]

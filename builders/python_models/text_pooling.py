@@ -8,9 +8,14 @@ INT8 encoder variants behind the same pooling.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING or __package__:  # imported from the builders package (tests)
+    from builders.python_models.per_request import PerRequest, RequestRefused
+else:  # Triton's Python stub: the build puts the module beside model.py, on sys.path
+    from per_request import PerRequest, RequestRefused
 
 
 def mean_pool_normalize(hidden: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
@@ -37,30 +42,17 @@ class TritonPythonModel:
         import triton_python_backend_utils as pb_utils
 
         self.pb = pb_utils
+        self.answers = PerRequest(pb_utils, args.get("model_name", "text_pooling"), "pooling")
 
     def execute(self, requests: list[Any]) -> list[Any]:
-        return [self._answer(request) for request in requests]
+        return self.answers.answer(requests, self._outputs)
 
-    def _answer(self, request: Any) -> Any:
-        """One request's embeddings; any failure fails this request only, without internals."""
-        pb = self.pb
-        try:
-            hidden = pb.get_input_tensor_by_name(request, "last_hidden_state").as_numpy()
-            mask = pb.get_input_tensor_by_name(request, "attention_mask").as_numpy()
-            if hidden.shape[:2] != mask.shape:
-                return pb.InferenceResponse(
-                    error=pb.TritonError(
-                        f"last_hidden_state {list(hidden.shape)} does not match attention_mask "
-                        f"{list(mask.shape)}",
-                        pb.TritonError.INVALID_ARG,
-                    )
-                )
-            return pb.InferenceResponse([pb.Tensor("EMBEDDING", mean_pool_normalize(hidden, mask))])
-        except Exception as exc:
-            pb.Logger.log_error(f"model 'text_pooling': {type(exc).__name__}: {exc}"[:400])
-            return pb.InferenceResponse(
-                error=pb.TritonError(
-                    "model 'text_pooling' could not process this request (the server log has the details)",
-                    pb.TritonError.INTERNAL,
-                )
+    def _outputs(self, request: Any) -> list[Any]:
+        hidden = self.pb.get_input_tensor_by_name(request, "last_hidden_state").as_numpy()
+        mask = self.pb.get_input_tensor_by_name(request, "attention_mask").as_numpy()
+        if hidden.shape[:2] != mask.shape:
+            raise RequestRefused(
+                f"last_hidden_state {list(hidden.shape)} does not match attention_mask "
+                f"{list(mask.shape)}"
             )
+        return [self.pb.Tensor("EMBEDDING", mean_pool_normalize(hidden, mask))]

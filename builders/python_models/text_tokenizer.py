@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
+    from builders.python_models.per_request import PerRequest
     from serving.text_tokenization import (
         DEFAULT_MAX_LENGTH,
         decode_texts,
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     )
     from serving.token_ids import ROW_PREFIX, TokenIdCheck
 else:  # Triton imports this file with its version folder, holding copies of the modules, on sys.path
+    from per_request import PerRequest
     from text_tokenization import (
         DEFAULT_MAX_LENGTH,
         decode_texts,
@@ -53,7 +55,9 @@ class TritonPythonModel:
         # The tokenizer reads a whole text before truncating it: these bound that work and memory.
         self.max_text_bytes = int(params["max_text_bytes"]) if "max_text_bytes" in params else None
         self.max_text_chars = int(params["max_text_chars"]) if "max_text_chars" in params else None
-        self.name = args.get("model_name", "text_tokenizer")
+        # ValueError: the request's own fault (a text too long, an id this tokenizer never makes)
+        name = args.get("model_name", "text_tokenizer")
+        self.answers = PerRequest(pb_utils, name, "tokenizing", refused=(ValueError,))
         self.tokenizer = load_tokenizer(path, self.max_length)
         self.id_check = TokenIdCheck(self.tokenizer)
         self.outputs = [o["name"] for o in config["output"]]
@@ -85,31 +89,8 @@ class TritonPythonModel:
                 raise ValueError(f"{ROW_PREFIX.format(row=index)} {problem}")
 
     def execute(self, requests: list[Any]) -> list[Any]:
-        responses = []
-        for request in requests:
-            try:
-                encoded = self._encode(request)
-            except ValueError as exc:  # this request's fault: it fails alone
-                responses.append(
-                    self.pb.InferenceResponse(
-                        error=self.pb.TritonError(str(exc), self.pb.TritonError.INVALID_ARG)
-                    )
-                )
-                continue
-            except Exception as exc:  # anything else fails this request only, without internals
-                summary = f"{type(exc).__name__}: {exc}".replace("\n", " ")[:300]
-                self.pb.Logger.log_error(f"model '{self.name}': tokenizing failed: {summary}")
-                responses.append(
-                    self.pb.InferenceResponse(
-                        error=self.pb.TritonError(
-                            f"model '{self.name}' could not process this request (the server log "
-                            "has the details)",
-                            self.pb.TritonError.INTERNAL,
-                        )
-                    )
-                )
-                continue
-            responses.append(
-                self.pb.InferenceResponse([self.pb.Tensor(n, encoded[n]) for n in self.outputs])
-            )
-        return responses
+        return self.answers.answer(requests, self._outputs)
+
+    def _outputs(self, request: Any) -> list[Any]:
+        encoded = self._encode(request)
+        return [self.pb.Tensor(n, encoded[n]) for n in self.outputs]
