@@ -20,7 +20,7 @@ from ._deps import get_image_urls
 __all__ = ["Expires", "Signature", "Signer", "b64_data", "image_responses", "url_data"]
 
 Signer = Annotated[ImageUrlSigner, Depends(get_image_urls)]
-# The query of a signed URL (ImageUrlSigner.check reads them); absent on a request with a credential.
+# A signed URL's query, which ImageUrlSigner.check verifies (None: the request has none).
 Expires = Annotated[str | None, Query(max_length=16)]
 Signature = Annotated[str | None, Query(max_length=64)]
 
