@@ -9,28 +9,26 @@ translates HTTP.
 
 from __future__ import annotations
 
-import base64
 import time
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
 from gateway.errors import NotFound
-from gateway.jobs.image_urls import ImageUrlSigner
 from gateway.jobs.protocol import DeletedJob, ImageJob, ImageJobList, ImageJobRequest
 from gateway.jobs.runner import JobRunner
 from gateway.jobs.service import MAX_LISTED, ImageJobs
 from gateway.jobs.store import Job
 from gateway.protocol.rest import (
     OPENAI_ERRORS,
-    ImageData,
     ImageGenerationResponse,
     openai_responses,
 )
 from gateway.tenancy.context import RequestContext
 from serving.limits import DEFAULT_LIMITS
 
-from ._deps import app_state, get_context, get_image_urls, get_jobs
+from ._deps import app_state, get_context, get_jobs
+from ._images import Expires, Signature, Signer, b64_data, image_responses, url_data
 
 router = APIRouter(prefix="/v1/images/jobs", tags=["image jobs"])
 
@@ -128,27 +126,19 @@ async def job_result(
     request: Request,
     jobs: Jobs,
     ctx: Context,
-    signer: Annotated[ImageUrlSigner, Depends(get_image_urls)],
+    signer: Signer,
 ) -> ImageGenerationResponse:
     result = await jobs.result(ctx, job_id)
     created = int(result.job.finished_at or time.time())
     if result.response_format == "url":
         settings = jobs.tasks.service.settings
-        base = settings.public_url.rstrip("/") or str(request.base_url).rstrip("/")
         # Signed like /v1/images/generations' URLs; they open until the job expires (or the URL's own
         # expiry, the sooner), and deleting the job removes what they point at.
         ttl = min(settings.image_url_ttl_s, max(1.0, (result.job.expires_at or 0) - time.time()))
-        data = [
-            ImageData(
-                url=base
-                + signer.sign(f"/v1/images/jobs/{result.job.id}/images/{k}", ttl).relative()
-            )
-            for k in range(len(result.images))
-        ]
+        paths = (f"/v1/images/jobs/{result.job.id}/images/{k}" for k in range(len(result.images)))
+        data = url_data(request, settings, signer, paths, ttl)
     else:
-        data = [
-            ImageData(b64_json=base64.b64encode(image).decode("ascii")) for image in result.images
-        ]
+        data = b64_data(result.images)
     return ImageGenerationResponse(created=created, data=data)
 
 
@@ -157,10 +147,7 @@ async def job_result(
     summary="One image of a succeeded job: by its signed URL (no key), or for the credential that "
     "submitted it",
     response_class=Response,
-    responses={
-        200: {"content": {"image/png": {}, "image/jpeg": {}, "image/webp": {}}},
-        **openai_responses(401, 404, 409, 503),
-    },
+    responses=image_responses(401, 404, 409, 503),
 )
 async def job_image(
     job_id: JobId,
@@ -168,9 +155,9 @@ async def job_image(
     request: Request,
     jobs: Jobs,
     ctx: Context,
-    signer: Annotated[ImageUrlSigner, Depends(get_image_urls)],
-    expires: Annotated[str | None, Query(max_length=16)] = None,
-    signature: Annotated[str | None, Query(max_length=64)] = None,
+    signer: Signer,
+    expires: Expires = None,
+    signature: Signature = None,
 ) -> Response:
     if ctx.principal is None:  # no credential: the auth middleware let a signed URL through
         signer.check(request.url.path, expires, signature)

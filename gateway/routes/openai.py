@@ -13,12 +13,11 @@ import base64
 import time
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi import APIRouter, Depends, Path, Request, Response
 from fastapi.responses import JSONResponse
 
 from gateway.errors import NotFound, ServiceUnavailable
 from gateway.jobs.image_store import ImageStore
-from gateway.jobs.image_urls import ImageUrlSigner
 from gateway.jobs.protocol import ImageJob
 from gateway.jobs.service import ImageJobs
 from gateway.protocol.rest import (
@@ -26,7 +25,6 @@ from gateway.protocol.rest import (
     EmbeddingData,
     EmbeddingsRequest,
     EmbeddingsResponse,
-    ImageData,
     ImageGenerationRequest,
     ImageGenerationResponse,
     ModelList,
@@ -38,7 +36,8 @@ from gateway.tasks.openai import OpenAITasks
 from gateway.tasks.openai_inputs import IMAGE_FORMATS
 from gateway.tenancy.context import RequestContext
 
-from ._deps import app_state, get_context, get_image_urls, get_jobs
+from ._deps import app_state, get_context, get_jobs
+from ._images import Expires, Signature, Signer, b64_data, image_responses, url_data
 from ._pooled_json import PooledJsonRoute
 
 # Embeddings inputs and image prompts can be megabytes of JSON: decoded off the loop when big.
@@ -131,7 +130,7 @@ async def image_generations(
     tasks: Tasks,
     ctx: Context,
     store: Annotated[ImageStore, Depends(get_images)],
-    signer: Annotated[ImageUrlSigner, Depends(get_image_urls)],
+    signer: Signer,
     jobs: Annotated[ImageJobs, Depends(get_jobs)],
 ) -> ImageGenerationResponse | JSONResponse:
     triton_model, spec = await tasks.resolve_image(ctx, body.to_task())
@@ -148,11 +147,10 @@ async def image_generations(
         )
     images = await tasks.generate_images(ctx, spec)
     if (body.response_format or "b64_json") == "b64_json":
-        data = [ImageData(b64_json=base64.b64encode(image).decode("ascii")) for image in images]
+        data = b64_data(images)
     else:
         assert ctx.principal is not None  # behind the auth middleware
         settings = tasks.service.settings
-        base = settings.public_url.rstrip("/") or str(request.base_url).rstrip("/")
         media_type = IMAGE_FORMATS[spec.output_format][1]
         try:
             tokens = [
@@ -163,13 +161,8 @@ async def image_generations(
                 "the image is larger than the URL store holds; ask for b64_json",
                 retry_after_s=settings.retry_after_s,
             ) from exc
-        data = [
-            ImageData(
-                url=base
-                + signer.sign(f"/v1/images/files/{token}", settings.image_url_ttl_s).relative()
-            )
-            for token in tokens
-        ]
+        paths = (f"/v1/images/files/{token}" for token in tokens)
+        data = url_data(request, settings, signer, paths, settings.image_url_ttl_s)
     return ImageGenerationResponse(created=int(time.time()), data=data)
 
 
@@ -179,18 +172,15 @@ async def image_generations(
     description="The URL is signed (`expires`, `signature`: an HMAC over its path and expiry); an "
     "altered one answers 403, an expired one 410, both as problem+json.",
     response_class=Response,
-    responses={
-        200: {"content": {"image/png": {}, "image/jpeg": {}, "image/webp": {}}},
-        **openai_responses(404),
-    },
+    responses=image_responses(404),
 )
 async def image_file(
     request: Request,
     token: Annotated[str, Path(max_length=64)],
     store: Annotated[ImageStore, Depends(get_images)],
-    signer: Annotated[ImageUrlSigner, Depends(get_image_urls)],
-    expires: Annotated[str | None, Query(max_length=16)] = None,
-    signature: Annotated[str | None, Query(max_length=64)] = None,
+    signer: Signer,
+    expires: Expires = None,
+    signature: Signature = None,
 ) -> Response:
     when = signer.check(request.url.path, expires, signature)
     image = await store.get(None, token)

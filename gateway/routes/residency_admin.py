@@ -6,10 +6,12 @@ as Triton loaded it, and there is nothing to pin or evict.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Request
-from pydantic import BaseModel, Field
+from fastapi.types import DecoratedCallable
+from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.backends.residency import ResidencyManager
 from gateway.backends.residency_policy import ModelResidency
@@ -26,6 +28,9 @@ Model = Annotated[str, Path(description="a Triton model name", examples=["effici
 
 
 class Residency(BaseModel):
+    # Built straight from the manager's ModelResidency records, which carry these same fields.
+    model_config = ConfigDict(from_attributes=True)
+
     model: str
     state: str = Field(description="loaded, loading, unloading or available (loaded on demand)")
     footprint_bytes: int = Field(description="measured at its last load here, else the estimate")
@@ -45,14 +50,7 @@ class ResidencyTableOut(BaseModel):
 
 
 def _out(item: ModelResidency) -> Residency:
-    return Residency(
-        model=item.model,
-        state=item.state,
-        footprint_bytes=item.footprint_bytes,
-        measured=item.measured,
-        pinned=item.pinned,
-        in_flight=item.in_flight,
-    )
+    return Residency.model_validate(item)
 
 
 async def get_residency(request: Request) -> ResidencyManager:
@@ -89,29 +87,25 @@ async def list_residency(manager: Manager) -> ResidencyTableOut:
     )
 
 
-@router.post(
-    "/{model}/pin", response_model=Residency, summary="Never evict this model", responses=_ERRORS
-)
+def _action(verb: str, summary: str) -> Callable[[DecoratedCallable], DecoratedCallable]:
+    """The route of ``POST /admin/models/{model}/<verb>``: every action answers the model's
+    residency after it, with the same errors."""
+    return router.post(
+        f"/{{model}}/{verb}", response_model=Residency, summary=summary, responses=_ERRORS
+    )
+
+
+@_action("pin", "Never evict this model")
 async def pin(model: Model, manager: Manager, service: Service) -> Residency:
     return _out(manager.pin(await _known(service, model), True))
 
 
-@router.post(
-    "/{model}/unpin",
-    response_model=Residency,
-    summary="Let this model be evicted again",
-    responses=_ERRORS,
-)
+@_action("unpin", "Let this model be evicted again")
 async def unpin(model: Model, manager: Manager, service: Service) -> Residency:
     return _out(manager.pin(await _known(service, model), False))
 
 
-@router.post(
-    "/{model}/preload",
-    response_model=Residency,
-    summary="Load this model now (evicting LRU models)",
-    responses=_ERRORS,
-)
+@_action("preload", "Load this model now (evicting LRU models)")
 async def preload(model: Model, manager: Manager, service: Service) -> Residency:
     return _out(
         await manager.preload(
@@ -120,11 +114,6 @@ async def preload(model: Model, manager: Manager, service: Service) -> Residency
     )
 
 
-@router.post(
-    "/{model}/evict",
-    response_model=Residency,
-    summary="Unload this model now (not while pinned or with requests in flight)",
-    responses=_ERRORS,
-)
+@_action("evict", "Unload this model now (not while pinned or with requests in flight)")
 async def evict(model: Model, manager: Manager, service: Service) -> Residency:
     return _out(await manager.evict(await _known(service, model)))
