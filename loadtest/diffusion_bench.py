@@ -23,17 +23,23 @@ plain concurrent tritonclient calls (one gRPC client per thread).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from loadtest.diffusion_points import Point, psnr
+from loadtest.diffusion_points import Point, psnr, summary_lines, target_lines
 from loadtest.diffusion_systems import BASE_SEED, NEGATIVE, PROMPT, DiffusersSystem, TritonSystem
 from serving.console import make_console, print_table
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from serving.launcher import TritonServer
 
 __all__ = [
     "BASE_SEED",
@@ -203,123 +209,146 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run(args: argparse.Namespace) -> int:
-    """``inferctl bench diffusion``: the parsed options in, the exit status out."""
+Log = Callable[[str], None]
 
+
+def _plain_log(console: Console) -> Log:
+    """Messages printed on ``console`` as they are (no markup, no highlighting)."""
+    return lambda message: console.print(message, markup=False, highlight=False)
+
+
+def _build_pipeline(workdir: Path, checkpoint: Path, log: Log) -> dict[str, Any]:
+    """Build the Triton pipeline entry from ``checkpoint`` into ``workdir/repository``; how it went."""
     from builders.families.diffusion import PIPELINE, TORCH_PIPELINE
     from builders.pipeline import BuildOptions, build
-    from loadtest import diffusion_report as report
+
+    started = time.perf_counter()
+    reports = build(
+        [TORCH_PIPELINE],
+        BuildOptions(repository=workdir / "repository", weights={PIPELINE: str(checkpoint)}),
+    )
+    entry = next(r for r in reports if r.model == TORCH_PIPELINE)
+    built = {
+        "seconds": time.perf_counter() - started,
+        "precision": entry.precision,
+        "parity": entry.parity,
+        "notes": entry.notes,
+    }
+    log(f"built {TORCH_PIPELINE} ({entry.precision}) in {built['seconds']:.1f} s")
+    return built
+
+
+def _mixed_schedulers(
+    ours: TritonSystem, server: TritonServer, size: tuple[int, int, int], c: int, log: Log
+) -> dict[str, Any]:
+    """``c`` concurrent requests at ``size`` with four schedulers side by side."""
+    height, width, steps = size
+    before, seen = ours.statistics(), len(list(server.iter_log()))
+    _, latencies, wall = ours.run(
+        height, width, steps, c, 1, ("", "euler", "dpmpp_2m", "euler_ancestral")
+    )
+    stats, loops = ours.settled(before, c, seen)
+    log(f"triton: {c} concurrent, four schedulers side by side: {c / wall:.3f} images/s")
+    return {
+        "size": f"{width}x{height}",
+        "steps": steps,
+        "concurrency": c,
+        "wall_s": wall,
+        "images_per_s": c / wall,
+        "latencies_s": latencies,
+        "stats": stats,
+        "loops": loops,
+    }
+
+
+def _measure_triton(
+    args: argparse.Namespace,
+    workdir: Path,
+    plan: tuple[list[tuple[int, int, int]], list[int]],
+    log: Log,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Serve the built entry with Triton and measure every point of ``plan`` (sizes, concurrency)
+    there; also its load time and ``--mixed``'s run, for the document's ``extra``."""
+    from builders.families.diffusion import TORCH_PIPELINE
     from serving.launcher import TritonPorts, TritonServer, TritonStartError
 
-    console = make_console()
-
-    def log(message: str) -> None:
-        console.print(message, markup=False, highlight=False)
-
-    args.out.mkdir(parents=True, exist_ok=True)
-    sizes, concurrency = parse_sizes(args.sizes), [int(c) for c in args.concurrency.split(",")]
-    scratch = (
-        tempfile.TemporaryDirectory(prefix="diffusion-bench-") if args.workdir is None else None
+    sizes, concurrency = plan
+    started = time.perf_counter()
+    server = TritonServer(
+        workdir / "repository",
+        models=[TORCH_PIPELINE],
+        ports=TritonPorts.free(),
+        python=args.stub_python,
+        startup_timeout_s=600,
     )
-    workdir = Path(scratch.name) if scratch is not None else args.workdir
-    config = {
-        **vars(args),
-        "out": str(args.out),
-        "checkpoint": str(args.checkpoint),
-        "workdir": str(workdir),
-        "prompt": PROMPT,
-        "negative_prompt": NEGATIVE,
-        "base_seed": BASE_SEED,
-        "machine": machine_info(args.device),
-    }
-    extra: dict[str, Any] = {}
     try:
-        checkpoint = prepare_checkpoint(args, workdir, log)
-        started = time.perf_counter()
-        reports = build(
-            [TORCH_PIPELINE],
-            BuildOptions(repository=workdir / "repository", weights={PIPELINE: str(checkpoint)}),
+        server.start()
+    except TritonStartError:
+        log("Triton did not start; the end of its log:\n" + server.log_tail(150))
+        raise
+    try:
+        figures: dict[str, Any] = {"triton_load_s": time.perf_counter() - started}
+        log(
+            f"Triton ready with {TORCH_PIPELINE} in {figures['triton_load_s']:.1f} s (weights "
+            "loaded, warmed up)"
         )
-        entry = next(r for r in reports if r.model == TORCH_PIPELINE)
-        extra["build"] = {
-            "seconds": time.perf_counter() - started,
-            "precision": entry.precision,
-            "parity": entry.parity,
-            "notes": entry.notes,
-        }
-        log(f"built {TORCH_PIPELINE} ({entry.precision}) in {extra['build']['seconds']:.1f} s")
-        started = time.perf_counter()
-        server = TritonServer(
-            workdir / "repository",
-            models=[TORCH_PIPELINE],
-            ports=TritonPorts.free(),
-            python=args.stub_python,
-            startup_timeout_s=600,
-        )
-        try:
-            server.start()
-        except TritonStartError:
-            log("Triton did not start; the end of its log:\n" + server.log_tail(150))
-            raise
-        try:
-            extra["triton_load_s"] = time.perf_counter() - started
-            log(
-                f"Triton ready with {TORCH_PIPELINE} in {extra['triton_load_s']:.1f} s (weights "
-                "loaded, warmed up)"
+        ours = TritonSystem(server, TORCH_PIPELINE, max(concurrency))
+        triton = measure(ours, sizes, concurrency, args.rounds, log, server)
+        if args.mixed:
+            figures["mixed_schedulers"] = _mixed_schedulers(
+                ours, server, sizes[0], max(concurrency), log
             )
-            ours = TritonSystem(server, TORCH_PIPELINE, max(concurrency))
-            triton = measure(ours, sizes, concurrency, args.rounds, log, server)
-            if args.mixed:
-                height, width, steps = sizes[0]
-                c = max(concurrency)
-                before, seen = ours.statistics(), len(list(server.iter_log()))
-                _, latencies, wall = ours.run(
-                    height, width, steps, c, 1, ("", "euler", "dpmpp_2m", "euler_ancestral")
-                )
-                stats, loops = ours.settled(before, c, seen)
-                extra["mixed_schedulers"] = {
-                    "size": f"{width}x{height}",
-                    "steps": steps,
-                    "concurrency": c,
-                    "wall_s": wall,
-                    "images_per_s": c / wall,
-                    "latencies_s": latencies,
-                    "stats": stats,
-                    "loops": loops,
-                }
-                log(
-                    f"triton: {c} concurrent, four schedulers side by side: {c / wall:.3f} images/s"
-                )
-        finally:
-            server.stop()
-        theirs = DiffusersSystem(checkpoint, args.device)
-        theirs.call(
-            sizes[0][0], sizes[0][1], 2, [BASE_SEED]
-        )  # warm-up, as Triton's model does at load
-        diffusers = measure(theirs, sizes, concurrency, args.rounds, log)
+        return triton, figures
     finally:
-        if scratch is not None:
-            scratch.cleanup()
+        server.stop()
 
+
+def _measure_diffusers(
+    args: argparse.Namespace,
+    checkpoint: Path,
+    plan: tuple[list[tuple[int, int, int]], list[int]],
+    log: Log,
+) -> dict[str, Any]:
+    """diffusers' own pipeline in this process at every point of ``plan``."""
+    sizes, concurrency = plan
+    theirs = DiffusersSystem(checkpoint, args.device)
+    theirs.call(sizes[0][0], sizes[0][1], 2, [BASE_SEED])  # warm-up, as Triton's model does at load
+    return measure(theirs, sizes, concurrency, args.rounds, log)
+
+
+def _report(
+    args: argparse.Namespace,
+    config: dict[str, Any],
+    measured: tuple[dict[str, Any], dict[str, Any]],
+    extra: dict[str, Any],
+    console: Console,
+) -> None:
+    """Print the table and write ``bench.txt``, ``bench.json`` and ``bench.png`` into ``--out``."""
+    from loadtest import diffusion_report as report
+
+    log = _plain_log(console)
+    triton, diffusers = measured
     extra["parity"] = report.parity(triton, diffusers)
     extra["targets"] = report.targets(triton, diffusers, args.stall_s)
     table = report.speed_table(triton, diffusers, config["machine"].get("gpu", args.device))
-    lines = [table.plain(), "", "Image difference, Triton vs diffusers, same seed (0-255 scale):"]
-    lines += [
+    parity = [
         f"  {p['image']}: max abs {p['max_abs_error']}, mean abs {p['mean_abs_error']:.3f}, PSNR "
         f"{p['psnr_db']:.1f} dB"
         for p in extra["parity"]
     ]
-    lines += ["", "First request after a change of size (seconds):"]
-    lines += [
+    firsts = [
         f"  {name}: {f['after']} -> {f['size']} ({f['steps']} steps): {f['seconds']:.3f}"
         for name, result in (("triton", triton), ("diffusers", diffusers))
         for f in result["firsts"]
     ]
-    lines += ["", "Targets:"] + [
-        f"  [{'met' if t['met'] else 'MISSED'}] {t['target']}: {t['value']}"
-        for t in extra["targets"]
-    ]
+    lines = summary_lines(
+        table.plain(),
+        {
+            "Image difference, Triton vs diffusers, same seed (0-255 scale):": parity,
+            "First request after a change of size (seconds):": firsts,
+            "Targets:": target_lines(extra["targets"]),
+        },
+    )
     print_table(table, console)
     for line in lines[1:]:
         log(line)
@@ -327,6 +356,38 @@ def run(args: argparse.Namespace) -> int:
     report.write_json(args.out / "bench.json", config, triton, diffusers, extra)
     report.write_plot(args.out / "bench.png", triton, diffusers)
     log(f"wrote {args.out / 'bench.json'}, {args.out / 'bench.png'}, {args.out / 'bench.txt'}")
+
+
+def run(args: argparse.Namespace) -> int:
+    """``inferctl bench diffusion``: the parsed options in, the exit status out."""
+    console = make_console()
+    log = _plain_log(console)
+    args.out.mkdir(parents=True, exist_ok=True)
+    plan = parse_sizes(args.sizes), [int(c) for c in args.concurrency.split(",")]
+    extra: dict[str, Any] = {}
+    folder = (  # a temporary one is removed after the run
+        tempfile.TemporaryDirectory(prefix="diffusion-bench-")
+        if args.workdir is None
+        else contextlib.nullcontext(str(args.workdir))
+    )
+    with folder as name:
+        workdir = Path(name)
+        config = {
+            **vars(args),
+            "out": str(args.out),
+            "checkpoint": str(args.checkpoint),
+            "workdir": str(workdir),
+            "prompt": PROMPT,
+            "negative_prompt": NEGATIVE,
+            "base_seed": BASE_SEED,
+            "machine": machine_info(args.device),
+        }
+        checkpoint = prepare_checkpoint(args, workdir, log)
+        extra["build"] = _build_pipeline(workdir, checkpoint, log)
+        triton, figures = _measure_triton(args, workdir, plan, log)
+        extra.update(figures)
+        diffusers = _measure_diffusers(args, checkpoint, plan, log)
+    _report(args, config, (triton, diffusers), extra, console)
     return 0
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from loadtest.diffusion_points import psnr
+from loadtest.diffusion_points import psnr, summary_lines, target_lines
 from serving.console import Table
 
 __all__ = ["Measured", "results_summary", "results_table", "write_results"]
@@ -179,28 +179,27 @@ def write_results(
     """``bench.txt`` (the table and the summary) and ``bench.json`` in ``out``."""
     summary = results_summary(rows, images)
     table = results_table(rows, device)
-    lines = [table.plain(), "", "Image difference, served vs diffusers, same seed (0-255 scale):"]
-    lines += [
+    parity = [
         f"  {p['image']}: max abs {p['max_abs_error']}, mean abs {p['mean_abs_error']:.3f}, PSNR "
         f"{'identical' if p['psnr_db'] is None else format(p['psnr_db'], '.1f') + ' dB'} "
         f"(image std {p['served_std']:.1f} / {p['diffusers_std']:.1f})"
         for p in summary["parity"]
     ]
-    lines += ["", "First request after a change of size, then a second one there (seconds):"]
-    lines += [
+    switches = [
         f"  {s['system']}: -> {s['size']} ({s['steps']} steps): first {s['first_s']:.3f}, steady "
         f"{s['steady_s']:.3f}, stall {s['stall_s']:.3f}"
         for s in summary["switches"]
     ]
-    lines += ["", "Targets:"] + [
-        f"  [{'met' if t['met'] else 'MISSED'}] {t['target']}: {t['value']}"
-        for t in summary["targets"]
-    ]
-    lines += [
-        "",
-        "Setup (seconds): "
-        + ", ".join(f"{k} {v:.1f}" for k, v in setup.items() if isinstance(v, float)),
-    ]
+    seconds = ", ".join(f"{k} {v:.1f}" for k, v in setup.items() if isinstance(v, float))
+    lines = summary_lines(
+        table.plain(),
+        {
+            "Image difference, served vs diffusers, same seed (0-255 scale):": parity,
+            "First request after a change of size, then a second one there (seconds):": switches,
+            "Targets:": target_lines(summary["targets"]),
+            f"Setup (seconds): {seconds}": [],
+        },
+    )
     (out / "bench.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     body = {
         "config": config,

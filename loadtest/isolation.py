@@ -41,6 +41,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from loadtest.bench.settings import point_spec
 from loadtest.isolation_stack import (
     DEFAULT_SETTINGS,
     SCENARIO_KEYS,
@@ -53,7 +54,7 @@ from loadtest.isolation_stack import (
     json_target,
     platform,
 )
-from loadtest.loadgen import HttpTarget, LoadSpec, Target
+from loadtest.loadgen import LoadSpec, Target
 from loadtest.loadgen import run as run_specs
 from loadtest.loadgen.hostile import DisconnectTarget, IdleConnectionTarget, PacedTarget
 from loadtest.options import (
@@ -173,18 +174,6 @@ def scenarios(
     return [s for s in every if not settings.only or s.key in settings.only]
 
 
-def _protected_spec(
-    target: HttpTarget, settings: IsolationSettings, warmup_s: float | None = None
-) -> LoadSpec:
-    return LoadSpec(
-        target=target,
-        concurrency=settings.protected_concurrency,
-        duration_s=settings.duration_s,
-        warmup_s=settings.warmup_s if warmup_s is None else warmup_s,
-        name="protected",
-    )
-
-
 def _side(result: Any) -> dict[str, Any]:
     return {
         "requests": result.requests,
@@ -229,29 +218,27 @@ def run_isolation(settings: IsolationSettings) -> dict[str, Any]:
         tempfile.TemporaryDirectory(prefix="isolation-") as tmp,
         platform(Path(tmp), settings) as stack,
     ):
-        protected = json_target(
+        target = json_target(
             stack.url, stack.new_key("protected", _PROTECTED_TIER), infer_body(), "protected"
         )
+        protected = point_spec(target, settings.protected_concurrency, settings, "protected")
         console.print("gateway CPU per request: the protected key alone")
-        (cpu_run,), cpu_share, _ = _measure([_protected_spec(protected, settings)], stack)
+        (cpu_run,), cpu_share, _ = _measure([protected], stack)
         answered = cpu_run.requests + cpu_run.errors
         cpu_ms_per_request = 1000.0 * cpu_share * cpu_run.duration_s / max(1, answered)
         for scenario in scenarios(stack.url, stack.new_key, settings):
             console.print(f"{scenario.name}: alone")
-            (alone,), alone_cpu, alone_split = _measure(
-                [_protected_spec(protected, settings)], stack
-            )
+            (alone,), alone_cpu, alone_split = _measure([protected], stack)
             console.print(f"{scenario.name}: attacked ({scenario.target.describe()})")
-            attack = LoadSpec(
-                target=scenario.target,
-                concurrency=scenario.concurrency,
-                duration_s=settings.duration_s,
-                warmup_s=settings.warmup_s,
+            attack = point_spec(
+                scenario.target,
+                scenario.concurrency,
+                settings,
+                "attack",
                 honour_retry_after=scenario.honour_retry_after,
-                name="attack",
             )
             (attacked, attacker), attacked_cpu, attacked_split = _measure(
-                [_protected_spec(protected, settings), attack], stack
+                [protected, attack], stack
             )
             detail_rows.append(
                 {

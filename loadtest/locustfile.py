@@ -206,6 +206,19 @@ class _GatewayUser(HttpUser):
             response.success()
 
 
+def _one_each(count: int, listed: str, item_field: str, what: str) -> Callable[[Any], str | None]:
+    """The check of an answer that lists one item per input under ``listed``, each with a non-empty
+    ``item_field`` (a top-5, an embedding): what is wrong, or None."""
+
+    def check(response: Any) -> str | None:
+        items = response.json()[listed]
+        if len(items) == count and all(len(item[item_field]) > 0 for item in items):
+            return None
+        return f"expected {count} {what}, got {items!r:.200}"
+
+    return check
+
+
 class ClassifyUser(_GatewayUser):
     """Uploads 1-3 JPEG photographs to ``/v1/classify`` and checks every one got a top-5."""
 
@@ -215,13 +228,7 @@ class ClassifyUser(_GatewayUser):
     def classify(self) -> None:
         photos = random.sample(jpeg_images(), k=random.randint(1, 3))
         files = [("file", (f"photo{i}.jpg", data, "image/jpeg")) for i, data in enumerate(photos)]
-
-        def check(response: Any) -> str | None:
-            results = response.json()["results"]
-            if len(results) != len(photos) or any(len(r["top"]) == 0 for r in results):
-                return f"expected {len(photos)} results with classes, got {results!r:.200}"
-            return None
-
+        check = _one_each(len(photos), "results", "top", "results with classes")
         self._post("/v1/classify", check, files=files)
 
 
@@ -234,13 +241,7 @@ class EmbeddingsUser(_GatewayUser):
     def embed(self) -> None:
         texts = random.sample(SENTENCES, k=random.randint(1, 8))
         body = {"model": _env("LOADTEST_EMBEDDING_MODEL", "text_embedding"), "input": texts}
-
-        def check(response: Any) -> str | None:
-            data = response.json()["data"]
-            if len(data) != len(texts) or not all(len(d["embedding"]) > 0 for d in data):
-                return f"expected {len(texts)} embeddings"
-            return None
-
+        check = _one_each(len(texts), "data", "embedding", "embeddings")
         self._post("/v1/embeddings", check, json=body)
 
 

@@ -142,13 +142,21 @@ class PointWindow(Protocol):
     def warmup_s(self) -> float: ...
 
 
-def point_spec(target: Target, concurrency: int, settings: PointWindow, name: str) -> LoadSpec:
+def point_spec(
+    target: Target,
+    concurrency: int,
+    settings: PointWindow,
+    name: str,
+    *,
+    honour_retry_after: bool = False,
+) -> LoadSpec:
     """One load point of a benchmark: ``target`` at ``concurrency`` for the run's measured window
-    after its warm-up, its rows named ``name``."""
+    after its warm-up, its rows named ``name`` (a polite client where ``honour_retry_after``)."""
     return LoadSpec(
         target=target,
         concurrency=concurrency,
         duration_s=settings.duration_s,
         warmup_s=settings.warmup_s,
+        honour_retry_after=honour_retry_after,
         name=name,
     )
