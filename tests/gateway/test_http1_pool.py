@@ -207,3 +207,18 @@ def test_it_runs_on_uvloop_as_the_gateway_does() -> None:
 def test_the_address_must_name_a_port() -> None:
     with pytest.raises(ValueError, match="host:port"):
         Http1Pool("localhost")
+
+
+async def test_a_connection_idle_past_the_timeout_is_closed_when_another_is_handed_back() -> None:
+    async with upstream(echo()) as (up, address):
+        pool = Http1Pool(address, limit=4, idle_timeout_s=0.2)
+        # A burst opens two connections; both go idle.
+        await asyncio.gather(*(pool.post("/p", b"x", {}) for _ in range(2)))
+        assert up.connections == 2 and not up.closed.is_set()
+        await asyncio.sleep(0.3)
+        # The next request takes the newest; handing it back closes the one idle past the timeout.
+        assert (await pool.post("/p", b"y", {})).body == b"y"
+        await asyncio.wait_for(up.closed.wait(), 5)
+        assert (await pool.post("/p", b"z", {})).body == b"z"
+        assert up.connections == 2  # the warm one served both
+        await pool.close()
