@@ -1,6 +1,6 @@
 #!/bin/bash
 # A sampled profile of one gateway process under the gateway-profile load (py-spy from PyPI).
-# Run from the repository root: bash benchmarks/cpu/gateway-pool-lane-2026-12-07/pyspy.sh OUT
+# Run from the repository root: loadtest/gateway_pyspy.sh OUT (py-spy on PATH: pip install py-spy)
 set -eu
 out=${1:?output folder}
 mkdir -p "$out"
