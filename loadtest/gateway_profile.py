@@ -85,6 +85,9 @@ class PathCpu(NamedTuple):
     #: the gateway's collector pauses over the load, warm-up included: per generation, how many and
     #: their milliseconds in all (``gateway_gc_pause_seconds``; empty for the floor servers)
     gc_pauses: tuple[tuple[int, float], ...] = ()
+    #: the load generator's own CPU per answered request, same window: what a client pays for the
+    #: server's answers (how many writes they come in, their headers)
+    client_ms: float = 0.0
 
     @property
     def total_ms(self) -> float:
@@ -97,7 +100,7 @@ class PathCpu(NamedTuple):
         return (
             f"{path}: {server} CPU {self.total_ms:.3f} ms per request (user {self.user_ms:.3f}, "
             f"system {self.system_ms:.3f}; {self.answered} answered in {duration_s:g} s, "
-            f"statuses {self.statuses})"
+            f"statuses {self.statuses}; the load generator {self.client_ms:.3f} ms)"
             + (f"\n  collector pauses over the load and its warm-up: {pauses}" if pauses else "")
         )
 
@@ -109,7 +112,11 @@ def _cpu_per_request(pid: int, spec: LoadSpec) -> PathCpu:
     answered = max(1, result.requests + result.errors)
     user, system = meter.split(*load.window)
     return PathCpu(
-        1000.0 * user / answered, 1000.0 * system / answered, answered, dict(result.statuses)
+        1000.0 * user / answered,
+        1000.0 * system / answered,
+        answered,
+        dict(result.statuses),
+        client_ms=1000.0 * load.cpu_s / answered,
     )
 
 

@@ -73,6 +73,9 @@ class LoadRun:
     samples: Samples
     window: tuple[float, float]
     processes: int
+    #: CPU seconds the load's own processes spent inside the window (0 where not measured: a spec
+    #: that shares its processes with others, or one driven in the caller's process)
+    cpu_s: float = 0.0
 
     def result(self) -> LoadResult:
         return summarize(
@@ -173,9 +176,27 @@ class _StartSignal:
     start_at: Any
 
 
+class _WindowCpu:
+    """This process's CPU seconds between two instants of the monotonic clock, read by timers on
+    the event loop (a busy loop reads them late, by its lag)."""
+
+    def __init__(self) -> None:
+        self.readings: list[float] = []
+
+    def arm(self, start: float, stop: float) -> None:
+        loop = asyncio.get_running_loop()
+        offset = loop.time() - time.monotonic()  # the loop's clock may differ from time.monotonic
+        for at in (start, stop):
+            loop.call_at(at + offset, lambda: self.readings.append(time.process_time()))
+
+    @property
+    def seconds(self) -> float:
+        return self.readings[1] - self.readings[0] if len(self.readings) == 2 else 0.0
+
+
 async def _process_share(
     jobs: list[tuple[LoadSpec, int]], signal: _StartSignal | None
-) -> tuple[float, list[Samples]]:
+) -> tuple[float, list[Samples], float]:
     async with contextlib.AsyncExitStack() as stack:
         # A process with no share of a spec opens no clients for it (apart: one spec per process).
         sends = [
@@ -189,6 +210,10 @@ async def _process_share(
                 raise LoadError("the load processes were not told to start")
             start = signal.start_at.value
             await asyncio.sleep(max(0.0, start - time.monotonic()))
+        cpu = _WindowCpu()
+        mine = [spec for spec, share in jobs if share > 0]
+        if len(mine) == 1:  # one spec: its window is this process's
+            cpu.arm(start + mine[0].warmup_s, start + mine[0].warmup_s + mine[0].duration_s)
         parts = await asyncio.gather(
             *(
                 _drive(send, spec, share, start)
@@ -197,7 +222,7 @@ async def _process_share(
             )
         )
     done = iter(parts)
-    return start, [next(done) if share > 0 else Samples() for _, share in jobs]
+    return start, [next(done) if share > 0 else Samples() for _, share in jobs], cpu.seconds
 
 
 def _child(
@@ -239,30 +264,38 @@ def run(specs: Sequence[LoadSpec], processes: int = 1, *, apart: bool = False) -
         ]
     if processes == 1 and not apart:
         try:
-            outcomes = [asyncio.run(_process_share(plan[0], None))]
+            outcomes = [asyncio.run(_process_share(plan[0], None))[:2] + (0.0,)]
         except Exception as exc:
             raise LoadError(f"the load could not run: {type(exc).__name__}: {exc}") from exc
     else:
         outcomes = _run_processes(plan, max(s.warmup_s + s.duration_s for s in specs))
-    starts = [start for start, _ in outcomes]
+    starts = [start for start, _, _ in outcomes]
     runs = []
     for k, spec in enumerate(specs):
+        # A process's CPU is the spec's only where the process drove that spec alone.
+        own = [cpu for (_, _, cpu), jobs in zip(outcomes, plan, strict=True) if _alone(jobs, k)]
         # The window every process was loading in: from the last start's warm-up end to the first end.
         window = (max(starts) + spec.warmup_s, min(starts) + spec.warmup_s + spec.duration_s)
         runs.append(
             LoadRun(
                 spec,
-                Samples.concat([parts[k] for _, parts in outcomes]),
+                Samples.concat([parts[k] for _, parts, _ in outcomes]),
                 window,
                 1 if apart else processes,
+                sum(own) if len(own) == sum(1 for jobs in plan if jobs[k][1] > 0) else 0.0,
             )
         )
     return runs
 
 
+def _alone(jobs: list[tuple[LoadSpec, int]], k: int) -> bool:
+    """Whether a process with ``jobs`` drove spec ``k`` and nothing else."""
+    return jobs[k][1] > 0 and all(share == 0 for j, (_, share) in enumerate(jobs) if j != k)
+
+
 def _run_processes(
     plan: list[list[tuple[LoadSpec, int]]], seconds: float
-) -> list[tuple[float, list[Samples]]]:
+) -> list[tuple[float, list[Samples], float]]:
     context = multiprocessing.get_context("spawn")  # no inherited event loop, threads or clients
     signal = _StartSignal(context.Barrier(len(plan) + 1), context.Event(), context.Value("d", 0.0))
     results = context.Queue()
@@ -280,7 +313,7 @@ def _run_processes(
         # CLOCK_MONOTONIC is one clock for every process of the host.
         signal.start_at.value = time.monotonic() + _START_MARGIN_S
         signal.go.set()
-    collected: dict[int, tuple[float, list[Samples]]] = {}
+    collected: dict[int, tuple[float, list[Samples], float]] = {}
     deadline = time.monotonic() + SETUP_TIMEOUT_S + seconds + 60
     try:
         while len(collected) < len(children):

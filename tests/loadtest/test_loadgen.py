@@ -108,6 +108,22 @@ def test_processes_share_the_concurrency_and_their_samples_merge(tiny: TritonSer
     assert np.all(np.diff(load.samples.t0) >= 0), "merged samples are in send order"
     start, end = load.window
     assert end - start == pytest.approx(1.0, abs=0.2)
+    # Its processes drove this spec alone: their CPU inside the window is measured, and a process
+    # cannot spend more than the window's seconds of one core (the clients run on one loop).
+    assert 0.0 < load.cpu_s <= 2 * (end - start) * 1.1
+
+
+def test_the_cpu_of_processes_shared_by_two_specs_is_not_given_to_either(
+    tiny: TritonServer,
+) -> None:
+    specs = [
+        LoadSpec(target=_target(tiny), concurrency=2, duration_s=0.5, warmup_s=0.2),
+        LoadSpec(target=_target(tiny), concurrency=2, duration_s=0.5, warmup_s=0.2),
+    ]
+    shared = run(specs, processes=2)
+    assert [load.cpu_s for load in shared] == [0.0, 0.0]
+    apart = run(specs, apart=True)
+    assert all(load.cpu_s > 0.0 for load in apart)
 
 
 def test_capacity_is_measured_against_an_instant_twin(tiny: TritonServer) -> None:
