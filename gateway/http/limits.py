@@ -27,8 +27,8 @@ Trailer fields of a chunked body are dropped: they never become request headers.
 
 ``keep_alive_timeout_s`` is uvicorn's idle keep-alive timeout (also after a request answered before
 its body ended, which uvicorn alone would keep open); after ``max_requests_per_connection`` requests
-a connection is answered with ``Connection: close``. Each answer with a Content-Length is written
-once (:mod:`gateway.http.one_write`); a lost connection calls its requests' disconnect watchers.
+a connection is answered with ``Connection: close``. A lost connection calls its requests'
+disconnect callbacks (:class:`gateway.http.middleware.DisconnectMiddleware`).
 """
 
 from __future__ import annotations
@@ -43,7 +43,6 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.http.accept_rate import AcceptRate, HeldRefusals, RefusedConnection
 from gateway.http.connection_caps import PeerCounts, idle_victim
-from gateway.http.one_write import HeadWithBody
 from gateway.http.problems import raw_problem_response
 from gateway.http.read_hold import PROTOCOL_SCOPE_KEY, ReadHold
 from gateway.http.server_limits import ServerLimits
@@ -282,9 +281,6 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._cancel(self._head_timer)
         self._head_timer = None
         super().on_headers_complete()
-        cycle = self.cycle
-        if cycle is not None and cycle.scope is self.scope:  # a new request's (not an upgrade)
-            cycle.transport = HeadWithBody(cycle, self.transport)  # type: ignore[assignment]
         # The app's late answer asks whether the body still arrives (uvicorn types its scope closed).
         self.scope[PROTOCOL_SCOPE_KEY] = self  # type: ignore[literal-required]
         self._requests += 1
