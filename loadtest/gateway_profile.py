@@ -11,7 +11,9 @@ as ``inferctl up`` starts it) and drives one path with the platform's load gener
   would otherwise stop reading such a key's connections).
 
 It prints the gateway process's CPU per answered request (user + system, the benchmark's own
-:class:`loadtest.isolation_stack.CpuMeter`) and, from a second gateway started under cProfile, the
+:class:`loadtest.isolation_stack.CpuMeter`), the load generator's own CPU per answered request over
+the same window (:attr:`loadtest.loadgen.runner.LoadRun.cpu_s`: what a client pays for the answers)
+and, from a second gateway started under cProfile, the
 functions that cost the most per request (exclusive and inclusive microseconds; the profiler's own
 overhead inflates them, so compare them with each other, and the CPU figure across commits).
 
