@@ -388,6 +388,7 @@ class DisconnectMiddleware:
             if gone:
                 task.uncancel()  # the app swallowed our cancellation; it must not outlive it
         finally:
+            answered = True  # a callback already scheduled (the client left first) must not fire
             if watcher is not None:
                 watcher.cancel()
             elif watching and unwatch is not None:

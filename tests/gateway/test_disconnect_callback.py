@@ -14,6 +14,7 @@ import uvicorn
 
 from gateway.http.limits import uvicorn_options
 from gateway.http.middleware import DisconnectMiddleware
+from gateway.http.read_hold import PROTOCOL_SCOPE_KEY
 from gateway.http.server_limits import ServerLimits
 from gateway.settings import GatewaySettings
 
@@ -67,3 +68,37 @@ async def test_the_server_protocol_cancels_the_request_of_a_client_that_leaves()
 @pytest.fixture(autouse=True)
 def _quiet_uvicorn() -> None:
     logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
+
+
+class _LostProtocol:
+    """A server protocol whose connection is already lost: it calls a watcher soon, as
+    LimitedHttpToolsProtocol.watch_disconnect does then."""
+
+    def watch_disconnect(self, callback: Any) -> None:
+        asyncio.get_running_loop().call_soon(callback)
+
+    def unwatch_disconnect(self, callback: Any) -> None:
+        pass
+
+
+async def test_a_request_that_ended_is_not_cancelled_by_a_late_callback() -> None:
+    """The client left while sending; the app gave up and returned before the callback ran."""
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        assert (await receive())["type"] == "http.disconnect"
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.disconnect"}
+
+    async def send(message: Any) -> None:
+        raise AssertionError("nobody to answer")
+
+    scope = {"type": "http", "method": "POST", "path": "/x", PROTOCOL_SCOPE_KEY: _LostProtocol()}
+
+    async def request() -> None:
+        await DisconnectMiddleware(app)(scope, receive, send)
+        await asyncio.sleep(0.05)  # the callback's turn comes while this task still runs
+
+    task = asyncio.ensure_future(request())
+    await asyncio.wait_for(task, 10)
+    assert not task.cancelled() and task.cancelling() == 0
