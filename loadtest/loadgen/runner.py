@@ -189,8 +189,11 @@ class _WindowCpu:
         for at in (start, stop):
             loop.call_at(at + offset, lambda: self.readings.append(time.process_time()))
 
-    @property
     def seconds(self) -> float:
+        """The window's CPU seconds, once the load has ended: a stop timer that had not run yet
+        (uvloop's clock ticks in milliseconds) is read now. 0 where the window was never armed."""
+        if len(self.readings) == 1:
+            self.readings.append(time.process_time())
         return self.readings[1] - self.readings[0] if len(self.readings) == 2 else 0.0
 
 
@@ -222,7 +225,7 @@ async def _process_share(
             )
         )
     done = iter(parts)
-    return start, [next(done) if share > 0 else Samples() for _, share in jobs], cpu.seconds
+    return start, [next(done) if share > 0 else Samples() for _, share in jobs], cpu.seconds()
 
 
 def _child(
@@ -264,7 +267,8 @@ def run(specs: Sequence[LoadSpec], processes: int = 1, *, apart: bool = False) -
         ]
     if processes == 1 and not apart:
         try:
-            outcomes = [asyncio.run(_process_share(plan[0], None))[:2] + (0.0,)]
+            start, parts, _ = asyncio.run(_process_share(plan[0], None))
+            outcomes = [(start, parts, 0.0)]  # the caller's process: its CPU is not the load's
         except Exception as exc:
             raise LoadError(f"the load could not run: {type(exc).__name__}: {exc}") from exc
     else:
@@ -272,8 +276,11 @@ def run(specs: Sequence[LoadSpec], processes: int = 1, *, apart: bool = False) -
     starts = [start for start, _, _ in outcomes]
     runs = []
     for k, spec in enumerate(specs):
-        # A process's CPU is the spec's only where the process drove that spec alone.
-        own = [cpu for (_, _, cpu), jobs in zip(outcomes, plan, strict=True) if _alone(jobs, k)]
+        # The processes that drove this spec; their CPU is the spec's only if they drove it alone.
+        drivers = [
+            (jobs, cpu) for (_, _, cpu), jobs in zip(outcomes, plan, strict=True) if jobs[k][1]
+        ]
+        alone = all(_alone(jobs, k) for jobs, _ in drivers)
         # The window every process was loading in: from the last start's warm-up end to the first end.
         window = (max(starts) + spec.warmup_s, min(starts) + spec.warmup_s + spec.duration_s)
         runs.append(
@@ -282,15 +289,15 @@ def run(specs: Sequence[LoadSpec], processes: int = 1, *, apart: bool = False) -
                 Samples.concat([parts[k] for _, parts, _ in outcomes]),
                 window,
                 1 if apart else processes,
-                sum(own) if len(own) == sum(1 for jobs in plan if jobs[k][1] > 0) else 0.0,
+                sum(cpu for _, cpu in drivers) if alone else 0.0,
             )
         )
     return runs
 
 
 def _alone(jobs: list[tuple[LoadSpec, int]], k: int) -> bool:
-    """Whether a process with ``jobs`` drove spec ``k`` and nothing else."""
-    return jobs[k][1] > 0 and all(share == 0 for j, (_, share) in enumerate(jobs) if j != k)
+    """Whether a process with ``jobs`` drove no spec but ``k``."""
+    return all(share == 0 for j, (_, share) in enumerate(jobs) if j != k)
 
 
 def _run_processes(
