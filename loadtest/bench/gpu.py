@@ -23,6 +23,10 @@ on the GPU) and, where it builds, a compiled flavour (``--compiled``) with the p
    host's CPUs meanwhile (:mod:`loadtest.bench.cpu_split`); a gateway point also splits its time
    outside Triton by the gateway's own stage metrics (:mod:`loadtest.bench.gateway_split`).
 
+The points run in the order given, except that a gateway point (``jpeg gateway``) runs beside the
+same point of its direct twin (``jpeg``), the direct one first at every other pair, so that both
+sides of a comparison see the host as it was then.
+
 A configuration that cannot run fails the run with its error. With ``--budget-s`` the run fits a
 time budget: the load points run in the order given (most important first) and before the sweep,
 which takes what is left; points and sweep candidates that would not fit are not started and are
@@ -70,7 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--points",
         type=parse_points,
-        help='per configuration, e.g. "jpeg=32,64;tensor http=32" (others then do not run)',
+        help='per configuration, e.g. "jpeg=32,64;tensor http=32" (others then do not run); run in '
+        "this order, each gateway point beside its direct twin's",
     )
     parser.add_argument(
         "--raw-batches", help="batch sizes of the in-process ceiling (default 1,2,4,...,256)"

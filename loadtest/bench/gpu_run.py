@@ -31,7 +31,7 @@ from loadtest.bench.gpu_setup import (
     sweep,
     unavailable,
 )
-from loadtest.bench.gpu_targets import IMAGES_PER_REQUEST, gpu_targets
+from loadtest.bench.gpu_targets import GATEWAY_SUFFIX, IMAGES_PER_REQUEST, gpu_targets
 from loadtest.bench.plot import save_gpu_plot
 from loadtest.bench.point_split import PointProbe
 from loadtest.bench.report import machine_description
@@ -50,7 +50,7 @@ from loadtest.loadgen.capacity import TWIN_INSTANCES
 from loadtest.payloads import image_tensors, jpeg_images
 from serving.launcher import TritonPorts, TritonServer
 
-__all__ = ["run_gpu_bench"]
+__all__ = ["paired", "run_gpu_bench"]
 
 
 def _log(message: str) -> None:
@@ -62,8 +62,33 @@ def _log(message: str) -> None:
 
 def _points(settings: GpuBenchSettings, targets: dict[str, Target]) -> list[tuple[str, int]]:
     """In the order of ``settings.points`` (a budgeted run measures the most important first); a
-    configuration named there that has no target here is kept, to be reported as not run."""
-    return [(name, c) for name, levels in settings.points.items() for c in levels]
+    configuration named there that has no target here is kept, to be reported as not run.
+
+    A gateway point and the same point of its direct configuration are measured back to back, the
+    direct one first at every other pair: a host that drifts over a run (on an H100 the same point
+    measured minutes apart differed by 10%, ``benchmarks/h100/run22-both-orders``) then moves both
+    sides of the comparison, and neither side is always the one measured later."""
+    points = [(name, c) for name, levels in settings.points.items() for c in levels]
+    return paired(points)
+
+
+def paired(points: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """``points`` with each gateway point beside its direct twin, where both are there (see
+    :func:`_points`); the first of a pair is where the earlier of the two was."""
+    wanted = set(points)
+    order: list[tuple[str, int]] = []
+    direct_first = True
+    for name, concurrency in points:
+        if (name, concurrency) in order:
+            continue  # placed already, beside its twin
+        direct = name.removesuffix(GATEWAY_SUFFIX)
+        pair = [(direct, concurrency), (direct + GATEWAY_SUFFIX, concurrency)]
+        if not all(point in wanted for point in pair):
+            order.append((name, concurrency))
+            continue
+        order.extend(pair if direct_first else pair[::-1])
+        direct_first = not direct_first
+    return order
 
 
 def _not_run(name: str, concurrency: int, reason: str) -> Result:

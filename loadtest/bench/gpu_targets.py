@@ -23,8 +23,10 @@ from loadtest.loadgen import Target, TritonTarget
 from loadtest.payloads import image_tensors, jpeg_images
 from serving.launcher import TritonServer
 
-__all__ = ["IMAGES_PER_REQUEST", "gpu_targets"]
+__all__ = ["GATEWAY_SUFFIX", "IMAGES_PER_REQUEST", "gpu_targets"]
 
+#: a configuration through the gateway is named after the direct one it is compared with
+GATEWAY_SUFFIX = " gateway"
 #: images per request where a configuration sends several (as perf_analyzer's ``-b``); the rest send one
 IMAGES_PER_REQUEST = {"tensor cuda-shm x8": 8}
 
@@ -110,11 +112,12 @@ def gpu_targets(
     if gateway is not None:
         base, key, _ = gateway
         # The gateway sets the priority from the key's tier and refuses one a client sends.
-        targets["jpeg gateway"] = replace(
+        name = "jpeg" + GATEWAY_SUFFIX
+        targets[name] = replace(
             jpeg,
             url=base.removeprefix("http://"),
             headers={"Authorization": f"Bearer {key}"},
-            name="jpeg gateway",
+            name=name,
             priority=0,
         )
     if naive is not None:

@@ -16,7 +16,7 @@ import pytest
 from loadtest.bench.gpu import GpuBenchSettings, build_parser
 from loadtest.bench.gpu_goals import evaluate_targets
 from loadtest.bench.gpu_report import print_gpu_report
-from loadtest.bench.gpu_run import _not_run, _point_cost, _points
+from loadtest.bench.gpu_run import _not_run, _point_cost, _points, paired
 from loadtest.bench.gpu_setup import PIPELINE, TENSOR, Clock, _candidates
 from loadtest.bench.settings import Result
 from loadtest.loadgen.capacity import TWIN_INSTANCES, twin_config
@@ -53,6 +53,28 @@ def test_points_keep_the_given_order_and_unknown_names(tmp_path: Path) -> None:
         > _point_cost(settings, capacity=False)
         > settings.duration_s
     )
+
+
+def test_gateway_points_are_measured_beside_their_direct_twin_in_alternating_order(
+    tmp_path: Path,
+) -> None:
+    settings = GpuBenchSettings(
+        out_dir=tmp_path,
+        points={"jpeg": (32, 64, 128), "tensor http": (32,), "jpeg gateway": (32, 64, 128, 256)},
+    )
+    assert _points(settings, {}) == [
+        ("jpeg", 32),
+        ("jpeg gateway", 32),
+        ("jpeg gateway", 64),
+        ("jpeg", 64),
+        ("jpeg", 128),
+        ("jpeg gateway", 128),
+        ("tensor http", 32),
+        ("jpeg gateway", 256),  # no direct twin asked for: where it was
+    ]
+    # A pair goes where the earlier of its two points was; nothing is lost or measured twice.
+    points = [("jpeg gateway", 64), ("naive", 32), ("jpeg", 64), ("jpeg", 32)]
+    assert paired(points) == [("jpeg", 64), ("jpeg gateway", 64), ("naive", 32), ("jpeg", 32)]
 
 
 def test_budget_flag_and_clock() -> None:
