@@ -2,7 +2,7 @@
 # The gateway's CPU per request, two trees interleaved: `inferctl bench gateway-profile --no-profile`
 # on the trees BEFORE and AFTER, ROUNDS times, the order swapped every round (BEFORE first in odd
 # rounds). The machine's speed drifts between minutes, so only rounds run side by side are
-# compared; and on the 2-core development machine the second run of a pair was 7-9% slower than
+# compared; and on the 2-core development machine the second run of a pair was 5-16% slower than
 # the first whichever tree it was (benchmarks/cpu/gateway-one-write-2026-12-07/), so a fixed order
 # would credit that to a tree. Each tree needs its .venv (a link to one is enough).
 #

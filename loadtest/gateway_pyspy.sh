@@ -11,5 +11,6 @@ for _ in $(seq 1 60); do
   [ -n "$pid" ] && break
   sleep 1
 done
+[ -n "$pid" ] || { echo "no gateway process started within 60 s; see $out/pyspy-load.txt" >&2; exit 1; }
 sleep 12  # past the benchmark's warm-up
 py-spy record -p "$pid" -d 20 -r 250 -f raw -o "$out/pyspy-collapsed.txt" --nonblocking
